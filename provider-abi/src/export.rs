@@ -1,0 +1,171 @@
+//! The provider side of the boundary: turns a [`Provider`] into a root module.
+//!
+//! Every hook goes through [`guard`], which turns a panic into an `internal`
+//! error: `extern "C"` functions abort the process when a panic escapes them.
+
+use crate::{
+    error::{HookResult, ProviderError},
+    module::*,
+    provider::Provider,
+    sink::OutputSink,
+    types::*,
+    version::{AbiVersion, Hook, ABI_1_1},
+};
+use abi_stable::{
+    prefix_type::PrefixTypeTrait,
+    std_types::{RNone, ROption, RSome},
+    StableAbi,
+};
+use std::{
+    any::Any,
+    marker::PhantomData,
+    panic::{catch_unwind, AssertUnwindSafe},
+};
+
+/// Exports a provider type as the library's root module.
+///
+/// `$provider` must implement [`Provider`] and `Default`. The crate must also
+/// depend on `abi_stable` directly (its export attribute names it).
+/// `abi = VERSION` builds a library for an older ABI minor version, which
+/// leaves out the hooks that version did not have.
+#[macro_export]
+macro_rules! export_provider {
+    ($provider:ty) => {
+        $crate::export_provider!($provider, abi = $crate::ABI_VERSION);
+    };
+    ($provider:ty, abi = $abi:expr) => {
+        /// The provider root module (see `provider_abi::export_provider!`).
+        #[::abi_stable::export_root_module]
+        pub fn provider_root_module() -> $crate::ProviderModuleRef {
+            $crate::export::provider_module::<$provider>($abi)
+        }
+    };
+}
+
+/// Builds the root module of provider `P` for ABI level `abi`.
+///
+/// # Panics
+/// If `abi` is not a 1.x version this crate knows.
+pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModuleRef {
+    assert!(
+        abi.major == 1 && abi <= crate::ABI_VERSION,
+        "this provider-abi cannot build ABI {abi} libraries"
+    );
+    let extension = if abi >= ABI_1_1 {
+        extensions::<P>
+    } else {
+        no_extensions
+    };
+    ProviderModule {
+        abi_version: abi,
+        new_instance: new_instance::<P>,
+        drop_instance: drop_instance::<P>,
+        hooks: Tables::<P>::V1_0,
+        extension,
+    }
+    .leak_into_prefix()
+}
+
+/// Runs a hook, turning a panic into an `internal` error.
+pub fn guard<T>(hook: Hook, call: impl FnOnce() -> HookResult<T>) -> FfiResult<T> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(result) => result.into(),
+        Err(payload) => Err(panic_error(hook, payload.as_ref())).into(),
+    }
+}
+
+fn panic_error(hook: Hook, payload: &(dyn Any + Send)) -> ProviderError {
+    let detail = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload");
+    let first_line: String = detail.lines().next().unwrap_or_default().chars().take(200).collect();
+    ProviderError::internal(format!("The provider panicked in the `{hook}` hook: {first_line}"))
+}
+
+fn instance<'a, P>(this: InstancePtr) -> &'a P {
+    // SAFETY: `this` came from `new_instance::<P>` and the host keeps it alive
+    // until `drop_instance`, after every call has returned.
+    unsafe { &*this.0.cast::<P>() }
+}
+
+extern "C" fn new_instance<P: Provider + Default>() -> FfiResult<InstancePtr> {
+    guard(Hook::Setup, || {
+        Ok(InstancePtr(Box::into_raw(Box::new(P::default())).cast_const().cast()))
+    })
+}
+
+extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
+    // SAFETY: see `instance`; the host drops each instance exactly once.
+    let owned = unsafe { Box::from_raw(this.0.cast_mut().cast::<P>()) };
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(owned)));
+}
+
+extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
+    RNone
+}
+
+extern "C" fn extensions<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        1 => RSome(Extension {
+            layout: (<HookTableV1_1 as StableAbi>::LAYOUT as *const abi_stable::type_layout::TypeLayout).cast(),
+            table: (Tables::<P>::V1_1 as *const HookTableV1_1).cast(),
+        }),
+        _ => RNone,
+    }
+}
+
+/// Generates one `extern "C"` shim per hook, each forwarding to the trait
+/// method of the same name inside [`guard`].
+macro_rules! hook_shims {
+    ($($name:ident: $hook:ident ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(
+            extern "C" fn $name<P: Provider>(this: InstancePtr $(, $arg: $ty)*) -> FfiResult<$ret> {
+                guard(Hook::$hook, || instance::<P>(this).$name($($arg),*))
+            }
+        )*
+    };
+}
+
+hook_shims! {
+    setup: Setup(params: &SetupParams) -> ();
+    shutdown: Shutdown() -> ();
+    health: Health() -> HealthReport;
+    validate_config: ValidateConfig(params: &EnvironmentParams) -> ValidationReport;
+    probe: Probe(params: &EnvironmentParams) -> ProbeReport;
+    acquire_lease: AcquireLease(params: &AcquireParams) -> Lease;
+    resume_lease: ResumeLease(params: &LeaseParams) -> Lease;
+    release_lease: ReleaseLease(params: &LeaseParams) -> ();
+    destroy_lease: DestroyLease(params: &LeaseParams) -> ();
+    realize_workspace: RealizeWorkspace(params: &LeaseParams) -> Workspace;
+    execute: Execute(params: &ExecuteParams, output: &mut OutputSink<'_>) -> ExecuteResult;
+    inspect_lease: InspectLease(params: &LeaseParams) -> LeaseStatus;
+}
+
+extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
+    guard(Hook::Setup, || Ok(instance::<P>(this).manifest()))
+}
+
+/// The hook tables of `P`, as constants so they live in static memory.
+struct Tables<P>(PhantomData<P>);
+
+impl<P: Provider> Tables<P> {
+    const V1_0: HookTableV1_0 = HookTableV1_0 {
+        manifest: manifest::<P>,
+        setup: setup::<P>,
+        shutdown: shutdown::<P>,
+        health: health::<P>,
+        validate_config: validate_config::<P>,
+        probe: probe::<P>,
+        acquire_lease: acquire_lease::<P>,
+        resume_lease: resume_lease::<P>,
+        release_lease: release_lease::<P>,
+        destroy_lease: destroy_lease::<P>,
+        realize_workspace: realize_workspace::<P>,
+        execute: execute::<P>,
+    };
+    const V1_1: &'static HookTableV1_1 = &HookTableV1_1 {
+        inspect_lease: inspect_lease::<P>,
+    };
+}

@@ -1,0 +1,29 @@
+//! The stable ABI between a sandbox-provider host and its provider plugins.
+//!
+//! - [`Provider`]: the hooks, implemented by providers and by [`LoadedProvider`].
+//! - [`export_provider!`]: exports a provider type from a `cdylib`.
+//! - [`LoadedProvider::load`]: loads one, checking it is a provider of a
+//!   compatible ABI version, with one-line errors.
+//!
+//! Versioning: see [`module`] for why the root module is frozen within a major
+//! version and how minor versions add hooks.
+
+#[cfg(target_os = "linux")]
+mod elf;
+mod error;
+pub mod export;
+mod loader;
+pub mod module;
+mod provider;
+mod sink;
+mod types;
+mod version;
+
+pub use abi_stable;
+pub use error::{ErrorKind, HookResult, ProviderError};
+pub use loader::{LoadError, LoadedProvider};
+pub use module::ProviderModuleRef;
+pub use provider::{unsupported, Provider};
+pub use sink::{OutputSink, OutputStream};
+pub use types::*;
+pub use version::{AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_VERSION};

@@ -1,0 +1,307 @@
+//! The host side of the boundary: loads a provider library and implements
+//! [`Provider`] on it, so host code is the same for linked-in and loaded
+//! providers.
+
+use crate::{
+    error::{HookResult, ProviderError},
+    module::*,
+    provider::{unsupported, Provider},
+    sink::OutputSink,
+    types::*,
+    version::{AbiVersion, Hook, ABI_1_1, ABI_VERSION},
+};
+use abi_stable::{
+    abi_stability::abi_checking::check_layout_compatibility,
+    library::{lib_header_from_path, LibraryError, RootModule},
+    sabi_types::VersionNumber,
+    std_types::RSome,
+    type_layout::TypeLayout,
+    StableAbi,
+};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
+
+/// Why a library could not be loaded as a provider. Every variant displays
+/// as one line naming the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The file does not exist or cannot be read.
+    Unreadable { path: PathBuf, reason: String },
+    /// The file is not a shared library the dynamic loader accepts.
+    NotALibrary { path: PathBuf, reason: String },
+    /// The library exports no provider root module.
+    NotAProvider { path: PathBuf },
+    /// The provider was built for another major ABI version.
+    IncompatibleAbi { path: PathBuf, library: String, host: AbiVersion },
+    /// The provider's types do not match this host's (a corrupt or
+    /// mislabelled build).
+    LayoutMismatch { path: PathBuf, detail: String },
+    /// The provider failed to start (an error or panic in its constructor).
+    ProviderFailed { path: PathBuf, error: ProviderError },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Unreadable { path, reason } => {
+                write!(f, "cannot load provider {}: {reason}", path.display())
+            }
+            LoadError::NotALibrary { path, reason } => write!(
+                f,
+                "cannot load provider {}: not a loadable shared library ({reason})",
+                path.display()
+            ),
+            LoadError::NotAProvider { path } => write!(
+                f,
+                "cannot load provider {}: the library exports no sandbox provider root module",
+                path.display()
+            ),
+            LoadError::IncompatibleAbi { path, library, host } => write!(
+                f,
+                "cannot load provider {}: it was built for provider ABI {library}, this host speaks ABI {host} and loads only {}.x providers",
+                path.display(),
+                host.major
+            ),
+            LoadError::LayoutMismatch { path, detail } => write!(
+                f,
+                "cannot load provider {}: its ABI types do not match this host's ({detail})",
+                path.display()
+            ),
+            LoadError::ProviderFailed { path, error } => write!(
+                f,
+                "cannot load provider {}: it failed to start: {error}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// A provider loaded from a shared library.
+///
+/// The library stays loaded for the life of the process (abi_stable never
+/// unloads); dropping this drops the provider instance. Libraries at two
+/// different paths load side by side, even two versions of one provider.
+pub struct LoadedProvider {
+    path: PathBuf,
+    library_abi: AbiVersion,
+    instance: InstancePtr,
+    drop_instance: extern "C" fn(InstancePtr),
+    hooks: HookTableV1_0,
+    hooks_v1_1: Option<&'static HookTableV1_1>,
+    manifest: Manifest,
+}
+
+impl LoadedProvider {
+    /// Loads the provider at `path` as a host of this crate's ABI version.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
+        Self::load_as(path, ABI_VERSION)
+    }
+
+    /// Loads the provider at `path` as a host of ABI `host_abi` would: hooks
+    /// newer than `host_abi` are never looked up. The root module is frozen
+    /// within a major version, so this is exactly what an older host does.
+    pub fn load_as(path: impl AsRef<Path>, host_abi: AbiVersion) -> Result<Self, LoadError> {
+        let path = path.as_ref().to_path_buf();
+        let module = open_module(&path, host_abi)?;
+        let library_abi = module.abi_version();
+        if library_abi.major != host_abi.major {
+            return Err(LoadError::IncompatibleAbi {
+                library: library_abi.to_string(),
+                host: host_abi,
+                path,
+            });
+        }
+        let hooks_v1_1 = if host_abi >= ABI_1_1 {
+            extension_table::<HookTableV1_1>(&path, module, 1)?
+        } else {
+            None
+        };
+        let instance = Result::from((module.new_instance())())
+            .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
+        let mut provider = Self {
+            library_abi,
+            instance,
+            drop_instance: module.drop_instance(),
+            hooks: module.hooks(),
+            hooks_v1_1,
+            manifest: empty_manifest(),
+            path,
+        };
+        let mut manifest = Result::from((provider.hooks.manifest)(instance))
+            .map_err(|error| LoadError::ProviderFailed { path: provider.path.clone(), error })?;
+        manifest.abi_version = library_abi;
+        manifest.hooks.retain(|name| Hook::from_name(name).is_some_and(|hook| provider.supports(hook)));
+        provider.manifest = manifest;
+        Ok(provider)
+    }
+
+    /// The file the provider was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The ABI version the library was built for.
+    pub fn library_abi(&self) -> AbiVersion {
+        self.library_abi
+    }
+
+    /// True when this host can call `hook` on this library.
+    pub fn supports(&self, hook: Hook) -> bool {
+        match hook {
+            Hook::InspectLease => self.hooks_v1_1.is_some(),
+            _ => true,
+        }
+    }
+}
+
+/// Opens the library and checks, in order, that it is a shared object, that
+/// it exports a provider root module, that its major ABI version is ours and
+/// that its root module layout matches; each failure is one line.
+fn open_module(path: &Path, host_abi: AbiVersion) -> Result<ProviderModuleRef, LoadError> {
+    std::fs::metadata(path).map_err(|error| LoadError::Unreadable {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
+    })?;
+    #[cfg(target_os = "linux")]
+    crate::elf::check_shared_object(path)
+        .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
+    let header = lib_header_from_path(path).map_err(|error| match error {
+        LibraryError::GetSymbolError { .. } => LoadError::NotAProvider { path: path.to_path_buf() },
+        LibraryError::OpenError { err, .. } => LoadError::NotALibrary {
+            path: path.to_path_buf(),
+            reason: dl_reason(&err.to_string(), path),
+        },
+        other => LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&other) },
+    })?;
+    let consts = header.root_mod_consts();
+    if consts.base_name().as_str() != ProviderModuleRef::BASE_NAME {
+        return Err(LoadError::NotAProvider { path: path.to_path_buf() });
+    }
+    let version = VersionNumber::new(header.version_strings()).map_err(|error| {
+        LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
+    })?;
+    if version.major != u32::from(host_abi.major) {
+        return Err(LoadError::IncompatibleAbi {
+            path: path.to_path_buf(),
+            library: format!("{}.{}", version.major, version.minor),
+            host: host_abi,
+        });
+    }
+    header
+        .init_root_module::<ProviderModuleRef>()
+        .map_err(|error| LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) })
+}
+
+/// Fetches and layout-checks the extension table of `minor`, if the library has it.
+fn extension_table<T: StableAbi + 'static>(
+    path: &Path,
+    module: ProviderModuleRef,
+    minor: u16,
+) -> Result<Option<&'static T>, LoadError> {
+    let RSome(extension) = (module.extension())(minor) else {
+        return Ok(None);
+    };
+    // SAFETY: the export layer stores `&'static TypeLayout` in `layout`.
+    let layout = unsafe { &*extension.layout.cast::<TypeLayout>() };
+    check_layout_compatibility(T::LAYOUT, layout).map_err(|error| LoadError::LayoutMismatch {
+        path: path.to_path_buf(),
+        detail: first_line(&error),
+    })?;
+    // SAFETY: the layouts match, and the export layer stores a `&'static T`.
+    Ok(Some(unsafe { &*extension.table.cast::<T>() }))
+}
+
+/// The first line of an error's text, trimmed to 300 characters.
+fn first_line(error: &dyn fmt::Display) -> String {
+    let text = error.to_string();
+    let line = text.lines().map(str::trim).find(|line| !line.is_empty()).unwrap_or("unknown error");
+    line.chars().take(300).collect()
+}
+
+/// The dynamic loader's reason without the repeated path.
+fn dl_reason(message: &str, path: &Path) -> String {
+    let line = first_line(&message);
+    let shown = path.display().to_string();
+    line.rsplit_once(&format!("{shown}: "))
+        .map(|(_, reason)| reason.to_owned())
+        .unwrap_or(line)
+}
+
+fn empty_manifest() -> Manifest {
+    Manifest {
+        id: Default::default(),
+        version: Default::default(),
+        display_name: Default::default(),
+        driver_key: Default::default(),
+        abi_version: ABI_VERSION,
+        hooks: Default::default(),
+        config_schema_json: Default::default(),
+    }
+}
+
+impl Drop for LoadedProvider {
+    fn drop(&mut self) {
+        (self.drop_instance)(self.instance);
+    }
+}
+
+impl Provider for LoadedProvider {
+    fn manifest(&self) -> Manifest {
+        self.manifest.clone()
+    }
+
+    fn setup(&self, params: &SetupParams) -> HookResult<()> {
+        (self.hooks.setup)(self.instance, params).into()
+    }
+
+    fn shutdown(&self) -> HookResult<()> {
+        (self.hooks.shutdown)(self.instance).into()
+    }
+
+    fn health(&self) -> HookResult<HealthReport> {
+        (self.hooks.health)(self.instance).into()
+    }
+
+    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
+        (self.hooks.validate_config)(self.instance, params).into()
+    }
+
+    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
+        (self.hooks.probe)(self.instance, params).into()
+    }
+
+    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
+        (self.hooks.acquire_lease)(self.instance, params).into()
+    }
+
+    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
+        (self.hooks.resume_lease)(self.instance, params).into()
+    }
+
+    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        (self.hooks.release_lease)(self.instance, params).into()
+    }
+
+    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        (self.hooks.destroy_lease)(self.instance, params).into()
+    }
+
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
+        (self.hooks.realize_workspace)(self.instance, params).into()
+    }
+
+    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
+        (self.hooks.execute)(self.instance, params, output).into()
+    }
+
+    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
+        match self.hooks_v1_1 {
+            Some(table) => (table.inspect_lease)(self.instance, params).into(),
+            None => Err(unsupported(Hook::InspectLease)),
+        }
+    }
+}

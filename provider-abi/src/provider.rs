@@ -1,0 +1,66 @@
+//! The provider trait: one trait for linked-in and loaded providers alike.
+
+use crate::{
+    error::{HookResult, ProviderError},
+    sink::OutputSink,
+    types::*,
+    version::Hook,
+};
+
+/// The hooks of a sandbox provider.
+///
+/// A provider implements it and exports it with [`crate::export_provider!`];
+/// a host calls it on the provider type directly or on a
+/// [`crate::LoadedProvider`], which implements it too. Hooks block the calling
+/// thread and may be called from many threads at once.
+pub trait Provider: Send + Sync + 'static {
+    /// Identity, version, hooks and configuration schema.
+    fn manifest(&self) -> Manifest;
+
+    /// Called once after loading, before any other hook.
+    fn setup(&self, _params: &SetupParams) -> HookResult<()> {
+        Ok(())
+    }
+
+    /// Cancels work in flight and releases the provider's resources.
+    fn shutdown(&self) -> HookResult<()> {
+        Ok(())
+    }
+
+    /// Cheap liveness check; sends no request.
+    fn health(&self) -> HookResult<HealthReport>;
+
+    /// Checks a configuration, reporting every problem at once.
+    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport>;
+
+    /// Acquires a lease, runs a real command in it and always destroys it.
+    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport>;
+
+    /// Creates a lease for a run.
+    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease>;
+
+    /// Makes a released (paused) lease usable again, or reports it expired.
+    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease>;
+
+    /// Gives a lease back: paused for reuse, or deleted.
+    fn release_lease(&self, params: &LeaseParams) -> HookResult<()>;
+
+    /// Deletes a lease; the only way to clear unconfirmed cleanup.
+    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()>;
+
+    /// Where work runs inside the lease.
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace>;
+
+    /// Runs a command in the lease, streaming its output to `output`.
+    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult>;
+
+    /// Reports a lease's remote state without changing it (ABI 1.1).
+    fn inspect_lease(&self, _params: &LeaseParams) -> HookResult<LeaseStatus> {
+        Err(unsupported(Hook::InspectLease))
+    }
+}
+
+/// The error a hook the provider lacks returns.
+pub fn unsupported(hook: Hook) -> ProviderError {
+    ProviderError::unsupported(format!("The provider does not implement the `{hook}` hook."))
+}

@@ -1,0 +1,101 @@
+//! The output sink `execute` streams chunks to while a command runs.
+
+use abi_stable::{std_types::RStr, StableAbi};
+use std::{
+    ffi::c_void,
+    marker::PhantomData,
+    panic::{catch_unwind, AssertUnwindSafe},
+};
+
+/// Which stream a chunk came from.
+#[repr(u8)]
+#[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+impl OutputStream {
+    /// `stdout` or `stderr`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// An FFI-safe callback receiving output chunks as they arrive.
+///
+/// The host builds it from a closure; the provider calls [`OutputSink::write`]
+/// once per decoded chunk, in order, possibly from one of its own threads but
+/// never from two threads at once. A panic in the host's closure is caught at
+/// the boundary and the chunk is dropped: it never unwinds into the provider.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct OutputSink<'a> {
+    context: *mut c_void,
+    write_chunk: unsafe extern "C" fn(*mut c_void, OutputStream, RStr<'_>),
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+// SAFETY: `new` only accepts `Send` closures, and `write` needs `&mut self`,
+// so the closure is never called from two threads at once.
+unsafe impl Send for OutputSink<'_> {}
+
+impl<'a> OutputSink<'a> {
+    /// A sink calling `callback(stream, chunk)` for every chunk.
+    pub fn new<F>(callback: &'a mut F) -> Self
+    where
+        F: FnMut(OutputStream, &str) + Send,
+    {
+        unsafe extern "C" fn trampoline<F>(context: *mut c_void, stream: OutputStream, chunk: RStr<'_>)
+        where
+            F: FnMut(OutputStream, &str) + Send,
+        {
+            // SAFETY: `context` is the `&'a mut F` given to `new`, alive for 'a.
+            let callback = unsafe { &mut *context.cast::<F>() };
+            let _ = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_str())));
+        }
+        Self {
+            context: (callback as *mut F).cast(),
+            write_chunk: trampoline::<F>,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Delivers one chunk to the host.
+    pub fn write(&mut self, stream: OutputStream, chunk: &str) {
+        // SAFETY: `context` and `write_chunk` were paired by `new`.
+        unsafe { (self.write_chunk)(self.context, stream, RStr::from_str(chunk)) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_reach_the_closure_in_order_and_panics_stay_on_the_host_side() {
+        let mut seen = Vec::new();
+        let mut callback = |stream: OutputStream, chunk: &str| {
+            if chunk == "boom" {
+                panic!("host callback failed");
+            }
+            seen.push((stream, chunk.to_owned()));
+        };
+        let mut sink = OutputSink::new(&mut callback);
+        sink.write(OutputStream::Stdout, "a");
+        sink.write(OutputStream::Stderr, "boom");
+        sink.write(OutputStream::Stderr, "b");
+        assert_eq!(
+            seen,
+            [
+                (OutputStream::Stdout, "a".to_owned()),
+                (OutputStream::Stderr, "b".to_owned())
+            ]
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! ABI versioning: which hooks exist at which minor version.
+
+use abi_stable::StableAbi;
+use std::fmt;
+
+/// A provider ABI version. Providers and hosts of the same `major` load each
+/// other in both directions; `minor` says which hooks exist.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AbiVersion {
+    /// Incompatible changes bump this; a host refuses every other major.
+    pub major: u16,
+    /// Each added hook bumps this.
+    pub minor: u16,
+}
+
+impl AbiVersion {
+    /// Builds a version.
+    pub const fn new(major: u16, minor: u16) -> Self {
+        Self { major, minor }
+    }
+}
+
+impl fmt::Display for AbiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// ABI 1.0: the eleven lifecycle hooks.
+pub const ABI_1_0: AbiVersion = AbiVersion::new(1, 0);
+/// ABI 1.1: adds `inspect_lease`.
+pub const ABI_1_1: AbiVersion = AbiVersion::new(1, 1);
+/// The ABI this crate defines; also its crate version (`major.minor.x`).
+pub const ABI_VERSION: AbiVersion = ABI_1_1;
+
+/// Every hook of the ABI, with the minor version that introduced it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hook {
+    Setup,
+    Shutdown,
+    Health,
+    ValidateConfig,
+    Probe,
+    AcquireLease,
+    ResumeLease,
+    ReleaseLease,
+    DestroyLease,
+    RealizeWorkspace,
+    Execute,
+    InspectLease,
+}
+
+impl Hook {
+    /// All hooks, in table order.
+    pub const ALL: [Hook; 12] = [
+        Hook::Setup,
+        Hook::Shutdown,
+        Hook::Health,
+        Hook::ValidateConfig,
+        Hook::Probe,
+        Hook::AcquireLease,
+        Hook::ResumeLease,
+        Hook::ReleaseLease,
+        Hook::DestroyLease,
+        Hook::RealizeWorkspace,
+        Hook::Execute,
+        Hook::InspectLease,
+    ];
+
+    /// The hook's name as it appears in manifests and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Hook::Setup => "setup",
+            Hook::Shutdown => "shutdown",
+            Hook::Health => "health",
+            Hook::ValidateConfig => "validate_config",
+            Hook::Probe => "probe",
+            Hook::AcquireLease => "acquire_lease",
+            Hook::ResumeLease => "resume_lease",
+            Hook::ReleaseLease => "release_lease",
+            Hook::DestroyLease => "destroy_lease",
+            Hook::RealizeWorkspace => "realize_workspace",
+            Hook::Execute => "execute",
+            Hook::InspectLease => "inspect_lease",
+        }
+    }
+
+    /// The ABI version that introduced the hook.
+    pub const fn since(self) -> AbiVersion {
+        match self {
+            Hook::InspectLease => ABI_1_1,
+            _ => ABI_1_0,
+        }
+    }
+
+    /// Looks a hook up by its manifest name.
+    pub fn from_name(name: &str) -> Option<Hook> {
+        Hook::ALL.into_iter().find(|hook| hook.name() == name)
+    }
+
+    /// The hooks a provider built against `abi` can have.
+    pub fn available_at(abi: AbiVersion) -> impl Iterator<Item = Hook> {
+        Hook::ALL
+            .into_iter()
+            .filter(move |hook| hook.since().major == abi.major && hook.since() <= abi)
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}

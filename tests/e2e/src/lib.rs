@@ -1,0 +1,20 @@
+//! Helpers for the end-to-end tests: locating the shared libraries cargo built.
+
+use std::path::PathBuf;
+
+/// The directory holding this build's shared libraries (`target/<profile>/deps`).
+pub fn deps_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    exe.parent().expect("test binary directory").to_path_buf()
+}
+
+/// The shared library built for crate `name` (e.g. `fixture_v1_0`).
+pub fn library(name: &str) -> PathBuf {
+    let file = format!("{}{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let candidates = [deps_dir().join(&file), deps_dir().join("..").join(&file)];
+    candidates
+        .iter()
+        .find(|path| path.exists())
+        .cloned()
+        .unwrap_or_else(|| panic!("{file} was not built; looked in {candidates:?}"))
+}

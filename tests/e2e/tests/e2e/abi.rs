@@ -1,0 +1,179 @@
+//! The ABI contract: version matrix, refusals, panics and concurrency,
+//! exercised through the fixture libraries.
+
+use e2e::library;
+use provider_abi::{
+    AbiVersion, AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, Hook, LeaseParams,
+    LoadError, LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1,
+};
+use std::{path::Path, sync::Arc};
+
+fn load(name: &str, host: AbiVersion) -> LoadedProvider {
+    LoadedProvider::load_as(library(name), host)
+        .unwrap_or_else(|error| panic!("{name} should load as ABI {host}: {error}"))
+}
+
+fn lease_params() -> LeaseParams {
+    LeaseParams { provider_lease_id: Some("lease-1".into()).into(), ..Default::default() }
+}
+
+fn load_error(path: &Path) -> LoadError {
+    match LoadedProvider::load(path) {
+        Ok(_) => panic!("{} should not load", path.display()),
+        Err(error) => {
+            let text = error.to_string();
+            assert!(!text.contains('\n'), "load errors are one line: {text}");
+            assert!(text.contains(&path.display().to_string()), "the error names the file: {text}");
+            error
+        }
+    }
+}
+
+#[test]
+fn version_matrix_within_major_1() {
+    // (library, host ABI, library ABI, inspect_lease available)
+    let matrix = [
+        ("fixture_v1_0", ABI_1_0, ABI_1_0, false),
+        ("fixture_v1_0", ABI_1_1, ABI_1_0, false),
+        ("fixture_v1_1", ABI_1_0, ABI_1_1, false),
+        ("fixture_v1_1", ABI_1_1, ABI_1_1, true),
+    ];
+    for (name, host, library_abi, has_inspect) in matrix {
+        let provider = load(name, host);
+        assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
+        assert_eq!(provider.supports(Hook::InspectLease), has_inspect, "{name} as {host}");
+        let manifest = provider.manifest();
+        assert_eq!(manifest.abi_version, library_abi);
+        assert_eq!(manifest.hooks.iter().any(|hook| hook == "inspect_lease"), has_inspect);
+        assert_eq!(provider.health().unwrap().status, "ok");
+        match provider.inspect_lease(&lease_params()) {
+            Ok(status) => {
+                assert!(has_inspect, "{name} as {host} must not reach inspect_lease");
+                assert!(status.exists);
+            }
+            Err(error) => {
+                assert!(!has_inspect, "{name} as {host}: {error}");
+                assert_eq!(error.kind, ErrorKind::UNSUPPORTED);
+            }
+        }
+    }
+}
+
+#[test]
+fn another_major_version_is_refused_in_one_line_naming_both_versions() {
+    for host in [ABI_1_0, ABI_1_1] {
+        let path = library("fixture_v2");
+        let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
+        let text = error.to_string();
+        assert!(matches!(error, LoadError::IncompatibleAbi { .. }), "{text}");
+        assert!(text.contains("ABI 2.0") && text.contains(&format!("ABI {host}")), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+}
+
+#[test]
+fn files_that_are_not_providers_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = std::fs::read(library("fixture_v1_1")).unwrap();
+    let cases: [(&str, Vec<u8>); 4] = [
+        ("empty.so", Vec::new()),
+        ("garbage.so", (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect()),
+        ("text.so", b"#!/bin/sh\necho not a library\n".to_vec()),
+        ("truncated.so", real[..real.len() / 3].to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let error = load_error(&path);
+        assert!(matches!(error, LoadError::NotALibrary { .. }), "{name}: {error}");
+    }
+    let missing = load_error(&dir.path().join("missing.so"));
+    assert!(matches!(missing, LoadError::Unreadable { .. }), "{missing}");
+    let plain = load_error(&library("not_a_provider"));
+    assert!(matches!(plain, LoadError::NotAProvider { .. }), "{plain}");
+}
+
+#[test]
+fn two_versions_load_side_by_side() {
+    let old = load("fixture_v1_0", ABI_1_1);
+    let new = load("fixture_v1_1", ABI_1_1);
+    // A copy of the same library at another path is a separate library.
+    let dir = tempfile::tempdir().unwrap();
+    let copy_path = dir.path().join("fixture-copy.so");
+    std::fs::copy(library("fixture_v1_0"), &copy_path).unwrap();
+    let copy = LoadedProvider::load(&copy_path).unwrap();
+    assert_eq!(old.health().unwrap().message, "fixture 1.0.0");
+    assert_eq!(new.health().unwrap().message, "fixture 1.1.0");
+    assert_eq!(copy.health().unwrap().message, "fixture 1.0.0");
+    assert_eq!(old.manifest().version, "1.0.0");
+    assert_eq!(new.manifest().version, "1.1.0");
+    // Each library keeps its own state.
+    let acquire = AcquireParams { run_id: "run".into(), ..Default::default() };
+    for _ in 0..3 {
+        old.acquire_lease(&acquire).unwrap();
+    }
+    let first_new = new.acquire_lease(&acquire).unwrap();
+    assert_eq!(first_new.provider_lease_id.as_ref().map(|id| id.as_str()).into_option(), Some("run-1"));
+}
+
+#[test]
+fn errors_cross_as_data() {
+    let provider = load("fixture_v1_1", ABI_1_1);
+    let params = EnvironmentParams { config_json: "reject".into(), ..Default::default() };
+    let error = provider.validate_config(&params).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::INVALID_CONFIG);
+    assert_eq!(error.message, "fixture rejects this config.");
+}
+
+#[test]
+fn a_panicking_hook_returns_an_internal_error_and_the_host_carries_on() {
+    let provider = load("fixture_v1_1", ABI_1_1);
+    let params = EnvironmentParams { config_json: "panic".into(), ..Default::default() };
+    for _ in 0..3 {
+        let error = provider.validate_config(&params).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::INTERNAL);
+        assert!(error.message.contains("panicked in the `validate_config` hook"), "{error}");
+    }
+    let mut chunks = Vec::new();
+    let mut collect = |_: OutputStream, chunk: &str| chunks.push(chunk.to_owned());
+    let execute = ExecuteParams { command: "panic".into(), args: vec!["before".into()].into(), ..Default::default() };
+    let error = provider.execute(&execute, &mut OutputSink::new(&mut collect)).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::INTERNAL);
+    assert_eq!(chunks, ["before"], "output sent before the panic still arrived");
+    assert_eq!(provider.health().unwrap().status, "ok", "the provider still answers");
+}
+
+#[test]
+fn sixteen_threads_call_hooks_at_once() {
+    let provider = Arc::new(load("fixture_v1_1", ABI_1_1));
+    let threads: Vec<_> = (0..16)
+        .map(|thread| {
+            let provider = Arc::clone(&provider);
+            std::thread::spawn(move || {
+                let mut leases = Vec::new();
+                for round in 0..200 {
+                    let run_id = format!("t{thread}");
+                    let lease = provider
+                        .acquire_lease(&AcquireParams { run_id: run_id.as_str().into(), ..Default::default() })
+                        .unwrap();
+                    leases.push(lease.provider_lease_id.unwrap().to_string());
+                    let args = vec![format!("{thread}:{round}:a").into(), format!("{thread}:{round}:b").into()];
+                    let mut seen = String::new();
+                    let mut collect = |_: OutputStream, chunk: &str| seen.push_str(chunk);
+                    let params = ExecuteParams { args: args.into(), ..Default::default() };
+                    let result = provider.execute(&params, &mut OutputSink::new(&mut collect)).unwrap();
+                    assert_eq!(seen, format!("{thread}:{round}:a{thread}:{round}:b"));
+                    assert_eq!(result.stdout, seen);
+                    assert_eq!(result.exit_code.into_option(), Some(2));
+                }
+                leases
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), count, "every acquire got its own lease");
+    assert_eq!(count, 16 * 200);
+}

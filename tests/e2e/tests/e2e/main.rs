@@ -1,0 +1,3 @@
+//! End-to-end tests through real shared libraries, one binary with modules.
+
+mod abi;
