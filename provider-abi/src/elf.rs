@@ -100,14 +100,26 @@ impl Fields<'_> {
     }
     fn u16(&self, at: usize) -> u16 {
         let raw = self.array(at);
-        if self.little { u16::from_le_bytes(raw) } else { u16::from_be_bytes(raw) }
+        if self.little {
+            u16::from_le_bytes(raw)
+        } else {
+            u16::from_be_bytes(raw)
+        }
     }
     fn u32(&self, at: usize) -> u32 {
         let raw = self.array(at);
-        if self.little { u32::from_le_bytes(raw) } else { u32::from_be_bytes(raw) }
+        if self.little {
+            u32::from_le_bytes(raw)
+        } else {
+            u32::from_be_bytes(raw)
+        }
     }
     fn u64(&self, at: usize) -> u64 {
         let raw = self.array(at);
-        if self.little { u64::from_le_bytes(raw) } else { u64::from_be_bytes(raw) }
+        if self.little {
+            u64::from_le_bytes(raw)
+        } else {
+            u64::from_be_bytes(raw)
+        }
     }
 }

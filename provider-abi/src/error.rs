@@ -93,21 +93,12 @@ pub struct ProviderError {
 impl ProviderError {
     /// An error of `kind` with `message`.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            http_status: 0,
-            operation: RString::new(),
-            message: RString::from(message.into()),
-        }
+        Self { kind, http_status: 0, operation: RString::new(), message: RString::from(message.into()) }
     }
 
     /// An API error: the remote answered `status` to `operation`.
     pub fn api(status: u16, operation: &str, message: impl Into<String>) -> Self {
-        Self {
-            http_status: status,
-            operation: operation.into(),
-            ..Self::new(ErrorKind::API, message)
-        }
+        Self { http_status: status, operation: operation.into(), ..Self::new(ErrorKind::API, message) }
     }
 
     /// Attaches an HTTP status and operation label to any kind.

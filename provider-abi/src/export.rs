@@ -51,11 +51,7 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_1 {
-        extensions::<P>
-    } else {
-        no_extensions
-    };
+    let extension = if abi >= ABI_1_1 { extensions::<P> } else { no_extensions };
     ProviderModule {
         abi_version: abi,
         new_instance: new_instance::<P>,
@@ -91,9 +87,7 @@ fn instance<'a, P>(this: InstancePtr) -> &'a P {
 }
 
 extern "C" fn new_instance<P: Provider + Default>() -> FfiResult<InstancePtr> {
-    guard(Hook::Setup, || {
-        Ok(InstancePtr(Box::into_raw(Box::new(P::default())).cast_const().cast()))
-    })
+    guard(Hook::Setup, || Ok(InstancePtr(Box::into_raw(Box::new(P::default())).cast_const().cast())))
 }
 
 extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
@@ -109,7 +103,8 @@ extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
 extern "C" fn extensions<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
         1 => RSome(Extension {
-            layout: (<HookTableV1_1 as StableAbi>::LAYOUT as *const abi_stable::type_layout::TypeLayout).cast(),
+            layout: (<HookTableV1_1 as StableAbi>::LAYOUT as *const abi_stable::type_layout::TypeLayout)
+                .cast(),
             table: (Tables::<P>::V1_1 as *const HookTableV1_1).cast(),
         }),
         _ => RNone,
@@ -165,7 +160,5 @@ impl<P: Provider> Tables<P> {
         realize_workspace: realize_workspace::<P>,
         execute: execute::<P>,
     };
-    const V1_1: &'static HookTableV1_1 = &HookTableV1_1 {
-        inspect_lease: inspect_lease::<P>,
-    };
+    const V1_1: &'static HookTableV1_1 = &HookTableV1_1 { inspect_lease: inspect_lease::<P> };
 }

@@ -115,11 +115,8 @@ impl LoadedProvider {
                 path,
             });
         }
-        let hooks_v1_1 = if host_abi >= ABI_1_1 {
-            extension_table::<HookTableV1_1>(&path, module, 1)?
-        } else {
-            None
-        };
+        let hooks_v1_1 =
+            if host_abi >= ABI_1_1 { extension_table::<HookTableV1_1>(&path, module, 1)? } else { None };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -162,19 +159,16 @@ impl LoadedProvider {
 /// it exports a provider root module, that its major ABI version is ours and
 /// that its root module layout matches; each failure is one line.
 fn open_module(path: &Path, host_abi: AbiVersion) -> Result<ProviderModuleRef, LoadError> {
-    std::fs::metadata(path).map_err(|error| LoadError::Unreadable {
-        path: path.to_path_buf(),
-        reason: error.to_string(),
-    })?;
+    std::fs::metadata(path)
+        .map_err(|error| LoadError::Unreadable { path: path.to_path_buf(), reason: error.to_string() })?;
     #[cfg(target_os = "linux")]
     crate::elf::check_shared_object(path)
         .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
     let header = lib_header_from_path(path).map_err(|error| match error {
         LibraryError::GetSymbolError { .. } => LoadError::NotAProvider { path: path.to_path_buf() },
-        LibraryError::OpenError { err, .. } => LoadError::NotALibrary {
-            path: path.to_path_buf(),
-            reason: dl_reason(&err.to_string(), path),
-        },
+        LibraryError::OpenError { err, .. } => {
+            LoadError::NotALibrary { path: path.to_path_buf(), reason: dl_reason(&err.to_string(), path) }
+        }
         other => LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&other) },
     })?;
     let consts = header.root_mod_consts();
@@ -226,9 +220,7 @@ fn first_line(error: &dyn fmt::Display) -> String {
 fn dl_reason(message: &str, path: &Path) -> String {
     let line = first_line(&message);
     let shown = path.display().to_string();
-    line.rsplit_once(&format!("{shown}: "))
-        .map(|(_, reason)| reason.to_owned())
-        .unwrap_or(line)
+    line.rsplit_once(&format!("{shown}: ")).map(|(_, reason)| reason.to_owned()).unwrap_or(line)
 }
 
 fn empty_manifest() -> Manifest {

@@ -7,12 +7,7 @@
 //! checked on its own, and a library that lacks it answers `None`, which the
 //! host reports as an unsupported hook.
 
-use crate::{
-    error::ProviderError,
-    sink::OutputSink,
-    types::*,
-    version::AbiVersion,
-};
+use crate::{error::ProviderError, sink::OutputSink, types::*, version::AbiVersion};
 use abi_stable::{
     declare_root_module_statics,
     library::RootModule,
@@ -51,8 +46,7 @@ pub struct HookTableV1_0 {
     pub release_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
     pub destroy_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
     pub realize_workspace: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<Workspace>,
-    pub execute:
-        extern "C" fn(InstancePtr, &ExecuteParams, &mut OutputSink<'_>) -> FfiResult<ExecuteResult>,
+    pub execute: extern "C" fn(InstancePtr, &ExecuteParams, &mut OutputSink<'_>) -> FfiResult<ExecuteResult>,
 }
 
 /// The hooks ABI 1.1 added. Frozen once 1.1 shipped.

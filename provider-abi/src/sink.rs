@@ -59,11 +59,7 @@ impl<'a> OutputSink<'a> {
             let callback = unsafe { &mut *context.cast::<F>() };
             let _ = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_str())));
         }
-        Self {
-            context: (callback as *mut F).cast(),
-            write_chunk: trampoline::<F>,
-            _borrow: PhantomData,
-        }
+        Self { context: (callback as *mut F).cast(), write_chunk: trampoline::<F>, _borrow: PhantomData }
     }
 
     /// Delivers one chunk to the host.
@@ -90,12 +86,6 @@ mod tests {
         sink.write(OutputStream::Stdout, "a");
         sink.write(OutputStream::Stderr, "boom");
         sink.write(OutputStream::Stderr, "b");
-        assert_eq!(
-            seen,
-            [
-                (OutputStream::Stdout, "a".to_owned()),
-                (OutputStream::Stderr, "b".to_owned())
-            ]
-        );
+        assert_eq!(seen, [(OutputStream::Stdout, "a".to_owned()), (OutputStream::Stderr, "b".to_owned())]);
     }
 }

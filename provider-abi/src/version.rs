@@ -101,9 +101,7 @@ impl Hook {
 
     /// The hooks a provider built against `abi` can have.
     pub fn available_at(abi: AbiVersion) -> impl Iterator<Item = Hook> {
-        Hook::ALL
-            .into_iter()
-            .filter(move |hook| hook.since().major == abi.major && hook.since() <= abi)
+        Hook::ALL.into_iter().filter(move |hook| hook.since().major == abi.major && hook.since() <= abi)
     }
 }
 

@@ -3,8 +3,8 @@
 
 use e2e::library;
 use provider_abi::{
-    AbiVersion, AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, Hook, LeaseParams,
-    LoadError, LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1,
+    AbiVersion, AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, Hook, LeaseParams, LoadError,
+    LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1,
 };
 use std::{path::Path, sync::Arc};
 
@@ -136,7 +136,8 @@ fn a_panicking_hook_returns_an_internal_error_and_the_host_carries_on() {
     }
     let mut chunks = Vec::new();
     let mut collect = |_: OutputStream, chunk: &str| chunks.push(chunk.to_owned());
-    let execute = ExecuteParams { command: "panic".into(), args: vec!["before".into()].into(), ..Default::default() };
+    let execute =
+        ExecuteParams { command: "panic".into(), args: vec!["before".into()].into(), ..Default::default() };
     let error = provider.execute(&execute, &mut OutputSink::new(&mut collect)).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INTERNAL);
     assert_eq!(chunks, ["before"], "output sent before the panic still arrived");
@@ -154,10 +155,14 @@ fn sixteen_threads_call_hooks_at_once() {
                 for round in 0..200 {
                     let run_id = format!("t{thread}");
                     let lease = provider
-                        .acquire_lease(&AcquireParams { run_id: run_id.as_str().into(), ..Default::default() })
+                        .acquire_lease(&AcquireParams {
+                            run_id: run_id.as_str().into(),
+                            ..Default::default()
+                        })
                         .unwrap();
                     leases.push(lease.provider_lease_id.unwrap().to_string());
-                    let args = vec![format!("{thread}:{round}:a").into(), format!("{thread}:{round}:b").into()];
+                    let args =
+                        vec![format!("{thread}:{round}:a").into(), format!("{thread}:{round}:b").into()];
                     let mut seen = String::new();
                     let mut collect = |_: OutputStream, chunk: &str| seen.push_str(chunk);
                     let params = ExecuteParams { args: args.into(), ..Default::default() };

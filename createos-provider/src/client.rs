@@ -1,0 +1,979 @@
+//! Typed CreateOS HTTP client.
+//!
+//! - Base `<origin>/v1`, header `X-Api-Key` (marked sensitive), rustls,
+//!   redirects never followed (a 3xx is an API error: the key must not travel
+//!   to another host).
+//! - Every request first takes a permit from the shared [`Pacer`] at the
+//!   caller's [`Priority`], and the whole call (pacing, request, reply body)
+//!   is bounded by the caller's deadline (a `Timeout` error). Cancel by
+//!   dropping the future.
+//! - A non-2xx reply is an `Api` error with the status and the call's fixed
+//!   operation label; its body is dropped unread. A 2xx JSON reply must be
+//!   `{"status":"success","data":{...}}` (else `Protocol`).
+//! - IDs are checked against `^[A-Za-z0-9_-]{1,200}$` before they are put in a
+//!   path (`InvalidInput`, no request), and IDs in replies must match it too.
+//!
+//! # 429
+//!
+//! A 429 pauses the whole budget until its `Retry-After` (seconds; missing or
+//! unparsable counts as [`DEFAULT_RETRY_AFTER`], longer than
+//! [`MAX_RETRY_AFTER`] is capped). Then the request is sent again, at most
+//! [`MAX_429_RETRIES`] times and only if the pause ends before the deadline,
+//! for the calls a rate limiter's refusal makes safe to repeat: reading,
+//! deleting, pausing and resuming a sandbox (a repeated pause/resume answers
+//! 409, which the transition reconciles), `exec` (a 429 is a refusal before
+//! the command runs, and the provider's workspace commands are idempotent),
+//! file transfer, stdin close and process cleanup. Never retried:
+//! `POST /sandboxes` and `POST /processes` (a duplicate would leak a sandbox
+//! or run a command twice), and the output connection (the execute module
+//! reconnects from its cursor). A 429 that is not retried is returned as an
+//! `Api` error with status 429.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+use url::Url;
+
+use crate::config::{ProviderConfig, Secret};
+use crate::error::{op, Error};
+use crate::pacer::{key_fingerprint, Pacer, Priority};
+
+/// `Retry-After` assumed when a 429 has none.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest honoured `Retry-After`.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// Retries of one call after 429s.
+pub const MAX_429_RETRIES: u32 = 4;
+/// Largest JSON reply accepted.
+pub const MAX_JSON_REPLY: usize = 16 << 20;
+/// Largest file read with [`CreateosClient::get_file`].
+pub const MAX_FILE_BYTES: usize = 256 << 20;
+/// TCP/TLS connect timeout (the caller's deadline bounds everything else).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A stream of response body chunks.
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>;
+
+/// Per-call pacing priority and deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallOptions {
+    /// The call fails with `Timeout` when this passes.
+    pub deadline: Instant,
+    /// The pacer priority.
+    pub priority: Priority,
+}
+
+impl CallOptions {
+    /// Options with a deadline and priority.
+    pub fn new(deadline: Instant, priority: Priority) -> Self {
+        CallOptions { deadline, priority }
+    }
+}
+
+/// A sandbox state as CreateOS names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SandboxStatus {
+    /// `creating` (in flight).
+    Creating,
+    /// `running`.
+    Running,
+    /// `pausing` (in flight).
+    Pausing,
+    /// `paused`.
+    Paused,
+    /// `resuming` (in flight).
+    Resuming,
+    /// `error`.
+    Error,
+    /// `destroyed`.
+    Destroyed,
+    /// `failed`.
+    Failed,
+    /// A state this provider does not know.
+    Other(String),
+}
+
+impl SandboxStatus {
+    /// Parses a state name.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "creating" => SandboxStatus::Creating,
+            "running" => SandboxStatus::Running,
+            "pausing" => SandboxStatus::Pausing,
+            "paused" => SandboxStatus::Paused,
+            "resuming" => SandboxStatus::Resuming,
+            "error" => SandboxStatus::Error,
+            "destroyed" => SandboxStatus::Destroyed,
+            "failed" => SandboxStatus::Failed,
+            other => SandboxStatus::Other(other.to_string()),
+        }
+    }
+
+    /// The state name.
+    pub fn as_str(&self) -> &str {
+        match self {
+            SandboxStatus::Creating => "creating",
+            SandboxStatus::Running => "running",
+            SandboxStatus::Pausing => "pausing",
+            SandboxStatus::Paused => "paused",
+            SandboxStatus::Resuming => "resuming",
+            SandboxStatus::Error => "error",
+            SandboxStatus::Destroyed => "destroyed",
+            SandboxStatus::Failed => "failed",
+            SandboxStatus::Other(s) => s,
+        }
+    }
+
+    /// `creating`, `pausing` or `resuming`: poll.
+    pub fn is_in_flight(&self) -> bool {
+        matches!(self, SandboxStatus::Creating | SandboxStatus::Pausing | SandboxStatus::Resuming)
+    }
+}
+
+/// `GET /sandboxes/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxState {
+    /// The sandbox ID (equal to the one asked for).
+    pub id: String,
+    /// Its state.
+    pub status: SandboxStatus,
+}
+
+/// The result of `POST /sandboxes/{id}/exec`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecResult {
+    /// The exit code.
+    pub exit_code: i64,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Checks a resource ID before it goes into a path.
+pub fn is_valid_id(id: &str) -> bool {
+    (1..=200).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn check_id(id: &str, what: &str) -> Result<(), Error> {
+    if is_valid_id(id) {
+        Ok(())
+    } else {
+        Err(Error::invalid_input(format!("CreateOS {what} ID is invalid.")))
+    }
+}
+
+fn check_file_path(path: &str) -> Result<(), Error> {
+    if path.is_empty() || path.contains('\0') {
+        Err(Error::invalid_input("CreateOS file path is invalid."))
+    } else {
+        Ok(())
+    }
+}
+
+/// Builds the HTTP client the provider uses: rustls, no redirects.
+/// Share one per runtime: it pools connections.
+pub fn build_http_client() -> Result<reqwest::Client, Error> {
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(concat!("createos-provider/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|_| Error::internal("Could not build the CreateOS HTTP client."))
+}
+
+/// Whether a call may be sent again after a 429.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retry {
+    Never,
+    After429,
+}
+
+/// A CreateOS API client for one origin and key.
+#[derive(Clone)]
+pub struct CreateosClient {
+    http: reqwest::Client,
+    base: String,
+    key: HeaderValue,
+    pacer: Arc<Pacer>,
+}
+
+impl std::fmt::Debug for CreateosClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateosClient")
+            .field("base", &self.base)
+            .field("key", &"[redacted]")
+            .finish_non_exhaustive()
+    }
+}
+
+impl CreateosClient {
+    /// A client for `config`, using the process-wide pacer of its origin and
+    /// key.
+    pub fn new(config: &ProviderConfig, http: reqwest::Client) -> Result<Self, Error> {
+        let pacer = Pacer::shared(
+            &config.origin(),
+            key_fingerprint(config.api_key.expose()),
+            config.requests_per_minute,
+        );
+        Self::with_pacer(&config.api_url, &config.api_key, http, pacer)
+    }
+
+    /// A client with an explicit pacer. `origin`'s path, query and fragment
+    /// are ignored.
+    pub fn with_pacer(
+        origin: &Url,
+        key: &Secret,
+        http: reqwest::Client,
+        pacer: Arc<Pacer>,
+    ) -> Result<Self, Error> {
+        let mut key = HeaderValue::from_bytes(key.expose().as_bytes())
+            .map_err(|_| Error::invalid_config("apiKey cannot be sent in an HTTP header."))?;
+        key.set_sensitive(true);
+        Ok(CreateosClient { http, base: format!("{}/v1", origin.origin().ascii_serialization()), key, pacer })
+    }
+
+    /// The shared request budget.
+    pub fn pacer(&self) -> &Arc<Pacer> {
+        &self.pacer
+    }
+
+    /// `POST /sandboxes`; returns the new sandbox ID. Never retried.
+    pub async fn create_sandbox(
+        &self,
+        shape: &str,
+        rootfs: Option<&str>,
+        region: Option<&str>,
+        opts: CallOptions,
+    ) -> Result<String, Error> {
+        let mut body = json!({"shape": shape, "ingress_enabled": false});
+        if let Some(rootfs) = rootfs {
+            body["rootfs"] = json!(rootfs);
+        }
+        if let Some(region) = region {
+            body["region"] = json!(region);
+        }
+        let url = format!("{}/sandboxes", self.base);
+        let data = self
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::Never, &[], || self.http.post(&url).json(&body))
+            .await?;
+        reply_id(&data, "id", op::SANDBOX_LIFECYCLE)
+    }
+
+    /// `GET /sandboxes/{id}`; the reply must echo `id`.
+    pub async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
+        check_id(id, "sandbox")?;
+        let url = format!("{}/sandboxes/{id}", self.base);
+        let data =
+            self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.get(&url)).await?;
+        let label = op::SANDBOX_LIFECYCLE;
+        if data.get("id").and_then(Value::as_str) != Some(id) {
+            return Err(Error::protocol(label));
+        }
+        let status = data.get("status").and_then(Value::as_str).ok_or(Error::protocol(label))?;
+        Ok(SandboxState { id: id.to_string(), status: SandboxStatus::parse(status) })
+    }
+
+    /// `DELETE /sandboxes/{id}`; 404 counts as already gone. An `id` in the
+    /// reply, if any, must echo the request.
+    pub async fn delete_sandbox(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+        check_id(id, "sandbox")?;
+        let url = format!("{}/sandboxes/{id}", self.base);
+        let data = self
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[StatusCode::NOT_FOUND], || {
+                self.http.delete(&url)
+            })
+            .await?;
+        match data.get("id") {
+            Some(Value::String(echo)) if echo != id => Err(Error::protocol(op::SANDBOX_LIFECYCLE)),
+            Some(Value::String(_)) | None => Ok(()),
+            Some(_) => Err(Error::protocol(op::SANDBOX_LIFECYCLE)),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/pause`. Accepted is not done: poll. A 409 is
+    /// returned as an `Api` error for the caller to reconcile.
+    pub async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+        self.lifecycle_post(id, "pause", opts).await
+    }
+
+    /// `POST /sandboxes/{id}/resume`. Same rules as [`Self::pause`].
+    pub async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+        self.lifecycle_post(id, "resume", opts).await
+    }
+
+    async fn lifecycle_post(&self, id: &str, action: &str, opts: CallOptions) -> Result<(), Error> {
+        check_id(id, "sandbox")?;
+        let url = format!("{}/sandboxes/{id}/{action}", self.base);
+        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.post(&url)).await?;
+        Ok(())
+    }
+
+    /// `POST /sandboxes/{id}/exec`: a short synchronous command.
+    pub async fn exec(
+        &self,
+        id: &str,
+        cmd: &str,
+        args: &[String],
+        opts: CallOptions,
+    ) -> Result<ExecResult, Error> {
+        check_id(id, "sandbox")?;
+        let url = format!("{}/sandboxes/{id}/exec", self.base);
+        let body = json!({"cmd": cmd, "args": args});
+        let label = op::WORKSPACE_COMMAND;
+        let data =
+            self.call_json(label, opts, Retry::After429, &[], || self.http.post(&url).json(&body)).await?;
+        let result = data.get("result").and_then(Value::as_object).ok_or(Error::protocol(label))?;
+        let text = |name: &str| {
+            result.get(name).and_then(Value::as_str).map(str::to_string).ok_or(Error::protocol(label))
+        };
+        Ok(ExecResult {
+            exit_code: result.get("exit_code").and_then(Value::as_i64).ok_or(Error::protocol(label))?,
+            stdout: text("stdout")?,
+            stderr: text("stderr")?,
+        })
+    }
+
+    fn file_url(&self, id: &str, path: &str) -> Result<Url, Error> {
+        check_id(id, "sandbox")?;
+        check_file_path(path)?;
+        let mut url = Url::parse(&format!("{}/sandboxes/{id}/files", self.base))
+            .map_err(|_| Error::internal("Could not build a CreateOS URL."))?;
+        url.query_pairs_mut().append_pair("path", path);
+        Ok(url)
+    }
+
+    /// `PUT /sandboxes/{id}/files?path=P` with raw bytes.
+    pub async fn put_file(
+        &self,
+        id: &str,
+        path: &str,
+        contents: Bytes,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
+        let url = self.file_url(id, path)?;
+        let label = op::FILE_TRANSFER;
+        self.bounded(label, opts.deadline, async {
+            let resp = self
+                .send(label, opts, Retry::After429, || {
+                    self.http
+                        .put(url.clone())
+                        .header(CONTENT_TYPE, "application/octet-stream")
+                        .body(contents.clone())
+                })
+                .await?;
+            let resp = check_status(resp, label, &[])?;
+            read_capped(resp, MAX_JSON_REPLY, label).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `GET /sandboxes/{id}/files?path=P`: the raw bytes.
+    pub async fn get_file(&self, id: &str, path: &str, opts: CallOptions) -> Result<Bytes, Error> {
+        let url = self.file_url(id, path)?;
+        let label = op::FILE_TRANSFER;
+        self.bounded(label, opts.deadline, async {
+            let resp = self.send(label, opts, Retry::After429, || self.http.get(url.clone())).await?;
+            let resp = check_status(resp, label, &[])?;
+            Ok(Bytes::from(read_capped(resp, MAX_FILE_BYTES, label).await?))
+        })
+        .await
+    }
+
+    /// `POST /sandboxes/{id}/processes` running `/bin/bash -lc SCRIPT`
+    /// (never with `env`). Returns the process ID. Never retried.
+    pub async fn create_process(
+        &self,
+        id: &str,
+        script: &str,
+        cwd: Option<&str>,
+        opts: CallOptions,
+    ) -> Result<String, Error> {
+        check_id(id, "sandbox")?;
+        let url = format!("{}/sandboxes/{id}/processes", self.base);
+        let mut body = json!({"cmd": "/bin/bash", "args": ["-lc", script]});
+        if let Some(cwd) = cwd {
+            body["cwd"] = json!(cwd);
+        }
+        let label = op::PROCESS_CREATION;
+        let data =
+            self.call_json(label, opts, Retry::Never, &[], || self.http.post(&url).json(&body)).await?;
+        reply_id(&data, "process_id", label)
+    }
+
+    /// `POST .../processes/{pid}/stdin/close`; 409 is tolerated.
+    pub async fn close_stdin(&self, id: &str, pid: &str, opts: CallOptions) -> Result<(), Error> {
+        check_id(id, "sandbox")?;
+        check_id(pid, "process")?;
+        let url = format!("{}/sandboxes/{id}/processes/{pid}/stdin/close", self.base);
+        let label = op::STDIN_CLOSE;
+        self.bounded(label, opts.deadline, async {
+            let resp = self.send(label, opts, Retry::After429, || self.http.post(&url)).await?;
+            let resp = check_status(resp, label, &[StatusCode::CONFLICT])?;
+            if resp.status().is_success() {
+                read_capped(resp, MAX_JSON_REPLY, label).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// `GET .../processes/{pid}/connect?after=SEQ`: after the status check,
+    /// the raw NDJSON body as a stream (errors are `output connection`
+    /// connection errors). The deadline bounds only the wait for the reply
+    /// headers; the caller bounds the stream. Never retried.
+    pub async fn connect(
+        &self,
+        id: &str,
+        pid: &str,
+        after: u64,
+        opts: CallOptions,
+    ) -> Result<ByteStream, Error> {
+        check_id(id, "sandbox")?;
+        check_id(pid, "process")?;
+        let url = format!("{}/sandboxes/{id}/processes/{pid}/connect?after={after}", self.base);
+        let label = op::OUTPUT_CONNECTION;
+        let resp = self
+            .bounded(label, opts.deadline, async {
+                let resp = self.send(label, opts, Retry::Never, || self.http.get(&url)).await?;
+                check_status(resp, label, &[])
+            })
+            .await?;
+        Ok(Box::pin(resp.bytes_stream().map(move |chunk| {
+            chunk.map_err(|e| {
+                log_transport(label, &e);
+                Error::from_transport(label, &e)
+            })
+        })))
+    }
+
+    /// `DELETE .../processes/{pid}?grace_ms=N`: `Ok(true)` when the whole
+    /// process tree is confirmed gone (`tree_exited: true`, or 404);
+    /// `Ok(false)` when the reply does not confirm it.
+    pub async fn kill_process(
+        &self,
+        id: &str,
+        pid: &str,
+        grace_ms: u64,
+        opts: CallOptions,
+    ) -> Result<bool, Error> {
+        check_id(id, "sandbox")?;
+        check_id(pid, "process")?;
+        let url = format!("{}/sandboxes/{id}/processes/{pid}?grace_ms={grace_ms}", self.base);
+        let label = op::PROCESS_CLEANUP;
+        self.bounded(label, opts.deadline, async {
+            let resp = self.send(label, opts, Retry::After429, || self.http.delete(&url)).await?;
+            let resp = check_status(resp, label, &[StatusCode::NOT_FOUND])?;
+            if resp.status() == StatusCode::NOT_FOUND {
+                return Ok(true);
+            }
+            let data = envelope(&read_capped(resp, MAX_JSON_REPLY, label).await?, label)?;
+            Ok(data.get("tree_exited") == Some(&Value::Bool(true)))
+        })
+        .await
+    }
+
+    /// Runs `fut` under `deadline`, mapping expiry to `Timeout`.
+    async fn bounded<T>(
+        &self,
+        label: &'static str,
+        deadline: Instant,
+        fut: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        tokio::time::timeout_at(deadline, fut).await.unwrap_or(Err(Error::timeout(label)))
+    }
+
+    /// A JSON call: send, check the status (`ok_statuses` are non-2xx
+    /// statuses that count as success with empty `data`), read the capped
+    /// body, check the envelope, return `data`.
+    async fn call_json(
+        &self,
+        label: &'static str,
+        opts: CallOptions,
+        retry: Retry,
+        ok_statuses: &[StatusCode],
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Map<String, Value>, Error> {
+        self.bounded(label, opts.deadline, async {
+            let resp = self.send(label, opts, retry, build).await?;
+            let resp = check_status(resp, label, ok_statuses)?;
+            if !resp.status().is_success() {
+                return Ok(Map::new());
+            }
+            envelope(&read_capped(resp, MAX_JSON_REPLY, label).await?, label)
+        })
+        .await
+    }
+
+    /// Paces and sends one request, handling 429 per the module docs.
+    /// Returns the response whatever its status (other than a final 429).
+    async fn send(
+        &self,
+        label: &'static str,
+        opts: CallOptions,
+        retry: Retry,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Response, Error> {
+        let mut retries = 0;
+        loop {
+            self.pacer.acquire(opts.priority).await;
+            let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
+                log_transport(label, &e);
+                Error::from_transport(label, &e)
+            })?;
+            if resp.status() != StatusCode::TOO_MANY_REQUESTS {
+                return Ok(resp);
+            }
+            let wait = retry_after(&resp);
+            drop(resp);
+            let until = Instant::now() + wait;
+            self.pacer.pause_until(until);
+            tracing::debug!(operation = label, wait_ms = wait.as_millis() as u64, "CreateOS 429");
+            if retry == Retry::Never || retries >= MAX_429_RETRIES || until >= opts.deadline {
+                return Err(Error::api(label, 429));
+            }
+            retries += 1;
+        }
+    }
+}
+
+fn log_transport(label: &'static str, err: &reqwest::Error) {
+    // Never the error's text: it includes the URL (file paths in queries).
+    tracing::debug!(
+        operation = label,
+        timeout = err.is_timeout(),
+        connect = err.is_connect(),
+        "CreateOS transport error"
+    );
+}
+
+/// The pause a 429 asks for.
+fn retry_after(resp: &Response) -> Duration {
+    parse_retry_after(resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()))
+}
+
+/// Parses `Retry-After` seconds; missing or not a number gives
+/// [`DEFAULT_RETRY_AFTER`], longer than [`MAX_RETRY_AFTER`] is capped.
+pub fn parse_retry_after(value: Option<&str>) -> Duration {
+    value
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_RETRY_AFTER, |s| Duration::from_secs(s).min(MAX_RETRY_AFTER))
+}
+
+/// Non-2xx (other than `ok_statuses`) becomes an `Api` error; the response
+/// (and its unread body) is dropped.
+fn check_status(resp: Response, label: &'static str, ok_statuses: &[StatusCode]) -> Result<Response, Error> {
+    let status = resp.status();
+    if status.is_success() || ok_statuses.contains(&status) {
+        Ok(resp)
+    } else {
+        drop(resp);
+        Err(Error::api(label, status.as_u16()))
+    }
+}
+
+async fn read_capped(resp: Response, cap: usize, label: &'static str) -> Result<Vec<u8>, Error> {
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            log_transport(label, &e);
+            Error::from_transport(label, &e)
+        })?;
+        if body.len() + chunk.len() > cap {
+            return Err(Error::protocol(label));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// `{"status":"success","data":{...}}` → `data`.
+fn envelope(body: &[u8], label: &'static str) -> Result<Map<String, Value>, Error> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(mut reply)) if reply.get("status") == Some(&json!("success")) => {
+            match reply.remove("data") {
+                Some(Value::Object(data)) => Ok(data),
+                _ => Err(Error::protocol(label)),
+            }
+        }
+        _ => Err(Error::protocol(label)),
+    }
+}
+
+fn reply_id(data: &Map<String, Value>, field: &str, label: &'static str) -> Result<String, Error> {
+    match data.get(field) {
+        Some(Value::String(id)) if is_valid_id(id) => Ok(id.clone()),
+        _ => Err(Error::protocol(label)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use axum::body::Body;
+    use axum::extract::{Request, State};
+    use axum::response::Response as AxumResponse;
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    const KEY: &str = "test-key-Secret123";
+
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        uri: String,
+        key: Option<String>,
+        content_type: Option<String>,
+        body: Vec<u8>,
+    }
+
+    #[derive(Clone)]
+    enum Reply {
+        Status(u16, Vec<(&'static str, String)>, Vec<u8>),
+        Hang,
+    }
+
+    fn ok(data: Value) -> Reply {
+        Reply::Status(200, vec![], serde_json::to_vec(&json!({"status": "success", "data": data})).unwrap())
+    }
+
+    fn status(code: u16) -> Reply {
+        Reply::Status(code, vec![], format!("secret echo {KEY}").into_bytes())
+    }
+
+    fn raw(code: u16, body: &str) -> Reply {
+        Reply::Status(code, vec![], body.as_bytes().to_vec())
+    }
+
+    #[derive(Clone, Default)]
+    struct Mock {
+        replies: Arc<Mutex<VecDeque<Reply>>>,
+        seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Mock {
+        fn push(&self, reply: Reply) {
+            self.replies.lock().unwrap().push_back(reply);
+        }
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    async fn handler(State(mock): State<Mock>, req: Request) -> AxumResponse {
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap().to_vec();
+        let header = |name: &str| parts.headers.get(name).map(|v| v.to_str().unwrap().to_string());
+        mock.seen.lock().unwrap().push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            key: header("x-api-key"),
+            content_type: header("content-type"),
+            body,
+        });
+        let reply = mock.replies.lock().unwrap().pop_front();
+        match reply {
+            Some(Reply::Status(code, headers, body)) => {
+                let mut resp = AxumResponse::builder().status(code);
+                for (name, value) in headers {
+                    resp = resp.header(name, value);
+                }
+                resp.body(Body::from(body)).unwrap()
+            }
+            Some(Reply::Hang) => std::future::pending().await,
+            None => AxumResponse::builder().status(599).body(Body::empty()).unwrap(),
+        }
+    }
+
+    async fn server() -> (Mock, CreateosClient) {
+        let mock = Mock::default();
+        let app = axum::Router::new().fallback(handler).with_state(mock.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let origin = Url::parse(&format!("http://{addr}")).unwrap();
+        let client = CreateosClient::with_pacer(
+            &origin,
+            &Secret::new(KEY),
+            build_http_client().unwrap(),
+            Arc::new(Pacer::new(100_000)),
+        )
+        .unwrap();
+        (mock, client)
+    }
+
+    fn opts() -> CallOptions {
+        CallOptions::new(Instant::now() + Duration::from_secs(10), Priority::InFlight)
+    }
+
+    fn assert_clean(err: &Error) {
+        let msg = err.to_string();
+        assert!(!msg.contains(KEY) && !msg.contains("127.0.0.1"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn create_sandbox_sends_the_contract() {
+        let (mock, client) = server().await;
+        mock.push(ok(json!({"id": "sbx_1"})));
+        let id = client.create_sandbox("s-1vcpu-1gb", Some("ubuntu"), None, opts()).await.unwrap();
+        assert_eq!(id, "sbx_1");
+        let seen = &mock.seen()[0];
+        assert_eq!(seen.method, "POST");
+        assert_eq!(seen.uri, "/v1/sandboxes");
+        assert_eq!(seen.key.as_deref(), Some(KEY));
+        assert_eq!(seen.content_type.as_deref(), Some("application/json"));
+        let body: Value = serde_json::from_slice(&seen.body).unwrap();
+        assert_eq!(body, json!({"shape": "s-1vcpu-1gb", "rootfs": "ubuntu", "ingress_enabled": false}));
+    }
+
+    #[tokio::test]
+    async fn malformed_replies_are_protocol_errors() {
+        let cases = [
+            raw(200, "not json"),
+            raw(200, r#"{"status":"error","data":{"id":"a","status":"running"}}"#),
+            raw(200, r#"{"status":"success","data":[1]}"#),
+            raw(200, r#"{"status":"success"}"#),
+            raw(200, r#"[]"#),
+            ok(json!({"id": "other", "status": "running"})),
+            ok(json!({"status": "running"})),
+            ok(json!({"id": "sbx_1", "status": 3})),
+        ];
+        let (mock, client) = server().await;
+        for reply in cases {
+            mock.push(reply);
+            let err = client.get_sandbox("sbx_1", opts()).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+            assert_eq!(err.to_string(), "CreateOS returned a malformed sandbox lifecycle response.");
+        }
+        mock.push(ok(json!({"id": "sbx_1", "status": "paused"})));
+        let state = client.get_sandbox("sbx_1", opts()).await.unwrap();
+        assert_eq!(state.status, SandboxStatus::Paused);
+        mock.push(ok(json!({"id": "../x"})));
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+    }
+
+    #[tokio::test]
+    async fn non_2xx_is_an_api_error_with_the_label() {
+        let (mock, client) = server().await;
+        let cases: Vec<(u16, &str)> = vec![
+            (500, "sandbox lifecycle"),
+            (400, "process creation"),
+            (503, "file transfer"),
+            (502, "workspace command"),
+            (500, "stdin close"),
+            (410, "output connection"),
+            (500, "process cleanup"),
+            (302, "sandbox lifecycle"),
+        ];
+        for (code, label) in cases {
+            mock.push(status(code));
+            let o = opts();
+            let err = match label {
+                "sandbox lifecycle" => client.pause("s", o).await.unwrap_err(),
+                "process creation" => client.create_process("s", "true", None, o).await.unwrap_err(),
+                "file transfer" => client.get_file("s", "/a", o).await.unwrap_err(),
+                "workspace command" => client.exec("s", "true", &[], o).await.unwrap_err(),
+                "stdin close" => client.close_stdin("s", "p", o).await.unwrap_err(),
+                "output connection" => client.connect("s", "p", 0, o).await.err().unwrap(),
+                _ => client.kill_process("s", "p", 1000, o).await.unwrap_err(),
+            };
+            assert_eq!(err.kind(), ErrorKind::Api);
+            assert_eq!(err.http_status(), Some(code));
+            assert_eq!(err.operation(), Some(label));
+            assert_eq!(err.to_string(), format!("CreateOS {label} failed with HTTP {code}."));
+            assert_clean(&err);
+        }
+    }
+
+    #[tokio::test]
+    async fn redirects_are_not_followed() {
+        let (mock, client) = server().await;
+        mock.push(Reply::Status(307, vec![("location", "http://127.0.0.1:1/steal".to_string())], vec![]));
+        let err = client.delete_sandbox("s", opts()).await.unwrap_err();
+        assert_eq!(err.http_status(), Some(307));
+        assert_eq!(mock.seen().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn tolerated_statuses() {
+        let (mock, client) = server().await;
+        mock.push(status(404));
+        client.delete_sandbox("gone", opts()).await.unwrap();
+        mock.push(ok(json!({"id": "s"})));
+        client.delete_sandbox("s", opts()).await.unwrap();
+        mock.push(ok(json!({"id": "t"})));
+        let err = client.delete_sandbox("s", opts()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
+        mock.push(status(409));
+        client.close_stdin("s", "p", opts()).await.unwrap();
+        mock.push(raw(200, ""));
+        client.close_stdin("s", "p", opts()).await.unwrap();
+        mock.push(status(404));
+        assert!(client.kill_process("s", "p", 1000, opts()).await.unwrap());
+        mock.push(ok(json!({"tree_exited": true})));
+        assert!(client.kill_process("s", "p", 1000, opts()).await.unwrap());
+        mock.push(ok(json!({"tree_exited": false})));
+        assert!(!client.kill_process("s", "p", 1000, opts()).await.unwrap());
+        mock.push(ok(json!({})));
+        assert!(!client.kill_process("s", "p", 250, opts()).await.unwrap());
+        mock.push(status(409));
+        let err = client.resume("s", opts()).await.unwrap_err();
+        assert_eq!(err.http_status(), Some(409));
+        let uris: Vec<_> = mock.seen().into_iter().map(|s| s.uri).collect();
+        assert_eq!(uris[5], "/v1/sandboxes/s/processes/p?grace_ms=1000");
+        assert_eq!(uris[8], "/v1/sandboxes/s/processes/p?grace_ms=250");
+        assert_eq!(uris[9], "/v1/sandboxes/s/resume");
+    }
+
+    #[tokio::test]
+    async fn exec_files_processes_and_output() {
+        let (mock, client) = server().await;
+        mock.push(ok(json!({"result": {"exit_code": 3, "stdout": "o", "stderr": "e"}})));
+        let r = client.exec("s", "/bin/mkdir", &["-p".into(), "/w".into()], opts()).await.unwrap();
+        assert_eq!(r, ExecResult { exit_code: 3, stdout: "o".into(), stderr: "e".into() });
+        mock.push(raw(200, ""));
+        client.put_file("s", "/w/a b&c=d", Bytes::from_static(b"\x00\x01"), opts()).await.unwrap();
+        mock.push(raw(200, "contents"));
+        let bytes = client.get_file("s", "/w/x", opts()).await.unwrap();
+        assert_eq!(&bytes[..], b"contents");
+        mock.push(ok(json!({"process_id": "p-1"})));
+        let pid = client.create_process("s", "echo hi", Some("/w"), opts()).await.unwrap();
+        assert_eq!(pid, "p-1");
+        mock.push(raw(200, "{\"type\":\"heartbeat\"}\n"));
+        let mut stream = client.connect("s", "p-1", 7, opts()).await.unwrap();
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            out.extend_from_slice(&chunk.unwrap());
+        }
+        assert_eq!(out, b"{\"type\":\"heartbeat\"}\n");
+
+        let seen = mock.seen();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&seen[0].body).unwrap(),
+            json!({"cmd": "/bin/mkdir", "args": ["-p", "/w"]})
+        );
+        assert_eq!(seen[1].method, "PUT");
+        assert_eq!(seen[1].uri, "/v1/sandboxes/s/files?path=%2Fw%2Fa+b%26c%3Dd");
+        assert_eq!(seen[1].content_type.as_deref(), Some("application/octet-stream"));
+        assert_eq!(seen[1].body, b"\x00\x01");
+        assert_eq!(seen[2].uri, "/v1/sandboxes/s/files?path=%2Fw%2Fx");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&seen[3].body).unwrap(),
+            json!({"cmd": "/bin/bash", "args": ["-lc", "echo hi"], "cwd": "/w"})
+        );
+        assert_eq!(seen[4].uri, "/v1/sandboxes/s/processes/p-1/connect?after=7");
+        assert!(seen.iter().all(|s| s.key.as_deref() == Some(KEY)));
+    }
+
+    #[tokio::test]
+    async fn invalid_ids_send_nothing() {
+        let (mock, client) = server().await;
+        let long = "a".repeat(201);
+        for id in ["", "a/b", "..", "a b", "é", long.as_str()] {
+            let err = client.get_sandbox(id, opts()).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert_eq!(err.to_string(), "CreateOS sandbox ID is invalid.");
+            let err = client.kill_process("s", id, 1, opts()).await.unwrap_err();
+            assert_eq!(err.to_string(), "CreateOS process ID is invalid.");
+        }
+        let err = client.get_file("s", "", opts()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert!(mock.seen().is_empty());
+        assert!(is_valid_id(&"a".repeat(200)));
+    }
+
+    #[tokio::test]
+    async fn too_many_requests() {
+        let (mock, client) = server().await;
+        let retry = |s: &str| Reply::Status(429, vec![("retry-after", s.to_string())], vec![]);
+        // Safe calls are retried after the pause.
+        mock.push(retry("0"));
+        mock.push(ok(json!({"id": "s", "status": "running"})));
+        client.get_sandbox("s", opts()).await.unwrap();
+        assert_eq!(mock.seen().len(), 2);
+        // Creation is never retried; the whole budget pauses.
+        mock.push(retry("30"));
+        let before = Instant::now();
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap_err();
+        assert_eq!(err.http_status(), Some(429));
+        assert_eq!(err.operation(), Some("sandbox lifecycle"));
+        let paused = client.pacer().paused_until().unwrap();
+        assert!(paused >= before + Duration::from_secs(30));
+        assert_eq!(mock.seen().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn process_creation_is_never_retried_and_pause_past_deadline_fails_fast() {
+        let (mock, client) = server().await;
+        mock.push(Reply::Status(429, vec![("retry-after", "0".into())], vec![]));
+        let err = client.create_process("s", "true", None, opts()).await.unwrap_err();
+        assert_eq!(err.http_status(), Some(429));
+        // A retryable call whose pause outlasts the deadline is not retried.
+        mock.push(Reply::Status(429, vec![("retry-after", "20".into())], vec![]));
+        let err = client.get_file("s", "/a", opts()).await.unwrap_err();
+        assert_eq!(err.http_status(), Some(429));
+        assert_eq!(mock.seen().len(), 2);
+    }
+
+    #[test]
+    fn retry_after_parsing() {
+        assert_eq!(parse_retry_after(Some("5")), Duration::from_secs(5));
+        assert_eq!(parse_retry_after(Some(" 0 ")), Duration::ZERO);
+        assert_eq!(parse_retry_after(Some("9999")), MAX_RETRY_AFTER);
+        assert_eq!(parse_retry_after(Some("soon")), DEFAULT_RETRY_AFTER);
+        assert_eq!(parse_retry_after(None), DEFAULT_RETRY_AFTER);
+    }
+
+    #[tokio::test]
+    async fn transport_failures_and_deadlines() {
+        // Connection refused: a port nobody listens on.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let client = CreateosClient::with_pacer(
+            &Url::parse(&format!("http://{addr}")).unwrap(),
+            &Secret::new(KEY),
+            build_http_client().unwrap(),
+            Arc::new(Pacer::new(1000)),
+        )
+        .unwrap();
+        let err = client.get_file("s", "/secret?x", opts()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Connection);
+        assert_eq!(err.to_string(), "CreateOS file transfer request failed: connection error.");
+        assert_clean(&err);
+
+        // A server that never answers: the deadline ends the call.
+        let (mock, client) = server().await;
+        mock.push(Reply::Hang);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let err = client.get_sandbox("s", CallOptions::new(deadline, Priority::Cleanup)).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout);
+        assert_eq!(err.to_string(), "CreateOS sandbox lifecycle timed out.");
+        assert!(Instant::now() >= deadline);
+    }
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let client = CreateosClient::with_pacer(
+            &Url::parse("https://api.sb.createos.sh").unwrap(),
+            &Secret::new(KEY),
+            reqwest::Client::new(),
+            Arc::new(Pacer::new(10)),
+        )
+        .unwrap();
+        assert!(!format!("{client:?}").contains(KEY));
+        assert!(format!("{client:?}").contains("https://api.sb.createos.sh/v1"));
+    }
+}

@@ -1,0 +1,707 @@
+//! Provider configuration: parsing, validation, normalisation, schema.
+//!
+//! Validation reports every problem at once. Messages are one line, name the
+//! offending field, and never echo a configured value: a value may be a
+//! secret pasted into the wrong field, and the API key never appears in any
+//! message (unknown key *names* are echoed only when they are short, plain
+//! identifiers that do not contain the API key).
+
+use std::net::IpAddr;
+
+use serde_json::{json, Map, Value};
+use url::{Host, Url};
+
+use crate::error::Error;
+
+/// Default API origin.
+pub const DEFAULT_API_URL: &str = "https://api.sb.createos.sh";
+/// Environment variable the API key falls back to.
+pub const API_KEY_ENV: &str = "CREATEOS_API_KEY";
+/// Default command timeout.
+pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
+/// Largest command timeout (24 h).
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+/// Default request budget: the CreateOS rate limit per minute.
+pub const DEFAULT_REQUESTS_PER_MINUTE: u32 = 300;
+/// Largest configurable request budget.
+pub const MAX_REQUESTS_PER_MINUTE: u32 = 100_000;
+
+/// Shapes published in the CreateOS catalog.
+pub const SHAPES: &[&str] = &[
+    "s-1vcpu-256mb",
+    "s-0.25vcpu-512mb",
+    "s-0.5vcpu-1gb",
+    "s-1vcpu-1gb",
+    "s-1vcpu-2gb",
+    "s-2vcpu-2gb",
+    "s-2vcpu-4gb",
+    "s-4vcpu-4gb",
+    "s-4vcpu-8gb",
+    "s-8vcpu-8gb",
+    "s-8vcpu-16gb",
+];
+
+const KNOWN_KEYS: &[&str] =
+    &["apiUrl", "apiKey", "shape", "rootfs", "region", "timeoutMs", "reuseLease", "requestsPerMinute"];
+
+/// A secret string. `Debug` and `Display` print `[redacted]`; read it with
+/// [`Secret::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The secret value. Never log or format it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// The validated provider configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderConfig {
+    /// The API origin (`scheme://host[:port]`, path `/`).
+    pub api_url: Url,
+    /// The API key.
+    pub api_key: Secret,
+    /// A catalog shape.
+    pub shape: String,
+    /// Optional root filesystem image.
+    pub rootfs: Option<String>,
+    /// Optional region.
+    pub region: Option<String>,
+    /// Command timeout in milliseconds.
+    pub timeout_ms: u64,
+    /// Pause (rather than delete) sandboxes on release.
+    pub reuse_lease: bool,
+    /// The account's CreateOS request budget per minute (used by the pacer).
+    pub requests_per_minute: u32,
+}
+
+impl ProviderConfig {
+    /// Parses a config, reading `CREATEOS_API_KEY` from the process
+    /// environment when `apiKey` is absent. Errors are joined into one
+    /// `InvalidConfig` error; warnings are returned.
+    pub fn from_json(value: &Value) -> Result<(ProviderConfig, Vec<String>), Error> {
+        validate(value).map_err(|errors| Error::invalid_config(join_errors(&errors)))
+    }
+
+    /// The origin as a string without a trailing slash, e.g.
+    /// `https://api.sb.createos.sh` (the form stored in lease metadata).
+    pub fn origin(&self) -> String {
+        self.api_url.origin().ascii_serialization()
+    }
+
+    /// The normalised config as JSON, without the API key.
+    pub fn normalized_json(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("apiUrl".into(), Value::String(self.origin()));
+        map.insert("shape".into(), Value::String(self.shape.clone()));
+        if let Some(rootfs) = &self.rootfs {
+            map.insert("rootfs".into(), Value::String(rootfs.clone()));
+        }
+        if let Some(region) = &self.region {
+            map.insert("region".into(), Value::String(region.clone()));
+        }
+        map.insert("timeoutMs".into(), json!(self.timeout_ms));
+        map.insert("reuseLease".into(), Value::Bool(self.reuse_lease));
+        map.insert("requestsPerMinute".into(), json!(self.requests_per_minute));
+        Value::Object(map)
+    }
+}
+
+/// Joins validation errors into one line.
+pub fn join_errors(errors: &[String]) -> String {
+    format!("Invalid CreateOS config: {}", errors.join("; "))
+}
+
+/// Validates a config, reading `CREATEOS_API_KEY` from the process
+/// environment when `apiKey` is absent. `Ok` carries warnings, `Err` every
+/// problem found.
+pub fn validate(value: &Value) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
+    parse_with_env(value, |name| std::env::var(name).ok())
+}
+
+/// Validates a config with an injectable environment lookup.
+///
+/// Rules: a JSON object (`null` counts as `{}`); a key whose value is `null`
+/// counts as absent; `apiKey` `""` counts as absent too (falls back to the
+/// environment). Unknown keys are warnings.
+pub fn parse_with_env(
+    value: &Value,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
+    let empty = Map::new();
+    let map = match value {
+        Value::Object(map) => map,
+        Value::Null => &empty,
+        _ => return Err(vec!["config must be a JSON object".to_string()]),
+    };
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let field = |name: &str| map.get(name).filter(|v| !v.is_null());
+
+    // apiKey first: later messages must not contain it.
+    let api_key = match field("apiKey") {
+        Some(Value::String(s)) if !s.is_empty() => check_api_key(s, "apiKey", &mut errors),
+        Some(Value::String(_)) | None => match env(API_KEY_ENV) {
+            Some(s) if !s.is_empty() => check_api_key(&s, API_KEY_ENV, &mut errors),
+            _ => {
+                errors.push(format!("apiKey is required (or set {API_KEY_ENV})"));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push("apiKey must be a string".to_string());
+            None
+        }
+    };
+
+    let api_url = match field("apiUrl") {
+        None => Some(Url::parse(DEFAULT_API_URL).expect("default URL is valid")),
+        Some(Value::String(s)) => match parse_api_url(s) {
+            Ok(url) => Some(url),
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        },
+        Some(_) => {
+            errors.push("apiUrl must be a string".to_string());
+            None
+        }
+    };
+
+    let shape = match field("shape") {
+        None => {
+            errors.push("shape is required".to_string());
+            None
+        }
+        Some(Value::String(s)) if SHAPES.contains(&s.as_str()) => Some(s.clone()),
+        Some(Value::String(_)) => {
+            errors
+                .push(format!("shape must be one of the published CreateOS shapes ({})", SHAPES.join(", ")));
+            None
+        }
+        Some(_) => {
+            errors.push("shape must be a string".to_string());
+            None
+        }
+    };
+
+    let rootfs = optional_name(field("rootfs"), "rootfs", &mut errors);
+    let region = optional_name(field("region"), "region", &mut errors);
+    let timeout_ms =
+        integer_in(field("timeoutMs"), "timeoutMs", 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, &mut errors);
+    let requests_per_minute = integer_in(
+        field("requestsPerMinute"),
+        "requestsPerMinute",
+        1,
+        u64::from(MAX_REQUESTS_PER_MINUTE),
+        u64::from(DEFAULT_REQUESTS_PER_MINUTE),
+        &mut errors,
+    )
+    .map(|n| n as u32);
+    let reuse_lease = match field("reuseLease") {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => {
+            errors.push("reuseLease must be a boolean".to_string());
+            None
+        }
+    };
+
+    for name in map.keys() {
+        if !KNOWN_KEYS.contains(&name.as_str()) {
+            warnings.push(unknown_key_warning(name, api_key.as_ref()));
+        }
+    }
+
+    match (api_url, api_key, shape, rootfs, region, timeout_ms, reuse_lease, requests_per_minute) {
+        (
+            Some(api_url),
+            Some(api_key),
+            Some(shape),
+            Some(rootfs),
+            Some(region),
+            Some(timeout_ms),
+            Some(reuse_lease),
+            Some(requests_per_minute),
+        ) if errors.is_empty() => Ok((
+            ProviderConfig {
+                api_url,
+                api_key,
+                shape,
+                rootfs,
+                region,
+                timeout_ms,
+                reuse_lease,
+                requests_per_minute,
+            },
+            warnings,
+        )),
+        _ => {
+            if errors.is_empty() {
+                errors.push("config is invalid".to_string());
+            }
+            Err(errors)
+        }
+    }
+}
+
+fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Secret> {
+    // A header value cannot carry control characters other than TAB; CR, LF
+    // and NUL would also allow header injection.
+    if key.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
+        errors.push(format!("{source} must not contain control characters (CR, LF, NUL)"));
+        None
+    } else {
+        Some(Secret::new(key))
+    }
+}
+
+fn parse_api_url(s: &str) -> Result<Url, String> {
+    let url = Url::parse(s).map_err(|_| "apiUrl must be an absolute URL".to_string())?;
+    let loopback = match url.host() {
+        Some(Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
+        Some(Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
+        None => return Err("apiUrl must name a host".to_string()),
+    };
+    match url.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        "http" => return Err("apiUrl must use https (plain http only on loopback)".to_string()),
+        _ => return Err("apiUrl must use https".to_string()),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("apiUrl must not contain user info".to_string());
+    }
+    if url.query().is_some() {
+        return Err("apiUrl must not contain a query".to_string());
+    }
+    if url.fragment().is_some() {
+        return Err("apiUrl must not contain a fragment".to_string());
+    }
+    if !matches!(url.path(), "" | "/" | "/v1" | "/v1/") {
+        return Err("apiUrl path must be empty, / or /v1".to_string());
+    }
+    Url::parse(&url.origin().ascii_serialization()).map_err(|_| "apiUrl must be an absolute URL".to_string())
+}
+
+fn optional_name(value: Option<&Value>, name: &str, errors: &mut Vec<String>) -> Option<Option<String>> {
+    match value {
+        None => Some(None),
+        Some(Value::String(s)) if s.is_empty() => {
+            errors.push(format!("{name} must not be empty"));
+            None
+        }
+        Some(Value::String(s)) if s.chars().any(char::is_control) => {
+            errors.push(format!("{name} must not contain control characters"));
+            None
+        }
+        Some(Value::String(s)) => Some(Some(s.clone())),
+        Some(_) => {
+            errors.push(format!("{name} must be a string"));
+            None
+        }
+    }
+}
+
+fn integer_in(
+    value: Option<&Value>,
+    name: &str,
+    min: u64,
+    max: u64,
+    default: u64,
+    errors: &mut Vec<String>,
+) -> Option<u64> {
+    match value {
+        None => Some(default),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if (min..=max).contains(&v) => Some(v),
+            _ => {
+                errors.push(format!("{name} must be an integer from {min} to {max}"));
+                None
+            }
+        },
+        Some(_) => {
+            errors.push(format!("{name} must be an integer from {min} to {max}"));
+            None
+        }
+    }
+}
+
+fn unknown_key_warning(name: &str, api_key: Option<&Secret>) -> String {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let has_key = api_key.is_some_and(|k| name.contains(k.expose()));
+    if plain && !has_key {
+        format!("unknown config key {name} is ignored")
+    } else {
+        "an unknown config key is ignored".to_string()
+    }
+}
+
+/// The JSON schema (draft 2020-12) of the provider config.
+pub fn config_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "CreateOS provider config",
+        "type": "object",
+        "required": ["shape"],
+        "properties": {
+            "apiUrl": {
+                "type": "string",
+                "format": "uri",
+                "default": DEFAULT_API_URL,
+                "description": "CreateOS API origin: https (plain http only on loopback), no user info, query or fragment; path empty, / or /v1."
+            },
+            "apiKey": {
+                "type": "string",
+                "writeOnly": true,
+                "description": "CreateOS API key; falls back to the CREATEOS_API_KEY environment variable. No CR, LF or NUL."
+            },
+            "shape": {
+                "type": "string",
+                "enum": SHAPES,
+                "description": "Sandbox shape from the CreateOS catalog."
+            },
+            "rootfs": { "type": "string", "minLength": 1, "description": "Root filesystem image." },
+            "region": { "type": "string", "minLength": 1, "description": "Region." },
+            "timeoutMs": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_TIMEOUT_MS,
+                "default": DEFAULT_TIMEOUT_MS,
+                "description": "Command timeout in milliseconds."
+            },
+            "reuseLease": {
+                "type": "boolean",
+                "default": false,
+                "description": "Pause sandboxes on release for reuse instead of deleting them."
+            },
+            "requestsPerMinute": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_REQUESTS_PER_MINUTE,
+                "default": DEFAULT_REQUESTS_PER_MINUTE,
+                "description": "The account's CreateOS rate limit (requests per minute), shared by every lease of this process."
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KEY: &str = "sk_live_Zq8Xv4Lm2Pn7Rt5Wy1";
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn parse(v: Value) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
+        parse_with_env(&v, no_env)
+    }
+
+    #[test]
+    fn good_configs() {
+        // (config, apiUrl origin, timeoutMs, requestsPerMinute, reuseLease, warnings)
+        let cases: Vec<(Value, &str, u64, u32, bool, usize)> = vec![
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb"}),
+                "https://api.sb.createos.sh",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-0.25vcpu-512mb", "apiUrl": "https://example.com/v1/"}),
+                "https://example.com",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-8vcpu-16gb", "apiUrl": "http://127.0.0.1:8080/v1"}),
+                "http://127.0.0.1:8080",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-256mb", "apiUrl": "http://localhost:9/"}),
+                "http://localhost:9",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-256mb", "apiUrl": "http://[::1]:3000"}),
+                "http://[::1]:3000",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-256mb", "apiUrl": "http://127.9.9.9"}),
+                "http://127.9.9.9",
+                300_000,
+                300,
+                false,
+                0,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-2vcpu-4gb", "apiUrl": "https://EXAMPLE.com:443",
+                       "timeoutMs": 1, "requestsPerMinute": 100000, "reuseLease": true,
+                       "rootfs": "ubuntu-22.04", "region": "eu-1", "extra": 1}),
+                "https://example.com",
+                1,
+                100_000,
+                true,
+                1,
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 86_400_000,
+                       "requestsPerMinute": 1, "rootfs": null, "region": null}),
+                "https://api.sb.createos.sh",
+                86_400_000,
+                1,
+                false,
+                0,
+            ),
+        ];
+        for (config, origin, timeout, rpm, reuse, n_warnings) in cases {
+            let (c, warnings) = parse(config.clone()).unwrap_or_else(|e| panic!("{config}: {e:?}"));
+            assert_eq!(c.origin(), origin, "{config}");
+            assert_eq!(c.api_url.path(), "/");
+            assert_eq!(c.timeout_ms, timeout);
+            assert_eq!(c.requests_per_minute, rpm);
+            assert_eq!(c.reuse_lease, reuse);
+            assert_eq!(c.api_key.expose(), KEY);
+            assert_eq!(warnings.len(), n_warnings, "{warnings:?}");
+        }
+    }
+
+    #[test]
+    fn bad_configs() {
+        // (config, a substring of one of the errors)
+        let cases: Vec<(Value, &str)> = vec![
+            (json!([]), "must be a JSON object"),
+            (json!("x"), "must be a JSON object"),
+            (json!({"shape": "s-1vcpu-1gb"}), "apiKey is required"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": ""}), "apiKey is required"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": 5}), "apiKey must be a string"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\nb"}), "control characters"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\rb"}), "control characters"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\0b"}), "control characters"),
+            (json!({"apiKey": KEY}), "shape is required"),
+            (json!({"apiKey": KEY, "shape": "huge"}), "published CreateOS shapes"),
+            (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}), "https"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}), "https"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "example.com"}), "absolute URL"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://u:p@example.com"}),
+                "user info",
+            ),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://u@example.com"}), "user info"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/?a=1"}), "query"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/?"}), "query"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/#f"}), "fragment"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/v2"}), "path"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/v1/x"}), "path"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://127.0.0.1.example.com"}),
+                "https",
+            ),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": 3}), "apiUrl must be a string"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": ""}), "rootfs must not be empty"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": "a\tb"}), "rootfs must not contain"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "region": 1}), "region must be a string"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 0}), "timeoutMs must be an integer"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 86_400_001}), "timeoutMs"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 1.5}), "timeoutMs"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 1000.0}), "timeoutMs"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": "1000"}), "timeoutMs"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": -5}), "timeoutMs"),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "requestsPerMinute": 0}), "requestsPerMinute"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "requestsPerMinute": 100_001}),
+                "requestsPerMinute",
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "reuseLease": "true"}),
+                "reuseLease must be a boolean",
+            ),
+        ];
+        for (config, needle) in cases {
+            let errors = parse(config.clone()).expect_err(&config.to_string());
+            assert!(errors.iter().any(|e| e.contains(needle)), "{config}: {errors:?} lacks {needle}");
+            for e in &errors {
+                assert!(!e.contains(KEY) && !e.contains('\n'), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let errors = parse(json!({
+            "apiUrl": "http://example.com", "shape": "x", "timeoutMs": 0,
+            "requestsPerMinute": "a", "reuseLease": 1, "rootfs": "", "region": 2
+        }))
+        .unwrap_err();
+        assert_eq!(errors.len(), 8, "{errors:?}");
+    }
+
+    #[test]
+    fn api_key_falls_back_to_env() {
+        let env = |name: &str| (name == API_KEY_ENV).then(|| "from-env".to_string());
+        let (c, _) = parse_with_env(&json!({"shape": "s-1vcpu-1gb"}), env).unwrap();
+        assert_eq!(c.api_key.expose(), "from-env");
+        let (c, _) = parse_with_env(&json!({"shape": "s-1vcpu-1gb", "apiKey": "k"}), env).unwrap();
+        assert_eq!(c.api_key.expose(), "k");
+        let bad_env = |_: &str| Some("a\nb".to_string());
+        let errors = parse_with_env(&json!({"shape": "s-1vcpu-1gb"}), bad_env).unwrap_err();
+        assert!(errors[0].contains(API_KEY_ENV));
+    }
+
+    #[test]
+    fn normalized_json_omits_the_key_and_secret_is_redacted() {
+        let (c, _) = parse(json!({"apiKey": KEY, "shape": "s-1vcpu-1gb",
+                                  "apiUrl": "https://example.com:8443/v1", "region": "r"}))
+        .unwrap();
+        let n = c.normalized_json();
+        assert_eq!(
+            n,
+            json!({"apiUrl": "https://example.com:8443", "shape": "s-1vcpu-1gb", "region": "r",
+                   "timeoutMs": 300000, "reuseLease": false, "requestsPerMinute": 300})
+        );
+        assert!(!n.to_string().contains(KEY));
+        assert!(!format!("{c:?}").contains(KEY));
+        assert_eq!(c.api_key.to_string(), "[redacted]");
+        // Normalising is idempotent.
+        let mut again = n.clone();
+        again["apiKey"] = json!(KEY);
+        assert_eq!(parse(again).unwrap().0, c);
+    }
+
+    #[test]
+    fn unknown_keys_warn_without_leaking() {
+        let (_, w) = parse(json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "colour": 1,
+                                  "x-sk_live_Zq8Xv4Lm2Pn7Rt5Wy1": 2, "a b": 3}))
+        .unwrap();
+        assert_eq!(w.len(), 3);
+        assert!(w.iter().any(|w| w.contains("colour")));
+        assert!(w.iter().all(|w| !w.contains(KEY) && !w.contains("a b")));
+    }
+
+    #[test]
+    fn schema_lists_the_catalog() {
+        let schema = config_schema();
+        assert_eq!(schema["properties"]["shape"]["enum"], json!(SHAPES));
+        assert_eq!(schema["required"], json!(["shape"]));
+        assert_eq!(SHAPES.len(), 11);
+    }
+
+    #[test]
+    fn from_json_joins_errors_into_one_line() {
+        let err =
+            ProviderConfig::from_json(&json!({"apiKey": KEY, "shape": "x", "timeoutMs": 0})).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("Invalid CreateOS config: "), "{msg}");
+        assert!(msg.contains("shape") && msg.contains("timeoutMs") && !msg.contains('\n'));
+    }
+
+    fn hostile_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            any::<u64>().prop_map(|n| json!(n)),
+            any::<f64>().prop_map(|f| json!(f)),
+            ".*".prop_map(Value::String),
+            Just(json!(KEY)),
+            Just(json!(format!("https://{KEY}@x.com/?k={KEY}#{KEY}"))),
+            prop::sample::select(SHAPES).prop_map(|s| json!(s)),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::hash_map(
+                    prop_oneof![
+                        prop::sample::select(KNOWN_KEYS).prop_map(str::to_string),
+                        ".*",
+                        Just(KEY.to_string()),
+                    ],
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn hostile_config() -> impl Strategy<Value = Value> {
+        prop::collection::hash_map(
+            prop_oneof![
+                prop::sample::select(KNOWN_KEYS).prop_map(str::to_string),
+                ".{0,8}",
+                Just(format!("{KEY}!")),
+            ],
+            hostile_value(),
+            0..10,
+        )
+        .prop_map(|m| {
+            let mut m: Map<String, Value> = m.into_iter().collect();
+            m.insert("apiKey".into(), json!(KEY));
+            Value::Object(m)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn hostile_values_never_panic_or_leak(v in prop_oneof![hostile_value(), hostile_config()]) {
+            let env = |_: &str| Some(KEY.to_string());
+            let (messages, normalized) = match parse_with_env(&v, env) {
+                Ok((c, w)) => (w, Some(c.normalized_json())),
+                Err(e) => (e, None),
+            };
+            for m in &messages {
+                prop_assert!(!m.contains(KEY), "{}", m);
+                prop_assert!(!m.contains('\n') && !m.contains('\r'), "{}", m);
+            }
+            if let Some(n) = normalized {
+                prop_assert!(n.get("apiKey").is_none());
+            }
+            if let Err(e) = ProviderConfig::from_json(&v) {
+                prop_assert!(!e.to_string().contains(KEY));
+            }
+        }
+    }
+}

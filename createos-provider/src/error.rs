@@ -1,0 +1,452 @@
+//! The provider's error type.
+//!
+//! Every error has a [`ErrorKind`] the host can branch on, an optional HTTP
+//! status and operation label, and a one-line, user-facing message (its
+//! `Display`). Messages keep the reference wording word for word, because
+//! users search for them.
+//!
+//! Secrets: no constructor takes the API key, a response body, or a
+//! transport error's text, so none of them can reach a message.
+
+/// What kind of failure an [`Error`] is; the host branches on this, never on
+/// message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The provider configuration is invalid.
+    InvalidConfig,
+    /// A hook argument (an ID, a path, an env name, ...) is invalid.
+    InvalidInput,
+    /// The lease belongs to another provider, company, environment or API URL.
+    NotThisEnvironment,
+    /// Another release of the same lease is running.
+    CleanupInProgress,
+    /// A process tree's termination was never confirmed; only destroy clears it.
+    CleanupUnconfirmed,
+    /// A sandbox may have been created but the provider cannot name it.
+    CreationUnconfirmed,
+    /// CreateOS answered with a non-2xx status, or a sandbox did not reach the
+    /// desired state.
+    Api,
+    /// CreateOS answered 2xx with a reply that does not follow the contract.
+    Protocol,
+    /// The request never got an HTTP answer (DNS, TCP, TLS, reset, ...).
+    Connection,
+    /// The deadline passed.
+    Timeout,
+    /// The caller cancelled the operation.
+    Cancelled,
+    /// The operation is not supported.
+    Unsupported,
+    /// A bug or an impossible state inside the provider.
+    Internal,
+}
+
+/// Fixed operation labels used in API, connection, timeout and protocol
+/// errors (see `createos-api.md`).
+pub mod op {
+    /// `PUT`/`GET /files`.
+    pub const FILE_TRANSFER: &str = "file transfer";
+    /// `POST .../stdin/close`.
+    pub const STDIN_CLOSE: &str = "stdin close";
+    /// `GET .../connect`.
+    pub const OUTPUT_CONNECTION: &str = "output connection";
+    /// `POST .../processes`.
+    pub const PROCESS_CREATION: &str = "process creation";
+    /// `DELETE .../processes/{pid}`.
+    pub const PROCESS_CLEANUP: &str = "process cleanup";
+    /// `POST .../exec`.
+    pub const WORKSPACE_COMMAND: &str = "workspace command";
+    /// Create, read, delete, pause, resume a sandbox.
+    pub const SANDBOX_LIFECYCLE: &str = "sandbox lifecycle";
+}
+
+/// The desired end state of a sandbox transition, as named in messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SandboxTarget {
+    /// `running`.
+    Running,
+    /// `paused`.
+    Paused,
+}
+
+impl SandboxTarget {
+    /// The CreateOS state name (`running` / `paused`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxTarget::Running => "running",
+            SandboxTarget::Paused => "paused",
+        }
+    }
+}
+
+impl std::fmt::Display for SandboxTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A provider error. `Display` is the user-facing one-line message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// Invalid provider configuration (one line, may list several problems).
+    #[error("{message}")]
+    InvalidConfig {
+        /// The message.
+        message: String,
+    },
+    /// Invalid input to a hook.
+    #[error("{message}")]
+    InvalidInput {
+        /// The message.
+        message: String,
+    },
+    /// The lease is not ours.
+    #[error("CreateOS lease does not belong to this environment.")]
+    NotThisEnvironment,
+    /// A concurrent release is running.
+    #[error("CreateOS lease cleanup is already in progress.")]
+    CleanupInProgress,
+    /// The lease's process cleanup is unconfirmed.
+    #[error("CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.")]
+    CleanupUnconfirmed,
+    /// A sandbox could not be deleted after a failed acquire or a probe.
+    #[error("CreateOS cleanup is unconfirmed for sandbox {sandbox}.")]
+    SandboxCleanupUnconfirmed {
+        /// The sandbox that may still exist.
+        sandbox: String,
+    },
+    /// A pause whose outcome cannot be confirmed (the sandbox vanished
+    /// mid-pause, or the transition failed or ended in an unknown state).
+    #[error(
+        "CreateOS sandbox pause could not be confirmed; destroy this lease before reusing it. ({cause})"
+    )]
+    PauseUnconfirmed {
+        /// Why the pause is unconfirmed.
+        cause: Box<Error>,
+    },
+    /// A workspace command (`mkdir -p`...) exited with a non-zero code.
+    #[error("CreateOS workspace command failed with exit code {exit_code}.")]
+    WorkspaceCommandFailed {
+        /// The command's exit code.
+        exit_code: i64,
+    },
+    /// Something may exist remotely that the provider cannot confirm or name.
+    #[error("{message}")]
+    CreationUnconfirmed {
+        /// The message.
+        message: String,
+    },
+    /// A non-2xx reply. The body was never read.
+    #[error("CreateOS {operation} failed with HTTP {status}.")]
+    Api {
+        /// The fixed operation label.
+        operation: &'static str,
+        /// The HTTP status.
+        status: u16,
+    },
+    /// A sandbox transition ended in a state from which the desired one
+    /// cannot be reached.
+    #[error("CreateOS sandbox did not reach {desired}.")]
+    DidNotReach {
+        /// The desired state.
+        desired: SandboxTarget,
+        /// The state the sandbox was last seen in (a CreateOS state name).
+        state: String,
+    },
+    /// 2xx with a malformed reply.
+    #[error("CreateOS returned a malformed {operation} response.")]
+    Protocol {
+        /// The fixed operation label.
+        operation: &'static str,
+    },
+    /// No HTTP answer.
+    #[error("CreateOS {operation} request failed: connection error.")]
+    Connection {
+        /// The fixed operation label.
+        operation: &'static str,
+    },
+    /// The deadline passed.
+    #[error("CreateOS {operation} timed out.")]
+    Timeout {
+        /// The fixed operation label.
+        operation: &'static str,
+    },
+    /// The caller cancelled a command.
+    #[error("CreateOS command was cancelled.")]
+    Cancelled,
+    /// Unsupported operation.
+    #[error("{message}")]
+    Unsupported {
+        /// The message.
+        message: String,
+    },
+    /// Internal error.
+    #[error("{message}")]
+    Internal {
+        /// The message.
+        message: String,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The kind the host branches on.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
+            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::NotThisEnvironment => ErrorKind::NotThisEnvironment,
+            Error::CleanupInProgress => ErrorKind::CleanupInProgress,
+            Error::CleanupUnconfirmed
+            | Error::SandboxCleanupUnconfirmed { .. }
+            | Error::PauseUnconfirmed { .. } => ErrorKind::CleanupUnconfirmed,
+            Error::WorkspaceCommandFailed { .. } => ErrorKind::Api,
+            Error::CreationUnconfirmed { .. } => ErrorKind::CreationUnconfirmed,
+            Error::Api { .. } | Error::DidNotReach { .. } => ErrorKind::Api,
+            Error::Protocol { .. } => ErrorKind::Protocol,
+            Error::Connection { .. } => ErrorKind::Connection,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Cancelled => ErrorKind::Cancelled,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::Internal { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// The HTTP status of an API error.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            Error::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// The fixed operation label, if the error came from a CreateOS call.
+    pub fn operation(&self) -> Option<&'static str> {
+        match self {
+            Error::Api { operation, .. }
+            | Error::Protocol { operation }
+            | Error::Connection { operation }
+            | Error::Timeout { operation } => Some(operation),
+            Error::DidNotReach { .. } => Some(op::SANDBOX_LIFECYCLE),
+            Error::WorkspaceCommandFailed { .. } => Some(op::WORKSPACE_COMMAND),
+            Error::PauseUnconfirmed { cause } => cause.operation(),
+            _ => None,
+        }
+    }
+
+    /// `InvalidConfig` with a one-line message.
+    pub fn invalid_config(message: impl Into<String>) -> Self {
+        Error::InvalidConfig { message: one_line(message.into()) }
+    }
+
+    /// `InvalidInput` with a one-line message.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        Error::InvalidInput { message: one_line(message.into()) }
+    }
+
+    /// `CreationUnconfirmed` with a one-line message.
+    pub fn creation_unconfirmed(message: impl Into<String>) -> Self {
+        Error::CreationUnconfirmed { message: one_line(message.into()) }
+    }
+
+    /// Cleanup of `sandbox` could not be confirmed.
+    pub fn cleanup_unconfirmed_for(sandbox: &str) -> Self {
+        Error::SandboxCleanupUnconfirmed { sandbox: sandbox.to_owned() }
+    }
+
+    /// A release's pause could not be confirmed because of `cause`.
+    pub fn pause_unconfirmed(cause: &Error) -> Self {
+        Error::PauseUnconfirmed { cause: Box::new(cause.clone()) }
+    }
+
+    /// A workspace command exited with `exit_code`.
+    pub fn workspace_command_failed(exit_code: i64) -> Self {
+        Error::WorkspaceCommandFailed { exit_code }
+    }
+
+    /// `Unsupported` with a one-line message.
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error::Unsupported { message: one_line(message.into()) }
+    }
+
+    /// `Internal` with a one-line message.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Error::Internal { message: one_line(message.into()) }
+    }
+
+    /// "CreateOS <operation> failed with HTTP <status>."
+    pub fn api(operation: &'static str, status: u16) -> Self {
+        Error::Api { operation, status }
+    }
+
+    /// "CreateOS returned a malformed <operation> response."
+    pub fn protocol(operation: &'static str) -> Self {
+        Error::Protocol { operation }
+    }
+
+    /// "CreateOS <operation> request failed: connection error."
+    pub fn connection(operation: &'static str) -> Self {
+        Error::Connection { operation }
+    }
+
+    /// "CreateOS <operation> timed out."
+    pub fn timeout(operation: &'static str) -> Self {
+        Error::Timeout { operation }
+    }
+
+    /// "CreateOS sandbox did not reach <desired>."
+    pub fn did_not_reach(desired: SandboxTarget, state: impl Into<String>) -> Self {
+        Error::DidNotReach { desired, state: state.into() }
+    }
+
+    /// Maps a transport error without looking at its text: the text of a
+    /// reqwest error includes the URL (and may include query values).
+    pub fn from_transport(operation: &'static str, err: &reqwest::Error) -> Self {
+        if err.is_timeout() {
+            Error::timeout(operation)
+        } else {
+            Error::connection(operation)
+        }
+    }
+
+    /// An HTTP 404 from CreateOS (the resource does not exist).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Api { status: 404, .. })
+    }
+
+    /// A transition ended because the sandbox is `destroyed` or `failed`
+    /// (for resume: the lease has expired).
+    pub fn is_terminal_state(&self) -> bool {
+        matches!(self, Error::DidNotReach { state, .. } if state == "destroyed" || state == "failed")
+    }
+
+    /// The sandbox state a failed transition last saw.
+    pub fn sandbox_state(&self) -> Option<&str> {
+        match self {
+            Error::DidNotReach { state, .. } => Some(state),
+            _ => None,
+        }
+    }
+
+    /// Transient failures: 5xx, 429, connection errors. Never an expiry.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Api { status, .. } => *status >= 500 || *status == 429,
+            Error::Connection { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Messages are one line: control characters become spaces.
+fn one_line(message: String) -> String {
+    if message.chars().any(char::is_control) {
+        message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+    } else {
+        message
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_kinds_and_labels() {
+        type Case = (Error, &'static str, ErrorKind, Option<u16>, Option<&'static str>);
+        let cases: Vec<Case> = vec![
+            (
+                Error::NotThisEnvironment,
+                "CreateOS lease does not belong to this environment.",
+                ErrorKind::NotThisEnvironment,
+                None,
+                None,
+            ),
+            (
+                Error::CleanupInProgress,
+                "CreateOS lease cleanup is already in progress.",
+                ErrorKind::CleanupInProgress,
+                None,
+                None,
+            ),
+            (
+                Error::CleanupUnconfirmed,
+                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
+                ErrorKind::CleanupUnconfirmed,
+                None,
+                None,
+            ),
+            (
+                Error::did_not_reach(SandboxTarget::Running, "failed"),
+                "CreateOS sandbox did not reach running.",
+                ErrorKind::Api,
+                None,
+                Some("sandbox lifecycle"),
+            ),
+            (
+                Error::did_not_reach(SandboxTarget::Paused, "error"),
+                "CreateOS sandbox did not reach paused.",
+                ErrorKind::Api,
+                None,
+                Some("sandbox lifecycle"),
+            ),
+            (
+                Error::api(op::FILE_TRANSFER, 503),
+                "CreateOS file transfer failed with HTTP 503.",
+                ErrorKind::Api,
+                Some(503),
+                Some("file transfer"),
+            ),
+            (
+                Error::connection(op::PROCESS_CREATION),
+                "CreateOS process creation request failed: connection error.",
+                ErrorKind::Connection,
+                None,
+                Some("process creation"),
+            ),
+            (
+                Error::timeout(op::SANDBOX_LIFECYCLE),
+                "CreateOS sandbox lifecycle timed out.",
+                ErrorKind::Timeout,
+                None,
+                Some("sandbox lifecycle"),
+            ),
+            (
+                Error::protocol(op::OUTPUT_CONNECTION),
+                "CreateOS returned a malformed output connection response.",
+                ErrorKind::Protocol,
+                None,
+                Some("output connection"),
+            ),
+            (Error::Cancelled, "CreateOS command was cancelled.", ErrorKind::Cancelled, None, None),
+        ];
+        for (err, message, kind, status, operation) in cases {
+            assert_eq!(err.to_string(), message);
+            assert_eq!(err.kind(), kind, "{message}");
+            assert_eq!(err.http_status(), status, "{message}");
+            assert_eq!(err.operation(), operation, "{message}");
+        }
+    }
+
+    #[test]
+    fn helpers() {
+        assert!(Error::api(op::SANDBOX_LIFECYCLE, 404).is_not_found());
+        assert!(!Error::api(op::SANDBOX_LIFECYCLE, 410).is_not_found());
+        assert!(Error::did_not_reach(SandboxTarget::Running, "destroyed").is_terminal_state());
+        assert!(Error::did_not_reach(SandboxTarget::Running, "failed").is_terminal_state());
+        assert!(!Error::did_not_reach(SandboxTarget::Running, "error").is_terminal_state());
+        assert_eq!(Error::did_not_reach(SandboxTarget::Paused, "error").sandbox_state(), Some("error"));
+        assert!(Error::api(op::SANDBOX_LIFECYCLE, 502).is_transient());
+        assert!(Error::connection(op::SANDBOX_LIFECYCLE).is_transient());
+        assert!(!Error::api(op::SANDBOX_LIFECYCLE, 404).is_transient());
+    }
+
+    #[test]
+    fn free_text_messages_are_one_line() {
+        let err = Error::invalid_config("a\nb\r\0c");
+        assert_eq!(err.to_string(), "a b  c");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    }
+}

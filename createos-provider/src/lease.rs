@@ -1,0 +1,345 @@
+//! The lease hooks: acquire, resume, release, destroy, probe, realize and
+//! inspect, exactly as `createos-api.md` ("Lease semantics") describes.
+
+use crate::{
+    client::{CallOptions, CreateosClient, SandboxState},
+    config::ProviderConfig,
+    error::{Error, ErrorKind},
+    metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
+    pacer::Priority,
+    registry::{LeaseScope, Refusal, Registry},
+    transition::{transition_with_priority, Desired, Lifecycle},
+};
+use bytes::Bytes;
+use provider_abi::{
+    AcquireParams, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport, Workspace,
+};
+use serde_json::json;
+use std::{
+    future::Future,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// What every hook needs: the HTTP client (one connection pool per provider
+/// instance), the lease registry and the shutdown signal.
+pub struct Context {
+    /// The shared HTTP client.
+    pub http: reqwest::Client,
+    /// Closing, unconfirmed and running-command state.
+    pub registry: Registry,
+    /// Cancelled by `shutdown`: every command stops.
+    pub shutdown: CancellationToken,
+}
+
+/// A lease hook's view of its lease: the parsed configuration, the checked
+/// metadata and the client.
+pub struct OwnedLease {
+    /// The provider configuration.
+    pub config: ProviderConfig,
+    /// The lease metadata, checked against the environment.
+    pub metadata: LeaseMetadata,
+    /// The sandbox id.
+    pub sandbox_id: String,
+    /// The registry key of the lease.
+    pub scope: LeaseScope,
+}
+
+impl Context {
+    /// A client for `config`, sharing this instance's connection pool and the
+    /// process-wide pacer of the config's origin and key.
+    pub fn client(&self, config: &ProviderConfig) -> Result<CreateosClient, Error> {
+        CreateosClient::new(config, self.http.clone())
+    }
+
+    /// Parses the configuration and checks that the lease belongs to this
+    /// environment; sends no request. `Ok(None)` when there is no lease id.
+    pub fn own(&self, params: &LeaseParams) -> Result<Option<OwnedLease>, Error> {
+        let config = parse_config(&params.env)?;
+        let Some(sandbox_id) = params.provider_lease_id.as_ref().into_option() else {
+            return Ok(None);
+        };
+        let metadata = LeaseMetadata::owned(&params.metadata_json, &params.env, &config)?;
+        let scope = LeaseScope {
+            origin: config.origin(),
+            company_id: metadata.company_id.clone(),
+            environment_id: metadata.environment_id.clone(),
+            sandbox_id: sandbox_id.to_string(),
+        };
+        Ok(Some(OwnedLease { config, metadata, sandbox_id: sandbox_id.to_string(), scope }))
+    }
+
+    /// Like [`Context::own`], but a lease id is required.
+    pub fn own_required(&self, params: &LeaseParams) -> Result<OwnedLease, Error> {
+        self.own(params)?.ok_or_else(|| Error::invalid_input("CreateOS lease has no provider lease id."))
+    }
+}
+
+/// Parses the provider configuration of a hook.
+pub fn parse_config(env: &EnvironmentParams) -> Result<ProviderConfig, Error> {
+    let value: serde_json::Value = serde_json::from_str(&env.config_json).map_err(|_| {
+        Error::invalid_config("Invalid CreateOS config: the configuration is not valid JSON.")
+    })?;
+    Ok(ProviderConfig::from_json(&value)?.0)
+}
+
+fn deadline(config: &ProviderConfig) -> Instant {
+    Instant::now() + Duration::from_millis(config.timeout_ms)
+}
+
+/// `acquire_lease`: create a sandbox, wait for `running`, prepare the
+/// workspace and write the marker; on any failure delete the sandbox.
+pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Error> {
+    let config = parse_config(&params.env)?;
+    if params.requested_expires_at.is_some() {
+        return Err(Error::invalid_input(
+            "CreateOS leases cannot honour requestedExpiresAt: CreateOS has no guaranteed expiry.",
+        ));
+    }
+    let client = ctx.client(&config)?;
+    let _admission = client.pacer().admit_new_work().await;
+    let metadata = LeaseMetadata::new(&params.env, &config);
+    let id = create_sandbox(&client, &config).await?;
+    let prepared = prepare_workspace(&client, &id, &metadata, deadline(&config)).await;
+    if let Err(error) = prepared {
+        return Err(match delete_sandbox(&client, &id, &config).await {
+            Ok(()) => error,
+            Err(_) => Error::cleanup_unconfirmed_for(&id),
+        });
+    }
+    Ok(Lease {
+        provider_lease_id: Some(id.into()).into(),
+        metadata_json: metadata.to_json().into(),
+        expires_at: None.into(),
+        expired: false,
+    })
+}
+
+/// `POST /sandboxes`, whose lost reply would leak a sandbox nobody can name:
+/// any failure that is not a plain refusal is "creation unconfirmed".
+async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Result<String, Error> {
+    let options = CallOptions::new(deadline(config), Priority::NewWork);
+    client
+        .create_sandbox(&config.shape, config.rootfs.as_deref(), config.region.as_deref(), options)
+        .await
+        .map_err(|error| match error.http_status() {
+            Some(status) if (400..500).contains(&status) => error,
+            _ => Error::creation_unconfirmed(
+                "CreateOS sandbox creation could not be confirmed; a sandbox may exist that this provider cannot name.",
+            ),
+        })
+}
+
+async fn prepare_workspace(
+    client: &CreateosClient,
+    id: &str,
+    metadata: &LeaseMetadata,
+    deadline: Instant,
+) -> Result<(), Error> {
+    transition_with_priority(client, id, Desired::Running, deadline, Priority::InFlight).await?;
+    let options = CallOptions::new(deadline, Priority::InFlight);
+    let mkdir = client.exec(id, "/bin/mkdir", &["-p".into(), RUNTIME_DIR.into()], options).await?;
+    if mkdir.exit_code != 0 {
+        return Err(Error::workspace_command_failed(mkdir.exit_code));
+    }
+    client.put_file(id, MARKER_PATH, Bytes::from(metadata.marker.clone()), options).await
+}
+
+/// Deletes a sandbox at cleanup priority under a fresh deadline (the
+/// operation's own may be what just ran out).
+async fn delete_sandbox(client: &CreateosClient, id: &str, config: &ProviderConfig) -> Result<(), Error> {
+    client.delete_sandbox(id, CallOptions::new(deadline(config), Priority::Cleanup)).await
+}
+
+/// An expired lease: the host must acquire a new one.
+fn expired(params: &LeaseParams) -> Lease {
+    Lease {
+        provider_lease_id: None.into(),
+        metadata_json: params.metadata_json.clone(),
+        expires_at: None.into(),
+        expired: true,
+    }
+}
+
+/// `resume_lease`: bring a paused lease back to `running` and check its
+/// marker. 404, `destroyed`/`failed`, a changed configuration or a marker that
+/// does not match expire the lease; transient failures are errors and
+/// delete nothing.
+pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error> {
+    let Some(lease) = ctx.own(params)? else {
+        return Ok(expired(params));
+    };
+    refuse_if_busy(&ctx.registry, &lease.scope)?;
+    if lease.metadata.config_changed(&lease.config) || !lease.metadata.marker_is_well_formed() {
+        return Ok(expired(params));
+    }
+    let client = ctx.client(&lease.config)?;
+    let deadline = deadline(&lease.config);
+    match transition_with_priority(&client, &lease.sandbox_id, Desired::Running, deadline, Priority::InFlight)
+        .await
+    {
+        Ok(()) => {}
+        Err(error) if error.is_not_found() || error.is_terminal_state() => return Ok(expired(params)),
+        Err(error) => return Err(error),
+    }
+    let options = CallOptions::new(deadline, Priority::InFlight);
+    match client.get_file(&lease.sandbox_id, MARKER_PATH, options).await {
+        Ok(marker) if marker.as_ref() == lease.metadata.marker.as_bytes() => Ok(Lease {
+            provider_lease_id: params.provider_lease_id.clone(),
+            metadata_json: params.metadata_json.clone(),
+            expires_at: None.into(),
+            expired: false,
+        }),
+        Ok(_) => Ok(expired(params)),
+        Err(error) if error.is_not_found() => Ok(expired(params)),
+        Err(error) => Err(error),
+    }
+}
+
+fn refuse_if_busy(registry: &Registry, scope: &LeaseScope) -> Result<(), Error> {
+    match registry.refusal(scope) {
+        Some(Refusal::Closing) => Err(Error::CleanupInProgress),
+        Some(Refusal::Unconfirmed) => Err(Error::CleanupUnconfirmed),
+        None => Ok(()),
+    }
+}
+
+/// `release_lease` (`destroy = false`) and `destroy_lease` (`destroy =
+/// true`): the seed's semantics. Stops the lease's commands first; deletes
+/// when destroying or not reusing (clearing the unconfirmed flag); refuses to
+/// pause an unconfirmed lease; pauses otherwise (404 tolerated before the
+/// pause is submitted). A pause that cannot be confirmed marks the lease
+/// unconfirmed.
+pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Result<(), Error> {
+    let Some(lease) = ctx.own(params)? else {
+        return Ok(());
+    };
+    let Some(_closing) = ctx.registry.begin_closing(&lease.scope) else {
+        return Err(Error::CleanupInProgress);
+    };
+    ctx.registry.stop_commands(&lease.scope).await;
+    let client = ctx.client(&lease.config)?;
+    if destroy || !lease.config.reuse_lease {
+        delete_sandbox(&client, &lease.sandbox_id, &lease.config).await?;
+        ctx.registry.clear_unconfirmed(&lease.scope);
+        return Ok(());
+    }
+    if ctx.registry.is_unconfirmed(&lease.scope) {
+        return Err(Error::CleanupUnconfirmed);
+    }
+    let recording = SubmitRecorder { client: &client, submitted: AtomicBool::new(false) };
+    let paused = transition_with_priority(
+        &recording,
+        &lease.sandbox_id,
+        Desired::Paused,
+        deadline(&lease.config),
+        Priority::Cleanup,
+    )
+    .await;
+    match paused {
+        Ok(()) => Ok(()),
+        Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(()),
+        Err(error) => {
+            ctx.registry.mark_unconfirmed(&lease.scope);
+            Err(Error::pause_unconfirmed(&error))
+        }
+    }
+}
+
+/// Passes lifecycle calls through, remembering whether a pause or resume was
+/// submitted: a 404 before submission means "already gone", after it "the
+/// sandbox vanished mid-transition".
+struct SubmitRecorder<'a> {
+    client: &'a CreateosClient,
+    submitted: AtomicBool,
+}
+
+impl Lifecycle for SubmitRecorder<'_> {
+    fn get_sandbox(
+        &self,
+        id: &str,
+        opts: CallOptions,
+    ) -> impl Future<Output = Result<SandboxState, Error>> + Send {
+        self.client.get_sandbox(id, opts)
+    }
+
+    fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
+        self.submitted.store(true, Ordering::SeqCst);
+        self.client.pause(id, opts)
+    }
+
+    fn resume(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
+        self.submitted.store(true, Ordering::SeqCst);
+        self.client.resume(id, opts)
+    }
+}
+
+/// `realize_workspace`: where commands run; sends no request.
+pub fn realize(ctx: &Context, params: &LeaseParams) -> Result<Workspace, Error> {
+    let lease = ctx.own_required(params)?;
+    Ok(Workspace {
+        cwd: REMOTE_CWD.into(),
+        metadata_json: json!({"sandboxId": lease.sandbox_id, "remoteCwd": REMOTE_CWD}).to_string().into(),
+    })
+}
+
+/// `inspect_lease` (ABI 1.1): the sandbox's state, without changing it.
+pub async fn inspect(ctx: &Context, params: &LeaseParams) -> Result<LeaseStatus, Error> {
+    let lease = ctx.own_required(params)?;
+    let unconfirmed = ctx.registry.is_unconfirmed(&lease.scope);
+    let client = ctx.client(&lease.config)?;
+    let options = CallOptions::new(deadline(&lease.config), Priority::InFlight);
+    match client.get_sandbox(&lease.sandbox_id, options).await {
+        Ok(state) => Ok(LeaseStatus { exists: true, state: state.status.as_str().into(), unconfirmed }),
+        Err(error) if error.is_not_found() => {
+            Ok(LeaseStatus { exists: false, state: "".into(), unconfirmed })
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// The command `probe` runs, and what it must print.
+pub const PROBE_COMMAND: &str = "/bin/echo";
+/// The probe command's expected output.
+pub const PROBE_OUTPUT: &str = "paperclip-createos-ready";
+
+/// `probe`: acquire a lease, run a real command, check its output, and
+/// always delete the sandbox; a failed delete is reported.
+pub async fn probe(ctx: &Context, env: &EnvironmentParams) -> Result<ProbeReport, Error> {
+    let config = parse_config(env)?;
+    let params =
+        AcquireParams { env: env.clone(), run_id: "probe".into(), requested_expires_at: None.into() };
+    let lease = acquire(ctx, &params).await?;
+    let id = lease.provider_lease_id.clone().unwrap().to_string();
+    let client = ctx.client(&config)?;
+    let started = Instant::now();
+    let options = CallOptions::new(deadline(&config), Priority::InFlight);
+    let ran = client.exec(&id, PROBE_COMMAND, &[PROBE_OUTPUT.into()], options).await;
+    let deleted = delete_sandbox(&client, &id, &config).await;
+    let ran = ran?;
+    deleted.map_err(|_| Error::cleanup_unconfirmed_for(&id))?;
+    let ok = ran.exit_code == 0 && ran.stdout.trim() == PROBE_OUTPUT;
+    Ok(ProbeReport {
+        ok,
+        message: if ok {
+            "CreateOS sandbox ran a command and was deleted.".into()
+        } else {
+            "CreateOS probe command did not print the expected output.".into()
+        },
+        metadata_json: json!({
+            "sandboxId": id,
+            "shape": config.shape,
+            "exitCode": ran.exit_code,
+            "commandMs": started.elapsed().as_millis() as u64,
+        })
+        .to_string()
+        .into(),
+    })
+}
+
+/// True for errors after which a lease must never be paused or resumed.
+pub fn is_cleanup_unconfirmed(error: &Error) -> bool {
+    error.kind() == ErrorKind::CleanupUnconfirmed
+}

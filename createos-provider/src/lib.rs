@@ -1,0 +1,21 @@
+//! The CreateOS sandbox provider, exported as a `cdylib` through
+//! `provider-abi` (and usable in-process as an `rlib`).
+//!
+//! One module per concern: `config`, `client` (HTTP), `pacer` (the shared
+//! request budget), `transition` (state machine polling), `metadata` and
+//! `registry` (lease state), `lease` (the lease hooks) and `provider` (the
+//! thin ABI layer).
+
+pub mod client;
+pub mod config;
+pub mod error;
+pub mod lease;
+pub mod metadata;
+pub mod pacer;
+mod provider;
+pub mod registry;
+pub mod transition;
+
+pub use provider::CreateosProvider;
+
+provider_abi::export_provider!(CreateosProvider);

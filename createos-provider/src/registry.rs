@@ -1,0 +1,252 @@
+//! Per-lease state shared by every hook of one provider instance: which
+//! leases are closing, which have unconfirmed cleanup, and which commands
+//! are running on each.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{Arc, Mutex, MutexGuard},
+};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Identifies a lease: the API origin, company, environment and sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseScope {
+    /// The API origin.
+    pub origin: String,
+    /// The owning company.
+    pub company_id: String,
+    /// The owning environment.
+    pub environment_id: String,
+    /// The sandbox id.
+    pub sandbox_id: String,
+}
+
+/// A running command as release sees it: a way to cancel it and a signal
+/// that it finished (its process tree terminated or declared unconfirmed).
+#[derive(Debug)]
+struct ActiveCommand {
+    id: u64,
+    cancel: CancellationToken,
+    done: watch::Receiver<bool>,
+}
+
+#[derive(Default)]
+struct State {
+    closing: HashSet<LeaseScope>,
+    unconfirmed: HashSet<LeaseScope>,
+    active: HashMap<LeaseScope, Vec<ActiveCommand>>,
+    next_command: u64,
+}
+
+/// The lease registry of one provider instance.
+#[derive(Default, Clone)]
+pub struct Registry {
+    state: Arc<Mutex<State>>,
+}
+
+/// Marks a lease as closing until dropped.
+pub struct ClosingGuard {
+    registry: Registry,
+    scope: LeaseScope,
+}
+
+impl Drop for ClosingGuard {
+    fn drop(&mut self) {
+        self.registry.lock().closing.remove(&self.scope);
+    }
+}
+
+/// A command registered on a lease; dropping it tells release it finished.
+pub struct CommandGuard {
+    registry: Registry,
+    scope: LeaseScope,
+    id: u64,
+    /// Cancelled when release or shutdown wants the command stopped.
+    pub cancel: CancellationToken,
+    done: watch::Sender<bool>,
+}
+
+impl Drop for CommandGuard {
+    fn drop(&mut self) {
+        let _ = self.done.send(true);
+        let mut state = self.registry.lock();
+        if let Some(commands) = state.active.get_mut(&self.scope) {
+            commands.retain(|command| command.id != self.id);
+            if commands.is_empty() {
+                state.active.remove(&self.scope);
+            }
+        }
+    }
+}
+
+/// Why a lease refuses new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A release or destroy is running.
+    Closing,
+    /// Cleanup is unconfirmed: only destroy is allowed.
+    Unconfirmed,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the sets inconsistent
+        // (each operation is a single insert or remove), so poison is ignored.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Marks the lease closing, or returns `None` if it already is.
+    pub fn begin_closing(&self, scope: &LeaseScope) -> Option<ClosingGuard> {
+        self.lock()
+            .closing
+            .insert(scope.clone())
+            .then(|| ClosingGuard { registry: self.clone(), scope: scope.clone() })
+    }
+
+    /// Why the lease refuses new work, if it does.
+    pub fn refusal(&self, scope: &LeaseScope) -> Option<Refusal> {
+        let state = self.lock();
+        if state.closing.contains(scope) {
+            Some(Refusal::Closing)
+        } else if state.unconfirmed.contains(scope) {
+            Some(Refusal::Unconfirmed)
+        } else {
+            None
+        }
+    }
+
+    /// True when the lease's cleanup is unconfirmed.
+    pub fn is_unconfirmed(&self, scope: &LeaseScope) -> bool {
+        self.lock().unconfirmed.contains(scope)
+    }
+
+    /// Marks the lease's cleanup unconfirmed: it can only be destroyed.
+    pub fn mark_unconfirmed(&self, scope: &LeaseScope) {
+        tracing::warn!(sandbox = %scope.sandbox_id, "CreateOS lease cleanup is unconfirmed");
+        self.lock().unconfirmed.insert(scope.clone());
+    }
+
+    /// Clears the flag; only a confirmed delete may call this.
+    pub fn clear_unconfirmed(&self, scope: &LeaseScope) {
+        self.lock().unconfirmed.remove(scope);
+    }
+
+    /// Registers a command on the lease unless the lease refuses new work;
+    /// the check and the registration are atomic, so a release that starts
+    /// afterwards always sees the command.
+    pub fn start_command(
+        &self,
+        scope: &LeaseScope,
+        parent: &CancellationToken,
+    ) -> Result<CommandGuard, Refusal> {
+        let mut state = self.lock();
+        if state.closing.contains(scope) {
+            return Err(Refusal::Closing);
+        }
+        if state.unconfirmed.contains(scope) {
+            return Err(Refusal::Unconfirmed);
+        }
+        state.next_command += 1;
+        let id = state.next_command;
+        let cancel = parent.child_token();
+        let (done, receiver) = watch::channel(false);
+        state.active.entry(scope.clone()).or_default().push(ActiveCommand {
+            id,
+            cancel: cancel.clone(),
+            done: receiver,
+        });
+        Ok(CommandGuard { registry: self.clone(), scope: scope.clone(), id, cancel, done })
+    }
+
+    /// Cancels every command on the lease and waits until each has finished
+    /// its own cleanup (its process tree terminated, or marked unconfirmed).
+    pub async fn stop_commands(&self, scope: &LeaseScope) {
+        let waiting: Vec<watch::Receiver<bool>> = {
+            let state = self.lock();
+            state
+                .active
+                .get(scope)
+                .map(|commands| {
+                    commands
+                        .iter()
+                        .map(|command| {
+                            command.cancel.cancel();
+                            command.done.clone()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        for mut done in waiting {
+            // An error means the guard is gone, which is also "finished".
+            let _ = done.wait_for(|finished| *finished).await;
+        }
+    }
+
+    /// Cancels every command on every lease and waits for each to finish.
+    pub async fn stop_all_commands(&self) {
+        let scopes: Vec<LeaseScope> = self.lock().active.keys().cloned().collect();
+        for scope in scopes {
+            self.stop_commands(&scope).await;
+        }
+    }
+
+    /// The number of commands running on all leases.
+    pub fn active_commands(&self) -> usize {
+        self.lock().active.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(id: &str) -> LeaseScope {
+        LeaseScope {
+            origin: "http://127.0.0.1:1".into(),
+            company_id: "c".into(),
+            environment_id: "e".into(),
+            sandbox_id: id.into(),
+        }
+    }
+
+    #[test]
+    fn closing_is_exclusive_and_released_on_drop() {
+        let registry = Registry::default();
+        let guard = registry.begin_closing(&scope("a")).expect("first release");
+        assert!(registry.begin_closing(&scope("a")).is_none());
+        assert!(registry.begin_closing(&scope("b")).is_some());
+        assert_eq!(registry.refusal(&scope("a")), Some(Refusal::Closing));
+        drop(guard);
+        assert_eq!(registry.refusal(&scope("a")), None);
+    }
+
+    #[test]
+    fn commands_are_refused_on_closing_or_unconfirmed_leases() {
+        let registry = Registry::default();
+        let root = CancellationToken::new();
+        registry.mark_unconfirmed(&scope("a"));
+        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Refusal::Unconfirmed));
+        registry.clear_unconfirmed(&scope("a"));
+        let _closing = registry.begin_closing(&scope("a")).unwrap();
+        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Refusal::Closing));
+    }
+
+    #[tokio::test]
+    async fn stop_commands_cancels_and_waits_for_each_command() {
+        let registry = Registry::default();
+        let root = CancellationToken::new();
+        let command = registry.start_command(&scope("a"), &root).unwrap();
+        let other = registry.start_command(&scope("b"), &root).unwrap();
+        let cancel = command.cancel.clone();
+        let finisher = tokio::spawn(async move {
+            cancel.cancelled().await;
+            drop(command);
+        });
+        registry.stop_commands(&scope("a")).await;
+        finisher.await.unwrap();
+        assert!(!other.cancel.is_cancelled(), "other leases keep running");
+        assert_eq!(registry.active_commands(), 1);
+    }
+}

@@ -1,0 +1,39 @@
+//! Finding and loading the provider library.
+
+use provider_abi::{LoadError, LoadedProvider, Provider, SetupParams};
+use std::path::{Path, PathBuf};
+
+/// File name of the CreateOS provider's shared library on this platform.
+pub fn createos_library_name() -> String {
+    format!("{}createos_provider{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
+}
+
+/// The CreateOS provider built next to the running harness binary: in the
+/// binary's directory, or in `deps/` beside it (where cargo leaves it); the
+/// newer of the two when both exist, since `cargo build -p host-harness`
+/// refreshes only `deps/`.
+pub fn default_plugin_path() -> PathBuf {
+    let name = createos_library_name();
+    let exe_dir =
+        std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)).unwrap_or_default();
+    let modified = |path: &PathBuf| std::fs::metadata(path).and_then(|meta| meta.modified()).ok();
+    [exe_dir.join(&name), exe_dir.join("deps").join(&name)]
+        .into_iter()
+        .filter_map(|path| modified(&path).map(|time| (time, path)))
+        .max()
+        .map(|(_, path)| path)
+        .unwrap_or_else(|| exe_dir.join(name))
+}
+
+/// Loads the provider at `path` (the default when `None`) and runs `setup`.
+pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
+    let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
+    let provider = LoadedProvider::load(&path)?;
+    provider
+        .setup(&SetupParams {
+            host_name: env!("CARGO_PKG_NAME").into(),
+            host_version: env!("CARGO_PKG_VERSION").into(),
+        })
+        .map_err(|error| LoadError::ProviderFailed { path, error })?;
+    Ok(provider)
+}
