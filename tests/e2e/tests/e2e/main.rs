@@ -1,3 +1,5 @@
 //! End-to-end tests through real shared libraries, one binary with modules.
 
 mod abi;
+mod lease;
+mod support;

@@ -1,0 +1,334 @@
+//! The lease semantics of createos-api.md, one test per behaviour, through
+//! the loaded CreateOS provider against the simulator, with the simulator's
+//! ledger checked after each.
+
+use crate::support::{lease_id, Bed, COMPANY};
+use createos_sim::{FaultKind, FaultRule, FaultTrigger, RateLimit, SimConfig};
+use provider_abi::{ErrorKind, LeaseParams, Provider};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const SEED_MESSAGE: &str = "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
+
+fn reuse() -> Value {
+    json!({"reuseLease": true})
+}
+
+#[test]
+fn acquire_creates_a_running_sandbox_with_its_marker_and_no_key_in_metadata() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    let id = lease_id(&lease);
+    assert!(!lease.expired);
+    assert_eq!(bed.status(&id), "running");
+    let metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
+    assert_eq!(metadata["provider"], "createos");
+    assert_eq!(metadata["companyId"], COMPANY);
+    assert_eq!(metadata["remoteCwd"], "/paperclip-workspace");
+    assert_eq!(metadata["apiUrl"], bed.sim.url());
+    assert!(!lease.metadata_json.contains(bed.sim.api_key()), "metadata never holds the key");
+    let ledger = bed.ledger();
+    assert_eq!(ledger.count("POST", "/v1/sandboxes"), 1);
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace");
+    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 1, "the marker");
+}
+
+#[test]
+fn acquire_refuses_a_requested_expiry_before_any_request() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let mut params = bed.acquire_params(&config);
+    params.requested_expires_at = Some("2030-01-01T00:00:00Z".into()).into();
+    let error = bed.provider.acquire_lease(&params).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::INVALID_INPUT);
+    assert!(bed.ledger().requests.is_empty());
+}
+
+#[test]
+fn a_failed_acquire_deletes_its_sandbox() {
+    let bed = Bed::new();
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/exec",
+        FaultTrigger::from_nth(1),
+        FaultKind::Status(500),
+    ));
+    let error = bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err();
+    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(500)));
+    assert_eq!(error.operation(), Some("workspace command"));
+    let ledger = bed.ledger();
+    assert_eq!(ledger.sandboxes.len(), 1);
+    assert!(ledger.leaked().is_empty(), "the sandbox was deleted");
+}
+
+#[test]
+fn a_failed_acquire_whose_delete_fails_says_cleanup_is_unconfirmed_for_the_sandbox() {
+    let bed = Bed::new();
+    for route in ["POST /v1/sandboxes/*/exec", "DELETE /v1/sandboxes/*"] {
+        bed.sim.add_fault(FaultRule::new(route, FaultTrigger::from_nth(1), FaultKind::Status(500)));
+    }
+    let error = bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err();
+    let id = &bed.ledger().sandboxes[0].id;
+    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
+    assert!(error.message.contains(&format!("cleanup is unconfirmed for sandbox {id}")), "{error}");
+}
+
+#[test]
+fn a_lost_create_reply_is_creation_unconfirmed() {
+    let bed = Bed::new();
+    bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes", FaultTrigger::nth(1), FaultKind::DropAfterAction));
+    let error = bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CREATION_UNCONFIRMED, "{error}");
+    assert_eq!(bed.ledger().count("POST", "/v1/sandboxes"), 1, "creation is never retried");
+}
+
+#[test]
+fn another_environments_lease_is_refused_without_a_request() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    let before = bed.ledger().requests.len();
+    let strangers: [fn(&mut LeaseParams); 3] = [
+        |params| params.env.company_id = "other-company".into(),
+        |params| params.env.environment_id = "other-environment".into(),
+        |params| params.metadata_json = params.metadata_json.replace("createos", "other").into(),
+    ];
+    for change in strangers {
+        let mut params = bed.lease_params(&config, &lease);
+        change(&mut params);
+        let errors = [
+            bed.provider.resume_lease(&params).map(|_| ()).unwrap_err(),
+            bed.provider.release_lease(&params).unwrap_err(),
+            bed.provider.destroy_lease(&params).unwrap_err(),
+            bed.provider.realize_workspace(&params).map(|_| ()).unwrap_err(),
+        ];
+        for error in errors {
+            assert_eq!(error.kind, ErrorKind::NOT_THIS_ENVIRONMENT);
+            assert_eq!(error.message, "CreateOS lease does not belong to this environment.");
+        }
+    }
+    assert_eq!(bed.ledger().requests.len(), before, "no request was sent");
+}
+
+#[test]
+fn release_with_reuse_pauses_and_resume_brings_the_same_sandbox_back() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let id = lease_id(&lease);
+    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert_eq!(bed.status(&id), "paused");
+    let resumed = bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(!resumed.expired);
+    assert_eq!(lease_id(&resumed), id);
+    assert_eq!(bed.status(&id), "running");
+    let ledger = bed.ledger();
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/pause"), 1);
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/resume"), 1);
+    assert_eq!(ledger.count("GET", "/v1/sandboxes/*/files"), 1, "the marker was read back");
+}
+
+#[test]
+fn release_without_reuse_deletes_the_sandbox() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let ledger = bed.ledger();
+    assert!(ledger.leaked().is_empty());
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/pause"), 0);
+}
+
+#[test]
+fn destroy_deletes_even_a_reusable_lease_and_a_second_destroy_tolerates_404() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+}
+
+#[test]
+fn resume_expires_a_deleted_sandbox() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let resumed = bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(resumed.expired);
+    assert!(resumed.provider_lease_id.is_none());
+}
+
+#[test]
+fn resume_expires_on_changed_configuration_or_malformed_marker_without_a_request() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let before = bed.ledger().requests.len();
+    let changed = [json!({"shape": "s-2vcpu-4gb"}), json!({"rootfs": "debian"}), json!({"region": "eu"})];
+    for change in changed {
+        let mut other = config.clone();
+        for (key, value) in change.as_object().unwrap() {
+            other[key] = value.clone();
+        }
+        let mut params = bed.lease_params(&config, &lease);
+        params.env.config_json = other.to_string().into();
+        assert!(bed.provider.resume_lease(&params).unwrap().expired, "{other}");
+    }
+    let mut params = bed.lease_params(&config, &lease);
+    let mut metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
+    metadata["marker"] = json!("not-a-uuid");
+    params.metadata_json = metadata.to_string().into();
+    assert!(bed.provider.resume_lease(&params).unwrap().expired);
+    assert_eq!(bed.ledger().requests.len(), before);
+    assert_eq!(bed.ledger().leaked().len(), 1, "expiry deletes nothing");
+}
+
+#[test]
+fn resume_expires_when_the_marker_does_not_read_back() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let mut params = bed.lease_params(&config, &lease);
+    let mut metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
+    metadata["marker"] = json!(uuid_like());
+    params.metadata_json = metadata.to_string().into();
+    assert!(bed.provider.resume_lease(&params).unwrap().expired);
+    assert_eq!(bed.ledger().count("GET", "/v1/sandboxes/*/files"), 1);
+}
+
+fn uuid_like() -> String {
+    "00000000-0000-4000-8000-000000000000".into()
+}
+
+#[test]
+fn resume_reports_transient_failures_and_deletes_nothing() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    bed.sim.add_fault(FaultRule::new("GET /v1/sandboxes/*", FaultTrigger::from_nth(1), FaultKind::Status(503)));
+    let error = bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap_err();
+    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)));
+    let ledger = bed.ledger();
+    assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 0);
+    assert_eq!(ledger.leaked().len(), 1);
+}
+
+#[test]
+fn a_second_concurrent_release_is_refused() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/pause",
+        FaultTrigger::nth(1),
+        FaultKind::Delay(Duration::from_millis(1500)),
+    ));
+    let reads_before = bed.ledger().count("GET", "/v1/sandboxes/*");
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| bed.provider.release_lease(&bed.lease_params(&config, &lease)));
+        // The first release has read the state and is now inside its pause.
+        bed.wait_for_ledger("the first release's state read", |ledger| {
+            ledger.count("GET", "/v1/sandboxes/*") > reads_before
+        });
+        let error = bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::CLEANUP_IN_PROGRESS);
+        assert_eq!(error.message, "CreateOS lease cleanup is already in progress.");
+        first.join().unwrap().expect("the first release pauses");
+    });
+    assert_eq!(bed.status(&lease_id(&lease)), "paused");
+}
+
+#[test]
+fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let params = bed.lease_params(&config, &lease);
+    bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes/*/pause", FaultTrigger::nth(1), FaultKind::ForceStopped));
+    let error = bed.provider.release_lease(&params).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
+    // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
+    let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
+    let error = bed.provider.release_lease(&params).unwrap_err();
+    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+    let error = bed.provider.resume_lease(&params).unwrap_err();
+    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+    assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), pauses, "nothing was paused");
+    // Destroy deletes and clears the flag.
+    bed.provider.destroy_lease(&params).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+    assert!(bed.provider.inspect_lease(&params).map(|status| !status.unconfirmed).unwrap());
+}
+
+#[test]
+fn a_pause_that_ends_in_error_is_unconfirmed() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let params = bed.lease_params(&config, &lease);
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/pause",
+        FaultTrigger::nth(1),
+        FaultKind::TransitionError,
+    ));
+    let error = bed.provider.release_lease(&params).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
+    assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    bed.provider.destroy_lease(&params).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+}
+
+#[test]
+fn probe_runs_a_command_and_always_deletes() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let report = bed.provider.probe(&bed.env(&config)).unwrap();
+    assert!(report.ok, "{report:?}");
+    let ledger = bed.ledger();
+    assert_eq!(ledger.sandboxes.len(), 1);
+    assert!(ledger.leaked().is_empty());
+}
+
+#[test]
+fn probe_reports_a_failed_delete() {
+    let bed = Bed::new();
+    bed.sim.add_fault(FaultRule::new("DELETE /v1/sandboxes/*", FaultTrigger::from_nth(1), FaultKind::Status(500)));
+    let error = bed.provider.probe(&bed.env(&bed.config(json!({})))).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
+}
+
+#[test]
+fn realize_names_the_workspace_without_a_request() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    let before = bed.ledger().requests.len();
+    let workspace = bed.provider.realize_workspace(&bed.lease_params(&config, &lease)).unwrap();
+    assert_eq!(workspace.cwd, "/paperclip-workspace");
+    assert_eq!(bed.ledger().requests.len(), before);
+}
+
+#[test]
+fn forty_leases_at_once_stay_within_the_rate_limit() {
+    let limit = RateLimit { requests: 3_000, window: Duration::from_secs(60) };
+    let bed = Bed::with(SimConfig { rate_limit: Some(limit), ..SimConfig::default() });
+    let config = bed.config(json!({"requestsPerMinute": 3_000}));
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..40)
+            .map(|_| {
+                scope.spawn(|| {
+                    let lease = bed.acquire(&config);
+                    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+                })
+            })
+            .collect();
+        workers.into_iter().for_each(|worker| worker.join().unwrap());
+    });
+    let ledger = bed.ledger();
+    assert_eq!(ledger.count_status(429), 0, "no request was refused");
+    assert_eq!(ledger.sandboxes.len(), 40);
+    assert!(ledger.leaked().is_empty());
+}
