@@ -2,6 +2,8 @@
 //!
 //! The binary (`host-harness`) is a thin clap front end over these modules.
 
+pub mod embedded;
+pub mod lifecycle;
 pub mod plugin;
 pub mod render;
 pub mod request;

@@ -5,6 +5,7 @@ use host_harness::{plugin::load_provider, render, request::HarnessConfig};
 use provider_abi::{LoadedProvider, Provider, ProviderError};
 use serde_json::Value;
 use std::{
+    io::Write,
     path::{Path, PathBuf},
     process::ExitCode,
 };
@@ -41,6 +42,20 @@ enum Command {
     Inspect,
     /// Call the provider's `health` hook (no remote request).
     Health,
+    /// Run a whole lease lifecycle: validate, probe, acquire, realize, execute,
+    /// release for reuse, resume, execute again, destroy. Without --config it
+    /// runs against an embedded CreateOS simulator (offline, no account).
+    Lifecycle {
+        /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
+    Sim {
+        /// Loopback address to listen on.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+    },
     /// Validate a provider configuration and print the normalised result.
     Validate {
         /// Configuration file (JSON), `-` for stdin: a provider config object, or
@@ -95,6 +110,9 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
+    if let Command::Sim { listen } = &cli.command {
+        return serve_simulator(*listen, out);
+    }
     let provider =
         load_provider(cli.global.plugin.as_deref()).map_err(|error| Failure::Usage(error.to_string()))?;
     let result = match &cli.command {
@@ -108,6 +126,8 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             Ok(())
         }
         Command::Validate { config } => validate(&provider, config, out),
+        Command::Lifecycle { config } => lifecycle(&provider, config.as_deref(), out),
+        Command::Sim { .. } => unreachable!("handled before loading a provider"),
     };
     let shutdown = provider.shutdown();
     result?;
@@ -151,6 +171,50 @@ fn validate(provider: &LoadedProvider, path: &Path, out: Printer) -> Result<(), 
     }
 }
 
+fn lifecycle(provider: &LoadedProvider, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
+    let (_simulator, config) = match config {
+        Some(path) => (None, HarnessConfig::read(path).map_err(Failure::Usage)?),
+        None => {
+            let (sim, config) = host_harness::embedded::start()
+                .map_err(|error| Failure::Usage(format!("cannot start the embedded simulator: {error}")))?;
+            if !out.json {
+                println!("embedded CreateOS simulator at {}", sim.url());
+            }
+            (Some(sim), config)
+        }
+    };
+    let ok = host_harness::lifecycle::run(provider, &config, |step| {
+        out.value(&step.to_json(), || {
+            let outcome = match &step.error {
+                None => "ok".to_owned(),
+                Some(error) => format!("FAILED: {}", render::error_line(error)),
+            };
+            let lease = step.lease_id.as_deref().map(|id| format!(" lease {id}")).unwrap_or_default();
+            let note = if step.note.is_empty() { String::new() } else { format!(" ({})", step.note) };
+            format!("{:<14} {:>9.1} ms  {outcome}{lease}{note}", step.step, step.duration.as_secs_f64() * 1e3)
+        })
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::Hook(None))
+    }
+}
+
+fn serve_simulator(listen: std::net::SocketAddr, out: Printer) -> Result<(), Failure> {
+    let config = createos_sim::SimConfig { listen, ..Default::default() };
+    let sim = createos_sim::Simulator::start(config)
+        .map_err(|error| Failure::Usage(format!("cannot start the simulator: {error}")))?;
+    out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key()}), || {
+        format!(
+            "CreateOS simulator listening at {}\ndevelopment API key: {}\n(Ctrl-C to stop)",
+            sim.url(),
+            sim.api_key()
+        )
+    });
+    sim.serve_until_ctrl_c().map_err(|error| Failure::Usage(format!("simulator failed: {error}")))
+}
+
 /// Prints results as text on stdout or JSON lines on stdout; failures as
 /// text on stderr.
 #[derive(Clone, Copy)]
@@ -160,11 +224,9 @@ struct Printer {
 
 impl Printer {
     fn value(&self, value: &Value, text: impl FnOnce() -> String) {
-        if self.json {
-            println!("{value}");
-        } else {
-            println!("{}", text());
-        }
+        // A closed stdout (`| head`) is not an error worth a panic.
+        let line = if self.json { value.to_string() } else { text() };
+        let _ = writeln!(std::io::stdout(), "{line}");
     }
 
     fn failure(&self, error: Value, line: &str) {

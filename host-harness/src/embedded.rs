@@ -1,0 +1,19 @@
+//! The embedded CreateOS simulator: the offline default of `lifecycle`.
+
+use crate::request::HarnessConfig;
+use createos_sim::{SimConfig, Simulator};
+use serde_json::json;
+
+/// Starts a simulator on an ephemeral loopback port and returns it with a
+/// harness configuration pointing at it (lease reuse on, so release pauses).
+pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
+    let sim = Simulator::start(SimConfig::default())?;
+    let config = HarnessConfig::for_config(json!({
+        "apiUrl": sim.url(),
+        "apiKey": sim.api_key(),
+        "shape": "s-1vcpu-1gb",
+        "reuseLease": true,
+        "timeoutMs": 30_000,
+    }));
+    Ok((sim, config))
+}

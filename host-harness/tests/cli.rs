@@ -1,0 +1,81 @@
+//! The `host-harness` binary as users run it: exit codes, JSON output and
+//! the offline lifecycle against the embedded simulator.
+
+use serde_json::Value;
+use std::{
+    io::Write,
+    process::{Command, Output, Stdio},
+};
+
+fn harness(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run host-harness");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn json_lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect()
+}
+
+#[test]
+fn inspect_prints_the_manifest() {
+    let output = harness(&["inspect", "--json"], "");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let manifest = &json_lines(&output)[0];
+    assert_eq!(manifest["id"], "createos");
+    assert_eq!(manifest["abiVersion"], "1.1");
+    assert!(manifest["configSchema"]["properties"]["shape"].is_object());
+}
+
+#[test]
+fn validate_exit_codes_follow_the_outcome() {
+    let good = harness(&["validate", "--config", "-"], r#"{"shape":"s-1vcpu-1gb","apiKey":"secret-key"}"#);
+    assert_eq!(good.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&good.stdout).contains("secret-key"), "the key is never printed");
+    let bad = harness(&["validate", "--config", "-", "--json"], r#"{"shape":"tiny"}"#);
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(json_lines(&bad)[0]["ok"], false);
+    let unreadable = harness(&["validate", "--config", "-"], "not json");
+    assert_eq!(unreadable.status.code(), Some(2));
+}
+
+#[test]
+fn a_file_that_is_not_a_provider_is_a_load_error() {
+    let output = harness(&["--plugin", "/etc/hostname", "health"], "");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("/etc/hostname"));
+}
+
+#[test]
+fn lifecycle_runs_offline_against_the_embedded_simulator() {
+    let output = harness(&["lifecycle", "--json"], "");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    let steps = json_lines(&output);
+    let names: Vec<&str> = steps.iter().map(|step| step["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "validate",
+            "probe",
+            "acquire",
+            "realize",
+            "execute",
+            "release",
+            "resume",
+            "execute-again",
+            "destroy"
+        ]
+    );
+    assert!(steps.iter().all(|step| step["ok"] == true), "{steps:?}");
+}

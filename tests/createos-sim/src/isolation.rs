@@ -1,0 +1,203 @@
+//! Per-sandbox filesystem isolation.
+//!
+//! Every child process runs in its own session (`setsid`) and its own mount
+//! namespace (`unshare(CLONE_NEWNS)`), with `/` made recursively private and
+//! the sandbox's `<root>/workspace` and `<root>/tmp` bind-mounted onto
+//! `/paperclip-workspace` and `/tmp`. This needs root (`CAP_SYS_ADMIN`); it is
+//! probed once at start and, when unavailable, process creation answers 500.
+//!
+//! `/files` requests map absolute paths under those two mount points to the
+//! same host directories.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// In-sandbox mount point of the workspace.
+pub const WORKSPACE: &str = "/paperclip-workspace";
+
+/// Host directories of one sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxDirs {
+    pub root: PathBuf,
+}
+
+impl SandboxDirs {
+    pub(crate) fn new(state_dir: &Path, id: &str) -> Self {
+        SandboxDirs { root: state_dir.join(id) }
+    }
+    pub(crate) fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+    pub(crate) fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// Create `workspace/` and a world-writable sticky `tmp/`.
+    pub(crate) fn create(&self) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(self.workspace())?;
+        std::fs::create_dir_all(self.tmp())?;
+        std::fs::set_permissions(self.tmp(), std::fs::Permissions::from_mode(0o1777))?;
+        Ok(())
+    }
+
+    /// Map an in-sandbox absolute path to the host path, or `None` when the
+    /// path is not under `/paperclip-workspace` or `/tmp`, is not normalised
+    /// (`..`, `.`), or names a mount point itself.
+    pub(crate) fn map_path(&self, path: &str) -> Option<PathBuf> {
+        let p = Path::new(path);
+        if !p.is_absolute() {
+            return None;
+        }
+        let mut comps = p.components();
+        if comps.next() != Some(Component::RootDir) {
+            return None;
+        }
+        let base = match comps.next() {
+            Some(Component::Normal(c)) if c == "paperclip-workspace" => self.workspace(),
+            Some(Component::Normal(c)) if c == "tmp" => self.tmp(),
+            _ => return None,
+        };
+        let mut out = base;
+        let mut any = false;
+        for c in comps {
+            match c {
+                Component::Normal(c) => {
+                    out.push(c);
+                    any = true;
+                }
+                _ => return None,
+            }
+        }
+        any.then_some(out)
+    }
+
+    /// True if `host` (canonicalised) stays inside this sandbox's directories.
+    pub(crate) fn contains(&self, host: &Path) -> bool {
+        let Ok(root) = self.root.canonicalize() else {
+            return false;
+        };
+        host.starts_with(root)
+    }
+}
+
+/// Everything the forked child needs, prepared before `fork`.
+pub(crate) struct ChildSetup {
+    workspace: CString,
+    tmp: CString,
+    cwd: CString,
+}
+
+impl ChildSetup {
+    pub(crate) fn new(dirs: &SandboxDirs, cwd: Option<&str>) -> io::Result<Self> {
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
+        };
+        Ok(ChildSetup {
+            workspace: c(&dirs.workspace())?,
+            tmp: c(&dirs.tmp())?,
+            cwd: CString::new(cwd.unwrap_or(WORKSPACE))
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cwd"))?,
+        })
+    }
+
+    /// Runs in the forked child before `exec`: only async-signal-safe calls.
+    pub(crate) fn apply(&self, new_session: bool) -> io::Result<()> {
+        // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
+        unsafe {
+            if new_session && libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            mount(None, c"/", libc::MS_REC | libc::MS_PRIVATE)?;
+            // The workspace first: the sandbox root may itself live under /tmp.
+            mount(Some(&self.workspace), c"/paperclip-workspace", libc::MS_BIND | libc::MS_REC)?;
+            mount(Some(&self.tmp), c"/tmp", libc::MS_BIND | libc::MS_REC)?;
+            if libc::chdir(self.cwd.as_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+unsafe fn mount(src: Option<&CStr>, target: &CStr, flags: libc::c_ulong) -> io::Result<()> {
+    let src = src.map_or(std::ptr::null(), |s| s.as_ptr());
+    if libc::mount(src, target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Create the host mount point and check, in a forked child, that the
+/// isolation steps work. `Err` carries a message for the server log.
+pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("process isolation needs root (mount namespaces); \
+                    the simulator is not running as root"
+            .into());
+    }
+    if let Err(e) = std::fs::create_dir_all(WORKSPACE) {
+        return Err(format!("cannot create mount point {WORKSPACE}: {e}"));
+    }
+    let dirs = SandboxDirs::new(state_dir, ".isolation-probe");
+    let result = (|| {
+        dirs.create().map_err(|e| format!("cannot create probe directories: {e}"))?;
+        let setup = ChildSetup::new(&dirs, None).map_err(|e| e.to_string())?;
+        // SAFETY: the child only performs syscalls and `_exit`.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(format!("fork failed: {}", io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            let code = match setup.apply(false) {
+                Ok(()) => 0,
+                Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
+            };
+            // SAFETY: terminating the forked child without running destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child we just forked.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return Err("waitpid failed".into());
+            }
+        }
+        if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            Ok(())
+        } else {
+            let errno = libc::WEXITSTATUS(status);
+            Err(format!(
+                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount failed: {} \
+                 (the simulator must run as root with CAP_SYS_ADMIN)",
+                io::Error::from_raw_os_error(errno)
+            ))
+        }
+    })();
+    let _ = std::fs::remove_dir_all(&dirs.root);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_only_sandbox_paths() {
+        let d = SandboxDirs::new(Path::new("/s"), "a");
+        assert_eq!(d.map_path("/paperclip-workspace/x/y"), Some(PathBuf::from("/s/a/workspace/x/y")));
+        assert_eq!(d.map_path("/tmp/x"), Some(PathBuf::from("/s/a/tmp/x")));
+        assert_eq!(d.map_path("/tmp"), None);
+        assert_eq!(d.map_path("/etc/passwd"), None);
+        assert_eq!(d.map_path("/tmp/../etc/passwd"), None);
+        assert_eq!(d.map_path("tmp/x"), None);
+        assert_eq!(d.map_path("/paperclip-workspacex/a"), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! Request and sandbox ledger: what the simulator saw, for assertions.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// One sandbox ever created, with its latest known status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxRecord {
+    /// Sandbox id.
+    pub id: String,
+    /// Latest status (`creating`, `running`, ..., `destroyed`).
+    pub status: String,
+    /// Shape requested at creation.
+    pub shape: String,
+    /// True once deleted by a client or force-stopped by the host.
+    pub deleted: bool,
+    /// True if the host force-stopped it (fault or [`crate::Simulator::force_stop`]).
+    pub force_stopped: bool,
+    /// Creation time.
+    pub created_at: SystemTime,
+    /// Deletion time, if deleted.
+    pub deleted_at: Option<SystemTime>,
+}
+
+/// One HTTP request as answered (status 0 = connection dropped without a reply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// HTTP method, upper case.
+    pub method: String,
+    /// Request path without the query string.
+    pub path: String,
+    /// Status answered; 0 when the connection was dropped without a reply.
+    pub status: u16,
+}
+
+/// Snapshot of everything the simulator recorded.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    /// Every sandbox ever created, in creation order.
+    pub sandboxes: Vec<SandboxRecord>,
+    /// Every request, in completion order.
+    pub requests: Vec<RequestRecord>,
+}
+
+impl Ledger {
+    /// Number of requests whose method matches `method` (`*` = any) and whose
+    /// path matches `path_pattern` (`*` = exactly one path segment).
+    pub fn count(&self, method: &str, path_pattern: &str) -> usize {
+        self.requests
+            .iter()
+            .filter(|r| {
+                (method == "*" || r.method.eq_ignore_ascii_case(method))
+                    && path_matches(path_pattern, &r.path)
+            })
+            .count()
+    }
+
+    /// Sandboxes never deleted.
+    pub fn leaked(&self) -> Vec<&SandboxRecord> {
+        self.sandboxes.iter().filter(|s| !s.deleted).collect()
+    }
+
+    /// Number of requests answered with `status`.
+    pub fn count_status(&self, status: u16) -> usize {
+        self.requests.iter().filter(|r| r.status == status).count()
+    }
+}
+
+/// Match a path against a pattern where `*` stands for exactly one segment
+/// and a final `**` for any (possibly empty) rest.
+pub fn path_matches(pattern: &str, path: &str) -> bool {
+    let p: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
+    let s: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if p.last() == Some(&"**") {
+        let head = &p[..p.len() - 1];
+        return s.len() >= head.len() && head.iter().zip(&s).all(|(a, b)| *a == "*" || a == b);
+    }
+    p.len() == s.len() && p.iter().zip(&s).all(|(a, b)| *a == "*" || a == b)
+}
+
+/// Thread-safe recorder behind [`Ledger`] snapshots.
+#[derive(Debug, Default)]
+pub(crate) struct LedgerStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    sandboxes: Vec<SandboxRecord>,
+    index: HashMap<String, usize>,
+    requests: Vec<RequestRecord>,
+}
+
+impl LedgerStore {
+    pub(crate) fn snapshot(&self) -> Ledger {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        Ledger { sandboxes: g.sandboxes.clone(), requests: g.requests.clone() }
+    }
+
+    pub(crate) fn record_request(&self, method: &str, path: &str, status: u16) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.requests.push(RequestRecord { method: method.to_string(), path: path.to_string(), status });
+    }
+
+    pub(crate) fn add_sandbox(&self, id: &str, shape: &str, status: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = g.sandboxes.len();
+        g.sandboxes.push(SandboxRecord {
+            id: id.to_string(),
+            status: status.to_string(),
+            shape: shape.to_string(),
+            deleted: false,
+            force_stopped: false,
+            created_at: SystemTime::now(),
+            deleted_at: None,
+        });
+        g.index.insert(id.to_string(), idx);
+    }
+
+    pub(crate) fn set_status(&self, id: &str, status: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = g.index.get(id) {
+            g.sandboxes[i].status = status.to_string();
+        }
+    }
+
+    pub(crate) fn mark_deleted(&self, id: &str, force_stopped: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = g.index.get(id) {
+            let r = &mut g.sandboxes[i];
+            r.deleted = true;
+            r.force_stopped |= force_stopped;
+            r.status = "destroyed".to_string();
+            r.deleted_at = Some(SystemTime::now());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_matching() {
+        assert!(path_matches("/v1/sandboxes/*", "/v1/sandboxes/abc"));
+        assert!(!path_matches("/v1/sandboxes/*", "/v1/sandboxes/abc/pause"));
+        assert!(path_matches("/v1/sandboxes/*/processes/*/connect", "/v1/sandboxes/a/processes/b/connect"));
+        assert!(path_matches("/v1/sandboxes", "/v1/sandboxes"));
+        assert!(path_matches("/v1/**", "/v1/sandboxes/a/pause"));
+        assert!(!path_matches("/v1/**", "/v2/x"));
+    }
+}

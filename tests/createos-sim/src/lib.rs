@@ -1,0 +1,29 @@
+//! A faithful, in-process simulator of the CreateOS sandbox HTTP API
+//! (see `shared/createos-api.md`): sandbox lifecycle with asynchronous
+//! transitions, real OS processes isolated per sandbox, NDJSON output
+//! journals, `/files`, rate limiting, fault injection and a request ledger.
+//!
+//! ```no_run
+//! let sim = createos_sim::Simulator::start(createos_sim::SimConfig::default()).unwrap();
+//! println!("{} key {}", sim.url(), sim.api_key());
+//! ```
+//!
+//! Requires Linux and root (see [`Simulator`]).
+
+mod config;
+mod faults;
+mod isolation;
+mod ledger;
+mod process;
+mod ratelimit;
+mod routes;
+mod server;
+mod sim;
+mod state;
+
+pub use config::{RateLimit, SimConfig, SHAPES};
+pub use faults::{parse_rules, FaultId, FaultKind, FaultProfile, FaultRule, FaultTrigger};
+pub use isolation::WORKSPACE;
+pub use ledger::{path_matches, Ledger, RequestRecord, SandboxRecord};
+pub use sim::Simulator;
+pub use state::SandboxStatus;

@@ -1,0 +1,562 @@
+//! Real OS processes: spawning, process trees, output journals.
+//!
+//! A *tree* is the process group created by the child's `setsid` plus every
+//! process sharing the child's private mount namespace (so even a descendant
+//! that started its own session is found). The simulator process is made a
+//! child subreaper, so orphaned descendants are re-parented to it and reaped
+//! here; nothing is left as a zombie.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
+
+use crate::isolation::{ChildSetup, SandboxDirs};
+
+/// How long to wait for pipes to reach EOF after the leader exited.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
+/// Maximum bytes kept per stream of an `/exec` result.
+const EXEC_OUTPUT_CAP: usize = 8 * 1024 * 1024;
+
+/// Become a child subreaper so orphaned descendants are re-parented to us.
+pub(crate) fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+/// A process tree rooted at a leader that called `setsid`.
+#[derive(Debug)]
+pub(crate) struct Tree {
+    pgid: i32,
+    mnt_ns: Option<u64>,
+    /// Keeps the namespace (and so its inode number) alive while the tree
+    /// may still have members; namespace inodes are reused once freed.
+    ns_fd: Mutex<Option<std::fs::File>>,
+    leader_reaped: AtomicBool,
+    gone: AtomicBool,
+}
+
+impl Tree {
+    fn new(pid: i32) -> Tree {
+        let own = std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino());
+        // Only a private namespace identifies the tree.
+        let ns_fd = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok().and_then(|f| {
+            let ino = f.metadata().ok()?.ino();
+            (Some(ino) != own).then_some((f, ino))
+        });
+        Tree {
+            pgid: pid,
+            mnt_ns: ns_fd.as_ref().map(|(_, ino)| *ino),
+            ns_fd: Mutex::new(ns_fd.map(|(f, _)| f)),
+            leader_reaped: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+        }
+    }
+
+    /// Process ids of live members, reaping zombie orphans that are ours.
+    fn members(&self) -> Vec<i32> {
+        let me = std::process::id() as i32;
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return out;
+        };
+        for ent in rd.flatten() {
+            let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+                continue;
+            };
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("");
+            let ppid: i32 = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let pgrp: i32 = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            let mut member = pgrp == self.pgid;
+            if !member {
+                if let Some(ns) = self.mnt_ns {
+                    member = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
+                        .map(|m| m.ino() == ns)
+                        .unwrap_or(false);
+                }
+            }
+            if !member {
+                continue;
+            }
+            if state == "Z" && ppid == me && pid != self.pgid {
+                // An orphan re-parented to us (subreaper): reap it.
+                let mut st = 0;
+                // SAFETY: reaping a specific zombie child of ours.
+                unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+                continue;
+            }
+            if pid == self.pgid && self.leader_reaped.load(Ordering::SeqCst) {
+                continue; // pid reused after our leader was reaped
+            }
+            out.push(pid);
+        }
+        out
+    }
+
+    /// Send `sig` to every member of the tree.
+    pub(crate) fn signal(&self, sig: i32) {
+        if self.gone.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: signalling our own process group.
+        unsafe { libc::kill(-self.pgid, sig) };
+        if self.mnt_ns.is_some() {
+            for pid in self.members() {
+                // SAFETY: signalling a member of our tree.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    }
+
+    /// True once no member remains (the leader reaped, nothing else alive).
+    pub(crate) fn is_gone(&self) -> bool {
+        if self.gone.load(Ordering::SeqCst) {
+            return true;
+        }
+        if !self.leader_reaped.load(Ordering::SeqCst) {
+            return false;
+        }
+        if self.members().is_empty() {
+            self.gone.store(true, Ordering::SeqCst);
+            self.ns_fd.lock().unwrap_or_else(|e| e.into_inner()).take();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Poll until the tree is gone or `deadline` passes.
+    pub(crate) async fn wait_gone(&self, deadline: Instant) -> bool {
+        loop {
+            if self.is_gone() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// SIGTERM (+SIGCONT), wait up to `grace`, SIGKILL, wait; true if the
+    /// whole tree is confirmed gone.
+    pub(crate) async fn terminate(&self, grace: Duration) -> bool {
+        if self.is_gone() {
+            return true;
+        }
+        self.signal(libc::SIGTERM);
+        self.signal(libc::SIGCONT);
+        if self.wait_gone(Instant::now() + grace).await {
+            return true;
+        }
+        self.kill_and_wait(Duration::from_secs(3)).await
+    }
+
+    /// SIGKILL everything and wait up to `limit` for it to disappear.
+    pub(crate) async fn kill_and_wait(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.is_gone() {
+                return true;
+            }
+            self.signal(libc::SIGKILL);
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Why spawning failed.
+#[derive(Debug)]
+pub(crate) enum SpawnError {
+    /// The command could not be executed (not found, not executable, bad cwd).
+    BadCommand(io::Error),
+    /// Anything else: a server-side failure.
+    Internal(io::Error),
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpawnError::BadCommand(e) => write!(f, "cannot start command: {e}"),
+            SpawnError::Internal(e) => write!(f, "process creation failed: {e}"),
+        }
+    }
+}
+
+fn spawn(
+    dirs: &SandboxDirs,
+    cmd: &str,
+    args: &[String],
+    cwd: Option<&str>,
+) -> Result<(tokio::process::Child, Arc<Tree>), SpawnError> {
+    let setup = ChildSetup::new(dirs, cwd).map_err(SpawnError::BadCommand)?;
+    let mut c = tokio::process::Command::new(cmd);
+    c.args(args)
+        .env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("HOME", "/root")
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: `apply` only performs async-signal-safe syscalls.
+    unsafe {
+        c.pre_exec(move || setup.apply(true));
+    }
+    let child = c.spawn().map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT | libc::EACCES | libc::ENOTDIR | libc::ENOEXEC) => SpawnError::BadCommand(e),
+        _ => SpawnError::Internal(e),
+    })?;
+    let pid = child.id().unwrap_or(0) as i32;
+    Ok((child, Arc::new(Tree::new(pid))))
+}
+
+/// Result of a synchronous `/exec`.
+#[derive(Debug)]
+pub(crate) struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// A running `/exec` command, registered with its sandbox so it can be killed.
+pub(crate) struct ExecRun {
+    pub tree: Arc<Tree>,
+    child: tokio::process::Child,
+}
+
+/// Start an `/exec` command.
+pub(crate) fn start_exec(
+    dirs: &SandboxDirs,
+    cmd: &str,
+    args: &[String],
+    cwd: Option<&str>,
+) -> Result<ExecRun, SpawnError> {
+    let (child, tree) = spawn(dirs, cmd, args, cwd)?;
+    Ok(ExecRun { tree, child })
+}
+
+impl ExecRun {
+    /// Wait for the command, collect its output and kill what it left behind.
+    pub(crate) async fn finish(mut self) -> io::Result<ExecOutput> {
+        let out_buf = Arc::new(Mutex::new(Vec::new()));
+        let err_buf = Arc::new(Mutex::new(Vec::new()));
+        let out_task = tokio::spawn(collect(self.child.stdout.take(), out_buf.clone()));
+        let err_task = tokio::spawn(collect(self.child.stderr.take(), err_buf.clone()));
+        let status = self.child.wait().await;
+        self.tree.leader_reaped.store(true, Ordering::SeqCst);
+        let status = status?;
+        // Pipes reach EOF unless a leftover descendant holds them.
+        finished(&out_task, &err_task, DRAIN_AFTER_EXIT).await;
+        // A short command: whatever it left running is killed when it
+        // returns, which also closes the pipes it held.
+        self.tree.kill_and_wait(Duration::from_secs(3)).await;
+        finished(&out_task, &err_task, Duration::from_secs(3)).await;
+        out_task.abort();
+        err_task.abort();
+        let take =
+            |b: &Arc<Mutex<Vec<u8>>>| std::mem::take(&mut *b.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(ExecOutput { exit_code: exit_code(status), stdout: take(&out_buf), stderr: take(&err_buf) })
+    }
+}
+
+/// Poll until both tasks finished (true) or `limit` passed (false).
+async fn finished<T>(
+    a: &tokio::task::JoinHandle<T>,
+    b: &tokio::task::JoinHandle<T>,
+    limit: Duration,
+) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if a.is_finished() && b.is_finished() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn collect<R: AsyncRead + Unpin>(r: Option<R>, buf: Arc<Mutex<Vec<u8>>>) {
+    let Some(mut r) = r else { return };
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
+                let room = EXEC_OUTPUT_CAP.saturating_sub(b.len());
+                b.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+}
+
+fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        _ => -1,
+    }
+}
+
+/// Name of a signal number (`SIGKILL`), or `SIG<n>`.
+pub(crate) fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("SIG{sig}"),
+    };
+    name.to_string()
+}
+
+/// One journal entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Frame {
+    pub seq: u64,
+    pub stderr: bool,
+    pub data: Bytes,
+}
+
+impl Frame {
+    /// The NDJSON line (with trailing newline).
+    pub(crate) fn to_line(&self) -> Vec<u8> {
+        let v = serde_json::json!({
+            "type": "data",
+            "seq": self.seq,
+            "stream": if self.stderr { "stderr" } else { "stdout" },
+            "data_base64": base64::engine::general_purpose::STANDARD.encode(&self.data),
+        });
+        let mut l = serde_json::to_vec(&v).unwrap_or_default();
+        l.push(b'\n');
+        l
+    }
+}
+
+/// How a managed process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Code(i32),
+    Signal(String),
+}
+
+impl Exit {
+    /// The NDJSON exit line (with trailing newline).
+    pub(crate) fn to_line(&self) -> Vec<u8> {
+        let v = match self {
+            Exit::Code(c) => serde_json::json!({"type": "exit", "exit_code": c}),
+            Exit::Signal(s) => serde_json::json!({"type": "exit", "signal": s}),
+        };
+        let mut l = serde_json::to_vec(&v).unwrap_or_default();
+        l.push(b'\n');
+        l
+    }
+}
+
+/// Bounded output journal with sequence numbers.
+#[derive(Debug)]
+pub(crate) struct Journal {
+    frames: VecDeque<Frame>,
+    bytes: usize,
+    cap: usize,
+    next_seq: u64,
+    exit: Option<Exit>,
+}
+
+/// What a reader at cursor `after` gets now.
+#[derive(Debug)]
+pub(crate) enum ReadResult {
+    /// Frames with seq > after (maybe none) and the exit, if reached.
+    Frames(Vec<Frame>, Option<Exit>),
+    /// Frame `after + 1` was evicted.
+    Evicted,
+}
+
+impl Journal {
+    pub(crate) fn new(cap: usize) -> Journal {
+        Journal { frames: VecDeque::new(), bytes: 0, cap: cap.max(1), next_seq: 1, exit: None }
+    }
+
+    fn push(&mut self, stderr: bool, data: Bytes) {
+        if self.exit.is_some() || data.is_empty() {
+            return;
+        }
+        while self.bytes + data.len() > self.cap {
+            match self.frames.pop_front() {
+                Some(f) => self.bytes -= f.data.len(),
+                None => break,
+            }
+        }
+        self.bytes += data.len();
+        self.frames.push_back(Frame { seq: self.next_seq, stderr, data });
+        self.next_seq += 1;
+    }
+
+    pub(crate) fn read(&self, after: u64) -> ReadResult {
+        let first = self.frames.front().map_or(self.next_seq, |f| f.seq);
+        if after + 1 < first {
+            return ReadResult::Evicted;
+        }
+        let frames = self.frames.iter().filter(|f| f.seq > after).cloned().collect();
+        ReadResult::Frames(frames, self.exit.clone())
+    }
+}
+
+/// A managed process (`POST /processes`).
+#[derive(Debug)]
+pub(crate) struct ManagedProcess {
+    pub tree: Arc<Tree>,
+    journal: Mutex<Journal>,
+    changed: watch::Sender<u64>,
+    stdin_closed: AtomicBool,
+    reaped: watch::Sender<bool>,
+}
+
+impl ManagedProcess {
+    /// Spawn the command and start journaling its output.
+    pub(crate) fn spawn(
+        dirs: &SandboxDirs,
+        cmd: &str,
+        args: &[String],
+        cwd: Option<&str>,
+        journal_bytes: usize,
+    ) -> Result<Arc<ManagedProcess>, SpawnError> {
+        let (mut child, tree) = spawn(dirs, cmd, args, cwd)?;
+        let p = Arc::new(ManagedProcess {
+            tree,
+            journal: Mutex::new(Journal::new(journal_bytes)),
+            changed: watch::channel(0).0,
+            stdin_closed: AtomicBool::new(false),
+            reaped: watch::channel(false).0,
+        });
+        let chunk = journal_bytes.clamp(1, 64 * 1024);
+        let out = child.stdout.take();
+        let err = child.stderr.take();
+        let out_task = tokio::spawn(pump(p.clone(), out, false, chunk));
+        let err_task = tokio::spawn(pump(p.clone(), err, true, chunk));
+        let pw = p.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            pw.tree.leader_reaped.store(true, Ordering::SeqCst);
+            pw.reaped.send_replace(true);
+            // Wait for EOF on both pipes, or until they have been idle for
+            // DRAIN_AFTER_EXIT (a leftover descendant may hold them open).
+            loop {
+                let before = *pw.changed.borrow();
+                if finished(&out_task, &err_task, DRAIN_AFTER_EXIT).await || *pw.changed.borrow() == before {
+                    break;
+                }
+            }
+            let exit = match status {
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(c), _) => Exit::Code(c),
+                    (None, Some(sig)) => Exit::Signal(signal_name(sig)),
+                    _ => Exit::Code(-1),
+                },
+                Err(_) => Exit::Code(-1),
+            };
+            pw.lock().exit = Some(exit);
+            pw.changed.send_modify(|v| *v += 1);
+        });
+        Ok(p)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Read the journal after cursor `after`.
+    pub(crate) fn read(&self, after: u64) -> ReadResult {
+        self.lock().read(after)
+    }
+
+    /// Subscribe to journal changes.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Mark stdin closed; false if it already was.
+    pub(crate) fn close_stdin(&self) -> bool {
+        !self.stdin_closed.swap(true, Ordering::SeqCst)
+    }
+
+    /// Wait (bounded) until the leader has been reaped.
+    pub(crate) async fn wait_reaped(&self, limit: Duration) -> bool {
+        let mut rx = self.reaped.subscribe();
+        let ok = tokio::time::timeout(limit, async { rx.wait_for(|r| *r).await.is_ok() }).await;
+        ok.unwrap_or(false)
+    }
+}
+
+async fn pump<R: AsyncRead + Unpin>(p: Arc<ManagedProcess>, r: Option<R>, stderr: bool, chunk: usize) {
+    let Some(mut r) = r else { return };
+    let mut buf = vec![0u8; chunk];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                p.lock().push(stderr, Bytes::copy_from_slice(&buf[..n]));
+                p.changed.send_modify(|v| *v += 1);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_evicts_and_reports() {
+        let mut j = Journal::new(10);
+        j.push(false, Bytes::from_static(b"12345"));
+        j.push(true, Bytes::from_static(b"67890"));
+        j.push(false, Bytes::from_static(b"ab"));
+        assert!(matches!(j.read(0), ReadResult::Evicted));
+        match j.read(1) {
+            ReadResult::Frames(f, None) => {
+                assert_eq!(f.iter().map(|f| f.seq).collect::<Vec<_>>(), vec![2, 3])
+            }
+            other => panic!("{other:?}"),
+        }
+        match j.read(7) {
+            ReadResult::Frames(f, None) => assert!(f.is_empty()),
+            other => panic!("{other:?}"),
+        }
+    }
+}
