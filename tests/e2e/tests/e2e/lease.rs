@@ -208,7 +208,11 @@ fn resume_reports_transient_failures_and_deletes_nothing() {
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
     bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
-    bed.sim.add_fault(FaultRule::new("GET /v1/sandboxes/*", FaultTrigger::from_nth(1), FaultKind::Status(503)));
+    bed.sim.add_fault(FaultRule::new(
+        "GET /v1/sandboxes/*",
+        FaultTrigger::from_nth(1),
+        FaultKind::Status(503),
+    ));
     let error = bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap_err();
     assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)));
     let ledger = bed.ledger();
@@ -247,7 +251,11 @@ fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
     let params = bed.lease_params(&config, &lease);
-    bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes/*/pause", FaultTrigger::nth(1), FaultKind::ForceStopped));
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/pause",
+        FaultTrigger::nth(1),
+        FaultKind::ForceStopped,
+    ));
     let error = bed.provider.release_lease(&params).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
     // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
@@ -295,7 +303,11 @@ fn probe_runs_a_command_and_always_deletes() {
 #[test]
 fn probe_reports_a_failed_delete() {
     let bed = Bed::new();
-    bed.sim.add_fault(FaultRule::new("DELETE /v1/sandboxes/*", FaultTrigger::from_nth(1), FaultKind::Status(500)));
+    bed.sim.add_fault(FaultRule::new(
+        "DELETE /v1/sandboxes/*",
+        FaultTrigger::from_nth(1),
+        FaultKind::Status(500),
+    ));
     let error = bed.provider.probe(&bed.env(&bed.config(json!({})))).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
 }

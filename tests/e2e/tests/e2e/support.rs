@@ -84,7 +84,13 @@ impl Bed {
     /// The state the simulator reports for sandbox `id`.
     pub fn status(&self, id: &str) -> String {
         let ledger = self.ledger();
-        ledger.sandboxes.iter().find(|record| record.id == id).expect("sandbox is in the ledger").status.clone()
+        ledger
+            .sandboxes
+            .iter()
+            .find(|record| record.id == id)
+            .expect("sandbox is in the ledger")
+            .status
+            .clone()
     }
 
     /// Waits (bounded) until `condition` holds on the ledger.
