@@ -525,7 +525,12 @@ impl CreateosClient {
     ) -> Result<Response, Error> {
         let mut retries = 0;
         loop {
-            self.pacer.acquire(opts.priority).await;
+            // Racing the permit against the deadline here (inside `bounded`,
+            // whose timeout polls this future first) tells "never sent"
+            // apart from "sent, outcome unknown".
+            if tokio::time::timeout_at(opts.deadline, self.pacer.acquire(opts.priority)).await.is_err() {
+                return Err(Error::NotSent { operation: label });
+            }
             let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
                 log_transport(label, &e);
                 Error::from_transport(label, &e)

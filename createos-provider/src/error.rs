@@ -165,6 +165,13 @@ pub enum Error {
         /// The fixed operation label.
         operation: &'static str,
     },
+    /// The deadline passed while the request waited for the request budget:
+    /// nothing was sent, so nothing happened remotely.
+    #[error("CreateOS {operation} was not sent: the request budget had no room before the deadline.")]
+    NotSent {
+        /// The fixed operation label.
+        operation: &'static str,
+    },
     /// The deadline passed.
     #[error("CreateOS {operation} timed out.")]
     Timeout {
@@ -186,6 +193,17 @@ pub enum Error {
         /// The message.
         message: String,
     },
+    /// The process tree of a timed-out, cancelled or failed command could not
+    /// be confirmed terminated; the lease is marked unconfirmed.
+    #[error("CreateOS command cleanup failed; process termination is unconfirmed.")]
+    CommandCleanupUnconfirmed,
+    /// The output stream said the output the provider still needed was
+    /// evicted from the journal (`output_offset_expired`).
+    #[error("CreateOS command output was evicted before it could be read.")]
+    OutputEvicted,
+    /// The output stream reported an error other than eviction.
+    #[error("CreateOS output connection reported an error.")]
+    OutputStreamError,
 }
 
 /// `Result` with this crate's [`Error`].
@@ -207,10 +225,12 @@ impl Error {
             Error::Api { .. } | Error::DidNotReach { .. } => ErrorKind::Api,
             Error::Protocol { .. } => ErrorKind::Protocol,
             Error::Connection { .. } => ErrorKind::Connection,
-            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Timeout { .. } | Error::NotSent { .. } => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::Internal { .. } => ErrorKind::Internal,
+            Error::CommandCleanupUnconfirmed => ErrorKind::CleanupUnconfirmed,
+            Error::OutputEvicted | Error::OutputStreamError => ErrorKind::Api,
         }
     }
 
@@ -228,10 +248,13 @@ impl Error {
             Error::Api { operation, .. }
             | Error::Protocol { operation }
             | Error::Connection { operation }
-            | Error::Timeout { operation } => Some(operation),
+            | Error::Timeout { operation }
+            | Error::NotSent { operation } => Some(operation),
             Error::DidNotReach { .. } => Some(op::SANDBOX_LIFECYCLE),
             Error::WorkspaceCommandFailed { .. } => Some(op::WORKSPACE_COMMAND),
             Error::PauseUnconfirmed { cause } => cause.operation(),
+            Error::CommandCleanupUnconfirmed => Some(op::PROCESS_CLEANUP),
+            Error::OutputEvicted | Error::OutputStreamError => Some(op::OUTPUT_CONNECTION),
             _ => None,
         }
     }
@@ -320,6 +343,11 @@ impl Error {
     /// (for resume: the lease has expired).
     pub fn is_terminal_state(&self) -> bool {
         matches!(self, Error::DidNotReach { state, .. } if state == "destroyed" || state == "failed")
+    }
+
+    /// The request was never sent (its deadline passed in the pacer queue).
+    pub fn is_not_sent(&self) -> bool {
+        matches!(self, Error::NotSent { .. })
     }
 
     /// The sandbox state a failed transition last saw.

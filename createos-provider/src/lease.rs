@@ -4,9 +4,9 @@
 use crate::{
     client::{CallOptions, CreateosClient, SandboxState},
     config::ProviderConfig,
-    error::{Error, ErrorKind},
+    error::{op, Error, ErrorKind},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
-    pacer::Priority,
+    pacer::{Admission, Priority},
     registry::{LeaseScope, Refusal, Registry},
     transition::{transition_with_priority, Desired, Lifecycle},
 };
@@ -99,7 +99,7 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
         ));
     }
     let client = ctx.client(&config)?;
-    let _admission = client.pacer().admit_new_work().await;
+    let _admission = admit(&client, &config).await?;
     let metadata = LeaseMetadata::new(&params.env, &config);
     let id = create_sandbox(&client, &config).await?;
     let prepared = prepare_workspace(&client, &id, &metadata, deadline(&config)).await;
@@ -117,14 +117,37 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
     })
 }
 
+/// How many `timeoutMs` a new acquisition may wait for admission behind
+/// work already in flight before it gives up. Waiting costs nothing
+/// remotely: nothing is sent before admission.
+pub const ADMISSION_PATIENCE: u32 = 4;
+
+/// The share of `timeoutMs` the request backlog may represent when new work
+/// is admitted: an acquisition makes about six sequential requests and a
+/// whole lifecycle about fourteen, so a backlog of a tenth of the deadline
+/// keeps every admitted operation's requests well inside it.
+pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
+
+/// Waits until the shared budget can carry one more acquisition.
+async fn admit(client: &CreateosClient, config: &ProviderConfig) -> Result<Admission, Error> {
+    let timeout = Duration::from_millis(config.timeout_ms);
+    let horizon = timeout / ADMISSION_SHARE_OF_TIMEOUT;
+    tokio::time::timeout(timeout * ADMISSION_PATIENCE, client.pacer().admit_new_work_within(horizon))
+        .await
+        .map_err(|_| Error::NotSent { operation: op::SANDBOX_LIFECYCLE })
+}
+
 /// `POST /sandboxes`, whose lost reply would leak a sandbox nobody can name:
-/// any failure that is not a plain refusal is "creation unconfirmed".
+/// any failure after the request was sent that is not a plain refusal is
+/// "creation unconfirmed". It runs after admission, so it is work under way
+/// (in-flight priority), not new work that in-flight requests may starve.
 async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Result<String, Error> {
-    let options = CallOptions::new(deadline(config), Priority::NewWork);
+    let options = CallOptions::new(deadline(config), Priority::InFlight);
     client
         .create_sandbox(&config.shape, config.rootfs.as_deref(), config.region.as_deref(), options)
         .await
         .map_err(|error| match error.http_status() {
+            _ if error.is_not_sent() => error,
             Some(status) if (400..500).contains(&status) => error,
             _ => Error::creation_unconfirmed(
                 "CreateOS sandbox creation could not be confirmed; a sandbox may exist that this provider cannot name.",

@@ -9,11 +9,14 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod execute;
 pub mod lease;
 pub mod metadata;
+pub mod ndjson;
 pub mod pacer;
 mod provider;
 pub mod registry;
+pub mod script;
 pub mod transition;
 
 pub use provider::CreateosProvider;

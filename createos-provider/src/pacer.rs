@@ -95,7 +95,12 @@ impl Rate {
 
     /// How many requests may wait (plus admissions) before new work waits.
     pub fn admission_capacity(&self) -> usize {
-        ((ADMISSION_HORIZON.as_nanos() / self.interval.as_nanos()) as usize).max(1)
+        self.capacity_within(ADMISSION_HORIZON)
+    }
+
+    /// How many requests the budget serves within `horizon`, at least 1.
+    pub fn capacity_within(&self, horizon: Duration) -> usize {
+        ((horizon.as_nanos() / self.interval.as_nanos()) as usize).max(1)
     }
 
     fn tolerance(&self) -> Duration {
@@ -274,6 +279,13 @@ impl Pacer {
     /// returns a guard that counts against the admission capacity until
     /// dropped. Cancel by dropping the future.
     pub async fn admit_new_work(self: &Arc<Self>) -> Admission {
+        self.admit_new_work_within(ADMISSION_HORIZON).await
+    }
+
+    /// [`Pacer::admit_new_work`] with the backlog limit expressed as the time
+    /// the budget needs to serve it (`horizon`) instead of
+    /// [`ADMISSION_HORIZON`]: callers derive it from their own deadline.
+    pub async fn admit_new_work_within(self: &Arc<Self>, horizon: Duration) -> Admission {
         let notify = Arc::new(Notify::new());
         let seq = {
             let mut state = self.lock();
@@ -287,7 +299,8 @@ impl Pacer {
             {
                 let mut state = self.lock();
                 let is_front = state.admissions.front().map(|(s, _)| *s) == Some(seq);
-                if is_front && state.queue.len() + state.admitted < state.rate.admission_capacity() {
+                let capacity = state.rate.capacity_within(horizon);
+                if is_front && state.queue.len() + state.admitted < capacity {
                     state.admissions.pop_front();
                     state.admitted += 1;
                     place.done = true;

@@ -30,6 +30,7 @@ const HOOKS: &[Hook] = &[
     Hook::DestroyLease,
     Hook::RealizeWorkspace,
     Hook::InspectLease,
+    Hook::Execute,
 ];
 
 /// The CreateOS sandbox provider.
@@ -171,8 +172,8 @@ impl Provider for CreateosProvider {
         self.context().and_then(|context| lease::realize(context, params).map_err(to_abi))
     }
 
-    fn execute(&self, _params: &ExecuteParams, _output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
-        Err(provider_abi::unsupported(Hook::Execute))
+    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
+        self.run(|context| crate::execute::execute(context, params, output))
     }
 
     fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {

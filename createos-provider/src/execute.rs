@@ -1,0 +1,976 @@
+//! The `execute` hook: run one command in a lease's sandbox as a managed
+//! process and stream its output.
+//!
+//! # Order of events
+//!
+//! 1. Ownership check, timeout check, script built and checked (env names,
+//!    NUL bytes, size): any failure here sends no request.
+//! 2. The command registers on its lease ([`Registry::start_command`]); a
+//!    closing lease is refused with [`Error::CleanupInProgress`], an
+//!    unconfirmed one with [`Error::CleanupUnconfirmed`], before any request.
+//! 3. The command waits for the pacer's admission of new work
+//!    ([`crate::pacer::Pacer::admit_new_work`]) and holds it until process
+//!    creation returns. Standard input, if any, is uploaded to `/tmp/.paperclip-stdin-<uuid>`
+//!    (`PUT /files`) and redirected with `<`; it never appears in the script
+//!    or the process-creation request. Without stdin the command reads
+//!    `/dev/null`.
+//! 4. `POST /processes` runs `/bin/bash -lc SCRIPT`, never retried. A 4xx (or
+//!    an input error) is a plain error; a request the pacer never sent
+//!    before the deadline is a plain timeout; any other failure (5xx, connection
+//!    error, timeout, malformed reply, cancellation before the process id
+//!    arrived) leaves the outcome unknown: the lease is marked unconfirmed
+//!    and the error is [`Error::CreationUnconfirmed`].
+//! 5. The output is streamed with `GET .../connect?after=<cursor>` and
+//!    decoded by [`OutputDecoder`]; every decoded piece of text is written
+//!    to the sink once, as it arrives. On a connection error, a premature
+//!    end of the body, a 5xx or a 429 the stream reconnects from its cursor,
+//!    at most [`MAX_RECONNECTS`] times per command, [`RECONNECT_DELAY`]
+//!    apart. Everything is raced against the command's deadline and its
+//!    cancellation token (release or shutdown).
+//! 6. Exit: the result carries the exit code, or `signal` with no exit code.
+//!    Timeout: `exit_code: None, timed_out: true` with the partial output.
+//!    Cancellation: [`Error::Cancelled`]. Stream failure: its error. In these
+//!    three cases the process tree is first terminated
+//!    (`DELETE ...?grace_ms=1000`) at cleanup priority under a fresh
+//!    deadline ([`CLEANUP_TIMEOUT`]), up to [`KILL_ATTEMPTS`] times unless
+//!    refused with a 4xx other than 429; if
+//!    termination is not confirmed the lease is marked unconfirmed and the
+//!    error is [`Error::CommandCleanupUnconfirmed`].
+//! 7. The staged stdin file is removed (`exec /bin/rm -f -- <path>`, errors
+//!    ignored), then the command unregisters: a release waiting in
+//!    [`Registry::stop_commands`] resumes only once the tree is gone (or the
+//!    lease is marked unconfirmed).
+//!
+//! `metadata_json` is `{"processId", "outputTruncated": {"stdout",
+//! "stderr"}, "reconnects"}` (`processId` is `null` when no process was
+//! created: a timeout while waiting for admission, uploading stdin or
+//! before the creation request was sent).
+//!
+//! A relative `cwd` is resolved against the workspace
+//! ([`REMOTE_CWD`]); an empty or missing one is the workspace.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use provider_abi::{ExecuteParams, ExecuteResult, OutputSink, OutputStream};
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{CallOptions, CreateosClient};
+use crate::config::{ProviderConfig, MAX_TIMEOUT_MS};
+use crate::error::{op, Error, ErrorKind};
+use crate::lease::{Context, OwnedLease};
+use crate::metadata::REMOTE_CWD;
+use crate::ndjson::{DecodedOutput, ExitStatus, OutputDecoder};
+use crate::pacer::{Admission, Priority};
+use crate::registry::{Refusal, Registry};
+use crate::script::{self, ScriptSpec};
+
+/// Prefix of the staged stdin file; a random UUID follows.
+pub const STDIN_PATH_PREFIX: &str = "/tmp/.paperclip-stdin-";
+/// Reconnects of the output stream per command.
+pub const MAX_RECONNECTS: u32 = 3;
+/// Pause before a reconnect.
+pub const RECONNECT_DELAY: Duration = Duration::from_millis(250);
+/// Grace the process tree gets between SIGTERM and SIGKILL.
+pub const KILL_GRACE_MS: u64 = 1000;
+/// Attempts to confirm a tree's termination.
+pub const KILL_ATTEMPTS: u32 = 3;
+/// The fresh deadline of the cleanup after a timeout, a cancellation or a
+/// failure (termination, then stdin removal, each).
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+const CREATION_UNCONFIRMED: &str =
+    "CreateOS process creation could not be confirmed; destroy the lease before reusing it.";
+
+/// Why a step stopped before its result.
+#[derive(Debug)]
+enum Stop {
+    /// The command's deadline passed.
+    Deadline,
+    /// Release or shutdown cancelled the command.
+    Cancelled,
+    /// The step failed.
+    Failed(Error),
+}
+
+/// Runs `params.command` in the lease's sandbox; see the module docs.
+pub async fn execute(
+    ctx: &Context,
+    params: &ExecuteParams,
+    sink: &mut OutputSink<'_>,
+) -> Result<ExecuteResult, Error> {
+    execute_with(ctx, params, &mut |stream, text| sink.write(stream, text)).await
+}
+
+/// [`execute`] with any output callback.
+pub async fn execute_with(
+    ctx: &Context,
+    params: &ExecuteParams,
+    emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+) -> Result<ExecuteResult, Error> {
+    let lease = ctx.own_required(&params.lease)?;
+    let timeout = command_timeout(params.timeout_ms.into_option(), &lease.config)?;
+    let stdin = params.stdin.as_ref().into_option().map(|bytes| Bytes::copy_from_slice(bytes));
+    let stdin_path = stdin.as_ref().map(|_| format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4()));
+    let cwd = resolve_cwd(params.cwd.as_ref().into_option().map(|cwd| cwd.as_str()));
+    let args: Vec<&str> = params.args.iter().map(|arg| arg.as_str()).collect();
+    let env: Vec<(&str, &str)> =
+        params.env.iter().map(|var| (var.name.as_str(), var.value.as_str())).collect();
+    let script = script::render(&ScriptSpec {
+        cwd: &cwd,
+        command: params.command.as_str(),
+        args: &args,
+        env: &env,
+        stdin_path: stdin_path.as_deref(),
+    })?;
+    let client = ctx.client(&lease.config)?;
+    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
+        Refusal::Closing => Error::CleanupInProgress,
+        Refusal::Unconfirmed => Error::CleanupUnconfirmed,
+    })?;
+    let mut run = Run {
+        client: &client,
+        registry: &ctx.registry,
+        lease: &lease,
+        cancel: guard.cancel.clone(),
+        deadline: Instant::now() + timeout,
+        reconnects: 0,
+    };
+    let staged = stdin.zip(stdin_path.as_deref());
+    let result = run.run(&script, staged, emit).await;
+    // Only now, with the tree terminated (or the lease marked unconfirmed)
+    // and the stdin file removed, may a waiting release go on.
+    drop(guard);
+    result
+}
+
+/// The command's timeout: the call's, else the configuration's.
+fn command_timeout(requested: Option<u64>, config: &ProviderConfig) -> Result<Duration, Error> {
+    let ms = requested.unwrap_or(config.timeout_ms);
+    if !(1..=MAX_TIMEOUT_MS).contains(&ms) {
+        return Err(Error::invalid_input(format!(
+            "CreateOS command timeoutMs must be between 1 and {MAX_TIMEOUT_MS}."
+        )));
+    }
+    Ok(Duration::from_millis(ms))
+}
+
+/// The working directory: the workspace when missing or empty; a relative
+/// path is taken inside the workspace.
+fn resolve_cwd(cwd: Option<&str>) -> String {
+    match cwd {
+        None | Some("") => REMOTE_CWD.to_string(),
+        Some(cwd) if cwd.starts_with('/') => cwd.to_string(),
+        Some(cwd) => format!("{REMOTE_CWD}/{cwd}"),
+    }
+}
+
+/// A 4xx or an input error: the request was refused (or never sent), so
+/// nothing happened.
+fn is_refusal(error: &Error) -> bool {
+    error.http_status().is_some_and(|status| (400..500).contains(&status))
+        || error.kind() == ErrorKind::InvalidInput
+}
+
+/// Failures after which the output stream reconnects.
+fn is_reconnectable(error: &Error) -> bool {
+    error.is_transient() || error.kind() == ErrorKind::Timeout
+}
+
+struct Run<'a> {
+    client: &'a CreateosClient,
+    registry: &'a Registry,
+    lease: &'a OwnedLease,
+    cancel: CancellationToken,
+    deadline: Instant,
+    reconnects: u32,
+}
+
+impl Run<'_> {
+    fn sandbox(&self) -> &str {
+        &self.lease.sandbox_id
+    }
+
+    fn options(&self, priority: Priority) -> CallOptions {
+        CallOptions::new(self.deadline, priority)
+    }
+
+    /// Runs `step` until it ends, the deadline passes or the command is
+    /// cancelled (cancellation wins ties). A client timeout at the deadline
+    /// counts as the deadline.
+    async fn race<T>(&self, step: impl Future<Output = Result<T, Error>>) -> Result<T, Stop> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+            _ = tokio::time::sleep_until(self.deadline) => Err(Stop::Deadline),
+            result = step => result.map_err(|error| {
+                if error.kind() == ErrorKind::Timeout && Instant::now() >= self.deadline {
+                    Stop::Deadline
+                } else {
+                    Stop::Failed(error)
+                }
+            }),
+        }
+    }
+
+    async fn run(
+        &mut self,
+        script: &str,
+        stdin: Option<(Bytes, &str)>,
+        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+    ) -> Result<ExecuteResult, Error> {
+        if self.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
+        let stdin_path = stdin.as_ref().map(|(_, path)| *path);
+        let result = self.run_staged(script, stdin, emit).await;
+        if let Some(path) = stdin_path {
+            self.remove_stdin(path).await;
+        }
+        result
+    }
+
+    async fn run_staged(
+        &mut self,
+        script: &str,
+        stdin: Option<(Bytes, &str)>,
+        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+    ) -> Result<ExecuteResult, Error> {
+        // New work waits for admission, so it never piles up in front of
+        // work already in flight; it holds it until process creation returns.
+        let pacer = self.client.pacer().clone();
+        let admitted = self.race(async { Ok(pacer.admit_new_work().await) }).await;
+        let staged = match (admitted, stdin) {
+            (Ok(admission), Some((bytes, path))) => {
+                let options = self.options(Priority::NewWork);
+                self.race(self.client.put_file(self.sandbox(), path, bytes, options))
+                    .await
+                    .map(|()| admission)
+            }
+            (admitted, _) => admitted,
+        };
+        let admission = match staged {
+            Ok(admission) => admission,
+            Err(Stop::Deadline) => return Ok(self.result(None, None, true, OutputDecoder::new().finish())),
+            Err(Stop::Cancelled) => return Err(Error::Cancelled),
+            Err(Stop::Failed(error)) => return Err(error),
+        };
+
+        // From here on, a future dropped before its cleanup leaves a process
+        // nobody will terminate: the lease is then marked unconfirmed.
+        let abandoned = MarkUnconfirmedOnDrop { registry: self.registry, lease: self.lease, armed: true };
+        let result = self.create_and_stream(script, admission, emit).await;
+        abandoned.disarm();
+        result
+    }
+
+    async fn create_and_stream(
+        &mut self,
+        script: &str,
+        admission: Admission,
+        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+    ) -> Result<ExecuteResult, Error> {
+        let create =
+            self.client.create_process(self.sandbox(), script, None, self.options(Priority::NewWork));
+        // Not raced against the deadline here: the client bounds the call by
+        // the same deadline and tells a request that was never sent (its
+        // deadline passed in the pacer queue: a plain timeout) from one whose
+        // outcome is unknown.
+        let created = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
+            created = create => created.map_err(Stop::Failed),
+        };
+        drop(admission);
+        let pid = match created {
+            Ok(pid) => pid,
+            Err(Stop::Failed(error)) if error.is_not_sent() => {
+                return Ok(self.result(None, None, true, OutputDecoder::new().finish()));
+            }
+            Err(Stop::Failed(error)) if is_refusal(&error) => return Err(error),
+            Err(stop) => {
+                tracing::warn!(sandbox = %self.sandbox(), reason = ?stop_label(&stop), "CreateOS process creation outcome unknown");
+                self.registry.mark_unconfirmed(&self.lease.scope);
+                return Err(Error::creation_unconfirmed(CREATION_UNCONFIRMED));
+            }
+        };
+
+        let mut decoder = OutputDecoder::new();
+        let streamed = self.stream(&pid, &mut decoder, emit).await;
+        let stop = match streamed {
+            Ok(exit) => return Ok(self.result(Some(&pid), Some(exit), false, decoder.finish())),
+            Err(stop) => stop,
+        };
+        decoder.flush(&mut |stream, text| emit(stream, text));
+        if !self.terminate(&pid).await {
+            self.registry.mark_unconfirmed(&self.lease.scope);
+            return Err(Error::CommandCleanupUnconfirmed);
+        }
+        match stop {
+            Stop::Deadline => Ok(self.result(Some(&pid), None, true, decoder.finish())),
+            Stop::Cancelled => Err(Error::Cancelled),
+            Stop::Failed(error) => Err(error),
+        }
+    }
+
+    /// Streams the output until the exit frame, reconnecting per the module
+    /// docs.
+    async fn stream(
+        &mut self,
+        pid: &str,
+        decoder: &mut OutputDecoder,
+        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+    ) -> Result<ExitStatus, Stop> {
+        loop {
+            let attempt = async {
+                let options = self.options(Priority::InFlight);
+                let mut body = self.client.connect(self.sandbox(), pid, decoder.cursor(), options).await?;
+                decoder.reconnect();
+                while let Some(chunk) = body.next().await {
+                    if let Some(exit) = decoder.feed(&chunk?, &mut |stream, text| emit(stream, text))? {
+                        return Ok(exit);
+                    }
+                }
+                // The body ended without an exit frame: a cut connection.
+                Err(Error::connection(op::OUTPUT_CONNECTION))
+            };
+            match self.race(attempt).await {
+                Ok(exit) => return Ok(exit),
+                Err(Stop::Failed(error)) if is_reconnectable(&error) && self.reconnects < MAX_RECONNECTS => {
+                    self.reconnects += 1;
+                    tracing::debug!(
+                        sandbox = %self.sandbox(),
+                        cursor = decoder.cursor(),
+                        reconnects = self.reconnects,
+                        "CreateOS output stream reconnects"
+                    );
+                    self.race(async {
+                        tokio::time::sleep(RECONNECT_DELAY).await;
+                        Ok(())
+                    })
+                    .await?;
+                }
+                Err(stop) => return Err(stop),
+            }
+        }
+    }
+
+    /// Terminates the process tree under a fresh deadline; true when
+    /// CreateOS confirmed the whole tree is gone.
+    async fn terminate(&self, pid: &str) -> bool {
+        let deadline = Instant::now() + CLEANUP_TIMEOUT;
+        for attempt in 1..=KILL_ATTEMPTS {
+            let options = CallOptions::new(deadline, Priority::Cleanup);
+            match self.client.kill_process(self.sandbox(), pid, KILL_GRACE_MS, options).await {
+                Ok(true) => return true,
+                Ok(false) => {}
+                // A refusal will not change; anything else (5xx, a lost or
+                // malformed reply, a timeout) may: DELETE is idempotent.
+                Err(error) if is_refusal(&error) && error.http_status() != Some(429) => return false,
+                Err(_) => {}
+            }
+            if attempt == KILL_ATTEMPTS || Instant::now() + RECONNECT_DELAY >= deadline {
+                break;
+            }
+            tokio::time::sleep(RECONNECT_DELAY).await;
+        }
+        false
+    }
+
+    /// Removes the staged stdin file; errors are ignored.
+    async fn remove_stdin(&self, path: &str) {
+        let options = CallOptions::new(Instant::now() + CLEANUP_TIMEOUT, Priority::Cleanup);
+        let args = ["-f".to_string(), "--".to_string(), path.to_string()];
+        if let Err(error) = self.client.exec(self.sandbox(), "/bin/rm", &args, options).await {
+            tracing::debug!(sandbox = %self.sandbox(), error = %error, "CreateOS stdin file removal failed");
+        }
+    }
+
+    fn result(
+        &self,
+        pid: Option<&str>,
+        exit: Option<ExitStatus>,
+        timed_out: bool,
+        output: DecodedOutput,
+    ) -> ExecuteResult {
+        let (exit_code, signal) = match exit {
+            Some(ExitStatus::Code(code)) => (Some(code), None),
+            Some(ExitStatus::Signal(name)) => (None, Some(name.into())),
+            None => (None, None),
+        };
+        let metadata = json!({
+            "processId": pid,
+            "outputTruncated": {"stdout": output.stdout_truncated, "stderr": output.stderr_truncated},
+            "reconnects": self.reconnects,
+        });
+        ExecuteResult {
+            exit_code: exit_code.into(),
+            signal: signal.into(),
+            timed_out,
+            stdout: output.stdout.into(),
+            stderr: output.stderr.into(),
+            metadata_json: metadata.to_string().into(),
+        }
+    }
+}
+
+/// Marks the lease unconfirmed if dropped while armed.
+struct MarkUnconfirmedOnDrop<'a> {
+    registry: &'a Registry,
+    lease: &'a OwnedLease,
+    armed: bool,
+}
+
+impl MarkUnconfirmedOnDrop<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for MarkUnconfirmedOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.registry.mark_unconfirmed(&self.lease.scope);
+        }
+    }
+}
+
+fn stop_label(stop: &Stop) -> &'static str {
+    match stop {
+        Stop::Deadline => "deadline",
+        Stop::Cancelled => "cancelled",
+        Stop::Failed(error) => error.operation().unwrap_or("error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::build_http_client;
+    use crate::metadata::LeaseMetadata;
+    use crate::registry::Registry;
+    use axum::body::Body;
+    use axum::extract::{Request, State};
+    use axum::response::Response;
+    use base64::Engine as _;
+    use provider_abi::{EnvVar, EnvironmentParams, LeaseParams};
+    use serde_json::Value;
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    const KEY: &str = "test-key-execute";
+
+    enum Reply {
+        Json(Value),
+        Status(u16),
+        Hang,
+    }
+
+    enum Stream {
+        Status(u16),
+        /// Chunks, then the end of the body (`false`) or a hang (`true`).
+        Body(Vec<String>, bool),
+    }
+
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        uri: String,
+        body: Vec<u8>,
+    }
+
+    #[derive(Default)]
+    struct MockState {
+        create: VecDeque<Reply>,
+        connect: VecDeque<Stream>,
+        kill: VecDeque<Reply>,
+        seen: Vec<Seen>,
+    }
+
+    #[derive(Clone, Default)]
+    struct Mock(Arc<Mutex<MockState>>);
+
+    impl Mock {
+        fn create(&self, reply: Reply) {
+            self.0.lock().unwrap().create.push_back(reply);
+        }
+        fn connect(&self, reply: Stream) {
+            self.0.lock().unwrap().connect.push_back(reply);
+        }
+        fn kill(&self, reply: Reply) {
+            self.0.lock().unwrap().kill.push_back(reply);
+        }
+        fn seen(&self) -> Vec<Seen> {
+            self.0.lock().unwrap().seen.clone()
+        }
+        fn count(&self, method: &str, part: &str) -> usize {
+            self.seen().iter().filter(|s| s.method == method && s.uri.contains(part)).count()
+        }
+    }
+
+    fn envelope(data: Value) -> Response {
+        let body = json!({"status": "success", "data": data}).to_string();
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap()
+    }
+
+    fn status(code: u16) -> Response {
+        Response::builder().status(code).body(Body::empty()).unwrap()
+    }
+
+    async fn reply(reply: Option<Reply>, default: Value) -> Response {
+        match reply {
+            None => envelope(default),
+            Some(Reply::Json(data)) => envelope(data),
+            Some(Reply::Status(code)) => status(code),
+            Some(Reply::Hang) => std::future::pending().await,
+        }
+    }
+
+    async fn handler(State(mock): State<Mock>, req: Request) -> Response {
+        let (parts, body) = req.into_parts();
+        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap().to_vec();
+        let method = parts.method.to_string();
+        let uri = parts.uri.to_string();
+        assert_eq!(parts.headers.get("x-api-key").unwrap(), KEY);
+        mock.0.lock().unwrap().seen.push(Seen { method: method.clone(), uri: uri.clone(), body });
+        let path = parts.uri.path().to_string();
+        match method.as_str() {
+            "PUT" if path.ends_with("/files") => {
+                if mock.0.lock().unwrap().seen.last().is_some_and(|s| s.body == b"hang") {
+                    std::future::pending::<()>().await;
+                }
+                status(200)
+            }
+            "POST" if path.ends_with("/exec") => {
+                envelope(json!({"result": {"exit_code": 0, "stdout": "", "stderr": ""}}))
+            }
+            "POST" if path.ends_with("/processes") => {
+                let next = mock.0.lock().unwrap().create.pop_front();
+                reply(next, json!({"process_id": "proc-1"})).await
+            }
+            "DELETE" => {
+                let next = mock.0.lock().unwrap().kill.pop_front();
+                reply(next, json!({"tree_exited": true})).await
+            }
+            "GET" if path.ends_with("/connect") => {
+                let next = mock.0.lock().unwrap().connect.pop_front();
+                match next {
+                    None => status(599),
+                    Some(Stream::Status(code)) => status(code),
+                    Some(Stream::Body(chunks, hang)) => {
+                        let chunks = futures_util::stream::iter(
+                            chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+                        );
+                        let body = if hang {
+                            Body::from_stream(chunks.chain(futures_util::stream::pending()))
+                        } else {
+                            Body::from_stream(chunks)
+                        };
+                        Response::builder().status(200).body(body).unwrap()
+                    }
+                }
+            }
+            _ => status(404),
+        }
+    }
+
+    struct Fixture {
+        mock: Mock,
+        ctx: Context,
+        params: ExecuteParams,
+    }
+
+    async fn fixture() -> Fixture {
+        let mock = Mock::default();
+        let app = axum::Router::new().fallback(handler).with_state(mock.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let config = json!({
+            "apiUrl": format!("http://{addr}"), "apiKey": KEY, "shape": "s-1vcpu-1gb",
+            "requestsPerMinute": 100000, "timeoutMs": 10000,
+        });
+        let env = EnvironmentParams {
+            driver_key: "createos".into(),
+            company_id: "company".into(),
+            environment_id: "environment".into(),
+            config_json: config.to_string().into(),
+        };
+        let parsed = crate::lease::parse_config(&env).unwrap();
+        let metadata = LeaseMetadata::new(&env, &parsed);
+        let params = ExecuteParams {
+            lease: LeaseParams {
+                env,
+                run_id: "run".into(),
+                provider_lease_id: Some("sbx-1".into()).into(),
+                metadata_json: metadata.to_json().into(),
+            },
+            command: "echo".into(),
+            args: vec!["hi".into()].into(),
+            ..Default::default()
+        };
+        let ctx = Context {
+            http: build_http_client().unwrap(),
+            registry: Registry::default(),
+            shutdown: CancellationToken::new(),
+        };
+        Fixture { mock, ctx, params }
+    }
+
+    fn data(seq: u64, stream: &str, bytes: &[u8]) -> String {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+        json!({"type": "data", "seq": seq, "stream": stream, "data_base64": encoded}).to_string() + "\n"
+    }
+
+    fn exit_code(code: i32) -> String {
+        json!({"type": "exit", "exit_code": code}).to_string() + "\n"
+    }
+
+    type Written = Vec<(OutputStream, String)>;
+
+    async fn run(f: &Fixture) -> (Result<ExecuteResult, Error>, Written) {
+        let mut written = Vec::new();
+        let result = execute_with(&f.ctx, &f.params, &mut |s, t| written.push((s, t.to_owned()))).await;
+        (result, written)
+    }
+
+    fn text(written: &Written, stream: OutputStream) -> String {
+        written.iter().filter(|(s, _)| *s == stream).map(|(_, t)| t.as_str()).collect()
+    }
+
+    fn metadata(result: &ExecuteResult) -> Value {
+        serde_json::from_str(&result.metadata_json).unwrap()
+    }
+
+    fn scope(f: &Fixture) -> crate::registry::LeaseScope {
+        f.ctx.own_required(&f.params.lease).unwrap().scope
+    }
+
+    #[tokio::test]
+    async fn runs_a_command_with_stdin_env_and_split_characters() {
+        let mut f = fixture().await;
+        f.params.stdin = Some(b"secret-stdin\x00bytes".to_vec().into()).into();
+        f.params.env = vec![EnvVar { name: "K".into(), value: "it's".into() }].into();
+        f.params.cwd = Some("sub dir".into()).into();
+        let euro = "€".as_bytes();
+        f.mock.connect(Stream::Body(
+            vec![
+                data(1, "stdout", &euro[..1]) + "{\"type\":\"heartbeat\"}\n",
+                data(2, "stdout", &euro[1..]) + &data(3, "stderr", b"warn")[..10],
+                data(3, "stderr", b"warn")[10..].to_string() + &exit_code(0),
+            ],
+            false,
+        ));
+        let (result, written) = run(&f).await;
+        let result = result.unwrap();
+        assert_eq!(result.exit_code.into_option(), Some(0));
+        assert!(result.signal.is_none() && !result.timed_out);
+        assert_eq!(result.stdout.as_str(), "€");
+        assert_eq!(result.stderr.as_str(), "warn");
+        assert_eq!(written, vec![(OutputStream::Stdout, "€".into()), (OutputStream::Stderr, "warn".into())]);
+        assert_eq!(
+            metadata(&result),
+            json!({"processId": "proc-1", "outputTruncated": {"stdout": false, "stderr": false}, "reconnects": 0})
+        );
+
+        let seen = f.mock.seen();
+        let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+        assert_eq!(methods, ["PUT", "POST", "GET", "POST"]);
+        let path = seen[0].uri.split("path=").nth(1).unwrap().replace("%2F", "/");
+        assert!(path.starts_with(STDIN_PATH_PREFIX), "{path}");
+        assert_eq!(seen[0].body, b"secret-stdin\x00bytes");
+        let create: Value = serde_json::from_slice(&seen[1].body).unwrap();
+        assert_eq!(create["cmd"], "/bin/bash");
+        assert_eq!(create["args"][0], "-lc");
+        assert!(create.get("env").is_none());
+        let script = create["args"][1].as_str().unwrap();
+        assert_eq!(
+            script,
+            format!(
+                "cd -- '/paperclip-workspace/sub dir' || exit\nexec env -- 'K=it'\"'\"'s' 'echo' 'hi' < '{path}'"
+            )
+        );
+        assert!(!seen[1].body.windows(6).any(|w| w == b"secret"));
+        assert_eq!(seen[2].uri, "/v1/sandboxes/sbx-1/processes/proc-1/connect?after=0");
+        assert_eq!(seen[3].uri, "/v1/sandboxes/sbx-1/exec");
+        let rm: Value = serde_json::from_slice(&seen[3].body).unwrap();
+        assert_eq!(rm, json!({"cmd": "/bin/rm", "args": ["-f", "--", path]}));
+        assert_eq!(f.ctx.registry.active_commands(), 0);
+    }
+
+    #[tokio::test]
+    async fn reconnects_from_the_cursor_and_writes_each_chunk_once() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Status(503));
+        f.mock
+            .connect(Stream::Body(vec![data(1, "stdout", b"a") + &data(2, "stdout", b"b") + "{\"ty"], false));
+        f.mock.connect(Stream::Status(429));
+        f.mock.connect(Stream::Body(
+            vec![
+                data(1, "stdout", b"a") + &data(2, "stdout", b"b") + &data(3, "stdout", b"c") + &exit_code(4),
+            ],
+            false,
+        ));
+        let (result, written) = run(&f).await;
+        let result = result.unwrap();
+        assert_eq!(result.exit_code.into_option(), Some(4));
+        assert_eq!(text(&written, OutputStream::Stdout), "abc");
+        assert_eq!(written.len(), 3);
+        assert_eq!(metadata(&result)["reconnects"], 3);
+        let afters: Vec<String> = f
+            .mock
+            .seen()
+            .iter()
+            .filter(|s| s.uri.contains("/connect"))
+            .map(|s| s.uri.split("after=").nth(1).unwrap().to_string())
+            .collect();
+        assert_eq!(afters, ["0", "0", "2", "2"]);
+        assert_eq!(f.mock.count("DELETE", ""), 0);
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_three_reconnects_and_terminates_the_tree() {
+        let f = fixture().await;
+        for _ in 0..4 {
+            f.mock.connect(Stream::Status(502));
+        }
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::api(op::OUTPUT_CONNECTION, 502));
+        assert_eq!(f.mock.count("GET", "/connect"), 4);
+        let deletes: Vec<Seen> = f.mock.seen().into_iter().filter(|s| s.method == "DELETE").collect();
+        assert_eq!(deletes.len(), 1);
+        assert_eq!(deletes[0].uri, "/v1/sandboxes/sbx-1/processes/proc-1?grace_ms=1000");
+        assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
+    }
+
+    #[tokio::test]
+    async fn stream_errors_are_not_retried() {
+        let cases = [
+            (Stream::Status(410), Error::api(op::OUTPUT_CONNECTION, 410)),
+            (Stream::Status(404), Error::api(op::OUTPUT_CONNECTION, 404)),
+            (
+                Stream::Body(vec!["{\"type\":\"nope\"}\n".into()], true),
+                Error::protocol(op::OUTPUT_CONNECTION),
+            ),
+            (Stream::Body(vec![data(2, "stdout", b"gap")], true), Error::protocol(op::OUTPUT_CONNECTION)),
+            (
+                Stream::Body(vec!["{\"type\":\"error\",\"error\":\"output_offset_expired\"}\n".into()], true),
+                Error::OutputEvicted,
+            ),
+        ];
+        for (stream, expected) in cases {
+            let f = fixture().await;
+            f.mock.connect(stream);
+            let (result, _) = run(&f).await;
+            assert_eq!(result.unwrap_err(), expected);
+            assert_eq!(f.mock.count("GET", "/connect"), 1);
+            assert_eq!(f.mock.count("DELETE", ""), 1, "{expected}");
+        }
+    }
+
+    #[tokio::test]
+    async fn timeout_returns_partial_output_after_terminating_the_tree() {
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(400).into();
+        f.mock.connect(Stream::Body(
+            vec![data(1, "stdout", b"partial ") + &data(2, "stdout", &[0xe2, 0x82])],
+            true,
+        ));
+        let started = Instant::now();
+        let (result, written) = run(&f).await;
+        let result = result.unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(400));
+        assert!(result.timed_out);
+        assert!(result.exit_code.is_none() && result.signal.is_none());
+        assert_eq!(result.stdout.as_str(), "partial \u{FFFD}");
+        assert_eq!(text(&written, OutputStream::Stdout), "partial \u{FFFD}");
+        assert_eq!(f.mock.count("DELETE", "grace_ms=1000"), 1);
+        assert_eq!(f.ctx.registry.active_commands(), 0);
+    }
+
+    #[tokio::test]
+    async fn unconfirmed_termination_marks_the_lease() {
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(200).into();
+        f.mock.connect(Stream::Body(vec![], true));
+        f.mock.kill(Reply::Json(json!({"tree_exited": false})));
+        f.mock.kill(Reply::Status(503));
+        f.mock.kill(Reply::Json(json!({})));
+        let (result, _) = run(&f).await;
+        let err = result.unwrap_err();
+        assert_eq!(err, Error::CommandCleanupUnconfirmed);
+        assert_eq!(err.kind(), ErrorKind::CleanupUnconfirmed);
+        assert_eq!(err.to_string(), "CreateOS command cleanup failed; process termination is unconfirmed.");
+        assert_eq!(f.mock.count("DELETE", ""), 3);
+        assert!(f.ctx.registry.is_unconfirmed(&scope(&f)));
+
+        // The lease now refuses commands, before any request.
+        let before = f.mock.seen().len();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::CleanupUnconfirmed);
+        assert_eq!(f.mock.seen().len(), before);
+    }
+
+    #[tokio::test]
+    async fn a_transient_kill_failure_is_retried() {
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(200).into();
+        f.mock.connect(Stream::Body(vec![], true));
+        f.mock.kill(Reply::Status(500));
+        let (result, _) = run(&f).await;
+        assert!(result.unwrap().timed_out);
+        assert_eq!(f.mock.count("DELETE", ""), 2);
+        assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
+
+        // A refusal is final.
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(200).into();
+        f.mock.connect(Stream::Body(vec![], true));
+        f.mock.kill(Reply::Status(403));
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::CommandCleanupUnconfirmed);
+        assert_eq!(f.mock.count("DELETE", ""), 1);
+        assert!(f.ctx.registry.is_unconfirmed(&scope(&f)));
+    }
+
+    #[tokio::test]
+    async fn release_cancels_and_waits_for_the_tree() {
+        let mut f = fixture().await;
+        f.params.stdin = Some(b"x".to_vec().into()).into();
+        f.mock.connect(Stream::Body(vec![data(1, "stderr", b"working")], true));
+        let scope = scope(&f);
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            f.ctx.registry.stop_commands(&scope).await;
+            // The tree is gone and stdin removed before release goes on.
+            (f.mock.count("DELETE", ""), f.mock.count("POST", "/exec"))
+        };
+        let ((result, written), (deletes, removals)) = tokio::join!(run(&f), release);
+        assert_eq!(result.unwrap_err(), Error::Cancelled);
+        assert_eq!(Error::Cancelled.to_string(), "CreateOS command was cancelled.");
+        assert_eq!(text(&written, OutputStream::Stderr), "working");
+        assert_eq!((deletes, removals), (1, 1));
+        assert!(!f.ctx.registry.is_unconfirmed(&scope));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_command_leaves_its_lease_unconfirmed() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Body(vec![], true));
+        let dropped = tokio::time::timeout(Duration::from_millis(300), run(&f)).await;
+        assert!(dropped.is_err());
+        assert!(f.ctx.registry.is_unconfirmed(&scope(&f)));
+        assert_eq!(f.ctx.registry.active_commands(), 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_before_start_sends_nothing() {
+        let f = fixture().await;
+        f.ctx.shutdown.cancel();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::Cancelled);
+        assert!(f.mock.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn signals_end_without_an_exit_code() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Body(vec!["{\"type\":\"exit\",\"signal\":\"SIGKILL\"}\n".into()], false));
+        let (result, _) = run(&f).await;
+        let result = result.unwrap();
+        assert!(result.exit_code.is_none());
+        assert_eq!(result.signal.into_option().unwrap().as_str(), "SIGKILL");
+        assert!(!result.timed_out);
+    }
+
+    #[tokio::test]
+    async fn creation_with_an_unknown_outcome_marks_the_lease() {
+        for reply in [Reply::Status(500), Reply::Json(json!({"process_id": "../x"})), Reply::Hang] {
+            let mut f = fixture().await;
+            f.params.timeout_ms = Some(300).into();
+            f.mock.create(reply);
+            let (result, _) = run(&f).await;
+            let err = result.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::CreationUnconfirmed);
+            assert_eq!(
+                err.to_string(),
+                "CreateOS process creation could not be confirmed; destroy the lease before reusing it."
+            );
+            assert!(f.ctx.registry.is_unconfirmed(&scope(&f)));
+            assert_eq!(f.mock.count("POST", "/processes"), 1, "never retried");
+            assert_eq!(f.mock.count("GET", ""), 0);
+        }
+        // A refusal is a plain error.
+        for code in [400, 429] {
+            let f = fixture().await;
+            f.mock.create(Reply::Status(code));
+            let (result, _) = run(&f).await;
+            assert_eq!(result.unwrap_err(), Error::api(op::PROCESS_CREATION, code));
+            assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
+            assert_eq!(f.mock.count("POST", "/processes"), 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_while_staging_stdin_creates_nothing() {
+        let mut f = fixture().await;
+        f.params.stdin = Some(b"hang".to_vec().into()).into();
+        f.params.timeout_ms = Some(300).into();
+        let (result, _) = run(&f).await;
+        let result = result.unwrap();
+        assert!(result.timed_out);
+        assert_eq!(metadata(&result)["processId"], Value::Null);
+        assert_eq!(f.mock.count("POST", "/processes"), 0);
+        // The file that may have been written is removed.
+        assert_eq!(f.mock.count("POST", "/exec"), 1);
+        assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
+    }
+
+    #[tokio::test]
+    async fn invalid_input_and_refusals_send_nothing() {
+        let mut f = fixture().await;
+        f.params.env = vec![EnvVar { name: "BAD-NAME".into(), value: "v".into() }].into();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(0).into();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+
+        let mut f = fixture().await;
+        f.params.lease.env.company_id = "someone-else".into();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::NotThisEnvironment);
+        assert!(f.mock.seen().is_empty());
+
+        let f = fixture().await;
+        let _closing = f.ctx.registry.begin_closing(&scope(&f)).unwrap();
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap_err(), Error::CleanupInProgress);
+        assert!(f.mock.seen().is_empty());
+    }
+
+    #[test]
+    fn working_directories() {
+        assert_eq!(resolve_cwd(None), REMOTE_CWD);
+        assert_eq!(resolve_cwd(Some("")), REMOTE_CWD);
+        assert_eq!(resolve_cwd(Some("/srv")), "/srv");
+        assert_eq!(resolve_cwd(Some("a/b")), "/paperclip-workspace/a/b");
+    }
+
+    #[test]
+    fn new_error_messages() {
+        assert_eq!(Error::CommandCleanupUnconfirmed.operation(), Some(op::PROCESS_CLEANUP));
+        assert_eq!(Error::OutputEvicted.kind(), ErrorKind::Api);
+        assert_eq!(Error::OutputStreamError.operation(), Some(op::OUTPUT_CONNECTION));
+    }
+}
