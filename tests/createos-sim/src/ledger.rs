@@ -34,6 +34,15 @@ pub struct RequestRecord {
     pub status: u16,
 }
 
+/// One managed process as its creation request described it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessRecord {
+    /// The sandbox it ran in.
+    pub sandbox_id: String,
+    /// The raw JSON body of `POST .../processes`, exactly as received.
+    pub request_body: String,
+}
+
 /// Snapshot of everything the simulator recorded.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
@@ -41,6 +50,8 @@ pub struct Ledger {
     pub sandboxes: Vec<SandboxRecord>,
     /// Every request, in completion order.
     pub requests: Vec<RequestRecord>,
+    /// Every managed process creation request that was accepted.
+    pub processes: Vec<ProcessRecord>,
 }
 
 impl Ledger {
@@ -90,17 +101,28 @@ struct Inner {
     sandboxes: Vec<SandboxRecord>,
     index: HashMap<String, usize>,
     requests: Vec<RequestRecord>,
+    processes: Vec<ProcessRecord>,
 }
 
 impl LedgerStore {
     pub(crate) fn snapshot(&self) -> Ledger {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        Ledger { sandboxes: g.sandboxes.clone(), requests: g.requests.clone() }
+        Ledger {
+            sandboxes: g.sandboxes.clone(),
+            requests: g.requests.clone(),
+            processes: g.processes.clone(),
+        }
     }
 
     pub(crate) fn record_request(&self, method: &str, path: &str, status: u16) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.requests.push(RequestRecord { method: method.to_string(), path: path.to_string(), status });
+    }
+
+    pub(crate) fn record_process(&self, sandbox_id: &str, request_body: &[u8]) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let request_body = String::from_utf8_lossy(request_body).into_owned();
+        g.processes.push(ProcessRecord { sandbox_id: sandbox_id.to_string(), request_body });
     }
 
     pub(crate) fn add_sandbox(&self, id: &str, shape: &str, status: &str) {

@@ -453,6 +453,7 @@ async fn create_process(State(sh): State<Arc<Shared>>, Path(id): Path<String>, b
     let p = ManagedProcess::spawn(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref(), sh.journal_bytes)
         .map_err(spawn_error)?;
     let pid = format!("proc-{}", uuid::Uuid::new_v4().simple());
+    sh.ledger.record_process(&id, &body);
     if !sb.add_process(pid.clone(), p.clone()) {
         p.tree.kill_and_wait(Duration::from_secs(3)).await;
         return Err(err(StatusCode::NOT_FOUND, "sandbox not found"));

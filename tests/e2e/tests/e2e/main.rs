@@ -1,5 +1,6 @@
 //! End-to-end tests through real shared libraries, one binary with modules.
 
 mod abi;
+mod execute;
 mod lease;
 mod support;

@@ -2,7 +2,10 @@
 //! hook parameters the tests send.
 
 use createos_sim::{Ledger, SimConfig, Simulator};
-use provider_abi::{AcquireParams, EnvironmentParams, Lease, LeaseParams, LoadedProvider, Provider};
+use provider_abi::{
+    AcquireParams, EnvironmentParams, ExecuteParams, ExecuteResult, HookResult, Lease, LeaseParams,
+    LoadedProvider, OutputSink, OutputStream, Provider,
+};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -73,6 +76,27 @@ impl Bed {
             run_id: "run-1".into(),
             provider_lease_id: lease.provider_lease_id.clone(),
             metadata_json: lease.metadata_json.clone(),
+        }
+    }
+
+    /// Runs `command args...` in `lease`, collecting the chunks the sink saw.
+    pub fn execute(
+        &self,
+        params: &ExecuteParams,
+    ) -> (HookResult<ExecuteResult>, Vec<(OutputStream, String)>) {
+        let mut chunks = Vec::new();
+        let mut collect = |stream: OutputStream, chunk: &str| chunks.push((stream, chunk.to_owned()));
+        let result = self.provider.execute(params, &mut OutputSink::new(&mut collect));
+        (result, chunks)
+    }
+
+    /// Execute parameters for `command args...` in `lease`.
+    pub fn command(&self, config: &Value, lease: &Lease, command: &str, args: &[&str]) -> ExecuteParams {
+        ExecuteParams {
+            lease: self.lease_params(config, lease),
+            command: command.into(),
+            args: args.iter().map(|arg| (*arg).into()).collect(),
+            ..Default::default()
         }
     }
 
