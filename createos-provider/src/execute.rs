@@ -9,7 +9,7 @@
 //!    closing lease is refused with [`Error::CleanupInProgress`], an
 //!    unconfirmed one with [`Error::CleanupUnconfirmed`], before any request.
 //! 3. The command waits for the pacer's admission of new work
-//!    ([`crate::pacer::Pacer::admit_new_work`]) and holds it until process
+//!    ([`crate::lease::admit`]) and holds it until process
 //!    creation returns. Standard input, if any, is uploaded to `/tmp/.paperclip-stdin-<uuid>`
 //!    (`PUT /files`) and redirected with `<`; it never appears in the script
 //!    or the process-creation request. Without stdin the command reads
@@ -242,11 +242,10 @@ impl Run<'_> {
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
-        let pacer = self.client.pacer().clone();
-        let admitted = self.race(async { Ok(pacer.admit_new_work().await) }).await;
+        let admitted = self.race(crate::lease::admit(self.client, &self.lease.config)).await;
         let staged = match (admitted, stdin) {
             (Ok(admission), Some((bytes, path))) => {
-                let options = self.options(Priority::NewWork);
+                let options = self.options(Priority::InFlight);
                 self.race(self.client.put_file(self.sandbox(), path, bytes, options))
                     .await
                     .map(|()| admission)
@@ -275,7 +274,7 @@ impl Run<'_> {
         emit: &mut (dyn FnMut(OutputStream, &str) + Send),
     ) -> Result<ExecuteResult, Error> {
         let create =
-            self.client.create_process(self.sandbox(), script, None, self.options(Priority::NewWork));
+            self.client.create_process(self.sandbox(), script, None, self.options(Priority::InFlight));
         // Not raced against the deadline here: the client bounds the call by
         // the same deadline and tells a request that was never sent (its
         // deadline passed in the pacer queue: a plain timeout) from one whose

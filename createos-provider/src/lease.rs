@@ -4,7 +4,7 @@
 use crate::{
     client::{CallOptions, CreateosClient, SandboxState},
     config::ProviderConfig,
-    error::{op, Error, ErrorKind},
+    error::{op, Error},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
     pacer::{Admission, Priority},
     registry::{LeaseScope, Refusal, Registry},
@@ -128,11 +128,13 @@ pub const ADMISSION_PATIENCE: u32 = 4;
 /// keeps every admitted operation's requests well inside it.
 pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
 
-/// Waits until the shared budget can carry one more acquisition.
-async fn admit(client: &CreateosClient, config: &ProviderConfig) -> Result<Admission, Error> {
+/// Waits until the shared budget can carry one more new operation (an
+/// acquisition or a command); the admitted work then runs at in-flight
+/// priority.
+pub(crate) async fn admit(client: &CreateosClient, config: &ProviderConfig) -> Result<Admission, Error> {
     let timeout = Duration::from_millis(config.timeout_ms);
     let horizon = timeout / ADMISSION_SHARE_OF_TIMEOUT;
-    tokio::time::timeout(timeout * ADMISSION_PATIENCE, client.pacer().admit_new_work_within(horizon))
+    tokio::time::timeout(timeout * ADMISSION_PATIENCE, client.pacer().admit_new_work(horizon))
         .await
         .map_err(|_| Error::NotSent { operation: op::SANDBOX_LIFECYCLE })
 }
@@ -360,9 +362,4 @@ pub async fn probe(ctx: &Context, env: &EnvironmentParams) -> Result<ProbeReport
         .to_string()
         .into(),
     })
-}
-
-/// True for errors after which a lease must never be paused or resumed.
-pub fn is_cleanup_unconfirmed(error: &Error) -> bool {
-    error.kind() == ErrorKind::CleanupUnconfirmed
 }

@@ -31,12 +31,13 @@
 //!
 //! [`Pacer::admit_new_work`] admits new work (e.g. a new lease) only while
 //! `waiting requests + outstanding admissions < capacity`, where capacity is
-//! what the budget serves in [`ADMISSION_HORIZON`] (2 s): `⌊0.97 × limit / 30⌋`,
-//! at least 1 (9 for 300/min). Admission waiters are served FIFO. The caller
-//! holds the [`Admission`] guard while the new work issues its first requests
-//! (e.g. until its sandbox is created) and then drops it. So new work never
-//! piles up more than about two seconds of backlog in front of work already
-//! in flight, which keeps in-flight and cleanup latency low.
+//! what the budget serves within the caller's `horizon`, at least 1 (the
+//! lease hooks pass a tenth of `timeoutMs`: 2 s, 9 requests, for a `timeoutMs`
+//! of 20 s at 300/min). Admission waiters are served FIFO. The caller holds the
+//! [`Admission`] guard while the new work issues its first requests (e.g.
+//! until its sandbox is created) and then drops it. So new work never piles
+//! up more backlog in front of work already in flight than the deadlines of
+//! that work can absorb, which keeps in-flight and cleanup latency low.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -50,8 +51,6 @@ use tokio::time::Instant;
 pub const RATE_PERCENT: u64 = 97;
 /// Largest burst.
 pub const MAX_BURST: u32 = 8;
-/// The backlog new work may add to, in time the budget needs to serve it.
-pub const ADMISSION_HORIZON: Duration = Duration::from_secs(2);
 
 /// A request's priority; lower variants are served first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -91,11 +90,6 @@ impl Rate {
     /// The most request starts in any closed 60 s window.
     pub fn max_per_minute(&self) -> u64 {
         u64::from(self.burst) + (60_000_000_000u128 / self.interval.as_nanos()) as u64
-    }
-
-    /// How many requests may wait (plus admissions) before new work waits.
-    pub fn admission_capacity(&self) -> usize {
-        self.capacity_within(ADMISSION_HORIZON)
     }
 
     /// How many requests the budget serves within `horizon`, at least 1.
@@ -275,17 +269,11 @@ impl Pacer {
         }
     }
 
-    /// Waits until new work may start (see the module documentation) and
-    /// returns a guard that counts against the admission capacity until
-    /// dropped. Cancel by dropping the future.
-    pub async fn admit_new_work(self: &Arc<Self>) -> Admission {
-        self.admit_new_work_within(ADMISSION_HORIZON).await
-    }
-
-    /// [`Pacer::admit_new_work`] with the backlog limit expressed as the time
-    /// the budget needs to serve it (`horizon`) instead of
-    /// [`ADMISSION_HORIZON`]: callers derive it from their own deadline.
-    pub async fn admit_new_work_within(self: &Arc<Self>, horizon: Duration) -> Admission {
+    /// Waits until new work may start: until the backlog of waiting requests
+    /// plus outstanding admissions is below what the budget serves within
+    /// `horizon` (see the module documentation). Returns a guard that counts
+    /// against that capacity until dropped. Cancel by dropping the future.
+    pub async fn admit_new_work(self: &Arc<Self>, horizon: Duration) -> Admission {
         let notify = Arc::new(Notify::new());
         let seq = {
             let mut state = self.lock();
@@ -379,7 +367,7 @@ mod tests {
         assert_eq!(r.burst, 3);
         assert_eq!(r.interval, Duration::from_nanos(206_185_568));
         assert_eq!(r.max_per_minute(), 293);
-        assert_eq!(r.admission_capacity(), 9);
+        assert_eq!(r.capacity_within(Duration::from_secs(2)), 9);
         for limit in [1, 2, 7, 33, 34, 60, 100, 299, 300, 301, 1000, 5000, 100_000] {
             let r = Rate::for_limit(limit);
             assert!(r.max_per_minute() <= u64::from(limit), "{limit}: {r:?}");
@@ -560,10 +548,12 @@ mod tests {
         }
     }
 
+    const HORIZON: Duration = Duration::from_secs(2);
+
     #[tokio::test(start_paused = true)]
     async fn admission_follows_the_backlog() {
         let pacer = Arc::new(Pacer::new(300));
-        let capacity = pacer.rate().admission_capacity();
+        let capacity = pacer.rate().capacity_within(HORIZON);
         assert_eq!(capacity, 9);
         for _ in 0..3 {
             pacer.acquire(Priority::InFlight).await; // spend the burst
@@ -577,13 +567,13 @@ mod tests {
             .collect();
         until_waiting(&pacer, capacity).await;
         let start = Instant::now();
-        let admission = pacer.admit_new_work().await;
+        let admission = pacer.admit_new_work(HORIZON).await;
         // One request had to start before new work was admitted.
         assert!(Instant::now() > start);
         assert_eq!(pacer.waiting(), capacity - 1);
         // The guard counts: the next admission needs another start.
         let t1 = Instant::now();
-        let second = pacer.admit_new_work().await;
+        let second = pacer.admit_new_work(HORIZON).await;
         assert!(Instant::now() > t1);
         drop(admission);
         drop(second);
@@ -591,9 +581,9 @@ mod tests {
             w.await.unwrap();
         }
         // Idle: admission is immediate; a cancelled admission frees its place.
-        drop(pacer.admit_new_work());
+        drop(pacer.admit_new_work(HORIZON));
         let t2 = Instant::now();
-        let _a = pacer.admit_new_work().await;
+        let _a = pacer.admit_new_work(HORIZON).await;
         assert_eq!(Instant::now(), t2);
     }
 

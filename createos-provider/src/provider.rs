@@ -17,22 +17,6 @@ use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
-/// The hooks this provider implements.
-const HOOKS: &[Hook] = &[
-    Hook::Setup,
-    Hook::Shutdown,
-    Hook::Health,
-    Hook::ValidateConfig,
-    Hook::Probe,
-    Hook::AcquireLease,
-    Hook::ResumeLease,
-    Hook::ReleaseLease,
-    Hook::DestroyLease,
-    Hook::RealizeWorkspace,
-    Hook::InspectLease,
-    Hook::Execute,
-];
-
 /// The CreateOS sandbox provider.
 #[derive(Default)]
 pub struct CreateosProvider {
@@ -103,7 +87,7 @@ impl Provider for CreateosProvider {
             display_name: "CreateOS sandboxes".into(),
             driver_key: "createos".into(),
             abi_version: ABI_VERSION,
-            hooks: HOOKS.iter().map(|hook| hook.name().into()).collect(),
+            hooks: Hook::ALL.iter().map(|hook| hook.name().into()).collect(),
             config_schema_json: config_schema().to_string().into(),
         }
     }

@@ -245,48 +245,33 @@ fn a_second_concurrent_release_is_refused() {
     assert_eq!(bed.status(&lease_id(&lease)), "paused");
 }
 
+/// A pause whose outcome cannot be confirmed (the sandbox vanished
+/// mid-pause, the transition ended in `error`, or never finished) poisons
+/// the lease: it can only be destroyed, which clears the flag.
 #[test]
 fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
-    let bed = Bed::new();
-    let config = bed.config(reuse());
-    let lease = bed.acquire(&config);
-    let params = bed.lease_params(&config, &lease);
-    bed.sim.add_fault(FaultRule::new(
-        "POST /v1/sandboxes/*/pause",
-        FaultTrigger::nth(1),
-        FaultKind::ForceStopped,
-    ));
-    let error = bed.provider.release_lease(&params).unwrap_err();
-    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
-    // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
-    let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
-    let error = bed.provider.release_lease(&params).unwrap_err();
-    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
-    let error = bed.provider.resume_lease(&params).unwrap_err();
-    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
-    assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), pauses, "nothing was paused");
-    // Destroy deletes and clears the flag.
-    bed.provider.destroy_lease(&params).unwrap();
-    assert!(bed.ledger().leaked().is_empty());
-    assert!(bed.provider.inspect_lease(&params).map(|status| !status.unconfirmed).unwrap());
-}
-
-#[test]
-fn a_pause_that_ends_in_error_is_unconfirmed() {
-    let bed = Bed::new();
-    let config = bed.config(reuse());
-    let lease = bed.acquire(&config);
-    let params = bed.lease_params(&config, &lease);
-    bed.sim.add_fault(FaultRule::new(
-        "POST /v1/sandboxes/*/pause",
-        FaultTrigger::nth(1),
-        FaultKind::TransitionError,
-    ));
-    let error = bed.provider.release_lease(&params).unwrap_err();
-    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
-    assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed);
-    bed.provider.destroy_lease(&params).unwrap();
-    assert!(bed.ledger().leaked().is_empty());
+    let faults = [FaultKind::ForceStopped, FaultKind::TransitionError, FaultKind::TransitionStuck];
+    for fault in faults {
+        let bed = Bed::new();
+        let config = bed.config(json!({"reuseLease": true, "timeoutMs": 1_500}));
+        let lease = bed.acquire(&config);
+        let params = bed.lease_params(&config, &lease);
+        bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes/*/pause", FaultTrigger::nth(1), fault));
+        let error = bed.provider.release_lease(&params).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{fault:?}: {error}");
+        assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed, "{fault:?}");
+        // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
+        let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
+        let error = bed.provider.release_lease(&params).unwrap_err();
+        assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+        let error = bed.provider.resume_lease(&params).unwrap_err();
+        assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+        assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), pauses, "{fault:?}: nothing paused");
+        // Destroy deletes and clears the flag.
+        bed.provider.destroy_lease(&params).unwrap();
+        assert!(bed.ledger().leaked().is_empty(), "{fault:?}");
+        assert!(!bed.provider.inspect_lease(&params).unwrap().unconfirmed, "{fault:?}");
+    }
 }
 
 #[test]
