@@ -603,7 +603,7 @@ async fn read_capped(resp: Response, cap: usize, label: &'static str) -> Result<
 }
 
 /// `{"status":"success","data":{...}}` → `data`.
-fn envelope(body: &[u8], label: &'static str) -> Result<Map<String, Value>, Error> {
+pub fn envelope(body: &[u8], label: &'static str) -> Result<Map<String, Value>, Error> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(mut reply)) if reply.get("status") == Some(&json!("success")) => {
             match reply.remove("data") {
@@ -980,5 +980,53 @@ mod tests {
         .unwrap();
         assert!(!format!("{client:?}").contains(KEY));
         assert!(format!("{client:?}").contains("https://api.sb.createos.sh/v1"));
+    }
+}
+
+#[cfg(test)]
+mod envelope_properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Arbitrary JSON values, nested a few levels.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,12}".prop_map(Value::String),
+            Just(json!("success")),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![Just("status".to_owned()), Just("data".to_owned()), "[a-z]{1,6}"],
+                    inner,
+                    0..4
+                )
+                .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn hostile_bodies_never_panic_and_errors_never_echo_them(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+            if let Err(error) = envelope(&bytes, "sandbox lifecycle") {
+                prop_assert_eq!(error.to_string(), "CreateOS returned a malformed sandbox lifecycle response.");
+            }
+        }
+
+        #[test]
+        fn only_a_success_status_with_object_data_is_accepted(value in json_value()) {
+            let accepted = envelope(value.to_string().as_bytes(), "file transfer");
+            let expected = value.get("status") == Some(&json!("success"))
+                && value.get("data").is_some_and(Value::is_object);
+            prop_assert_eq!(accepted.is_ok(), expected, "{}", value);
+            if let Ok(data) = accepted {
+                prop_assert_eq!(Value::Object(data), value["data"].clone());
+            }
+        }
     }
 }
