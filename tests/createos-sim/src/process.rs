@@ -215,7 +215,11 @@ fn spawn(
     c.args(args)
         .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("HOME", "/root")
+        // The sandbox's own workspace, never the host user's home: a login
+        // shell (`bash -l`) must not run the host's dotfiles (a `pyenv init`
+        // there, killed mid-rehash with its tree, leaves a lock that stalls
+        // every later login shell).
+        .env("HOME", crate::isolation::WORKSPACE)
         .env("LANG", "C.UTF-8")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
