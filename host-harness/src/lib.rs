@@ -1,9 +1,20 @@
-//! The host harness: loads a provider library by path and drives its hooks.
+//! The host harness: loads a provider library by path and drives its hooks,
+//! whole lease lifecycles and soaks, keeping a durable lease ledger.
 //!
-//! The binary (`host-harness`) is a thin clap front end over these modules.
+//! The binary (`host-harness`) is a thin clap front end over these modules:
+//! [`host`] (each hook as a host calls it: ledger records and the seed's
+//! policy), [`ledger`] (SQLite), [`lifecycle`], [`soak`], [`sweep`],
+//! [`lease_file`] (the lease JSON of the hook commands), [`plugin`]
+//! (loading), [`request`] (the configuration file), [`embedded`] (the
+//! offline simulator) and [`render`] (output).
 
 pub mod embedded;
+pub mod host;
+pub mod lease_file;
+pub mod ledger;
 pub mod lifecycle;
 pub mod plugin;
 pub mod render;
 pub mod request;
+pub mod soak;
+pub mod sweep;

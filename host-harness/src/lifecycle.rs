@@ -1,21 +1,19 @@
 //! A whole lease lifecycle, step by step: validate, probe, acquire, realize,
 //! execute, release for reuse (pause), resume, execute again, destroy.
 //!
-//! Each step is reported with its duration and outcome. The seed's defensive
-//! policy is applied: a release that reports cleanup unconfirmed falls back
-//! to destroy, and a failed lifecycle destroys whatever lease it holds.
+//! Each step is reported with its duration and outcome to a [`Reporter`]
+//! (the `lifecycle` command prints them; `soak` aggregates them quietly).
+//! Hooks go through a [`Host`], so every lease is in the ledger and the seed's
+//! policy applies: a release that reports cleanup unconfirmed falls back to
+//! destroy, and a failed lifecycle destroys whatever lease it holds.
 
-use crate::request::HarnessConfig;
-use provider_abi::{
-    ErrorKind, ExecuteParams, Hook, HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, OutputStream,
-    Provider, ProviderError,
-};
+use crate::host::{HeldLease, Host, Released};
+use provider_abi::{ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError};
 use serde_json::{json, Value};
 use std::{
     io::Write,
     time::{Duration, Instant},
 };
-
 /// One finished step.
 #[derive(Debug, Clone)]
 pub struct StepReport {
@@ -45,10 +43,28 @@ impl StepReport {
     }
 }
 
-/// Runs a lifecycle, calling `report` after each step. Returns true when
+/// Receives a lifecycle's steps and its commands' live output.
+pub trait Reporter: Send {
+    /// A step finished.
+    fn step(&mut self, report: &StepReport);
+
+    /// A chunk of a command's output, as it arrives (default: to stderr, so
+    /// stdout stays one report per step).
+    fn output(&mut self, _stream: OutputStream, chunk: &str) {
+        let _ = std::io::stderr().write_all(chunk.as_bytes());
+    }
+}
+
+impl<F: FnMut(&StepReport) + Send> Reporter for F {
+    fn step(&mut self, report: &StepReport) {
+        self(report)
+    }
+}
+
+/// Runs a lifecycle through `host`, reporting each step. Returns true when
 /// every step succeeded.
-pub fn run(provider: &LoadedProvider, config: &HarnessConfig, mut report: impl FnMut(&StepReport)) -> bool {
-    let mut lifecycle = Lifecycle { provider, config, lease: None, report: &mut report, ok: true };
+pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
+    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true };
     let completed = lifecycle.steps().is_ok();
     if !completed {
         lifecycle.clean_up();
@@ -59,86 +75,79 @@ pub fn run(provider: &LoadedProvider, config: &HarnessConfig, mut report: impl F
 /// The workspace file the first command writes and the second reads back.
 const PROBE_FILE: &str = "harness-lifecycle.txt";
 
-struct Lifecycle<'a> {
-    provider: &'a LoadedProvider,
-    config: &'a HarnessConfig,
-    lease: Option<Lease>,
-    report: &'a mut dyn FnMut(&StepReport),
+struct Lifecycle<'a, 'h> {
+    host: &'a Host<'h>,
+    lease: Option<HeldLease>,
+    reporter: &'a mut dyn Reporter,
     ok: bool,
 }
 
-impl Lifecycle<'_> {
+impl Lifecycle<'_, '_> {
     fn steps(&mut self) -> Result<(), ()> {
-        let env = self.config.environment(&self.provider.manifest().driver_key);
-        let validation = self.step("validate", |provider| provider.validate_config(&env))?;
+        let host = self.host;
+        let validation = self.step("validate", "", || host.validate())?;
         if !validation.ok {
             let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join("; ");
             self.fail("validate", ProviderError::new(ErrorKind::INVALID_CONFIG, message));
             return Err(());
         }
-        self.step("probe", |provider| provider.probe(&env))?;
-        let params = provider_abi::AcquireParams {
-            env: env.clone(),
-            run_id: "harness-lifecycle".into(),
-            requested_expires_at: None.into(),
-        };
-        let lease = self.step("acquire", |provider| provider.acquire_lease(&params))?;
-        self.lease = Some(lease);
-        let held = self.held(&env);
-        self.step("realize", |provider| provider.realize_workspace(&held))?;
+        self.step("probe", "", || host.probe())?;
+        let held = self.step("acquire", "", || host.acquire())?;
+        self.lease = Some(held.clone());
+        self.step("realize", "", || host.realize(&held))?;
         let script = format!("echo lifecycle-was-here > {PROBE_FILE} && echo written");
-        self.execute("execute", &env, &script, "written")?;
-        let release = self.step("release", |provider| provider.release_lease(&held));
-        if release.is_err() {
-            return Err(());
+        self.execute("execute", &script, "written")?;
+        let started = Instant::now();
+        match host.release(&held) {
+            Ok(Released::DestroyedInstead(cause)) => {
+                let note = "cleanup unconfirmed: destroyed instead of reused";
+                let _ = self.finish("release", note, started, Err::<(), _>(cause));
+                self.lease = None;
+                return Err(());
+            }
+            outcome => {
+                if self.finish("release", "", started, outcome)? == Released::Deleted {
+                    self.lease = None;
+                    self.note("resume", "skipped: the configuration does not reuse leases");
+                    return Ok(());
+                }
+            }
         }
-        let resumed = self.step("resume", |provider| provider.resume_lease(&held))?;
+        let resumed = self.step("resume", "", || host.resume(&held))?;
         if resumed.expired {
+            self.lease = None;
             self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
             return Err(());
         }
-        self.lease = Some(resumed);
-        let held = self.held(&env);
-        self.execute("execute-again", &env, &format!("cat {PROBE_FILE}"), "lifecycle-was-here")?;
-        self.step("destroy", |provider| provider.destroy_lease(&held))?;
+        let held = HeldLease { row: held.row, lease: resumed };
+        self.lease = Some(held.clone());
+        self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here")?;
+        self.step("destroy", "", || host.destroy(&held))?;
         self.lease = None;
         Ok(())
     }
 
     /// Runs a shell command in the lease, streaming its output live, and
     /// checks that its stdout contains `expect`.
-    fn execute(
-        &mut self,
-        step: &'static str,
-        env: &provider_abi::EnvironmentParams,
-        script: &str,
-        expect: &str,
-    ) -> Result<(), ()> {
-        if !self.provider.supports(Hook::Execute)
-            || !self.provider.manifest().hooks.iter().any(|hook| hook == "execute")
-        {
-            self.emit(StepReport {
-                step,
-                duration: Duration::ZERO,
-                error: None,
-                lease_id: self.lease_id(),
-                note: "skipped: the provider does not implement execute".into(),
-            });
+    fn execute(&mut self, step: &'static str, script: &str, expect: &str) -> Result<(), ()> {
+        if !self.host.can_execute() {
+            self.note(step, "skipped: the provider does not implement execute");
             return Ok(());
         }
+        let held = self.lease.clone().unwrap_or_else(|| HeldLease { row: 0, lease: Default::default() });
         let params = ExecuteParams {
-            lease: self.held(env),
             command: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()].into(),
             ..Default::default()
         };
-        let result = self.step(step, |provider| {
-            // Live output goes to stderr so stdout stays one report per step.
-            let mut live = |_: OutputStream, chunk: &str| {
-                let _ = std::io::stderr().write_all(chunk.as_bytes());
-            };
-            provider.execute(&params, &mut OutputSink::new(&mut live))
-        })?;
+        let host = self.host;
+        let started = Instant::now();
+        let outcome = {
+            let reporter = &mut *self.reporter;
+            let mut live = |stream: OutputStream, chunk: &str| reporter.output(stream, chunk);
+            host.execute(&held, params, &mut OutputSink::new(&mut live))
+        };
+        let result = self.finish(step, "", started, outcome)?;
         if result.exit_code.into_option() != Some(0) || !result.stdout.contains(expect) {
             self.fail(
                 step,
@@ -152,34 +161,36 @@ impl Lifecycle<'_> {
     fn step<T>(
         &mut self,
         step: &'static str,
-        hook: impl FnOnce(&LoadedProvider) -> HookResult<T>,
+        note: &str,
+        hook: impl FnOnce() -> HookResult<T>,
     ) -> Result<T, ()> {
         let started = Instant::now();
-        let outcome = hook(self.provider);
+        let outcome = hook();
+        self.finish(step, note, started, outcome)
+    }
+
+    fn finish<T>(
+        &mut self,
+        step: &'static str,
+        note: &str,
+        started: Instant,
+        outcome: HookResult<T>,
+    ) -> Result<T, ()> {
         let duration = started.elapsed();
         let error = outcome.as_ref().err().cloned();
-        let recovered = match (&error, step) {
-            // The seed's fallback: an unconfirmed release becomes a destroy.
-            (Some(error), "release") if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                tracing::warn!(lease = ?self.lease_id(), "release reported cleanup unconfirmed; destroying the lease");
-                true
-            }
-            _ => false,
-        };
+        self.ok &= error.is_none();
+        self.emit(StepReport { step, duration, error, lease_id: self.lease_id(), note: note.to_owned() });
+        outcome.map_err(|_| ())
+    }
+
+    fn note(&mut self, step: &'static str, note: &str) {
         self.emit(StepReport {
             step,
-            duration,
-            error: error.clone(),
+            duration: Duration::ZERO,
+            error: None,
             lease_id: self.lease_id(),
-            note: String::new(),
+            note: note.into(),
         });
-        if error.is_some() {
-            self.ok = false;
-            if recovered {
-                self.clean_up();
-            }
-        }
-        outcome.map_err(|_| ())
     }
 
     fn fail(&mut self, step: &'static str, error: ProviderError) {
@@ -195,41 +206,18 @@ impl Lifecycle<'_> {
 
     /// Destroys the lease this lifecycle still holds, if any.
     fn clean_up(&mut self) {
-        let Some(lease) = self.lease.take() else { return };
-        let env = self.config.environment(&self.provider.manifest().driver_key);
-        let started = Instant::now();
-        let outcome = self.provider.destroy_lease(&params_for(&env, &lease));
-        self.emit(StepReport {
-            step: "destroy",
-            duration: started.elapsed(),
-            error: outcome.err(),
-            lease_id: lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option(),
-            note: "clean-up after a failed step".into(),
-        });
+        let Some(held) = self.lease.take() else { return };
+        let host = self.host;
+        self.lease = Some(held.clone());
+        let _ = self.step("destroy", "clean-up after a failed step", || host.destroy(&held));
+        self.lease = None;
     }
 
     fn lease_id(&self) -> Option<String> {
-        self.lease
-            .as_ref()
-            .and_then(|lease| lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option())
-    }
-
-    /// Parameters acting on the lease this lifecycle holds.
-    fn held(&self, env: &provider_abi::EnvironmentParams) -> LeaseParams {
-        params_for(env, &self.lease.clone().unwrap_or_default())
+        self.lease.as_ref().and_then(|held| held.id().map(str::to_owned))
     }
 
     fn emit(&mut self, report: StepReport) {
-        (self.report)(&report);
-    }
-}
-
-/// The parameters of a hook acting on `lease`.
-pub fn params_for(env: &provider_abi::EnvironmentParams, lease: &Lease) -> LeaseParams {
-    LeaseParams {
-        env: env.clone(),
-        run_id: "harness-lifecycle".into(),
-        provider_lease_id: lease.provider_lease_id.clone(),
-        metadata_json: lease.metadata_json.clone(),
+        self.reporter.step(&report);
     }
 }

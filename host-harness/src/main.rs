@@ -1,19 +1,18 @@
 //! `host-harness`: load a sandbox provider by path and drive its hooks.
+//!
+//! A thin clap front end; the commands live in `commands/`.
+
+mod commands;
 
 use clap::{Args, Parser, Subcommand};
-use host_harness::{plugin::load_provider, render, request::HarnessConfig};
-use provider_abi::{LoadedProvider, Provider, ProviderError};
-use serde_json::Value;
-use std::{
-    io::Write,
-    path::{Path, PathBuf},
-    process::ExitCode,
-};
+use commands::{Failure, Printer};
+use std::{path::PathBuf, process::ExitCode};
 
 /// Load a sandbox provider library and drive its hooks.
 ///
 /// Exit codes: 0 success, 1 the hook returned an error (or the configuration
-/// is invalid), 2 usage or load error.
+/// is invalid, or a soak broke an invariant), 2 usage or load error; `exec`
+/// exits with the command's own code.
 #[derive(Parser)]
 #[command(name = "host-harness", version, about, long_about)]
 struct Cli {
@@ -23,11 +22,16 @@ struct Cli {
     command: Command,
 }
 
+/// Options every command takes.
 #[derive(Args)]
-struct Global {
+pub struct Global {
     /// Provider library to load (default: the CreateOS provider built next to this binary).
     #[arg(long, global = true, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// The lease ledger (default: $XDG_STATE_HOME/host-harness/ledger.sqlite3,
+    /// or ~/.local/state/host-harness/ledger.sqlite3).
+    #[arg(long, global = true, value_name = "PATH")]
+    ledger: Option<PathBuf>,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -36,47 +40,112 @@ struct Global {
     verbose: u8,
 }
 
+/// `--config FILE`, required.
+#[derive(Args)]
+pub struct ConfigArg {
+    /// Harness configuration (JSON), `-` for stdin: {"companyId", "environmentId", "config": {...}}
+    /// or a bare provider configuration.
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+}
+
+/// `--config FILE --lease FILE`.
+#[derive(Args)]
+pub struct LeaseArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Lease JSON as printed by `acquire`: {"providerLeaseId", "metadata", "expired"}.
+    #[arg(long, value_name = "FILE")]
+    lease: PathBuf,
+}
+
+/// `soak` options.
+#[derive(Args)]
+pub struct SoakArgs {
+    /// Number of lifecycles.
+    #[arg(long, default_value_t = 20)]
+    leases: usize,
+    /// Lifecycles in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Fault profile of the embedded simulator: none, flaky, hostile, or a JSON rules file.
+    #[arg(long, default_value = "none", value_name = "PROFILE")]
+    faults: String,
+    /// Seed of the fault profile.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Turn the embedded simulator's rate limit (300 requests a minute) off.
+    #[arg(long)]
+    no_rate_limit: bool,
+    /// The provider's request budget (`requestsPerMinute`; default: 100000
+    /// with --no-rate-limit, else the provider's).
+    #[arg(long, value_name = "N")]
+    requests_per_minute: Option<u32>,
+    /// Run against this API instead of the embedded simulator (no faults injected).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print the provider's manifest: id, version, ABI version, hooks and config schema.
     Inspect,
     /// Call the provider's `health` hook (no remote request).
     Health,
+    /// Validate a provider configuration and print the normalised result.
+    Validate(ConfigArg),
     /// Run a whole lease lifecycle: validate, probe, acquire, realize, execute,
     /// release for reuse, resume, execute again, destroy. Without --config it
     /// runs against an embedded CreateOS simulator (offline, no account).
+    /// Sweeps leases left behind by earlier runs first.
     Lifecycle {
         /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Run many lifecycles at once against the embedded simulator under a
+    /// fault profile and check the invariants (exit 1 if one broke).
+    Soak(SoakArgs),
+    /// Acquire a lease and print it as lease JSON.
+    Acquire(ConfigArg),
+    /// Resume a released lease; prints the lease (expired: acquire a new one).
+    Resume(LeaseArgs),
+    /// Release a lease for reuse (or destroy it); prints the lease to keep.
+    Release {
+        #[command(flatten)]
+        lease: LeaseArgs,
+        /// Destroy the lease instead of keeping it for reuse.
+        #[arg(long)]
+        destroy: bool,
+    },
+    /// Destroy a lease.
+    Destroy(LeaseArgs),
+    /// Acquire a lease, run a real command in it and destroy it.
+    Probe(ConfigArg),
+    /// Run a command in a lease, streaming its output; exits with its exit code
+    /// (124 on timeout, 125 when it ended without one).
+    Exec {
+        #[command(flatten)]
+        lease: LeaseArgs,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Destroy every lease a crashed or interrupted run left behind.
+    Sweep {
+        /// Configuration whose API key is used for leases on its API (else
+        /// CREATEOS_API_KEY).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// List the lease ledger.
+    Leases,
     /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
     Sim {
         /// Loopback address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: std::net::SocketAddr,
     },
-    /// Validate a provider configuration and print the normalised result.
-    Validate {
-        /// Configuration file (JSON), `-` for stdin: a provider config object, or
-        /// {"companyId", "environmentId", "config": {...}}.
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
-    },
-}
-
-/// How a command failed; maps to the exit code.
-enum Failure {
-    /// The hook returned an error (`None`: already reported): exit 1.
-    Hook(Option<ProviderError>),
-    /// Bad usage, unreadable input or an unloadable provider: exit 2.
-    Usage(String),
-}
-
-impl From<ProviderError> for Failure {
-    fn from(error: ProviderError) -> Self {
-        Failure::Hook(Some(error))
-    }
 }
 
 fn main() -> ExitCode {
@@ -85,16 +154,7 @@ fn main() -> ExitCode {
     let out = Printer { json: cli.global.json };
     match run(&cli, out) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Hook(error)) => {
-            if let Some(error) = error {
-                out.failure(render::error(&error), &render::error_line(&error));
-            }
-            ExitCode::from(1)
-        }
-        Err(Failure::Usage(message)) => {
-            out.failure(serde_json::json!({"kind": "usage", "message": message}), &message);
-            ExitCode::from(2)
-        }
+        Err(failure) => failure.report(out),
     }
 }
 
@@ -110,130 +170,47 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
+    use commands::{hooks, info, ledger, runs};
+    let global = &cli.global;
     if let Command::Sim { listen } = &cli.command {
-        return serve_simulator(*listen, out);
+        return commands::sim::serve(*listen, out);
     }
-    let provider =
-        load_provider(cli.global.plugin.as_deref()).map_err(|error| Failure::Usage(error.to_string()))?;
+    if let Command::Leases = &cli.command {
+        return ledger::leases(&commands::open_ledger(global.ledger.as_deref())?, out);
+    }
+    let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
     let result = match &cli.command {
-        Command::Inspect => {
-            inspect(&provider, out);
-            Ok(())
+        Command::Inspect => info::inspect(&session),
+        Command::Health => info::health(&session),
+        Command::Validate(args) => info::validate(&session, &args.config),
+        Command::Lifecycle { config } => runs::lifecycle(&session, config.as_deref()),
+        Command::Soak(args) => runs::soak(&session, &runs::SoakOptions::from(args)),
+        Command::Acquire(args) => hooks::acquire(&session, &args.config),
+        Command::Resume(args) => hooks::resume(&session, &args.config.config, &args.lease),
+        Command::Release { lease, destroy } => {
+            hooks::release(&session, &lease.config.config, &lease.lease, *destroy)
         }
-        Command::Health => {
-            let report = provider.health()?;
-            out.value(&render::health(&report), || format!("{}: {}", report.status, report.message));
-            Ok(())
+        Command::Destroy(args) => hooks::release(&session, &args.config.config, &args.lease, true),
+        Command::Probe(args) => hooks::probe(&session, &args.config),
+        Command::Exec { lease, command } => {
+            hooks::exec(&session, &lease.config.config, &lease.lease, command)
         }
-        Command::Validate { config } => validate(&provider, config, out),
-        Command::Lifecycle { config } => lifecycle(&provider, config.as_deref(), out),
-        Command::Sim { .. } => unreachable!("handled before loading a provider"),
+        Command::Sweep { config } => ledger::sweep(&session, config.as_deref()),
+        Command::Leases | Command::Sim { .. } => unreachable!("handled before loading a provider"),
     };
-    let shutdown = provider.shutdown();
-    result?;
-    Ok(shutdown?)
+    session.finish(result)
 }
 
-fn inspect(provider: &LoadedProvider, out: Printer) {
-    let manifest = provider.manifest();
-    out.value(&render::manifest(&manifest), || {
-        format!(
-            "{} {} ({}), driver `{}`, ABI {}\nhooks: {}\nloaded from {}",
-            manifest.display_name,
-            manifest.version,
-            manifest.id,
-            manifest.driver_key,
-            manifest.abi_version,
-            manifest.hooks.iter().map(|hook| hook.as_str()).collect::<Vec<_>>().join(", "),
-            provider.path().display()
-        )
-    });
-}
-
-fn validate(provider: &LoadedProvider, path: &Path, out: Printer) -> Result<(), Failure> {
-    let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
-    let report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
-    out.value(&render::validation(&report), || {
-        let verdict = match report.normalized_config_json.as_ref().into_option() {
-            Some(normalized) if report.ok => format!("valid; normalised configuration: {normalized}"),
-            _ => "invalid configuration".to_owned(),
-        };
-        std::iter::once(verdict)
-            .chain(report.errors.iter().map(|error| format!("error: {error}")))
-            .chain(report.warnings.iter().map(|warning| format!("warning: {warning}")))
-            .collect::<Vec<_>>()
-            .join("\n")
-    });
-    if report.ok {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
-}
-
-fn lifecycle(provider: &LoadedProvider, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
-    let (_simulator, config) = match config {
-        Some(path) => (None, HarnessConfig::read(path).map_err(Failure::Usage)?),
-        None => {
-            let (sim, config) = host_harness::embedded::start()
-                .map_err(|error| Failure::Usage(format!("cannot start the embedded simulator: {error}")))?;
-            if !out.json {
-                println!("embedded CreateOS simulator at {}", sim.url());
-            }
-            (Some(sim), config)
-        }
-    };
-    let ok = host_harness::lifecycle::run(provider, &config, |step| {
-        out.value(&step.to_json(), || {
-            let outcome = match &step.error {
-                None => "ok".to_owned(),
-                Some(error) => format!("FAILED: {}", render::error_line(error)),
-            };
-            let lease = step.lease_id.as_deref().map(|id| format!(" lease {id}")).unwrap_or_default();
-            let note = if step.note.is_empty() { String::new() } else { format!(" ({})", step.note) };
-            format!("{:<14} {:>9.1} ms  {outcome}{lease}{note}", step.step, step.duration.as_secs_f64() * 1e3)
-        })
-    });
-    if ok {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
-}
-
-fn serve_simulator(listen: std::net::SocketAddr, out: Printer) -> Result<(), Failure> {
-    let config = createos_sim::SimConfig { listen, ..Default::default() };
-    let sim = createos_sim::Simulator::start(config)
-        .map_err(|error| Failure::Usage(format!("cannot start the simulator: {error}")))?;
-    out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key()}), || {
-        format!(
-            "CreateOS simulator listening at {}\ndevelopment API key: {}\n(Ctrl-C to stop)",
-            sim.url(),
-            sim.api_key()
-        )
-    });
-    sim.serve_until_ctrl_c().map_err(|error| Failure::Usage(format!("simulator failed: {error}")))
-}
-
-/// Prints results as text on stdout or JSON lines on stdout; failures as
-/// text on stderr.
-#[derive(Clone, Copy)]
-struct Printer {
-    json: bool,
-}
-
-impl Printer {
-    fn value(&self, value: &Value, text: impl FnOnce() -> String) {
-        // A closed stdout (`| head`) is not an error worth a panic.
-        let line = if self.json { value.to_string() } else { text() };
-        let _ = writeln!(std::io::stdout(), "{line}");
-    }
-
-    fn failure(&self, error: Value, line: &str) {
-        if self.json {
-            println!("{}", serde_json::json!({"ok": false, "error": error}));
-        } else {
-            eprintln!("error: {line}");
+impl From<&SoakArgs> for commands::runs::SoakOptions {
+    fn from(args: &SoakArgs) -> Self {
+        commands::runs::SoakOptions {
+            leases: args.leases,
+            concurrency: args.concurrency,
+            faults: args.faults.clone(),
+            seed: args.seed,
+            rate_limit: !args.no_rate_limit,
+            requests_per_minute: args.requests_per_minute,
+            config: args.config.clone(),
         }
     }
 }

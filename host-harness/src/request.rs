@@ -38,17 +38,18 @@ impl HarnessConfig {
     /// Either `{"companyId", "environmentId", "driverKey"?, "config": {...}}`
     /// or a bare provider configuration object.
     pub fn read(path: &Path) -> Result<Self, String> {
-        let text = if path == Path::new("-") {
-            let mut text = String::new();
-            std::io::stdin()
-                .read_to_string(&mut text)
-                .map_err(|error| format!("cannot read the configuration from stdin: {error}"))?;
-            text
-        } else {
-            std::fs::read_to_string(path)
-                .map_err(|error| format!("cannot read {}: {error}", path.display()))?
-        };
+        let text = read_text(path)?;
         Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+    }
+
+    /// The API key of the provider configuration (`apiKey`), if any.
+    pub fn api_key(&self) -> Option<&str> {
+        self.config.get("apiKey").and_then(Value::as_str).filter(|key| !key.is_empty())
+    }
+
+    /// The API URL of the provider configuration (`apiUrl`), if any.
+    pub fn api_url(&self) -> Option<&str> {
+        self.config.get("apiUrl").and_then(Value::as_str)
     }
 
     /// Parses the text of a configuration file.
@@ -85,6 +86,17 @@ impl HarnessConfig {
             environment_id: self.environment_id.as_str().into(),
             config_json: self.config.to_string().into(),
         }
+    }
+}
+
+/// Reads a whole file, or stdin for `-`.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|error| format!("cannot read stdin: {error}"))?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))
     }
 }
 

@@ -7,8 +7,11 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
+/// Runs the harness with a ledger of its own (never the user's).
 fn harness(args: &[&str], stdin: &str) -> Output {
+    let state = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env("XDG_STATE_HOME", state.path())
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -78,4 +81,37 @@ fn lifecycle_runs_offline_against_the_embedded_simulator() {
         ]
     );
     assert!(steps.iter().all(|step| step["ok"] == true), "{steps:?}");
+}
+
+#[test]
+fn a_hostile_soak_of_200_leases_holds_every_invariant() {
+    let output = harness(
+        &[
+            "soak",
+            "--leases",
+            "200",
+            "--concurrency",
+            "25",
+            "--faults",
+            "hostile",
+            "--seed",
+            "11",
+            "--no-rate-limit",
+            "--json",
+        ],
+        "",
+    );
+    let lines = json_lines(&output);
+    let summary = lines.last().expect("a summary");
+    assert_eq!(output.status.code(), Some(0), "{summary}");
+    assert_eq!(summary["invariantsHeld"], true, "{summary}");
+    assert_eq!(summary["leakedNamed"], 0);
+    assert_eq!(summary["unconfirmedReused"], 0);
+    assert_eq!(summary["secretsSeen"], 0);
+    assert_eq!(summary["panics"], 0);
+    let failed: u64 = summary["failed"].as_object().unwrap().values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(summary["succeeded"].as_u64().unwrap() + failed, 200);
+    assert!(summary["apiRequests"].as_u64().unwrap() > 1000, "{summary}");
+    assert!(summary["latency"]["acquire"]["p99Ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines.len(), 201, "one progress line per lifecycle, then the summary");
 }

@@ -1,0 +1,79 @@
+//! `sweep` and `leases`: the lease ledger.
+
+use super::{read_config, Failure, Printer, Session};
+use host_harness::{
+    ledger::Ledger,
+    sweep::{self, Outcome, Scope, SweepKey},
+};
+use std::path::Path;
+
+/// `sweep`: destroys every lease a crashed or interrupted run left behind;
+/// exit 1 if a destroy failed.
+pub fn sweep(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
+    let key = match config {
+        Some(path) => SweepKey::from_config(&read_config(path)?),
+        None => SweepKey::default(),
+    };
+    let swept = sweep::sweep(&session.provider, &session.ledger, Scope::Orphans, &key)
+        .map_err(|error| Failure::Usage(error.to_string()))?;
+    for item in &swept {
+        session.out.value(&item.to_json(), || {
+            let lease = item.record.provider_lease_id.as_deref().unwrap_or("(no lease id)");
+            let what = match &item.outcome {
+                Outcome::Destroyed => "destroyed".to_owned(),
+                Outcome::GoneWithSimulator => "gone with its embedded simulator".to_owned(),
+                Outcome::Unresolvable => {
+                    "unresolvable: its acquire was cut short before the sandbox was named".to_owned()
+                }
+                Outcome::Failed(error) => format!("FAILED: {}", host_harness::render::error_line(error)),
+            };
+            format!("row {:>5} {:<14} {lease}: {what}", item.record.id, item.record.state)
+        });
+    }
+    let count = |want: fn(&Outcome) -> bool| swept.iter().filter(|item| want(&item.outcome)).count();
+    let failed = count(|outcome| matches!(outcome, Outcome::Failed(_)));
+    let summary = serde_json::json!({
+        "swept": true,
+        "destroyed": count(|outcome| matches!(outcome, Outcome::Destroyed)),
+        "goneWithSimulator": count(|outcome| matches!(outcome, Outcome::GoneWithSimulator)),
+        "unresolvable": count(|outcome| matches!(outcome, Outcome::Unresolvable)),
+        "failed": failed,
+    });
+    session.out.value(&summary, || {
+        format!(
+            "sweep: {} destroyed, {} gone with their simulator, {} unresolvable, {} failed",
+            summary["destroyed"], summary["goneWithSimulator"], summary["unresolvable"], failed
+        )
+    });
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Failure::Hook(None))
+    }
+}
+
+/// `leases`: the ledger as a table, or one JSON object per row.
+pub fn leases(ledger: &Ledger, out: Printer) -> Result<(), Failure> {
+    let records = ledger.list().map_err(|error| Failure::Usage(error.to_string()))?;
+    if !out.json {
+        println!(
+            "{:>5}  {:<14} {:<9} {:<40} {:<24} {:<24} last error",
+            "row", "state", "owner", "lease", "company/environment", "updated"
+        );
+    }
+    for record in &records {
+        out.value(&record.to_json(), || {
+            format!(
+                "{:>5}  {:<14} {:<9} {:<40} {:<24} {:<24} {}",
+                record.id,
+                record.state.as_str(),
+                record.owner.as_str(),
+                record.provider_lease_id.as_deref().unwrap_or("-"),
+                format!("{}/{}", record.env.company_id, record.env.environment_id),
+                record.updated_at,
+                record.last_error.as_ref().and_then(|error| error["kind"].as_str()).unwrap_or("")
+            )
+        });
+    }
+    Ok(())
+}

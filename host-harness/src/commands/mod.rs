@@ -1,0 +1,112 @@
+//! The commands behind the clap front end, one file per group: `info`
+//! (inspect, health, validate), `hooks` (acquire, resume, release, destroy,
+//! probe, exec), `runs` (lifecycle, soak), `ledger` (sweep, leases), `sim`.
+
+pub mod hooks;
+pub mod info;
+pub mod ledger;
+pub mod runs;
+pub mod sim;
+
+use host_harness::{ledger::Ledger, plugin::load_provider, render, request::HarnessConfig};
+use provider_abi::{LoadedProvider, Provider, ProviderError};
+use serde_json::Value;
+use std::{io::Write, path::Path, process::ExitCode};
+
+/// How a command failed; maps to the exit code.
+pub enum Failure {
+    /// The hook returned an error (`None`: already reported): exit 1.
+    Hook(Option<ProviderError>),
+    /// Bad usage, unreadable input or an unloadable provider: exit 2.
+    Usage(String),
+    /// Exit with this code, already reported (`exec`).
+    Exit(u8),
+}
+
+impl From<ProviderError> for Failure {
+    fn from(error: ProviderError) -> Self {
+        Failure::Hook(Some(error))
+    }
+}
+
+impl Failure {
+    /// Prints the failure and returns the exit code.
+    pub fn report(self, out: Printer) -> ExitCode {
+        match self {
+            Failure::Hook(error) => {
+                if let Some(error) = error {
+                    out.failure(render::error(&error), &render::error_line(&error));
+                }
+                ExitCode::from(1)
+            }
+            Failure::Usage(message) => {
+                out.failure(serde_json::json!({"kind": "usage", "message": message}), &message);
+                ExitCode::from(2)
+            }
+            Failure::Exit(code) => ExitCode::from(code),
+        }
+    }
+}
+
+/// Opens the ledger at `path`, or the default one.
+pub fn open_ledger(path: Option<&Path>) -> Result<Ledger, Failure> {
+    let path = path.map(Path::to_path_buf).unwrap_or_else(Ledger::default_path);
+    Ledger::open(&path).map_err(|error| Failure::Usage(error.to_string()))
+}
+
+/// Reads a harness configuration file.
+pub fn read_config(path: &Path) -> Result<HarnessConfig, Failure> {
+    HarnessConfig::read(path).map_err(Failure::Usage)
+}
+
+/// What a command runs with: the loaded provider, the ledger, the printer.
+pub struct Session {
+    /// The provider, after `setup`.
+    pub provider: LoadedProvider,
+    /// The lease ledger.
+    pub ledger: Ledger,
+    /// Where results go.
+    pub out: Printer,
+}
+
+impl Session {
+    /// Loads the provider and opens the ledger.
+    pub fn open(plugin: Option<&Path>, ledger: Option<&Path>, out: Printer) -> Result<Session, Failure> {
+        let provider = load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))?;
+        let ledger = open_ledger(ledger)?;
+        Ok(Session { provider, ledger, out })
+    }
+
+    /// Shuts the provider down; the command's own failure comes first.
+    pub fn finish(self, result: Result<(), Failure>) -> Result<(), Failure> {
+        let shutdown = self.provider.shutdown();
+        result?;
+        Ok(shutdown?)
+    }
+}
+
+/// Prints results as text or JSON lines on stdout; failures as text on
+/// stderr (JSON on stdout with `--json`).
+#[derive(Clone, Copy)]
+pub struct Printer {
+    /// JSON instead of text.
+    pub json: bool,
+}
+
+impl Printer {
+    /// Prints `value` (JSON) or `text()`.
+    pub fn value(&self, value: &Value, text: impl FnOnce() -> String) {
+        // A closed stdout (`| head`) is not an error worth a panic.
+        let line = if self.json { value.to_string() } else { text() };
+        let _ = writeln!(std::io::stdout(), "{line}");
+    }
+
+    /// Prints a failure.
+    pub fn failure(&self, error: Value, line: &str) {
+        if self.json {
+            let _ = writeln!(std::io::stdout(), "{}", serde_json::json!({"ok": false, "error": error}));
+        } else {
+            eprintln!("error: {line}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! `lifecycle` and `soak`: whole lease lifecycles. Both sweep the leases
+//! earlier runs left behind first.
+
+use super::{read_config, Failure, Printer, Session};
+use host_harness::{
+    embedded,
+    host::Host,
+    ledger::Owner,
+    lifecycle::{self, StepReport},
+    render,
+    request::HarnessConfig,
+    soak::{self, Finished, SimFigures, SoakPlan, Summary},
+    sweep::{self, Outcome, Scope, SweepKey},
+};
+use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
+
+/// The environment of a run: an external API, or a simulator embedded in
+/// this process (kept alive by holding it).
+struct Target {
+    config: HarnessConfig,
+    sim: Option<createos_sim::Simulator>,
+}
+
+impl Target {
+    fn new(config: Option<&Path>, sim_config: createos_sim::SimConfig) -> Result<Target, Failure> {
+        match config {
+            Some(path) => Ok(Target { config: read_config(path)?, sim: None }),
+            None => {
+                let (sim, config) = embedded::start_with(sim_config).map_err(|error| {
+                    Failure::Usage(format!("cannot start the embedded simulator: {error}"))
+                })?;
+                Ok(Target { config, sim: Some(sim) })
+            }
+        }
+    }
+
+    /// Sweeps the leases of earlier runs (their key: this run's, on the same API).
+    fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
+        let swept = sweep::sweep(
+            &session.provider,
+            &session.ledger,
+            Scope::Orphans,
+            &SweepKey::from_config(&self.config),
+        )
+        .map_err(|error| Failure::Usage(error.to_string()))?;
+        let destroyed = swept.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
+        if destroyed > 0 {
+            tracing::warn!(destroyed, "swept leases earlier runs left behind");
+        }
+        Ok(())
+    }
+}
+
+/// `lifecycle`: one whole lifecycle, each step printed.
+pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
+    let target = Target::new(config, createos_sim::SimConfig::default())?;
+    if let Some(sim) = &target.sim {
+        if !session.out.json {
+            println!("embedded CreateOS simulator at {}", sim.url());
+        }
+    }
+    target.sweep_orphans(session)?;
+    let out = session.out;
+    let host = Host::new(
+        &session.provider,
+        &session.ledger,
+        &target.config,
+        Owner::Lifecycle,
+        "harness-lifecycle",
+        target.sim.is_some(),
+    );
+    let mut print = |step: &StepReport| print_step(out, step);
+    if lifecycle::run(&host, &mut print) {
+        Ok(())
+    } else {
+        Err(Failure::Hook(None))
+    }
+}
+
+fn print_step(out: Printer, step: &StepReport) {
+    out.value(&step.to_json(), || {
+        let outcome = match &step.error {
+            None => "ok".to_owned(),
+            Some(error) => format!("FAILED: {}", render::error_line(error)),
+        };
+        let lease = step.lease_id.as_deref().map(|id| format!(" lease {id}")).unwrap_or_default();
+        let note = if step.note.is_empty() { String::new() } else { format!(" ({})", step.note) };
+        format!("{:<14} {:>9.1} ms  {outcome}{lease}{note}", step.step, step.duration.as_secs_f64() * 1e3)
+    })
+}
+
+/// The options of `soak`.
+pub struct SoakOptions {
+    /// Number of lifecycles.
+    pub leases: usize,
+    /// Lifecycles in flight.
+    pub concurrency: usize,
+    /// `none`, `flaky`, `hostile` or a rules file.
+    pub faults: String,
+    /// Fault seed.
+    pub seed: u64,
+    /// Keep the embedded simulator's rate limit on.
+    pub rate_limit: bool,
+    /// The provider's `requestsPerMinute`, if set.
+    pub requests_per_minute: Option<u32>,
+    /// An external API instead of the embedded simulator.
+    pub config: Option<PathBuf>,
+}
+
+/// `soak`: many lifecycles, a progress report, a summary; exit 1 when an
+/// invariant broke.
+pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
+    if options.leases == 0 || options.concurrency == 0 {
+        return Err(Failure::Usage("--leases and --concurrency must be at least 1".into()));
+    }
+    let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
+    if options.config.is_some() && !faults.is_empty() {
+        return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
+    }
+    let sim_config = createos_sim::SimConfig {
+        rate_limit: options.rate_limit.then(createos_sim::RateLimit::createos_default),
+        ..Default::default()
+    };
+    let mut target = Target::new(options.config.as_deref(), sim_config)?;
+    let budget = options.requests_per_minute.or((!options.rate_limit).then_some(100_000));
+    if let (Some(budget), serde_json::Value::Object(config)) = (budget, &mut target.config.config) {
+        config.insert("requestsPerMinute".into(), budget.into());
+    }
+    if let Some(sim) = &target.sim {
+        sim.add_faults(faults);
+    }
+    target.sweep_orphans(session)?;
+
+    let out = session.out;
+    let bar = (!out.json && std::io::stdout().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::new(options.leases as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} lifecycles, {msg} [{elapsed}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    });
+    let failures = std::sync::atomic::AtomicUsize::new(0);
+    let progress = |finished: &Finished| {
+        if !finished.ok {
+            failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        match &bar {
+            Some(bar) => {
+                bar.set_message(format!("{} failed", failures.load(std::sync::atomic::Ordering::Relaxed)));
+                bar.inc(1);
+            }
+            None => out.value(
+                &serde_json::json!({
+                    "lifecycle": finished.done,
+                    "ok": finished.ok,
+                    "errorKind": finished.error_kind,
+                    "durationMs": finished.duration.as_secs_f64() * 1e3,
+                }),
+                || {
+                    let outcome = finished
+                        .error_kind
+                        .as_deref()
+                        .map_or("ok".to_owned(), |kind| format!("failed: {kind}"));
+                    format!(
+                        "[{:>5}/{}] {outcome} ({:.1} s)",
+                        finished.done,
+                        options.leases,
+                        finished.duration.as_secs_f64()
+                    )
+                },
+            ),
+        }
+    };
+    let started = Instant::now();
+    let plan = SoakPlan {
+        config: &target.config,
+        embedded_sim: target.sim.is_some(),
+        leases: options.leases,
+        concurrency: options.concurrency,
+    };
+    let tally = soak::run(&session.provider, &session.ledger, &plan, &progress);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+
+    // The fault phase is over: the final sweep models the later clean-up run.
+    if let Some(sim) = &target.sim {
+        sim.clear_faults();
+    }
+    let key = SweepKey::from_config(&target.config);
+    for _ in 0..3 {
+        let swept = sweep::sweep(&session.provider, &session.ledger, Scope::ThisProcess, &key)
+            .map_err(|error| Failure::Usage(error.to_string()))?;
+        if !swept.iter().any(|item| matches!(item.outcome, Outcome::Failed(_))) {
+            break;
+        }
+    }
+    let unswept = session
+        .ledger
+        .left_behind(Some(session.ledger.pid()))
+        .map_err(|error| Failure::Usage(error.to_string()))?
+        .len();
+    let summary = Summary {
+        leases: options.leases,
+        elapsed: started.elapsed(),
+        tally,
+        sim: target.sim.as_ref().map(|sim| SimFigures::collect(sim, &session.ledger)),
+        unswept,
+    };
+    out.value(&summary.to_json(), || summary.to_text());
+    if summary.broken().is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Hook(None))
+    }
+}

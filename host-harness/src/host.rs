@@ -1,0 +1,350 @@
+//! The host's side of each lease hook: every call is recorded in the
+//! [`Ledger`] before and after it, and the seed's defensive policy applies.
+//!
+//! The policy ("CreateOS process cleanup is unconfirmed; destroy this lease
+//! before reusing it."): a release that fails with
+//! [`ErrorKind::CLEANUP_UNCONFIRMED`] falls back to destroy; a lease the ledger
+//! knows as unconfirmed is destroyed, never released for reuse or resumed.
+//! Each such event is logged as a warning naming the lease id (never the key).
+
+use crate::{
+    ledger::{LeaseEnv, LeaseState, Ledger, LedgerError, Owner},
+    request::HarnessConfig,
+};
+use provider_abi::{
+    AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook, HookResult, Lease,
+    LeaseParams, LoadedProvider, OutputSink, ProbeReport, Provider, ProviderError, Workspace,
+};
+
+/// A provider, a ledger and an environment: the hooks as a host calls them.
+pub struct Host<'a> {
+    provider: &'a LoadedProvider,
+    ledger: &'a Ledger,
+    env: EnvironmentParams,
+    lease_env: LeaseEnv,
+    owner: Owner,
+    run_id: String,
+}
+
+/// A lease the host holds: its ledger row and the lease itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldLease {
+    /// The ledger row.
+    pub row: i64,
+    /// The lease as the provider returned it.
+    pub lease: Lease,
+}
+
+impl HeldLease {
+    /// The provider lease id, if any.
+    pub fn id(&self) -> Option<&str> {
+        self.lease.provider_lease_id.as_ref().map(|id| id.as_str()).into_option()
+    }
+}
+
+/// How a release ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Released {
+    /// Given back for reuse (paused).
+    Kept,
+    /// Deleted by the provider (the configuration does not reuse leases).
+    Deleted,
+    /// Not reusable: destroyed instead, because of this (the seed's fallback).
+    DestroyedInstead(ProviderError),
+}
+
+/// Whether a release keeps the sandbox for reuse. The convention of the
+/// CreateOS configuration (`reuseLease`); a provider without it is assumed
+/// to keep released leases.
+fn releases_for_reuse(config: &serde_json::Value) -> bool {
+    config.get("reuseLease").and_then(serde_json::Value::as_bool).unwrap_or(true)
+}
+
+/// True for errors of `acquire_lease` or `probe` after which a sandbox may
+/// exist that the provider could not name or delete.
+fn may_have_left_a_sandbox(error: &ProviderError) -> bool {
+    matches!(
+        error.kind,
+        ErrorKind::CREATION_UNCONFIRMED | ErrorKind::CLEANUP_UNCONFIRMED | ErrorKind::INTERNAL
+    ) || error.kind.name() == "unknown"
+}
+
+fn ledger_error(error: LedgerError) -> ProviderError {
+    ProviderError::internal(format!("cannot record the lease: {error}"))
+}
+
+impl<'a> Host<'a> {
+    /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
+    /// `embedded_sim` marks an API served by a simulator inside this process.
+    pub fn new(
+        provider: &'a LoadedProvider,
+        ledger: &'a Ledger,
+        config: &HarnessConfig,
+        owner: Owner,
+        run_id: &str,
+        embedded_sim: bool,
+    ) -> Self {
+        let env = config.environment(&provider.manifest().driver_key);
+        let lease_env = LeaseEnv {
+            driver_key: env.driver_key.to_string(),
+            company_id: config.company_id.clone(),
+            environment_id: config.environment_id.clone(),
+            config: config.config.clone(),
+            embedded_sim,
+        };
+        Host { provider, ledger, env, lease_env, owner, run_id: run_id.to_owned() }
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &'a LoadedProvider {
+        self.provider
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &'a Ledger {
+        self.ledger
+    }
+
+    /// The hook parameters of this environment.
+    pub fn env(&self) -> &EnvironmentParams {
+        &self.env
+    }
+
+    /// The parameters of a hook acting on `lease`.
+    pub fn params(&self, lease: &Lease) -> LeaseParams {
+        LeaseParams {
+            env: self.env.clone(),
+            run_id: self.run_id.as_str().into(),
+            provider_lease_id: lease.provider_lease_id.clone(),
+            metadata_json: lease.metadata_json.clone(),
+        }
+    }
+
+    fn record(
+        &self,
+        row: i64,
+        state: LeaseState,
+        hook: &str,
+        error: Option<&ProviderError>,
+    ) -> HookResult<()> {
+        self.ledger.set_state(row, state, hook, error).map_err(ledger_error)
+    }
+
+    /// `validate_config`.
+    pub fn validate(&self) -> HookResult<provider_abi::ValidationReport> {
+        self.provider.validate_config(&self.env)
+    }
+
+    /// `probe`, recorded as a probe row: `acquiring` until it returns, then
+    /// `destroyed` unless the error says a sandbox may remain.
+    pub fn probe(&self) -> HookResult<ProbeReport> {
+        let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, "probe").map_err(ledger_error)?;
+        let outcome = self.provider.probe(&self.env);
+        let error = outcome.as_ref().err();
+        let state = match error {
+            Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
+            _ => LeaseState::Destroyed,
+        };
+        self.record(row, state, "probe", error)?;
+        outcome
+    }
+
+    /// `acquire_lease`, recorded `acquiring` before the call and `active`
+    /// with the lease after it.
+    pub fn acquire(&self) -> HookResult<HeldLease> {
+        let hook = Hook::AcquireLease.name();
+        let row = self.ledger.begin(self.owner, &self.run_id, &self.lease_env, hook).map_err(ledger_error)?;
+        let params = AcquireParams {
+            env: self.env.clone(),
+            run_id: self.run_id.as_str().into(),
+            requested_expires_at: None.into(),
+        };
+        match self.provider.acquire_lease(&params) {
+            Ok(lease) => {
+                self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
+                Ok(HeldLease { row, lease })
+            }
+            Err(error) => {
+                let state = if may_have_left_a_sandbox(&error) {
+                    LeaseState::Acquiring
+                } else {
+                    LeaseState::Destroyed
+                };
+                self.record(row, state, hook, Some(&error))?;
+                Err(error)
+            }
+        }
+    }
+
+    /// Holds a lease acquired by an earlier run: its latest ledger row, taken
+    /// over by this process, or a new row when the ledger never saw it.
+    pub fn hold(&self, lease: Lease) -> HookResult<HeldLease> {
+        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+        let known = match &id {
+            Some(id) => self
+                .ledger
+                .find(id, &self.lease_env.company_id, &self.lease_env.environment_id)
+                .map_err(ledger_error)?,
+            None => None,
+        };
+        let row = match known {
+            Some(record) => {
+                self.ledger.adopt(record.id).map_err(ledger_error)?;
+                record.id
+            }
+            None => {
+                let row = self
+                    .ledger
+                    .begin(self.owner, &self.run_id, &self.lease_env, "hold")
+                    .map_err(ledger_error)?;
+                let state = if lease.expired { LeaseState::Destroyed } else { LeaseState::Active };
+                self.ledger.set_lease(row, state, "hold", &lease).map_err(ledger_error)?;
+                row
+            }
+        };
+        Ok(HeldLease { row, lease })
+    }
+
+    fn state(&self, held: &HeldLease) -> HookResult<Option<LeaseState>> {
+        Ok(self.ledger.get(held.row).map_err(ledger_error)?.map(|record| record.state))
+    }
+
+    /// The seed's policy for a lease that must not be reused: log, destroy.
+    fn destroy_poisoned(&self, held: &HeldLease, instead_of: &str) -> HookResult<()> {
+        tracing::warn!(
+            lease = held.id().unwrap_or("-"),
+            "lease cleanup is unconfirmed; destroying it instead of {instead_of}"
+        );
+        self.destroy(held)
+    }
+
+    /// Marks the lease unconfirmed (after `error`) and destroys it.
+    fn poisoned_by(
+        &self,
+        held: &HeldLease,
+        hook: &str,
+        error: &ProviderError,
+        instead_of: &str,
+    ) -> HookResult<()> {
+        self.record(held.row, LeaseState::Unconfirmed, hook, Some(error))?;
+        self.destroy_poisoned(held, instead_of)
+    }
+
+    /// `resume_lease`. A lease the ledger knows as unconfirmed (or that the
+    /// provider refuses as unconfirmed) is destroyed instead, and comes back
+    /// expired: the caller must acquire a new one.
+    pub fn resume(&self, held: &HeldLease) -> HookResult<Lease> {
+        let hook = Hook::ResumeLease.name();
+        let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
+        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+            self.destroy_poisoned(held, "resuming it")?;
+            return Ok(gone);
+        }
+        // Recorded as active before the call: a resume cut short may leave it running.
+        self.record(held.row, LeaseState::Active, hook, None)?;
+        match self.provider.resume_lease(&self.params(&held.lease)) {
+            Ok(lease) if lease.expired => {
+                self.ledger.set_lease(held.row, LeaseState::Destroyed, hook, &lease).map_err(ledger_error)?;
+                Ok(lease)
+            }
+            Ok(lease) => {
+                self.ledger.set_lease(held.row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
+                Ok(lease)
+            }
+            Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
+                self.poisoned_by(held, hook, &error, "resuming it")?;
+                Ok(gone)
+            }
+            Err(error) => {
+                self.record(held.row, LeaseState::Active, hook, Some(&error))?;
+                Err(error)
+            }
+        }
+    }
+
+    /// `release_lease` for reuse, with the seed's fallback: an unconfirmed
+    /// lease (known to the ledger, or reported by the release) is destroyed.
+    pub fn release(&self, held: &HeldLease) -> HookResult<Released> {
+        let hook = Hook::ReleaseLease.name();
+        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+            self.destroy_poisoned(held, "releasing it for reuse")?;
+            let cause = ProviderError::new(
+                ErrorKind::CLEANUP_UNCONFIRMED,
+                "The lease ledger records the lease's cleanup as unconfirmed.",
+            );
+            return Ok(Released::DestroyedInstead(cause));
+        }
+        self.record(held.row, LeaseState::Releasing, hook, None)?;
+        match self.provider.release_lease(&self.params(&held.lease)) {
+            Ok(()) if releases_for_reuse(&self.lease_env.config) => {
+                self.record(held.row, LeaseState::Paused, hook, None)?;
+                Ok(Released::Kept)
+            }
+            Ok(()) => {
+                self.record(held.row, LeaseState::Destroyed, hook, None)?;
+                Ok(Released::Deleted)
+            }
+            Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
+                self.poisoned_by(held, hook, &error, "releasing it for reuse")?;
+                Ok(Released::DestroyedInstead(error))
+            }
+            Err(error) => {
+                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
+                Err(error)
+            }
+        }
+    }
+
+    /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed` after.
+    pub fn destroy(&self, held: &HeldLease) -> HookResult<()> {
+        let hook = Hook::DestroyLease.name();
+        self.record(held.row, LeaseState::Destroying, hook, None)?;
+        let outcome = self.provider.destroy_lease(&self.params(&held.lease));
+        let state = if outcome.is_ok() { LeaseState::Destroyed } else { LeaseState::CleanupFailed };
+        self.record(held.row, state, hook, outcome.as_ref().err())?;
+        outcome
+    }
+
+    /// `realize_workspace` (no state change).
+    pub fn realize(&self, held: &HeldLease) -> HookResult<Workspace> {
+        self.provider.realize_workspace(&self.params(&held.lease))
+    }
+
+    /// Whether the provider implements `execute`.
+    pub fn can_execute(&self) -> bool {
+        self.provider.supports(Hook::Execute)
+            && self.provider.manifest().hooks.iter().any(|hook| hook == Hook::Execute.name())
+    }
+
+    /// `execute` in the lease. A lease the ledger knows as unconfirmed is
+    /// refused. After a failure the provider is asked (`inspect_lease`)
+    /// whether the lease's cleanup became unconfirmed, and the ledger notes it.
+    pub fn execute(
+        &self,
+        held: &HeldLease,
+        mut params: ExecuteParams,
+        output: &mut OutputSink<'_>,
+    ) -> HookResult<ExecuteResult> {
+        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+            return Err(ProviderError::new(
+                ErrorKind::CLEANUP_UNCONFIRMED,
+                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
+            ));
+        }
+        params.lease = self.params(&held.lease);
+        let outcome = self.provider.execute(&params, output);
+        if let Err(error) = &outcome {
+            let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
+                || (self.provider.supports(Hook::InspectLease)
+                    && self.provider.inspect_lease(&params.lease).is_ok_and(|status| status.unconfirmed));
+            if unconfirmed {
+                tracing::warn!(
+                    lease = held.id().unwrap_or("-"),
+                    "command cleanup is unconfirmed on the lease"
+                );
+                self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error))?;
+            }
+        }
+        outcome
+    }
+}

@@ -1,0 +1,414 @@
+//! `soak`: many lifecycles at once under injected faults, and the invariants
+//! that must hold anyway.
+//!
+//! Each lifecycle is [`crate::lifecycle::run`] with a quiet [`Reporter`] that
+//! feeds a shared [`Tally`]. At the end: lifecycles succeeded and failed (by
+//! the kind of their first error), latency percentiles per hook, API requests
+//! and 429s and leaked sandboxes (when the simulator is embedded), and the
+//! invariants: no sandbox leaked that the host could name, no unconfirmed
+//! lease paused or resumed, the API key in no output, no panic.
+
+use crate::{
+    host::Host,
+    ledger::{Ledger, Owner},
+    lifecycle::{self, Reporter, StepReport},
+    request::HarnessConfig,
+};
+use createos_sim::{FaultProfile, FaultRule};
+use provider_abi::{ErrorKind, LoadedProvider, OutputStream};
+use serde_json::{json, Value};
+use std::{
+    collections::{BTreeMap, HashSet},
+    path::Path,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+/// Parses `--faults`: `none`, `flaky`, `hostile` or a JSON rules file.
+pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
+    match name {
+        "none" => Ok(FaultProfile::none()),
+        "flaky" => Ok(FaultProfile::flaky(seed)),
+        "hostile" => Ok(FaultProfile::hostile(seed)),
+        path => {
+            let text = std::fs::read_to_string(Path::new(path))
+                .map_err(|error| format!("--faults: cannot read {path}: {error}"))?;
+            createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
+        }
+    }
+}
+
+/// What a soak needs besides the provider and the ledger.
+pub struct SoakPlan<'a> {
+    /// The environment every lifecycle runs in.
+    pub config: &'a HarnessConfig,
+    /// True when the API is the simulator embedded in this process.
+    pub embedded_sim: bool,
+    /// Number of lifecycles.
+    pub leases: usize,
+    /// Lifecycles in flight at once.
+    pub concurrency: usize,
+}
+
+/// One finished lifecycle, for progress output.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// 1-based number of lifecycles finished so far.
+    pub done: usize,
+    /// True when every step succeeded.
+    pub ok: bool,
+    /// The kind of the first error, if any.
+    pub error_kind: Option<String>,
+    /// How long the lifecycle took.
+    pub duration: Duration,
+}
+
+/// Counts gathered while the lifecycles run.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Lifecycles where every step succeeded.
+    pub succeeded: usize,
+    /// Failed lifecycles by the kind of their first error.
+    pub failed: BTreeMap<String, usize>,
+    /// Hook latencies by step name.
+    pub latencies: BTreeMap<&'static str, Vec<Duration>>,
+    /// Resumes or pause-releases attempted on a lease known to be unconfirmed.
+    pub unconfirmed_reused: usize,
+    /// Texts (output, errors, metadata, ledger rows) containing the API key.
+    pub secrets_seen: usize,
+    /// Internal errors mentioning a panic.
+    pub panics: usize,
+    /// Failed `probe` and `acquire` steps: the most sandboxes the provider
+    /// may have been unable to name.
+    pub creation_failures: usize,
+}
+
+/// The per-lifecycle reporter: checks every step and every output chunk.
+struct Watcher<'a> {
+    ledger: &'a Ledger,
+    secret: Option<&'a str>,
+    steps: Vec<StepReport>,
+    secrets_seen: usize,
+    unconfirmed_reused: usize,
+    unconfirmed_known: bool,
+}
+
+impl Watcher<'_> {
+    fn scan(&mut self, text: &str) {
+        if self.secret.is_some_and(|secret| text.contains(secret)) {
+            self.secrets_seen += 1;
+        }
+    }
+
+    /// Whether the ledger records the lease of `report` as unconfirmed.
+    fn ledger_says_unconfirmed(&self, report: &StepReport) -> bool {
+        let Some(id) = &report.lease_id else { return false };
+        self.ledger.list().unwrap_or_default().iter().any(|record| {
+            record.provider_lease_id.as_deref() == Some(id.as_str())
+                && record.state == crate::ledger::LeaseState::Unconfirmed
+        })
+    }
+}
+
+impl Reporter for Watcher<'_> {
+    fn step(&mut self, report: &StepReport) {
+        self.scan(&report.to_json().to_string());
+        let reuse = matches!(report.step, "resume" | "execute-again")
+            || (report.step == "release" && report.note.is_empty());
+        if reuse && self.unconfirmed_known {
+            self.unconfirmed_reused += 1;
+        }
+        let unconfirmed =
+            report.error.as_ref().is_some_and(|error| error.kind == ErrorKind::CLEANUP_UNCONFIRMED);
+        if unconfirmed || (report.error.is_some() && self.ledger_says_unconfirmed(report)) {
+            self.unconfirmed_known = true;
+        }
+        self.steps.push(report.clone());
+    }
+
+    fn output(&mut self, _stream: OutputStream, chunk: &str) {
+        self.scan(chunk);
+    }
+}
+
+/// Runs `plan.leases` lifecycles, `plan.concurrency` at a time, on scoped
+/// threads; `progress` is called after each.
+pub fn run(
+    provider: &LoadedProvider,
+    ledger: &Ledger,
+    plan: &SoakPlan<'_>,
+    progress: &(dyn Fn(&Finished) + Sync),
+) -> Tally {
+    let tally = Mutex::new(Tally::default());
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let secret = plan.config.api_key().map(str::to_owned).or_else(|| std::env::var("CREATEOS_API_KEY").ok());
+    let worker = || loop {
+        let index = next.fetch_add(1, Ordering::SeqCst);
+        if index >= plan.leases {
+            return;
+        }
+        let run_id = format!("soak-{index}");
+        let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id, plan.embedded_sim);
+        let mut watcher = Watcher {
+            ledger,
+            secret: secret.as_deref(),
+            steps: Vec::new(),
+            secrets_seen: 0,
+            unconfirmed_reused: 0,
+            unconfirmed_known: false,
+        };
+        let started = Instant::now();
+        let ok = lifecycle::run(&host, &mut watcher);
+        let duration = started.elapsed();
+        let first_error = watcher.steps.iter().find_map(|step| step.error.clone());
+        {
+            let mut tally = tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match (&first_error, ok) {
+                (None, true) => tally.succeeded += 1,
+                (Some(error), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
+                (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
+            }
+            for step in watcher.steps.iter().filter(|step| step.duration > Duration::ZERO) {
+                tally.latencies.entry(step.step).or_default().push(step.duration);
+            }
+            let panicked = |step: &&StepReport| {
+                step.error.as_ref().is_some_and(|error| {
+                    error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic")
+                })
+            };
+            tally.panics += watcher.steps.iter().filter(panicked).count();
+            tally.creation_failures += watcher
+                .steps
+                .iter()
+                .filter(|step| matches!(step.step, "probe" | "acquire") && step.error.is_some())
+                .count();
+            tally.secrets_seen += watcher.secrets_seen;
+            tally.unconfirmed_reused += watcher.unconfirmed_reused;
+        }
+        progress(&Finished {
+            done: done.fetch_add(1, Ordering::SeqCst) + 1,
+            ok,
+            error_kind: first_error.map(|error| error.kind.to_string()),
+            duration,
+        });
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..plan.concurrency.clamp(1, plan.leases.max(1)) {
+            scope.spawn(worker);
+        }
+    });
+    let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // The ledger is output too: no row may hold the key.
+    if let Some(secret) = &secret {
+        let rows = ledger.list().unwrap_or_default();
+        tally.secrets_seen +=
+            rows.iter().filter(|record| record.to_json().to_string().contains(secret.as_str())).count();
+    }
+    tally
+}
+
+/// What the embedded simulator saw, after the final sweep.
+#[derive(Debug, Clone, Default)]
+pub struct SimFigures {
+    /// Requests answered.
+    pub requests: usize,
+    /// Requests answered 429.
+    pub rate_limited: usize,
+    /// Live sandboxes whose id the ledger records: the host could have
+    /// destroyed them.
+    pub leaked_named: Vec<String>,
+    /// Live sandboxes the provider never named to the host (a creation whose
+    /// reply was lost: the API has no idempotency key).
+    pub leaked_unnamed: Vec<String>,
+}
+
+impl SimFigures {
+    /// Reads the simulator's ledger and classifies its live sandboxes.
+    pub fn collect(sim: &createos_sim::Simulator, ledger: &Ledger) -> SimFigures {
+        let seen = sim.ledger();
+        let named: HashSet<String> = ledger
+            .list()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|record| record.provider_lease_id)
+            .collect();
+        let (leaked_named, leaked_unnamed) =
+            seen.leaked().into_iter().map(|sandbox| sandbox.id.clone()).partition(|id| named.contains(id));
+        SimFigures {
+            requests: seen.requests.len(),
+            rate_limited: seen.count_status(429),
+            leaked_named,
+            leaked_unnamed,
+        }
+    }
+}
+
+/// The final summary.
+#[derive(Debug)]
+pub struct Summary {
+    /// Lifecycles run.
+    pub leases: usize,
+    /// Wall-clock time.
+    pub elapsed: Duration,
+    /// Counts from the lifecycles.
+    pub tally: Tally,
+    /// The simulator's figures, when it was embedded.
+    pub sim: Option<SimFigures>,
+    /// Rows the final sweep could not resolve (no lease id) or destroy.
+    pub unswept: usize,
+}
+
+/// The `p`-th percentile (0..=100) of `values` (nearest rank).
+pub fn percentile(values: &[Duration], p: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut sorted = values.to_vec();
+    sorted.sort();
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+impl Summary {
+    /// The broken invariants, empty when all held.
+    pub fn broken(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        if let Some(sim) = &self.sim {
+            if !sim.leaked_named.is_empty() {
+                broken.push(format!("{} sandboxes leaked that the ledger names", sim.leaked_named.len()));
+            }
+            if sim.leaked_unnamed.len() > self.tally.creation_failures {
+                broken.push(format!(
+                    "{} unnamed sandboxes leaked, more than the {} failed creations explain",
+                    sim.leaked_unnamed.len(),
+                    self.tally.creation_failures
+                ));
+            }
+        }
+        if self.tally.unconfirmed_reused > 0 {
+            broken.push(format!("{} unconfirmed leases reused", self.tally.unconfirmed_reused));
+        }
+        if self.tally.secrets_seen > 0 {
+            broken.push(format!("the API key appeared {} times in output", self.tally.secrets_seen));
+        }
+        if self.tally.panics > 0 {
+            broken.push(format!("{} panics", self.tally.panics));
+        }
+        broken
+    }
+
+    fn millis(duration: Duration) -> f64 {
+        (duration.as_secs_f64() * 1e4).round() / 10.0
+    }
+
+    /// The summary as JSON.
+    pub fn to_json(&self) -> Value {
+        let latency: BTreeMap<_, _> = self
+            .tally
+            .latencies
+            .iter()
+            .map(|(step, values)| {
+                (
+                    *step,
+                    json!({
+                        "count": values.len(),
+                        "p50Ms": Self::millis(percentile(values, 50.0)),
+                        "p99Ms": Self::millis(percentile(values, 99.0)),
+                    }),
+                )
+            })
+            .collect();
+        json!({
+            "summary": true,
+            "leases": self.leases,
+            "elapsedS": self.elapsed.as_secs_f64(),
+            "succeeded": self.tally.succeeded,
+            "failed": self.tally.failed,
+            "apiRequests": self.sim.as_ref().map(|sim| sim.requests),
+            "rateLimited": self.sim.as_ref().map(|sim| sim.rate_limited),
+            "latency": latency,
+            "leaked": self.sim.as_ref().map(|sim| sim.leaked_named.len() + sim.leaked_unnamed.len()),
+            "leakedNamed": self.sim.as_ref().map(|sim| sim.leaked_named.len()),
+            "leakedUnnamed": self.sim.as_ref().map(|sim| sim.leaked_unnamed.len()),
+            "creationFailures": self.tally.creation_failures,
+            "unswept": self.unswept,
+            "unconfirmedReused": self.tally.unconfirmed_reused,
+            "secretsSeen": self.tally.secrets_seen,
+            "panics": self.tally.panics,
+            "invariantsHeld": self.broken().is_empty(),
+            "broken": self.broken(),
+        })
+    }
+
+    /// The summary as text.
+    pub fn to_text(&self) -> String {
+        let tally = &self.tally;
+        let mut lines = vec![format!(
+            "{} lifecycles in {:.1} s: {} succeeded, {} failed",
+            self.leases,
+            self.elapsed.as_secs_f64(),
+            tally.succeeded,
+            tally.failed.values().sum::<usize>()
+        )];
+        for (kind, count) in &tally.failed {
+            lines.push(format!("  failed with {kind:<22} {count}"));
+        }
+        let na = |value: Option<usize>| value.map_or("n/a (external API)".to_owned(), |n| n.to_string());
+        lines.push(format!("API requests: {}", na(self.sim.as_ref().map(|sim| sim.requests))));
+        lines.push(format!("429 answers:  {}", na(self.sim.as_ref().map(|sim| sim.rate_limited))));
+        lines.push("latency per hook (p50 / p99):".into());
+        for (step, values) in &tally.latencies {
+            lines.push(format!(
+                "  {step:<14} {:>9.1} ms / {:>9.1} ms  ({} calls)",
+                Self::millis(percentile(values, 50.0)),
+                Self::millis(percentile(values, 99.0)),
+                values.len()
+            ));
+        }
+        match &self.sim {
+            Some(sim) => lines.push(format!(
+                "sandboxes leaked: {} named by the ledger, {} never named to the host ({} failed creations)",
+                sim.leaked_named.len(),
+                sim.leaked_unnamed.len(),
+                self.tally.creation_failures
+            )),
+            None => lines.push("sandboxes leaked: n/a (external API; see `leases`)".into()),
+        }
+        lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
+        lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));
+        lines.push(format!("secrets seen in output: {}", tally.secrets_seen));
+        lines.push(format!("panics: {}", tally.panics));
+        let broken = self.broken();
+        lines.push(if broken.is_empty() {
+            "invariants: all held".into()
+        } else {
+            format!("invariants BROKEN: {}", broken.join("; "))
+        });
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let values: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&values, 50.0), Duration::from_millis(50));
+        assert_eq!(percentile(&values, 99.0), Duration::from_millis(99));
+        assert_eq!(percentile(&[Duration::from_millis(7)], 99.0), Duration::from_millis(7));
+        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn fault_profiles_by_name() {
+        assert!(fault_profile("none", 1).unwrap().is_empty());
+        assert!(fault_profile("hostile", 1).unwrap().len() > fault_profile("flaky", 1).unwrap().len());
+        assert!(fault_profile("/nonexistent/rules.json", 1).is_err());
+    }
+}
