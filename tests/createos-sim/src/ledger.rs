@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// One sandbox ever created, with its latest known status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +32,21 @@ pub struct RequestRecord {
     pub path: String,
     /// Status answered; 0 when the connection was dropped without a reply.
     pub status: u16,
+    /// When the simulator received it (before rate limiting).
+    pub received_at: Instant,
+}
+
+/// One in-flight phase (`creating`, `pausing`, `resuming`) that ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransitionRecord {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The status it ended in (`running`, `paused` or `error`).
+    pub to: String,
+    /// When the phase began (creation, or the accepted pause/resume request).
+    pub began_at: Instant,
+    /// When the status changed (taken just before it did).
+    pub completed_at: Instant,
 }
 
 /// One managed process as its creation request described it.
@@ -52,6 +67,8 @@ pub struct Ledger {
     pub requests: Vec<RequestRecord>,
     /// Every managed process creation request that was accepted.
     pub processes: Vec<ProcessRecord>,
+    /// Every in-flight phase that ended, in completion order.
+    pub transitions: Vec<TransitionRecord>,
 }
 
 impl Ledger {
@@ -102,6 +119,7 @@ struct Inner {
     index: HashMap<String, usize>,
     requests: Vec<RequestRecord>,
     processes: Vec<ProcessRecord>,
+    transitions: Vec<TransitionRecord>,
 }
 
 impl LedgerStore {
@@ -111,12 +129,28 @@ impl LedgerStore {
             sandboxes: g.sandboxes.clone(),
             requests: g.requests.clone(),
             processes: g.processes.clone(),
+            transitions: g.transitions.clone(),
         }
     }
 
-    pub(crate) fn record_request(&self, method: &str, path: &str, status: u16) {
+    pub(crate) fn record_request(&self, method: &str, path: &str, status: u16, received_at: Instant) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.requests.push(RequestRecord { method: method.to_string(), path: path.to_string(), status });
+        g.requests.push(RequestRecord {
+            method: method.to_string(),
+            path: path.to_string(),
+            status,
+            received_at,
+        });
+    }
+
+    /// Sets the status an in-flight phase ended in and records the phase
+    /// (`completed_at`: taken just before the status changed).
+    pub(crate) fn complete_transition(&self, id: &str, to: &str, began_at: Instant, completed_at: Instant) {
+        self.set_status(id, to);
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let record =
+            TransitionRecord { sandbox_id: id.to_string(), to: to.to_string(), began_at, completed_at };
+        g.transitions.push(record);
     }
 
     pub(crate) fn record_process(&self, sandbox_id: &str, request_body: &[u8]) {

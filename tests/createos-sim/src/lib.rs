@@ -24,6 +24,6 @@ mod state;
 pub use config::{RateLimit, SimConfig, SHAPES};
 pub use faults::{parse_rules, FaultId, FaultKind, FaultProfile, FaultRule, FaultTrigger};
 pub use isolation::WORKSPACE;
-pub use ledger::{path_matches, Ledger, ProcessRecord, RequestRecord, SandboxRecord};
+pub use ledger::{path_matches, Ledger, ProcessRecord, RequestRecord, SandboxRecord, TransitionRecord};
 pub use sim::Simulator;
 pub use state::SandboxStatus;

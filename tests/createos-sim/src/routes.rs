@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
@@ -135,11 +135,12 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Rate limit, authenticate, inject faults, record in the ledger.
 async fn gate(State(sh): State<Arc<Shared>>, mut req: Request, next: Next) -> Response {
+    let received_at = Instant::now();
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
     let ctx = req.extensions().get::<ConnCtx>().cloned();
     let ip = ctx.as_ref().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |c| c.peer.ip());
-    let record = |status: u16| sh.ledger.record_request(&method, &path, status);
+    let record = |status: u16| sh.ledger.record_request(&method, &path, status, received_at);
 
     if let Err(secs) = sh.limiter.check(ip) {
         let mut r = err_response(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded");

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::body::Incoming;
@@ -87,10 +87,12 @@ impl Shared {
             return;
         }
         let me = self.clone();
+        let began_at = Instant::now();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
+            let completed_at = Instant::now();
             if let Some(st) = sb.complete(generation, outcome == TransitionOutcome::Complete) {
-                me.ledger.set_status(&sb.id, st.as_str());
+                me.ledger.complete_transition(&sb.id, st.as_str(), began_at, completed_at);
             }
         });
     }

@@ -1,34 +1,47 @@
 //! Hook round trips: the CreateOS provider's hooks called directly on the
-//! provider type and through the loaded shared library, in one run.
+//! provider type, through the loaded shared library, and through an
+//! out-of-process worker answering JSON lines over pipes
+//! (`provider-worker`), in one run; and the cost of loading a library.
 //!
-//! Target (issue 2): loaded ≤ 2 × direct + 50 ns.
+//! Target (issue 7): loaded ≤ 2 × direct + 50 ns; out-of-process for comparison.
 
 use createos_provider::CreateosProvider;
 use criterion::{criterion_group, criterion_main, Criterion};
+use e2e::worker::Worker;
 use provider_abi::{EnvironmentParams, LoadedProvider, Provider};
+use serde_json::json;
 use std::hint::black_box;
+use std::path::Path;
 
-fn providers() -> (CreateosProvider, LoadedProvider) {
-    let loaded = LoadedProvider::load(e2e::library("createos_provider")).expect("load the CreateOS provider");
-    (CreateosProvider::default(), loaded)
+/// The same provider three ways.
+fn providers() -> (CreateosProvider, LoadedProvider, Worker) {
+    let library = e2e::library("createos_provider");
+    let loaded = LoadedProvider::load(&library).expect("load the CreateOS provider");
+    let worker = Worker::spawn(Path::new(env!("CARGO_BIN_EXE_provider-worker")), &library)
+        .expect("start the provider worker");
+    (CreateosProvider::default(), loaded, worker)
 }
 
 fn round_trips(c: &mut Criterion) {
-    let (direct, loaded) = providers();
+    let (direct, loaded, mut worker) = providers();
     let mut health = c.benchmark_group("health");
     health.bench_function("direct", |b| b.iter(|| black_box(direct.health().unwrap())));
     health.bench_function("loaded", |b| b.iter(|| black_box(loaded.health().unwrap())));
+    health.bench_function("out_of_process", |b| b.iter(|| black_box(worker.health().unwrap())));
     health.finish();
 
+    let config = json!({"apiKey": "bench-key", "shape": "s-1vcpu-1gb", "apiUrl": "http://127.0.0.1:9"});
     let params = EnvironmentParams {
         driver_key: "createos".into(),
         company_id: "company".into(),
         environment_id: "environment".into(),
-        config_json: r#"{"apiKey":"bench-key","shape":"s-1vcpu-1gb","apiUrl":"http://127.0.0.1:9"}"#.into(),
+        config_json: config.to_string().into(),
     };
     let mut validate = c.benchmark_group("validate_config");
     validate.bench_function("direct", |b| b.iter(|| black_box(direct.validate_config(&params).unwrap())));
     validate.bench_function("loaded", |b| b.iter(|| black_box(loaded.validate_config(&params).unwrap())));
+    validate
+        .bench_function("out_of_process", |b| b.iter(|| black_box(worker.validate_config(&config).unwrap())));
     validate.finish();
 }
 

@@ -1,6 +1,11 @@
-//! Helpers for the end-to-end tests: locating the shared libraries cargo built.
+//! Helpers for the end-to-end tests and benchmarks: locating the shared
+//! libraries cargo built, the simulator test bed, and the out-of-process
+//! worker baseline.
 
 use std::path::PathBuf;
+
+pub mod bed;
+pub mod worker;
 
 /// The directory holding this build's shared libraries (`target/<profile>/deps`).
 pub fn deps_dir() -> PathBuf {

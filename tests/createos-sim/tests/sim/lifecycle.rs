@@ -51,6 +51,13 @@ fn transitions_and_conflicts() {
     assert_eq!(l.sandboxes[0].shape, "s-2vcpu-4gb");
     assert_eq!(l.sandboxes[0].status, "destroyed");
     assert_eq!(l.count("POST", "/v1/sandboxes/*/pause"), 4);
+    let phases: Vec<&str> = l.transitions.iter().map(|t| t.to.as_str()).collect();
+    assert_eq!(phases, ["running", "paused", "running"], "create, pause, resume");
+    for t in &l.transitions {
+        assert_eq!(t.sandbox_id, id);
+        assert!(t.completed_at - t.began_at >= Duration::from_millis(150), "{t:?}");
+    }
+    assert!(l.requests.windows(2).all(|w| w[0].received_at <= w[1].received_at), "sequential requests");
     assert!(api.sim.live_sandboxes().is_empty());
 }
 

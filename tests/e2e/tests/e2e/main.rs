@@ -4,3 +4,4 @@ mod abi;
 mod execute;
 mod lease;
 mod support;
+mod worker;

@@ -1,0 +1,100 @@
+//! Output and reply decoding, single core:
+//! - `ndjson_decode`: the NDJSON output decoder, in MB/s of process output
+//!   (base64 in JSON lines → UTF-8 text delivered to a callback), fed in
+//!   16 KiB body chunks like an HTTP stream;
+//! - `envelope`: the `{"status":"success","data":{..}}` reply parser;
+//! - `sink`: delivering one 4 KiB chunk to the host through `OutputSink`
+//!   against calling the host's closure directly.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use createos_provider::client::envelope;
+use createos_provider::ndjson::OutputDecoder;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use provider_abi::{OutputSink, OutputStream};
+use serde_json::json;
+use std::hint::black_box;
+
+/// Bytes of process output per data frame.
+const FRAME_BYTES: usize = 4096;
+/// Process output per decoded stream.
+const OUTPUT_BYTES: usize = 4 << 20;
+/// HTTP body chunk size the decoder is fed with.
+const BODY_CHUNK: usize = 16 << 10;
+
+/// `bytes` of build-log-like output; `multibyte` mixes in 2-, 3- and
+/// 4-byte characters (about a quarter of the bytes), which frame
+/// boundaries then split.
+fn process_output(bytes: usize, multibyte: bool) -> Vec<u8> {
+    let ascii = "   Compiling createos-provider v0.1.0 (/work/main/createos-provider)\n";
+    let mixed = "   Kompilierung läuft → 完了 ✓ 🚀 ok\n";
+    let line = if multibyte { mixed } else { ascii };
+    line.bytes().cycle().take(bytes).collect()
+}
+
+/// The NDJSON body a process printing `output` produces: 4 KiB data frames
+/// (every eighth on stderr), a heartbeat every 64 frames, an exit frame.
+fn ndjson_body(output: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (i, chunk) in output.chunks(FRAME_BYTES).enumerate() {
+        let stream = if i % 8 == 7 { "stderr" } else { "stdout" };
+        let frame =
+            json!({"type": "data", "seq": i + 1, "stream": stream, "data_base64": STANDARD.encode(chunk)});
+        serde_json::to_writer(&mut body, &frame).unwrap();
+        body.push(b'\n');
+        if i % 64 == 63 {
+            body.extend_from_slice(b"{\"type\":\"heartbeat\"}\n");
+        }
+    }
+    body.extend_from_slice(b"{\"type\":\"exit\",\"exit_code\":0}\n");
+    body
+}
+
+fn ndjson_decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ndjson_decode");
+    group.throughput(Throughput::Bytes(OUTPUT_BYTES as u64));
+    for (name, multibyte) in [("ascii", false), ("utf8_mixed", true)] {
+        let body = ndjson_body(&process_output(OUTPUT_BYTES, multibyte));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut decoder = OutputDecoder::new();
+                let mut emit = |stream: OutputStream, text: &str| {
+                    black_box((stream, text));
+                };
+                for chunk in body.chunks(BODY_CHUNK) {
+                    decoder.feed(chunk, &mut emit).unwrap();
+                }
+                black_box(decoder.finish())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn envelope_parse(c: &mut Criterion) {
+    let replies = [
+        ("sandbox", json!({"id": "sb-0123456789abcdef0123456789abcdef", "status": "running"})),
+        ("exec", json!({"result": {"exit_code": 0, "stdout": "x".repeat(256), "stderr": ""}})),
+    ];
+    let mut group = c.benchmark_group("envelope");
+    for (name, data) in replies {
+        let body = json!({"status": "success", "data": data}).to_string().into_bytes();
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_function(name, |b| b.iter(|| black_box(envelope(black_box(&body), "bench").unwrap())));
+    }
+    group.finish();
+}
+
+fn sink(c: &mut Criterion) {
+    let chunk = String::from_utf8(process_output(FRAME_BYTES, false)).unwrap();
+    let mut received = 0usize;
+    let mut host = |_: OutputStream, text: &str| received += text.len();
+    let mut group = c.benchmark_group("sink");
+    group.bench_function("direct_closure", |b| b.iter(|| host(OutputStream::Stdout, black_box(&chunk))));
+    let mut sink = OutputSink::new(&mut host);
+    group.bench_function("output_sink", |b| b.iter(|| sink.write(OutputStream::Stdout, black_box(&chunk))));
+    group.finish();
+}
+
+criterion_group!(benches, ndjson_decode, envelope_parse, sink);
+criterion_main!(benches);
