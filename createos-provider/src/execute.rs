@@ -267,36 +267,60 @@ impl Run<'_> {
         result
     }
 
+    /// Creates the process. Not raced against the deadline: the client
+    /// bounds the call by the same deadline and tells a request that was
+    /// never sent (its deadline passed in the pacer queue: a plain timeout)
+    /// from one whose outcome is unknown. A cancellation does not abandon the
+    /// request: its reply is awaited (under the cleanup deadline) so that a
+    /// process it started can be terminated rather than left unconfirmed.
+    /// Returns the outcome and whether the command was cancelled meanwhile.
+    async fn create_process(&self, script: &str) -> (Result<String, Error>, bool) {
+        let create =
+            self.client.create_process(self.sandbox(), script, None, self.options(Priority::InFlight));
+        tokio::pin!(create);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => {
+                let created = tokio::time::timeout(CLEANUP_TIMEOUT, &mut create)
+                    .await
+                    .unwrap_or_else(|_| Err(Error::timeout(op::PROCESS_CREATION)));
+                (created, true)
+            }
+            created = &mut create => (created, false),
+        }
+    }
+
     async fn create_and_stream(
         &mut self,
         script: &str,
         admission: Admission,
         emit: &mut (dyn FnMut(OutputStream, &str) + Send),
     ) -> Result<ExecuteResult, Error> {
-        let create =
-            self.client.create_process(self.sandbox(), script, None, self.options(Priority::InFlight));
-        // Not raced against the deadline here: the client bounds the call by
-        // the same deadline and tells a request that was never sent (its
-        // deadline passed in the pacer queue: a plain timeout) from one whose
-        // outcome is unknown.
-        let created = tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(Stop::Cancelled),
-            created = create => created.map_err(Stop::Failed),
-        };
+        let (created, cancelled) = self.create_process(script).await;
         drop(admission);
         let pid = match created {
             Ok(pid) => pid,
-            Err(Stop::Failed(error)) if error.is_not_sent() => {
+            Err(error) if cancelled && (error.is_not_sent() || is_refusal(&error)) => {
+                return Err(Error::Cancelled)
+            }
+            Err(error) if error.is_not_sent() => {
                 return Ok(self.result(None, None, true, OutputDecoder::new().finish()));
             }
-            Err(Stop::Failed(error)) if is_refusal(&error) => return Err(error),
-            Err(stop) => {
-                tracing::warn!(sandbox = %self.sandbox(), reason = ?stop_label(&stop), "CreateOS process creation outcome unknown");
+            Err(error) if is_refusal(&error) => return Err(error),
+            Err(error) => {
+                tracing::warn!(sandbox = %self.sandbox(), reason = error.operation().unwrap_or("error"), "CreateOS process creation outcome unknown");
                 self.registry.mark_unconfirmed(&self.lease.scope);
                 return Err(Error::creation_unconfirmed(CREATION_UNCONFIRMED));
             }
         };
+        if cancelled {
+            return if self.terminate(&pid).await {
+                Err(Error::Cancelled)
+            } else {
+                self.registry.mark_unconfirmed(&self.lease.scope);
+                Err(Error::CommandCleanupUnconfirmed)
+            };
+        }
 
         let mut decoder = OutputDecoder::new();
         let streamed = self.stream(&pid, &mut decoder, emit).await;
@@ -435,14 +459,6 @@ impl Drop for MarkUnconfirmedOnDrop<'_> {
         if self.armed {
             self.registry.mark_unconfirmed(&self.lease.scope);
         }
-    }
-}
-
-fn stop_label(stop: &Stop) -> &'static str {
-    match stop {
-        Stop::Deadline => "deadline",
-        Stop::Cancelled => "cancelled",
-        Stop::Failed(error) => error.operation().unwrap_or("error"),
     }
 }
 
