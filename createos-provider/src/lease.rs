@@ -4,11 +4,11 @@
 use crate::{
     client::{CallOptions, CreateosClient, SandboxState},
     config::ProviderConfig,
-    error::{op, Error},
+    error::{op, Error, ErrorKind},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
     pacer::{Admission, Priority},
     registry::{LeaseScope, Refusal, Registry},
-    transition::{transition_with_priority, Desired, Lifecycle},
+    transition::{transition_with_priority, Desired, Estimates, Lifecycle},
 };
 use bytes::Bytes;
 use provider_abi::{
@@ -102,7 +102,8 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
     let _admission = admit(&client, &config).await?;
     let metadata = LeaseMetadata::new(&params.env, &config);
     let id = create_sandbox(&client, &config).await?;
-    let prepared = prepare_workspace(&client, &id, &metadata, deadline(&config)).await;
+    let estimates = Estimates::shared(&config.origin());
+    let prepared = prepare_workspace(&client, &id, &metadata, deadline(&config), &estimates).await;
     if let Err(error) = prepared {
         return Err(match delete_sandbox(&client, &id, &config).await {
             Ok(()) => error,
@@ -162,8 +163,9 @@ async fn prepare_workspace(
     id: &str,
     metadata: &LeaseMetadata,
     deadline: Instant,
+    estimates: &Estimates,
 ) -> Result<(), Error> {
-    transition_with_priority(client, id, Desired::Running, deadline, Priority::InFlight).await?;
+    transition_with_priority(client, id, Desired::Running, deadline, Priority::InFlight, estimates).await?;
     let options = CallOptions::new(deadline, Priority::InFlight);
     let mkdir = client.exec(id, "/bin/mkdir", &["-p".into(), RUNTIME_DIR.into()], options).await?;
     if mkdir.exit_code != 0 {
@@ -172,10 +174,31 @@ async fn prepare_workspace(
     client.put_file(id, MARKER_PATH, Bytes::from(metadata.marker.clone()), options).await
 }
 
+/// How many times a cleanup delete is sent before its failure is reported.
+pub const DELETE_ATTEMPTS: u32 = 3;
+/// The pause before the first repeat of a failed delete; it doubles after.
+pub const DELETE_RETRY_DELAY: Duration = Duration::from_millis(250);
+
 /// Deletes a sandbox at cleanup priority under a fresh deadline (the
-/// operation's own may be what just ran out).
+/// operation's own may be what just ran out). DELETE is idempotent (404
+/// counts as gone), so a failure whose outcome is unknown (5xx, 429, a lost
+/// or malformed reply) is sent again, up to [`DELETE_ATTEMPTS`] times: a
+/// sandbox left behind here may be one no host can name.
 async fn delete_sandbox(client: &CreateosClient, id: &str, config: &ProviderConfig) -> Result<(), Error> {
-    client.delete_sandbox(id, CallOptions::new(deadline(config), Priority::Cleanup)).await
+    let deadline = deadline(config);
+    let mut delay = DELETE_RETRY_DELAY;
+    let mut attempt = 1;
+    loop {
+        let result = client.delete_sandbox(id, CallOptions::new(deadline, Priority::Cleanup)).await;
+        let worth_repeating =
+            matches!(&result, Err(error) if error.is_transient() || error.kind() == ErrorKind::Protocol);
+        if !worth_repeating || attempt == DELETE_ATTEMPTS || Instant::now() + delay >= deadline {
+            return result;
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+        attempt += 1;
+    }
 }
 
 /// An expired lease: the host must acquire a new one.
@@ -202,8 +225,16 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
     }
     let client = ctx.client(&lease.config)?;
     let deadline = deadline(&lease.config);
-    match transition_with_priority(&client, &lease.sandbox_id, Desired::Running, deadline, Priority::InFlight)
-        .await
+    let estimates = Estimates::shared(&lease.config.origin());
+    match transition_with_priority(
+        &client,
+        &lease.sandbox_id,
+        Desired::Running,
+        deadline,
+        Priority::InFlight,
+        &estimates,
+    )
+    .await
     {
         Ok(()) => {}
         Err(error) if error.is_not_found() || error.is_terminal_state() => return Ok(expired(params)),
@@ -261,6 +292,7 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
         Desired::Paused,
         deadline(&lease.config),
         Priority::Cleanup,
+        &Estimates::shared(&lease.config.origin()),
     )
     .await;
     match paused {

@@ -244,7 +244,13 @@ impl<'a> Host<'a> {
         self.record(held.row, LeaseState::Active, hook, None)?;
         match self.provider.resume_lease(&self.params(&held.lease)) {
             Ok(lease) if lease.expired => {
-                self.ledger.set_lease(held.row, LeaseState::Destroyed, hook, &lease).map_err(ledger_error)?;
+                // An expired lease's sandbox may still exist (the configuration
+                // changed, or its marker did not read back): give it back
+                // rather than leak it. A failed destroy leaves the row for
+                // `sweep`.
+                if let Err(error) = self.destroy(held) {
+                    tracing::warn!(lease = ?held.id(), error = %error, "destroying an expired lease failed");
+                }
                 Ok(lease)
             }
             Ok(lease) => {

@@ -18,7 +18,7 @@ use createos_sim::{FaultProfile, FaultRule};
 use provider_abi::{ErrorKind, LoadedProvider, OutputStream};
 use serde_json::{json, Value};
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::BTreeMap,
     path::Path,
     sync::{
         atomic::{AtomicUsize, Ordering},
@@ -81,9 +81,6 @@ pub struct Tally {
     pub secrets_seen: usize,
     /// Internal errors mentioning a panic.
     pub panics: usize,
-    /// Failed `probe` and `acquire` steps: the most sandboxes the provider
-    /// may have been unable to name.
-    pub creation_failures: usize,
 }
 
 /// The per-lifecycle reporter: checks every step and every output chunk.
@@ -181,11 +178,6 @@ pub fn run(
                 })
             };
             tally.panics += watcher.steps.iter().filter(panicked).count();
-            tally.creation_failures += watcher
-                .steps
-                .iter()
-                .filter(|step| matches!(step.step, "probe" | "acquire") && step.error.is_some())
-                .count();
             tally.secrets_seen += watcher.secrets_seen;
             tally.unconfirmed_reused += watcher.unconfirmed_reused;
         }
@@ -218,31 +210,28 @@ pub struct SimFigures {
     pub requests: usize,
     /// Requests answered 429.
     pub rate_limited: usize,
-    /// Live sandboxes whose id the ledger records: the host could have
-    /// destroyed them.
-    pub leaked_named: Vec<String>,
-    /// Live sandboxes the provider never named to the host (a creation whose
-    /// reply was lost: the API has no idempotency key).
-    pub leaked_unnamed: Vec<String>,
+    /// Live sandboxes whose creation reply reached the provider intact: a
+    /// leak of the provider or the host.
+    pub leaked: Vec<String>,
+    /// Live sandboxes whose creation reply a fault lost or falsified: nobody
+    /// can name them, since the API has no idempotency key.
+    pub leaked_unnameable: Vec<String>,
 }
 
 impl SimFigures {
     /// Reads the simulator's ledger and classifies its live sandboxes.
-    pub fn collect(sim: &createos_sim::Simulator, ledger: &Ledger) -> SimFigures {
+    pub fn collect(sim: &createos_sim::Simulator) -> SimFigures {
         let seen = sim.ledger();
-        let named: HashSet<String> = ledger
-            .list()
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|record| record.provider_lease_id)
-            .collect();
-        let (leaked_named, leaked_unnamed) =
-            seen.leaked().into_iter().map(|sandbox| sandbox.id.clone()).partition(|id| named.contains(id));
+        let ids = |sandboxes: Vec<&createos_sim::SandboxRecord>| -> Vec<String> {
+            sandboxes.into_iter().map(|sandbox| sandbox.id.clone()).collect()
+        };
+        let leaked = ids(seen.leaked_nameable());
+        let leaked_unnameable = ids(seen.leaked()).into_iter().filter(|id| !leaked.contains(id)).collect();
         SimFigures {
             requests: seen.requests.len(),
             rate_limited: seen.count_status(429),
-            leaked_named,
-            leaked_unnamed,
+            leaked,
+            leaked_unnameable,
         }
     }
 }
@@ -278,15 +267,8 @@ impl Summary {
     pub fn broken(&self) -> Vec<String> {
         let mut broken = Vec::new();
         if let Some(sim) = &self.sim {
-            if !sim.leaked_named.is_empty() {
-                broken.push(format!("{} sandboxes leaked that the ledger names", sim.leaked_named.len()));
-            }
-            if sim.leaked_unnamed.len() > self.tally.creation_failures {
-                broken.push(format!(
-                    "{} unnamed sandboxes leaked, more than the {} failed creations explain",
-                    sim.leaked_unnamed.len(),
-                    self.tally.creation_failures
-                ));
+            if !sim.leaked.is_empty() {
+                broken.push(format!("{} sandboxes leaked", sim.leaked.len()));
             }
         }
         if self.tally.unconfirmed_reused > 0 {
@@ -331,10 +313,9 @@ impl Summary {
             "apiRequests": self.sim.as_ref().map(|sim| sim.requests),
             "rateLimited": self.sim.as_ref().map(|sim| sim.rate_limited),
             "latency": latency,
-            "leaked": self.sim.as_ref().map(|sim| sim.leaked_named.len() + sim.leaked_unnamed.len()),
-            "leakedNamed": self.sim.as_ref().map(|sim| sim.leaked_named.len()),
-            "leakedUnnamed": self.sim.as_ref().map(|sim| sim.leaked_unnamed.len()),
-            "creationFailures": self.tally.creation_failures,
+            "leaked": self.sim.as_ref().map(|sim| sim.leaked.len()),
+            "leakedIds": self.sim.as_ref().map(|sim| sim.leaked.clone()),
+            "leakedUnnameable": self.sim.as_ref().map(|sim| sim.leaked_unnameable.len()),
             "unswept": self.unswept,
             "unconfirmedReused": self.tally.unconfirmed_reused,
             "secretsSeen": self.tally.secrets_seen,
@@ -371,10 +352,9 @@ impl Summary {
         }
         match &self.sim {
             Some(sim) => lines.push(format!(
-                "sandboxes leaked: {} named by the ledger, {} never named to the host ({} failed creations)",
-                sim.leaked_named.len(),
-                sim.leaked_unnamed.len(),
-                self.tally.creation_failures
+                "sandboxes leaked: {} (and {} whose creation reply a fault lost: no idempotency key, nobody can name them)",
+                sim.leaked.len(),
+                sim.leaked_unnameable.len(),
             )),
             None => lines.push("sandboxes leaked: n/a (external API; see `leases`)".into()),
         }

@@ -105,7 +105,7 @@ fn a_hostile_soak_of_200_leases_holds_every_invariant() {
     let summary = lines.last().expect("a summary");
     assert_eq!(output.status.code(), Some(0), "{summary}");
     assert_eq!(summary["invariantsHeld"], true, "{summary}");
-    assert_eq!(summary["leakedNamed"], 0);
+    assert_eq!(summary["leaked"], 0);
     assert_eq!(summary["unconfirmedReused"], 0);
     assert_eq!(summary["secretsSeen"], 0);
     assert_eq!(summary["panics"], 0);

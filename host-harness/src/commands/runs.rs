@@ -205,7 +205,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         leases: options.leases,
         elapsed: started.elapsed(),
         tally,
-        sim: target.sim.as_ref().map(|sim| SimFigures::collect(sim, &session.ledger)),
+        sim: target.sim.as_ref().map(SimFigures::collect),
         unswept,
     };
     out.value(&summary.to_json(), || summary.to_text());

@@ -17,6 +17,10 @@ pub struct SandboxRecord {
     pub deleted: bool,
     /// True if the host force-stopped it (fault or [`crate::Simulator::force_stop`]).
     pub force_stopped: bool,
+    /// True if a fault lost or falsified the reply to its creation (the
+    /// connection dropped, malformed JSON, a wrong id): no client can name
+    /// it, since the API has no idempotency key.
+    pub creation_reply_lost: bool,
     /// Creation time.
     pub created_at: SystemTime,
     /// Deletion time, if deleted.
@@ -82,6 +86,12 @@ impl Ledger {
                     && path_matches(path_pattern, &r.path)
             })
             .count()
+    }
+
+    /// Live sandboxes whose creation reply reached the client intact: the
+    /// client knew their id, so any of these is a leak it is to blame for.
+    pub fn leaked_nameable(&self) -> Vec<&SandboxRecord> {
+        self.leaked().into_iter().filter(|s| !s.creation_reply_lost).collect()
     }
 
     /// Sandboxes never deleted.
@@ -168,6 +178,7 @@ impl LedgerStore {
             shape: shape.to_string(),
             deleted: false,
             force_stopped: false,
+            creation_reply_lost: false,
             created_at: SystemTime::now(),
             deleted_at: None,
         });
@@ -178,6 +189,13 @@ impl LedgerStore {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&i) = g.index.get(id) {
             g.sandboxes[i].status = status.to_string();
+        }
+    }
+
+    pub(crate) fn mark_creation_reply_lost(&self, id: &str) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&i) = g.index.get(id) {
+            g.sandboxes[i].creation_reply_lost = true;
         }
     }
 

@@ -30,6 +30,12 @@ impl Fired {
     fn has(&self, k: FaultKind) -> bool {
         self.0.contains(&k)
     }
+    /// True when the client will not receive the reply as sent.
+    fn loses_reply(&self) -> bool {
+        [FaultKind::DropAfterAction, FaultKind::MalformedJson, FaultKind::WrongId]
+            .into_iter()
+            .any(|k| self.has(k))
+    }
     fn outcome(&self) -> TransitionOutcome {
         if self.has(FaultKind::TransitionStuck) {
             TransitionOutcome::Stuck
@@ -249,6 +255,9 @@ async fn create_sandbox(
         tracing::error!("cannot create sandbox directories: {e}");
         err(StatusCode::INTERNAL_SERVER_ERROR, "sandbox creation failed")
     })?;
+    if fired.loses_reply() {
+        sh.ledger.mark_creation_reply_lost(&sb.id);
+    }
     Ok(ok(json!({"id": sb.id})))
 }
 

@@ -12,12 +12,14 @@
 //!    + the reference's state reads.
 //! 2. Detection delay for transitions of 100 ms, 500 ms and 2 s: from the
 //!    instant the simulator completed a phase to the arrival of the first
-//!    state read after it (both recorded in the ledger).
+//!    state read after it (both recorded in the ledger). "ours schedule" is
+//!    the learnt schedule's model (`transition::model`) over the same number
+//!    of phases from no history, with zero request latency.
 //! 3. Budget use under sustained load: lifecycle loops against the real
 //!    300/min limit for 40 s; the requests the simulator received per minute
 //!    between 5 s and 35 s, as a share of 300, and the 429s.
 
-use createos_provider::transition::{poll_delay, REFERENCE_POLL_MS};
+use createos_provider::transition::{model, REFERENCE_POLL_MS};
 use createos_sim::{path_matches, Ledger, RateLimit, RequestRecord, SimConfig};
 use e2e::bed::Bed;
 use provider_abi::{Lease, LeaseParams, Provider};
@@ -206,17 +208,12 @@ fn detection_delay() {
     );
 }
 
-/// When our poll schedule notices a transition of `delay` with zero request
-/// latency, after its completion.
+/// Our learnt schedule's mean detection delay (zero request latency) over
+/// `REPEATS` phases of `delay` on fresh estimates, as the bench's phases of
+/// one kind are (each bed is a new API origin).
 fn schedule_delay(delay: Duration) -> Duration {
-    let mut at = Duration::ZERO;
-    for n in 0.. {
-        at += poll_delay(n);
-        if at >= delay {
-            break;
-        }
-    }
-    at - delay
+    let phases = model(std::iter::repeat_n(delay, REPEATS));
+    phases.iter().map(|(_, late)| *late).sum::<Duration>() / REPEATS as u32
 }
 
 /// How long the loops start new lifecycles.
