@@ -4,7 +4,8 @@
 //! The binary (`host-harness`) is a thin clap front end over these modules:
 //! [`host`] (each hook as a host calls it: ledger records and the seed's
 //! policy), [`ledger`] (SQLite), [`lifecycle`], [`soak`], [`sweep`],
-//! [`lease_file`] (the lease JSON of the hook commands), [`plugin`]
+//! [`lease_file`] (the lease JSON of the hook commands), [`resources`]
+//! (what a soak costs the process), [`plugin`]
 //! (loading), [`request`] (the configuration file), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
@@ -16,5 +17,6 @@ pub mod lifecycle;
 pub mod plugin;
 pub mod render;
 pub mod request;
+pub mod resources;
 pub mod soak;
 pub mod sweep;

@@ -145,6 +145,9 @@ enum Command {
         /// Loopback address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
         listen: std::net::SocketAddr,
+        /// Turn the simulator's rate limit (300 requests a minute per client) off.
+        #[arg(long)]
+        no_rate_limit: bool,
     },
 }
 
@@ -172,8 +175,8 @@ fn init_logging(verbose: u8) {
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     use commands::{hooks, info, ledger, runs};
     let global = &cli.global;
-    if let Command::Sim { listen } = &cli.command {
-        return commands::sim::serve(*listen, out);
+    if let Command::Sim { listen, no_rate_limit } = &cli.command {
+        return commands::sim::serve(*listen, !no_rate_limit, out);
     }
     if let Command::Leases = &cli.command {
         return ledger::leases(&commands::open_ledger(global.ledger.as_deref())?, out);

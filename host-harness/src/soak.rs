@@ -13,6 +13,7 @@ use crate::{
     ledger::{Ledger, Owner},
     lifecycle::{self, Reporter, StepReport},
     request::HarnessConfig,
+    resources::ResourceFigures,
 };
 use createos_sim::{FaultProfile, FaultRule};
 use provider_abi::{ErrorKind, LoadedProvider, OutputStream};
@@ -249,6 +250,10 @@ pub struct Summary {
     pub sim: Option<SimFigures>,
     /// Rows the final sweep could not resolve (no lease id) or destroy.
     pub unswept: usize,
+    /// Memory, threads and CPU of this process during the lifecycles.
+    pub resources: ResourceFigures,
+    /// Lifecycles in flight at once.
+    pub concurrency: usize,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).
@@ -320,12 +325,36 @@ impl Summary {
             "unconfirmedReused": self.tally.unconfirmed_reused,
             "secretsSeen": self.tally.secrets_seen,
             "panics": self.tally.panics,
+            "lifecyclesPerS": self.lifecycles_per_second(),
+            "peakRssBytes": self.resources.peak_rss,
+            "rssPerInFlightLifecycleBytes": self.rss_per_in_flight(),
+            "peakThreads": self.resources.peak_threads,
+            "peakProviderThreads": self.resources.peak_provider_threads,
+            "cpuPerLifecycleMs": self.cpu_per_lifecycle_ms(),
             "invariantsHeld": self.broken().is_empty(),
             "broken": self.broken(),
         })
     }
 
     /// The summary as text.
+    /// Lifecycles finished per second of wall-clock time.
+    pub fn lifecycles_per_second(&self) -> f64 {
+        self.leases as f64 / self.elapsed.as_secs_f64().max(f64::EPSILON)
+    }
+
+    /// Resident memory above the starting point at the peak, per lifecycle
+    /// in flight.
+    pub fn rss_per_in_flight(&self) -> u64 {
+        let in_flight = self.concurrency.clamp(1, self.leases.max(1)) as u64;
+        self.resources.peak_rss.saturating_sub(self.resources.baseline_rss) / in_flight
+    }
+
+    /// CPU time of the process (harness, provider and any embedded
+    /// simulator) per lifecycle.
+    pub fn cpu_per_lifecycle_ms(&self) -> f64 {
+        Self::millis(self.resources.cpu) / self.leases.max(1) as f64
+    }
+
     pub fn to_text(&self) -> String {
         let tally = &self.tally;
         let mut lines = vec![format!(
@@ -358,6 +387,18 @@ impl Summary {
             )),
             None => lines.push("sandboxes leaked: n/a (external API; see `leases`)".into()),
         }
+        lines.push(format!(
+            "throughput: {:.1} lifecycles/s; CPU {:.1} ms per lifecycle",
+            self.lifecycles_per_second(),
+            self.cpu_per_lifecycle_ms()
+        ));
+        lines.push(format!(
+            "memory: peak {:.1} MiB resident, {:.1} KiB per lifecycle in flight; threads: peak {} ({} the provider's)",
+            self.resources.peak_rss as f64 / 1048576.0,
+            self.rss_per_in_flight() as f64 / 1024.0,
+            self.resources.peak_threads,
+            self.resources.peak_provider_threads
+        ));
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
         lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));
         lines.push(format!("secrets seen in output: {}", tally.secrets_seen));

@@ -179,7 +179,9 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         leases: options.leases,
         concurrency: options.concurrency,
     };
+    let monitor = host_harness::resources::Monitor::start();
     let tally = soak::run(&session.provider, &session.ledger, &plan, &progress);
+    let resources = monitor.finish();
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -207,6 +209,8 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         tally,
         sim: target.sim.as_ref().map(SimFigures::collect),
         unswept,
+        resources,
+        concurrency: options.concurrency,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {

@@ -1,0 +1,146 @@
+//! What a soak costs the harness process: resident memory, threads and CPU
+//! time, sampled from `/proc/self` while the lifecycles run.
+//!
+//! The provider runs inside this process, so the figures are the harness's
+//! and the provider's together; the provider's own threads are told apart by
+//! name (`createos-provider`). With the embedded simulator the simulator is
+//! in the process too: run it with `host-harness sim` to keep it out.
+
+use std::{
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+/// The prefix of the provider runtime's thread names (Linux keeps 15 bytes).
+pub const PROVIDER_THREAD_PREFIX: &str = "createos-provid";
+/// How often the monitor samples.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+
+/// Peaks and totals over a monitored run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ResourceFigures {
+    /// Resident memory when monitoring began, in bytes.
+    pub baseline_rss: u64,
+    /// The highest resident memory seen, in bytes.
+    pub peak_rss: u64,
+    /// The most threads the process had at once.
+    pub peak_threads: usize,
+    /// The most threads the provider's runtime had at once.
+    pub peak_provider_threads: usize,
+    /// User plus system CPU time of the whole process during the run.
+    pub cpu: Duration,
+}
+
+/// Samples the process in a background thread until [`Monitor::finish`].
+pub struct Monitor {
+    stop: Arc<AtomicBool>,
+    figures: Arc<Mutex<ResourceFigures>>,
+    sampler: Option<JoinHandle<()>>,
+    cpu_at_start: Duration,
+}
+
+impl Monitor {
+    /// Starts sampling.
+    pub fn start() -> Monitor {
+        let baseline = resident_bytes().unwrap_or(0);
+        let figures = Arc::new(Mutex::new(ResourceFigures {
+            baseline_rss: baseline,
+            peak_rss: baseline,
+            ..Default::default()
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (stop, figures) = (Arc::clone(&stop), Arc::clone(&figures));
+            std::thread::Builder::new()
+                .name("soak-monitor".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        sample(&figures);
+                        std::thread::sleep(SAMPLE_EVERY);
+                    }
+                })
+                .ok()
+        };
+        Monitor { stop, figures, sampler, cpu_at_start: cpu_time() }
+    }
+
+    /// Stops sampling and returns the figures.
+    pub fn finish(mut self) -> ResourceFigures {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(sampler) = self.sampler.take() {
+            let _ = sampler.join();
+        }
+        sample(&self.figures);
+        let mut figures = *self.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        figures.cpu = cpu_time().saturating_sub(self.cpu_at_start);
+        // The kernel's own high-water mark catches peaks between samples.
+        figures.peak_rss = figures.peak_rss.max(status_kib("VmHWM:").map_or(0, |kib| kib * 1024));
+        figures
+    }
+}
+
+fn sample(figures: &Mutex<ResourceFigures>) {
+    let rss = resident_bytes().unwrap_or(0);
+    let (threads, provider_threads) = threads();
+    let mut figures = figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    figures.peak_rss = figures.peak_rss.max(rss);
+    figures.peak_threads = figures.peak_threads.max(threads);
+    figures.peak_provider_threads = figures.peak_provider_threads.max(provider_threads);
+}
+
+/// Resident memory now, in bytes.
+pub fn resident_bytes() -> Option<u64> {
+    status_kib("VmRSS:").map(|kib| kib * 1024)
+}
+
+/// A `kB` field of `/proc/self/status`.
+fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The process's threads, and how many of them belong to the provider.
+fn threads() -> (usize, usize) {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return (0, 0);
+    };
+    let names: Vec<String> =
+        tasks.flatten().filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok()).collect();
+    let provider = names.iter().filter(|name| name.starts_with(PROVIDER_THREAD_PREFIX)).count();
+    (names.len(), provider)
+}
+
+/// User plus system CPU time of this process so far.
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let micros = |time: libc::timeval| time.tv_sec as u64 * 1_000_000 + time.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_monitored_run_sees_memory_threads_and_cpu() {
+        let monitor = Monitor::start();
+        let busy: u64 = (0..2_000_000u64).fold(0, |sum, n| sum.wrapping_add(n * n));
+        std::hint::black_box(busy);
+        let figures = monitor.finish();
+        assert!(figures.baseline_rss > 0 && figures.peak_rss >= figures.baseline_rss);
+        assert!(figures.peak_threads >= 2, "the test thread and the monitor");
+        assert!(figures.cpu > Duration::ZERO);
+    }
+}
