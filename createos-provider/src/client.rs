@@ -58,6 +58,9 @@ pub const MAX_FILE_BYTES: usize = 256 << 20;
 /// TCP/TLS connect timeout (the caller's deadline bounds everything else).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// Idle connections kept per API origin for reuse.
+pub const MAX_IDLE_CONNECTIONS: usize = 32;
+
 /// A stream of response body chunks.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>;
 
@@ -183,6 +186,9 @@ fn check_file_path(path: &str) -> Result<(), Error> {
 pub fn build_http_client() -> Result<reqwest::Client, Error> {
     reqwest::Client::builder()
         .use_rustls_tls()
+        // The request budget (300 a minute) needs few connections; a burst
+        // of leases must not leave hundreds of idle ones holding buffers.
+        .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
         .user_agent(concat!("createos-provider/", env!("CARGO_PKG_VERSION")))

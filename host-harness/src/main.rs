@@ -151,7 +151,22 @@ enum Command {
     },
 }
 
+/// Hooks block their calling thread, so `soak` runs one thread per lifecycle
+/// in flight (a thousand at `--concurrency 1000`). glibc gives threads up to
+/// eight malloc arenas per core, and a thousand threads spread over them
+/// roughly doubled the resident memory through fragmentation (measured:
+/// 299 MiB against 150 MiB with two arenas for 3,000 lifecycles, 1,000 at
+/// once). Two arenas cost nothing measurable in throughput here.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator tuning; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = Cli::parse();
     init_logging(cli.global.verbose);
     let out = Printer { json: cli.global.json };

@@ -16,7 +16,7 @@ use crate::{
     resources::ResourceFigures,
 };
 use createos_sim::{FaultProfile, FaultRule};
-use provider_abi::{ErrorKind, LoadedProvider, OutputStream};
+use provider_abi::{ErrorKind, LoadedProvider, OutputStream, ProviderError};
 use serde_json::{json, Value};
 use std::{
     collections::BTreeMap,
@@ -61,8 +61,8 @@ pub struct Finished {
     pub done: usize,
     /// True when every step succeeded.
     pub ok: bool,
-    /// The kind of the first error, if any.
-    pub error_kind: Option<String>,
+    /// The first error (its step and the error), if any.
+    pub first_error: Option<(&'static str, ProviderError)>,
     /// How long the lifecycle took.
     pub duration: Duration,
 }
@@ -162,12 +162,13 @@ pub fn run(
         let started = Instant::now();
         let ok = lifecycle::run(&host, &mut watcher);
         let duration = started.elapsed();
-        let first_error = watcher.steps.iter().find_map(|step| step.error.clone());
+        let first_error =
+            watcher.steps.iter().find_map(|step| step.error.clone().map(|error| (step.step, error)));
         {
             let mut tally = tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             match (&first_error, ok) {
                 (None, true) => tally.succeeded += 1,
-                (Some(error), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
+                (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
                 (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
             }
             for step in watcher.steps.iter().filter(|step| step.duration > Duration::ZERO) {
@@ -185,7 +186,7 @@ pub fn run(
         progress(&Finished {
             done: done.fetch_add(1, Ordering::SeqCst) + 1,
             ok,
-            error_kind: first_error.map(|error| error.kind.to_string()),
+            first_error: first_error.clone(),
             duration,
         });
     };

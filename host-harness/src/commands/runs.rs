@@ -154,14 +154,14 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
                 &serde_json::json!({
                     "lifecycle": finished.done,
                     "ok": finished.ok,
-                    "errorKind": finished.error_kind,
+                    "failedStep": finished.first_error.as_ref().map(|(step, _)| step),
+                    "error": finished.first_error.as_ref().map(|(_, error)| render::error(error)),
                     "durationMs": finished.duration.as_secs_f64() * 1e3,
                 }),
                 || {
-                    let outcome = finished
-                        .error_kind
-                        .as_deref()
-                        .map_or("ok".to_owned(), |kind| format!("failed: {kind}"));
+                    let outcome = finished.first_error.as_ref().map_or("ok".to_owned(), |(step, error)| {
+                        format!("failed at {step}: {}", render::error_line(error))
+                    });
                     format!(
                         "[{:>5}/{}] {outcome} ({:.1} s)",
                         finished.done,

@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -286,6 +287,46 @@ impl ExecRun {
 }
 
 /// Poll until both tasks finished (true) or `limit` passed (false).
+/// Duplicates of a process's output pipes, asking the kernel how many bytes
+/// wait unread in them. Duplicates, so the pumps may close their own ends.
+struct UnreadProbe {
+    pipes: Vec<OwnedFd>,
+}
+
+impl UnreadProbe {
+    fn new(fds: [Option<RawFd>; 2]) -> Self {
+        let pipes = fds
+            .into_iter()
+            .flatten()
+            // SAFETY: `fd` is open (its owner is alive here); dup returns a new
+            // descriptor we own, or -1.
+            .filter_map(|fd| match unsafe { libc::dup(fd) } {
+                -1 => None,
+                // SAFETY: a fresh descriptor nobody else owns.
+                copy => Some(unsafe { OwnedFd::from_raw_fd(copy) }),
+            })
+            .collect();
+        Self { pipes }
+    }
+
+    /// Bytes written to the pipes and not read yet.
+    fn bytes(&self) -> usize {
+        self.pipes
+            .iter()
+            .map(|pipe| {
+                let mut unread: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int.
+                let ok = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut unread) } == 0;
+                if ok {
+                    unread.max(0) as usize
+                } else {
+                    0
+                }
+            })
+            .sum()
+    }
+}
+
 async fn finished<T>(
     a: &tokio::task::JoinHandle<T>,
     b: &tokio::task::JoinHandle<T>,
@@ -471,6 +512,7 @@ impl ManagedProcess {
         let chunk = journal_bytes.clamp(1, 64 * 1024);
         let out = child.stdout.take();
         let err = child.stderr.take();
+        let unread = UnreadProbe::new([out.as_ref().map(AsRawFd::as_raw_fd), err.as_ref().map(AsRawFd::as_raw_fd)]);
         let out_task = tokio::spawn(pump(p.clone(), out, false, chunk));
         let err_task = tokio::spawn(pump(p.clone(), err, true, chunk));
         let pw = p.clone();
@@ -479,10 +521,15 @@ impl ManagedProcess {
             pw.tree.leader_reaped.store(true, Ordering::SeqCst);
             pw.reaped.send_replace(true);
             // Wait for EOF on both pipes, or until they have been idle for
-            // DRAIN_AFTER_EXIT (a leftover descendant may hold them open).
+            // DRAIN_AFTER_EXIT with nothing left unread in them (a leftover
+            // descendant may hold them open). "Nothing unread" matters under
+            // load, when the pumps may not run for longer than the window.
             loop {
                 let before = *pw.changed.borrow();
-                if finished(&out_task, &err_task, DRAIN_AFTER_EXIT).await || *pw.changed.borrow() == before {
+                if finished(&out_task, &err_task, DRAIN_AFTER_EXIT).await {
+                    break;
+                }
+                if *pw.changed.borrow() == before && unread.bytes() == 0 {
                     break;
                 }
             }
