@@ -512,7 +512,8 @@ impl ManagedProcess {
         let chunk = journal_bytes.clamp(1, 64 * 1024);
         let out = child.stdout.take();
         let err = child.stderr.take();
-        let unread = UnreadProbe::new([out.as_ref().map(AsRawFd::as_raw_fd), err.as_ref().map(AsRawFd::as_raw_fd)]);
+        let unread =
+            UnreadProbe::new([out.as_ref().map(AsRawFd::as_raw_fd), err.as_ref().map(AsRawFd::as_raw_fd)]);
         let out_task = tokio::spawn(pump(p.clone(), out, false, chunk));
         let err_task = tokio::spawn(pump(p.clone(), err, true, chunk));
         let pw = p.clone();
