@@ -35,7 +35,7 @@ pub struct Context {
 }
 
 /// A lease hook's view of its lease: the parsed configuration, the checked
-/// metadata and the client.
+/// metadata, the sandbox id and the registry key.
 pub struct OwnedLease {
     /// The provider configuration.
     pub config: ProviderConfig,
