@@ -99,23 +99,35 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
         ));
     }
     let client = ctx.client(&config)?;
-    let _admission = admit(&client, &config).await?;
-    let metadata = LeaseMetadata::new(&params.env, &config);
-    let id = create_sandbox(&client, &config).await?;
-    let estimates = Estimates::shared(&config.origin());
-    let prepared = prepare_workspace(&client, &id, &metadata, deadline(&config), &estimates).await;
-    if let Err(error) = prepared {
-        return Err(match delete_sandbox(&client, &id, &config).await {
-            Ok(()) => error,
-            Err(_) => Error::cleanup_unconfirmed_for(&id),
-        });
-    }
+    let (id, metadata) = create_lease(&client, &config, &params.env).await?;
     Ok(Lease {
         provider_lease_id: Some(id.into()).into(),
         metadata_json: metadata.to_json().into(),
         expires_at: None.into(),
         expired: false,
     })
+}
+
+/// The work of `acquire_lease` (and of `probe`): once admitted, create a
+/// sandbox, wait for `running`, prepare the workspace and write the marker;
+/// on any failure delete the sandbox. Returns its id and the lease metadata.
+async fn create_lease(
+    client: &CreateosClient,
+    config: &ProviderConfig,
+    env: &EnvironmentParams,
+) -> Result<(String, LeaseMetadata), Error> {
+    let _admission = admit(client, config).await?;
+    let metadata = LeaseMetadata::new(env, config);
+    let id = create_sandbox(client, config).await?;
+    let estimates = Estimates::shared(&config.origin());
+    let prepared = prepare_workspace(client, &id, &metadata, deadline(config), &estimates).await;
+    match prepared {
+        Ok(()) => Ok((id, metadata)),
+        Err(error) => Err(match delete_sandbox(client, &id, config).await {
+            Ok(()) => error,
+            Err(_) => Error::cleanup_unconfirmed_for(&id),
+        }),
+    }
 }
 
 /// How many `timeoutMs` a new acquisition may wait for admission behind
@@ -366,11 +378,8 @@ pub const PROBE_OUTPUT: &str = "paperclip-createos-ready";
 /// always delete the sandbox; a failed delete is reported.
 pub async fn probe(ctx: &Context, env: &EnvironmentParams) -> Result<ProbeReport, Error> {
     let config = parse_config(env)?;
-    let params =
-        AcquireParams { env: env.clone(), run_id: "probe".into(), requested_expires_at: None.into() };
-    let lease = acquire(ctx, &params).await?;
-    let id = lease.provider_lease_id.clone().unwrap().to_string();
     let client = ctx.client(&config)?;
+    let (id, _) = create_lease(&client, &config, env).await?;
     let started = Instant::now();
     let options = CallOptions::new(deadline(&config), Priority::InFlight);
     let ran = client.exec(&id, PROBE_COMMAND, &[PROBE_OUTPUT.into()], options).await;
