@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 /// File name of the CreateOS provider's shared library on this platform.
 pub fn createos_library_name() -> String {
-    format!("{}createos_provider{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
+    provider_abi::library_file_name("createos_provider")
 }
 
 /// The CreateOS provider built next to the running harness binary: in the

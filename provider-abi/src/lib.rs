@@ -21,7 +21,7 @@ mod version;
 
 pub use abi_stable;
 pub use error::{ErrorKind, HookResult, ProviderError};
-pub use loader::{LoadError, LoadedProvider};
+pub use loader::{library_file_name, LoadError, LoadedProvider};
 pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
 pub use sink::{OutputSink, OutputStream};

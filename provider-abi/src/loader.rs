@@ -80,6 +80,12 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+/// The file name cargo gives the `cdylib` of crate `crate_name` on this
+/// platform (`libcreateos_provider.so` for `createos_provider` on Linux).
+pub fn library_file_name(crate_name: &str) -> String {
+    format!("{}{crate_name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX)
+}
+
 /// A provider loaded from a shared library.
 ///
 /// The library stays loaded for the life of the process (abi_stable never

@@ -15,7 +15,7 @@ pub fn deps_dir() -> PathBuf {
 
 /// The shared library built for crate `name` (e.g. `fixture_v1_0`).
 pub fn library(name: &str) -> PathBuf {
-    let file = format!("{}{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    let file = provider_abi::library_file_name(name);
     let candidates = [deps_dir().join(&file), deps_dir().join("..").join(&file)];
     candidates
         .iter()
