@@ -14,7 +14,6 @@ use crate::{
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
     std_types::{RNone, ROption, RSome},
-    StableAbi,
 };
 use std::{
     any::Any,
@@ -63,10 +62,26 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
 }
 
 /// Runs a hook, turning a panic into an `internal` error.
+///
+/// The panic's payload is dropped under [`drop_panic_payload`], so a payload
+/// whose own `Drop` panics still comes back as an error, never an abort.
 pub fn guard<T>(hook: Hook, call: impl FnOnce() -> HookResult<T>) -> FfiResult<T> {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(result) => result.into(),
-        Err(payload) => Err(panic_error(hook, payload.as_ref())).into(),
+        Err(payload) => {
+            let error = panic_error(hook, payload.as_ref());
+            drop_panic_payload(payload);
+            Err(error).into()
+        }
+    }
+}
+
+/// Drops a caught panic payload without letting a second panic escape: a
+/// payload whose `Drop` panics would otherwise unwind out of an `extern "C"`
+/// function and abort the process. The second payload is leaked, not dropped.
+pub(crate) fn drop_panic_payload(payload: Box<dyn Any + Send>) {
+    if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(second);
     }
 }
 
@@ -81,8 +96,11 @@ fn panic_error(hook: Hook, payload: &(dyn Any + Send)) -> ProviderError {
 }
 
 fn instance<'a, P>(this: InstancePtr) -> &'a P {
-    // SAFETY: `this` came from `new_instance::<P>` and the host keeps it alive
-    // until `drop_instance`, after every call has returned.
+    // SAFETY: an `InstancePtr` cannot be built or reached outside this crate
+    // (its field and the module's accessors are crate-private). The only one
+    // a table of `P` is ever called with is the one `new_instance::<P>` made,
+    // which `LoadedProvider` keeps alive until its `Drop`, after every call
+    // through `&self` has returned.
     unsafe { &*this.0.cast::<P>() }
 }
 
@@ -91,9 +109,12 @@ extern "C" fn new_instance<P: Provider + Default>() -> FfiResult<InstancePtr> {
 }
 
 extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
-    // SAFETY: see `instance`; the host drops each instance exactly once.
+    // SAFETY: as in `instance`; `LoadedProvider::drop` is the only caller and
+    // runs once per instance, so the box is reclaimed exactly once.
     let owned = unsafe { Box::from_raw(this.0.cast_mut().cast::<P>()) };
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(owned)));
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(owned))) {
+        drop_panic_payload(payload);
+    }
 }
 
 extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
@@ -102,11 +123,7 @@ extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
 
 extern "C" fn extensions<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
-        1 => RSome(Extension {
-            layout: (<HookTableV1_1 as StableAbi>::LAYOUT as *const abi_stable::type_layout::TypeLayout)
-                .cast(),
-            table: (Tables::<P>::V1_1 as *const HookTableV1_1).cast(),
-        }),
+        1 => RSome(Extension::of(Tables::<P>::V1_1)),
         _ => RNone,
     }
 }
@@ -161,4 +178,40 @@ impl<P: Provider> Tables<P> {
         execute: execute::<P>,
     };
     const V1_1: &'static HookTableV1_1 = &HookTableV1_1 { inspect_lease: inspect_lease::<P> };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    /// A panic payload whose own `Drop` panics.
+    struct PanicsWhenDropped;
+
+    impl Drop for PanicsWhenDropped {
+        fn drop(&mut self) {
+            panic!("the payload's drop panicked too");
+        }
+    }
+
+    #[test]
+    fn a_hook_panicking_with_a_payload_that_panics_on_drop_returns_an_error() {
+        let result: HookResult<()> =
+            guard(Hook::Health, || std::panic::panic_any(PanicsWhenDropped)).into_result();
+        let error = result.expect_err("a panic is an error");
+        assert_eq!(error.kind, ErrorKind::INTERNAL);
+        assert_eq!(
+            error.message.as_str(),
+            "The provider panicked in the `health` hook: non-string panic payload"
+        );
+    }
+
+    #[test]
+    fn a_panic_message_is_cut_to_its_first_line() {
+        let result: HookResult<()> = guard(Hook::Probe, || panic!("first line\nsecond line")).into_result();
+        assert_eq!(
+            result.unwrap_err().message.as_str(),
+            "The provider panicked in the `probe` hook: first line"
+        );
+    }
 }

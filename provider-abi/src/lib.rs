@@ -8,10 +8,14 @@
 //! Versioning: see [`module`] for why the root module is frozen within a major
 //! version and how minor versions add hooks.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
 #[cfg(target_os = "linux")]
 mod elf;
 mod error;
 pub mod export;
+mod image;
 mod loader;
 pub mod module;
 mod provider;

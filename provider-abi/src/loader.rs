@@ -2,6 +2,7 @@
 //! [`Provider`] on it, so host code is the same for linked-in and loaded
 //! providers.
 
+use crate::image::LoadedImage;
 use crate::{
     error::{HookResult, ProviderError},
     module::*,
@@ -12,13 +13,14 @@ use crate::{
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
-    library::{lib_header_from_path, LibraryError, RootModule},
+    library::{lib_header_from_path, LibHeader, LibraryError, RootModule},
     sabi_types::VersionNumber,
     std_types::RSome,
     type_layout::TypeLayout,
     StableAbi,
 };
 use std::{
+    ffi::c_void,
     fmt,
     path::{Path, PathBuf},
 };
@@ -28,18 +30,56 @@ use std::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadError {
     /// The file does not exist or cannot be read.
-    Unreadable { path: PathBuf, reason: String },
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
     /// The file is not a shared library the dynamic loader accepts.
-    NotALibrary { path: PathBuf, reason: String },
+    NotALibrary {
+        /// The file.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
     /// The library exports no provider root module.
-    NotAProvider { path: PathBuf },
+    NotAProvider {
+        /// The file.
+        path: PathBuf,
+    },
     /// The provider was built for another major ABI version.
-    IncompatibleAbi { path: PathBuf, library: String, host: AbiVersion },
+    IncompatibleAbi {
+        /// The file.
+        path: PathBuf,
+        /// The library's ABI version.
+        library: String,
+        /// This host's ABI version.
+        host: AbiVersion,
+    },
     /// The provider's types do not match this host's (a corrupt or
     /// mislabelled build).
-    LayoutMismatch { path: PathBuf, detail: String },
+    LayoutMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The first line of abi_stable's account of the difference.
+        detail: String,
+    },
+    /// The library's module hands over a function or table that lies outside
+    /// the library itself (a forged or corrupt module).
+    ForeignPointer {
+        /// The file.
+        path: PathBuf,
+        /// Which part of the module (`ABI 1.1 hook table`...).
+        what: String,
+    },
     /// The provider failed to start (an error or panic in its constructor).
-    ProviderFailed { path: PathBuf, error: ProviderError },
+    ProviderFailed {
+        /// The file.
+        path: PathBuf,
+        /// The provider's error.
+        error: ProviderError,
+    },
 }
 
 impl fmt::Display for LoadError {
@@ -67,6 +107,11 @@ impl fmt::Display for LoadError {
             LoadError::LayoutMismatch { path, detail } => write!(
                 f,
                 "cannot load provider {}: its ABI types do not match this host's ({detail})",
+                path.display()
+            ),
+            LoadError::ForeignPointer { path, what } => write!(
+                f,
+                "cannot load provider {}: its {what} points outside the library (a forged or corrupt provider module)",
                 path.display()
             ),
             LoadError::ProviderFailed { path, error } => write!(
@@ -112,7 +157,7 @@ impl LoadedProvider {
     /// within a major version, so this is exactly what an older host does.
     pub fn load_as(path: impl AsRef<Path>, host_abi: AbiVersion) -> Result<Self, LoadError> {
         let path = path.as_ref().to_path_buf();
-        let module = open_module(&path, host_abi)?;
+        let (module, image) = open_module(&path, host_abi)?;
         let library_abi = module.abi_version();
         if library_abi.major != host_abi.major {
             return Err(LoadError::IncompatibleAbi {
@@ -121,8 +166,12 @@ impl LoadedProvider {
                 path,
             });
         }
-        let hooks_v1_1 =
-            if host_abi >= ABI_1_1 { extension_table::<HookTableV1_1>(&path, module, 1)? } else { None };
+        check_root_module(&path, module, image)?;
+        let hooks_v1_1 = if host_abi >= ABI_1_1 {
+            extension_table::<HookTableV1_1>(&path, module, image, 1)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -163,8 +212,9 @@ impl LoadedProvider {
 
 /// Opens the library and checks, in order, that it is a shared object, that
 /// it exports a provider root module, that its major ABI version is ours and
-/// that its root module layout matches; each failure is one line.
-fn open_module(path: &Path, host_abi: AbiVersion) -> Result<ProviderModuleRef, LoadError> {
+/// that its root module layout matches; each failure is one line. Returns the
+/// module and the loaded object it came from.
+fn open_module(path: &Path, host_abi: AbiVersion) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
     std::fs::metadata(path)
         .map_err(|error| LoadError::Unreadable { path: path.to_path_buf(), reason: error.to_string() })?;
     #[cfg(target_os = "linux")]
@@ -191,28 +241,67 @@ fn open_module(path: &Path, host_abi: AbiVersion) -> Result<ProviderModuleRef, L
             host: host_abi,
         });
     }
-    header
-        .init_root_module::<ProviderModuleRef>()
-        .map_err(|error| LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) })
+    let image = LoadedImage::containing((header as *const LibHeader).cast()).ok_or_else(|| {
+        LoadError::ForeignPointer { path: path.to_path_buf(), what: "library header".into() }
+    })?;
+    let module = header.init_root_module::<ProviderModuleRef>().map_err(|error| {
+        LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
+    })?;
+    Ok((module, image))
 }
 
-/// Fetches and layout-checks the extension table of `minor`, if the library has it.
-fn extension_table<T: StableAbi + 'static>(
+/// Checks that every function the root module hands over lies in `image`.
+fn check_root_module(path: &Path, module: ProviderModuleRef, image: LoadedImage) -> Result<(), LoadError> {
+    let entry_points = [
+        module.new_instance() as *const c_void,
+        module.drop_instance() as *const c_void,
+        module.extension() as *const c_void,
+    ];
+    check_addresses(path, image, "root module", &entry_points)?;
+    check_addresses(path, image, "ABI 1.0 hook table", &module.hooks().code_addresses())
+}
+
+/// Refuses the library unless every one of `addresses` lies in `image`.
+fn check_addresses(
+    path: &Path,
+    image: LoadedImage,
+    what: &str,
+    addresses: &[*const c_void],
+) -> Result<(), LoadError> {
+    if addresses.iter().all(|&address| image.contains(address)) {
+        Ok(())
+    } else {
+        Err(LoadError::ForeignPointer { path: path.to_path_buf(), what: what.to_owned() })
+    }
+}
+
+/// Fetches and checks the extension table of `minor`, if the library has it:
+/// its layout pointer and table lie in the library, the layout matches `T`'s,
+/// and every function of the table lies in the library too.
+fn extension_table<T: StableAbi + CodeAddresses + 'static>(
     path: &Path,
     module: ProviderModuleRef,
+    image: LoadedImage,
     minor: u16,
 ) -> Result<Option<&'static T>, LoadError> {
     let RSome(extension) = (module.extension())(minor) else {
         return Ok(None);
     };
-    // SAFETY: the export layer stores `&'static TypeLayout` in `layout`.
-    let layout = unsafe { &*extension.layout.cast::<TypeLayout>() };
+    let what = format!("ABI 1.{minor} hook table");
+    check_addresses(path, image, &what, &[extension.layout(), extension.table()])?;
+    // SAFETY: `Extension::new`'s contract, which every library upholds unless
+    // it uses `unsafe` to lie: `layout` is a `&'static TypeLayout`. The pointer
+    // was just checked to lie inside the library, which is never unloaded.
+    let layout = unsafe { &*extension.layout().cast::<TypeLayout>() };
     check_layout_compatibility(T::LAYOUT, layout).map_err(|error| LoadError::LayoutMismatch {
         path: path.to_path_buf(),
         detail: first_line(&error),
     })?;
-    // SAFETY: the layouts match, and the export layer stores a `&'static T`.
-    Ok(Some(unsafe { &*extension.table.cast::<T>() }))
+    // SAFETY: by the same contract `table` is a `&'static` value of the type
+    // `layout` describes, which was just checked to be compatible with `T`.
+    let table = unsafe { &*extension.table().cast::<T>() };
+    check_addresses(path, image, &what, &table.code_addresses())?;
+    Ok(Some(table))
 }
 
 /// The first line of an error's text, trimmed to 300 characters.
@@ -243,6 +332,8 @@ fn empty_manifest() -> Manifest {
 
 impl Drop for LoadedProvider {
     fn drop(&mut self) {
+        // Runs once per instance, after every `&self` call has returned; the
+        // instance pointer never leaves this struct.
         (self.drop_instance)(self.instance);
     }
 }

@@ -6,6 +6,32 @@
 //! minor number through [`ProviderModule::extension`]; each table's layout is
 //! checked on its own, and a library that lacks it answers `None`, which the
 //! host reports as an unsupported hook.
+//!
+//! # Soundness
+//!
+//! Nothing here can be reached from safe code outside this crate: the fields of
+//! [`ProviderModule`], the hook tables and [`InstancePtr`] are crate-private
+//! (abi_stable's accessors follow field visibility, and visibility is not part
+//! of the checked layout), and an [`Extension`] can only be built through its
+//! `unsafe` constructor. A provider author meets the module only through
+//! [`crate::export_provider!`], a host only through [`crate::LoadedProvider`].
+//! So an instance is created, called and dropped only by the loader, which
+//! drops it exactly once, after every call has returned.
+//!
+//! # Adding a minor version (checklist)
+//!
+//! 1. Add `ABI_1_N` in `version.rs`, make it `ABI_VERSION`, bump the crate's
+//!    minor version, and give the new hooks `since() == ABI_1_N`.
+//! 2. Add `HookTableV1_N` here with crate-private fields; never change an
+//!    existing table, type or the root module (they are frozen once landed).
+//! 3. Export it from `export::extensions` under minor `N`, and look it up in
+//!    `LoadedProvider::load_as` with `extension_table` when the host's ABI is
+//!    at least `1.N`; a library without it reports the hooks `unsupported`.
+//! 4. List every function pointer of the table in its [`CodeAddresses`] impl,
+//!    so the loader checks they lie in the library it loaded.
+//! 5. Add a fixture library exported at `1.N` and grow the version-matrix
+//!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
+//!    into the new host, and the new fixture loads into a 1.0 host.
 
 use crate::{error::ProviderError, sink::OutputSink, types::*, version::AbiVersion};
 use abi_stable::{
@@ -14,14 +40,18 @@ use abi_stable::{
     package_version_strings,
     sabi_types::VersionStrings,
     std_types::{ROption, RResult},
+    type_layout::TypeLayout,
     StableAbi,
 };
 use std::ffi::c_void;
 
 /// An opaque pointer to a provider instance owned by the library.
+///
+/// Only the export layer creates one (in `new_instance`) and only the loader
+/// holds one, so safe code can neither forge an instance nor drop it twice.
 #[repr(transparent)]
 #[derive(StableAbi, Copy, Clone, Debug)]
-pub struct InstancePtr(pub *const c_void);
+pub struct InstancePtr(pub(crate) *const c_void);
 
 // SAFETY: providers are `Send + Sync` (required by the `Provider` trait).
 unsafe impl Send for InstancePtr {}
@@ -35,25 +65,26 @@ pub type FfiResult<T> = RResult<T, ProviderError>;
 #[repr(C)]
 #[derive(StableAbi, Copy, Clone)]
 pub struct HookTableV1_0 {
-    pub manifest: extern "C" fn(InstancePtr) -> FfiResult<Manifest>,
-    pub setup: extern "C" fn(InstancePtr, &SetupParams) -> FfiResult<()>,
-    pub shutdown: extern "C" fn(InstancePtr) -> FfiResult<()>,
-    pub health: extern "C" fn(InstancePtr) -> FfiResult<HealthReport>,
-    pub validate_config: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ValidationReport>,
-    pub probe: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ProbeReport>,
-    pub acquire_lease: extern "C" fn(InstancePtr, &AcquireParams) -> FfiResult<Lease>,
-    pub resume_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<Lease>,
-    pub release_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
-    pub destroy_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
-    pub realize_workspace: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<Workspace>,
-    pub execute: extern "C" fn(InstancePtr, &ExecuteParams, &mut OutputSink<'_>) -> FfiResult<ExecuteResult>,
+    pub(crate) manifest: extern "C" fn(InstancePtr) -> FfiResult<Manifest>,
+    pub(crate) setup: extern "C" fn(InstancePtr, &SetupParams) -> FfiResult<()>,
+    pub(crate) shutdown: extern "C" fn(InstancePtr) -> FfiResult<()>,
+    pub(crate) health: extern "C" fn(InstancePtr) -> FfiResult<HealthReport>,
+    pub(crate) validate_config: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ValidationReport>,
+    pub(crate) probe: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ProbeReport>,
+    pub(crate) acquire_lease: extern "C" fn(InstancePtr, &AcquireParams) -> FfiResult<Lease>,
+    pub(crate) resume_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<Lease>,
+    pub(crate) release_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
+    pub(crate) destroy_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
+    pub(crate) realize_workspace: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<Workspace>,
+    pub(crate) execute:
+        extern "C" fn(InstancePtr, &ExecuteParams, &mut OutputSink<'_>) -> FfiResult<ExecuteResult>,
 }
 
 /// The hooks ABI 1.1 added. Frozen once 1.1 shipped.
 #[repr(C)]
 #[derive(StableAbi, Copy, Clone)]
 pub struct HookTableV1_1 {
-    pub inspect_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<LeaseStatus>,
+    pub(crate) inspect_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<LeaseStatus>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -62,9 +93,37 @@ pub struct HookTableV1_1 {
 #[derive(StableAbi, Copy, Clone)]
 pub struct Extension {
     /// `&'static abi_stable::type_layout::TypeLayout` of the table.
-    pub layout: *const c_void,
+    layout: *const c_void,
     /// `&'static` table.
-    pub table: *const c_void,
+    table: *const c_void,
+}
+
+impl Extension {
+    /// Pairs a table with its layout.
+    ///
+    /// # Safety
+    /// `table` must point to a `T` that lives for the rest of the process and
+    /// whose `<T as StableAbi>::LAYOUT` is `layout`: the host reads `table` as
+    /// whatever type `layout` describes once it has checked that layout.
+    pub const unsafe fn new(layout: &'static TypeLayout, table: *const c_void) -> Self {
+        Self { layout: (layout as *const TypeLayout).cast(), table }
+    }
+
+    /// The extension for `table`, pairing it with its own type's layout.
+    pub(crate) fn of<T: StableAbi>(table: &'static T) -> Self {
+        // SAFETY: `table` is a `&'static T` and `T::LAYOUT` is its layout.
+        unsafe { Self::new(T::LAYOUT, (table as *const T).cast()) }
+    }
+
+    /// The layout pointer, as the library handed it over.
+    pub(crate) fn layout(self) -> *const c_void {
+        self.layout
+    }
+
+    /// The table pointer, as the library handed it over.
+    pub(crate) fn table(self) -> *const c_void {
+        self.table
+    }
 }
 
 /// The library's root module. Frozen for ABI 1.x.
@@ -76,15 +135,15 @@ pub struct ProviderModule {
     /// The ABI level the provider was built for.
     pub abi_version: AbiVersion,
     /// Creates a provider instance.
-    pub new_instance: extern "C" fn() -> FfiResult<InstancePtr>,
+    pub(crate) new_instance: extern "C" fn() -> FfiResult<InstancePtr>,
     /// Drops an instance created by `new_instance`.
-    pub drop_instance: extern "C" fn(InstancePtr),
+    pub(crate) drop_instance: extern "C" fn(InstancePtr),
     /// The ABI 1.0 hooks.
-    pub hooks: HookTableV1_0,
+    pub(crate) hooks: HookTableV1_0,
     /// The extension table of minor version `minor` (1 for ABI 1.1...), if
     /// the provider was built for it.
     #[sabi(last_prefix_field)]
-    pub extension: extern "C" fn(minor: u16) -> ROption<Extension>,
+    pub(crate) extension: extern "C" fn(minor: u16) -> ROption<Extension>,
 }
 
 impl RootModule for ProviderModuleRef {
@@ -92,4 +151,36 @@ impl RootModule for ProviderModuleRef {
     const BASE_NAME: &'static str = "sandbox_provider";
     const NAME: &'static str = "sandbox provider";
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
+}
+
+/// The code addresses a hook table holds, which the loader checks lie inside
+/// the library it loaded (a table that points elsewhere is a lie).
+pub(crate) trait CodeAddresses {
+    /// Every function pointer of the table.
+    fn code_addresses(&self) -> Vec<*const c_void>;
+}
+
+impl CodeAddresses for HookTableV1_0 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![
+            self.manifest as *const c_void,
+            self.setup as *const c_void,
+            self.shutdown as *const c_void,
+            self.health as *const c_void,
+            self.validate_config as *const c_void,
+            self.probe as *const c_void,
+            self.acquire_lease as *const c_void,
+            self.resume_lease as *const c_void,
+            self.release_lease as *const c_void,
+            self.destroy_lease as *const c_void,
+            self.realize_workspace as *const c_void,
+            self.execute as *const c_void,
+        ]
+    }
+}
+
+impl CodeAddresses for HookTableV1_1 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.inspect_lease as *const c_void]
+    }
 }

@@ -55,16 +55,21 @@ impl<'a> OutputSink<'a> {
         where
             F: FnMut(OutputStream, &str) + Send,
         {
-            // SAFETY: `context` is the `&'a mut F` given to `new`, alive for 'a.
+            // SAFETY: `context` is the `&'a mut F` given to `new`, alive for 'a;
+            // `write` takes `&mut self`, so no other reference to it is live.
             let callback = unsafe { &mut *context.cast::<F>() };
-            let _ = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_str())));
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_str()))) {
+                crate::export::drop_panic_payload(payload);
+            }
         }
         Self { context: (callback as *mut F).cast(), write_chunk: trampoline::<F>, _borrow: PhantomData }
     }
 
     /// Delivers one chunk to the host.
     pub fn write(&mut self, stream: OutputStream, chunk: &str) {
-        // SAFETY: `context` and `write_chunk` were paired by `new`.
+        // SAFETY: `context` and `write_chunk` were paired by `new` (the fields
+        // are private, so nothing else can pair them), and `chunk` outlives
+        // the call.
         unsafe { (self.write_chunk)(self.context, stream, RStr::from_str(chunk)) }
     }
 }
@@ -87,5 +92,30 @@ mod tests {
         sink.write(OutputStream::Stderr, "boom");
         sink.write(OutputStream::Stderr, "b");
         assert_eq!(seen, [(OutputStream::Stdout, "a".to_owned()), (OutputStream::Stderr, "b".to_owned())]);
+    }
+
+    /// A panic payload whose own `Drop` panics.
+    struct PanicsWhenDropped;
+
+    impl Drop for PanicsWhenDropped {
+        fn drop(&mut self) {
+            panic!("the payload's drop panicked too");
+        }
+    }
+
+    #[test]
+    fn a_closure_panicking_with_a_payload_that_panics_on_drop_does_not_abort() {
+        let mut seen = Vec::new();
+        let mut callback = |_: OutputStream, chunk: &str| {
+            if chunk == "boom" {
+                std::panic::panic_any(PanicsWhenDropped);
+            }
+            seen.push(chunk.to_owned());
+        };
+        let mut sink = OutputSink::new(&mut callback);
+        sink.write(OutputStream::Stdout, "a");
+        sink.write(OutputStream::Stdout, "boom");
+        sink.write(OutputStream::Stdout, "b");
+        assert_eq!(seen, ["a", "b"], "the process survived and later chunks still arrive");
     }
 }

@@ -37,17 +37,29 @@ pub const ABI_VERSION: AbiVersion = ABI_1_1;
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Hook {
+    /// `setup`: called once after loading.
     Setup,
+    /// `shutdown`: cancels work in flight.
     Shutdown,
+    /// `health`: a cheap liveness check.
     Health,
+    /// `validate_config`: checks a configuration.
     ValidateConfig,
+    /// `probe`: acquires, runs a command, destroys.
     Probe,
+    /// `acquire_lease`: creates a lease.
     AcquireLease,
+    /// `resume_lease`: makes a released lease usable again.
     ResumeLease,
+    /// `release_lease`: gives a lease back.
     ReleaseLease,
+    /// `destroy_lease`: deletes a lease.
     DestroyLease,
+    /// `realize_workspace`: where work runs in a lease.
     RealizeWorkspace,
+    /// `execute`: runs a command in a lease.
     Execute,
+    /// `inspect_lease` (ABI 1.1): a lease's remote state.
     InspectLease,
 }
 

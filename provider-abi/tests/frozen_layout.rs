@@ -1,0 +1,41 @@
+//! The root module and the hook tables keep the layout ABI 1.0/1.1 libraries
+//! were built with: making their fields crate-private changed no layout
+//! abi_stable checks, so every shipped library still loads (the version-matrix
+//! test loads them; this test compares the definitions themselves).
+
+#[path = "frozen/abi_1_1.rs"]
+mod frozen;
+
+use abi_stable::{
+    abi_stability::abi_checking::check_layout_compatibility, type_layout::TypeLayout, StableAbi,
+};
+use provider_abi::{module, ProviderModuleRef};
+
+/// Each pair is (as shipped, as defined now).
+fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 5] {
+    [
+        ("root module", frozen::ProviderModuleRef::LAYOUT, ProviderModuleRef::LAYOUT),
+        ("instance pointer", frozen::InstancePtr::LAYOUT, module::InstancePtr::LAYOUT),
+        ("ABI 1.0 hooks", frozen::HookTableV1_0::LAYOUT, module::HookTableV1_0::LAYOUT),
+        ("ABI 1.1 hooks", frozen::HookTableV1_1::LAYOUT, module::HookTableV1_1::LAYOUT),
+        ("extension", frozen::Extension::LAYOUT, module::Extension::LAYOUT),
+    ]
+}
+
+#[test]
+fn shipped_and_current_layouts_are_compatible_both_ways() {
+    for (name, shipped, current) in pairs() {
+        check_layout_compatibility(shipped, current)
+            .unwrap_or_else(|error| panic!("{name}: a shipped library would not load: {error}"));
+        check_layout_compatibility(current, shipped).unwrap_or_else(|error| {
+            panic!("{name}: a new library would not load in a shipped host: {error}")
+        });
+    }
+}
+
+#[test]
+fn the_check_tells_different_tables_apart() {
+    // The comparison above would be worthless if any two layouts passed.
+    let result = check_layout_compatibility(frozen::HookTableV1_0::LAYOUT, module::HookTableV1_1::LAYOUT);
+    assert!(result.is_err(), "the 1.0 and 1.1 tables must not be interchangeable");
+}
