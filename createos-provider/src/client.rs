@@ -165,7 +165,7 @@ pub fn is_valid_id(id: &str) -> bool {
     (1..=200).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn check_id(id: &str, what: &str) -> Result<(), Error> {
+pub(crate) fn check_id(id: &str, what: &str) -> Result<(), Error> {
     if is_valid_id(id) {
         Ok(())
     } else {

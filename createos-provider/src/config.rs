@@ -377,6 +377,7 @@ pub fn config_schema() -> Value {
             "apiKey": {
                 "type": "string",
                 "writeOnly": true,
+                "x-secret-scope": ["apiUrl"],
                 "description": "CreateOS API key; falls back to the CREATEOS_API_KEY environment variable. No CR, LF or NUL."
             },
             "shape": {

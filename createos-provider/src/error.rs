@@ -109,6 +109,15 @@ pub enum Error {
     /// The lease's process cleanup is unconfirmed.
     #[error("CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.")]
     CleanupUnconfirmed,
+    /// The host could not record a created sandbox (its write-ahead record
+    /// failed), so the sandbox was deleted again before anything else.
+    #[error("CreateOS sandbox {sandbox} was deleted because the host could not record it: {reason}")]
+    NotRecorded {
+        /// The sandbox that was deleted.
+        sandbox: String,
+        /// The host's one-line reason.
+        reason: String,
+    },
     /// A sandbox could not be deleted after a failed acquire or a probe.
     #[error("CreateOS cleanup is unconfirmed for sandbox {sandbox}.")]
     SandboxCleanupUnconfirmed {
@@ -228,7 +237,7 @@ impl Error {
             Error::Timeout { .. } | Error::NotSent { .. } => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
-            Error::Internal { .. } => ErrorKind::Internal,
+            Error::Internal { .. } | Error::NotRecorded { .. } => ErrorKind::Internal,
             Error::CommandCleanupUnconfirmed => ErrorKind::CleanupUnconfirmed,
             Error::OutputEvicted | Error::OutputStreamError => ErrorKind::Api,
         }

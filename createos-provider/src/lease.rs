@@ -12,7 +12,8 @@ use crate::{
 };
 use bytes::Bytes;
 use provider_abi::{
-    AcquireParams, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport, Workspace,
+    AcquireParams, CreationRecorder, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport,
+    ReleaseReport, Workspace,
 };
 use serde_json::json;
 use std::{
@@ -54,13 +55,17 @@ impl Context {
         CreateosClient::new(config, self.http.clone())
     }
 
-    /// Parses the configuration and checks that the lease belongs to this
-    /// environment; sends no request. `Ok(None)` when there is no lease id.
+    /// Parses the configuration, checks the lease id's form and that the lease
+    /// belongs to this environment; sends no request. `Ok(None)` when there
+    /// is no lease id.
     pub fn own(&self, params: &LeaseParams) -> Result<Option<OwnedLease>, Error> {
         let config = parse_config(&params.env)?;
         let Some(sandbox_id) = params.provider_lease_id.as_ref().into_option() else {
             return Ok(None);
         };
+        // A malformed id is refused here, before any hook acts on it: a
+        // request that was never sent must not read as an unconfirmed one.
+        crate::client::check_id(sandbox_id, "sandbox")?;
         let metadata = LeaseMetadata::owned(&params.metadata_json, &params.env, &config)?;
         let scope = LeaseScope {
             origin: config.origin(),
@@ -89,9 +94,14 @@ fn deadline(config: &ProviderConfig) -> Instant {
     Instant::now() + Duration::from_millis(config.timeout_ms)
 }
 
-/// `acquire_lease`: create a sandbox, wait for `running`, prepare the
-/// workspace and write the marker; on any failure delete the sandbox.
-pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Error> {
+/// `acquire_lease`: create a sandbox, hand it to `recorder` the moment its
+/// id is known, wait for `running`, prepare the workspace and write the
+/// marker; on any failure delete the sandbox.
+pub async fn acquire(
+    ctx: &Context,
+    params: &AcquireParams,
+    recorder: &mut CreationRecorder<'_>,
+) -> Result<Lease, Error> {
     let config = parse_config(&params.env)?;
     if params.requested_expires_at.is_some() {
         return Err(Error::invalid_input(
@@ -99,28 +109,41 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
         ));
     }
     let client = ctx.client(&config)?;
-    let (id, metadata) = create_lease(&client, &config, &params.env).await?;
-    Ok(Lease {
+    let (id, metadata) = create_lease(&client, &config, &params.env, recorder).await?;
+    Ok(lease_of(&id, &metadata))
+}
+
+/// The lease a host holds for sandbox `id`: what `acquire_lease` returns and
+/// what the write-ahead record carries, so a host can destroy either.
+fn lease_of(id: &str, metadata: &LeaseMetadata) -> Lease {
+    Lease {
         provider_lease_id: Some(id.into()).into(),
         metadata_json: metadata.to_json().into(),
         expires_at: None.into(),
         expired: false,
-    })
+    }
 }
 
 /// The work of `acquire_lease` (and of `probe`): once admitted, create a
-/// sandbox, wait for `running`, prepare the workspace and write the marker;
-/// on any failure delete the sandbox. Returns its id and the lease metadata.
+/// sandbox, have the host record it, wait for `running`, prepare the
+/// workspace and write the marker; on any failure (the host's record
+/// included) delete the sandbox. Returns its id and the lease metadata.
 async fn create_lease(
     client: &CreateosClient,
     config: &ProviderConfig,
     env: &EnvironmentParams,
+    recorder: &mut CreationRecorder<'_>,
 ) -> Result<(String, LeaseMetadata), Error> {
     let _admission = admit(client, config).await?;
     let metadata = LeaseMetadata::new(env, config);
     let id = create_sandbox(client, config).await?;
-    let estimates = Estimates::shared(&config.origin());
-    let prepared = prepare_workspace(client, &id, &metadata, deadline(config), &estimates).await;
+    let prepared = match recorder.record(&lease_of(&id, &metadata)) {
+        Ok(()) => {
+            let estimates = Estimates::shared(&config.origin());
+            prepare_workspace(client, &id, &metadata, deadline(config), &estimates).await
+        }
+        Err(refusal) => Err(Error::NotRecorded { sandbox: id.clone(), reason: refusal.message.to_string() }),
+    };
     match prepared {
         Ok(()) => Ok((id, metadata)),
         Err(error) => Err(match delete_sandbox(client, &id, config).await {
@@ -280,9 +303,14 @@ fn refuse_if_busy(registry: &Registry, scope: &LeaseScope) -> Result<(), Error> 
 /// pause an unconfirmed lease; pauses otherwise (404 tolerated before the
 /// pause is submitted). A pause that cannot be confirmed marks the lease
 /// unconfirmed.
-pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Result<(), Error> {
+///
+/// Reports whether the lease was kept (paused, resumable): a lease without
+/// a sandbox, a deleted one and one already gone before the pause was
+/// submitted are not.
+pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Result<ReleaseReport, Error> {
+    const DELETED: ReleaseReport = ReleaseReport { kept: false };
     let Some(lease) = ctx.own(params)? else {
-        return Ok(());
+        return Ok(DELETED);
     };
     let Some(_closing) = ctx.registry.begin_closing(&lease.scope) else {
         return Err(Error::CleanupInProgress);
@@ -292,7 +320,7 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
     if destroy || !lease.config.reuse_lease {
         delete_sandbox(&client, &lease.sandbox_id, &lease.config).await?;
         ctx.registry.clear_unconfirmed(&lease.scope);
-        return Ok(());
+        return Ok(DELETED);
     }
     if ctx.registry.is_unconfirmed(&lease.scope) {
         return Err(Error::CleanupUnconfirmed);
@@ -308,8 +336,8 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
     )
     .await;
     match paused {
-        Ok(()) => Ok(()),
-        Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(()),
+        Ok(()) => Ok(ReleaseReport { kept: true }),
+        Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(DELETED),
         Err(error) => {
             ctx.registry.mark_unconfirmed(&lease.scope);
             Err(Error::pause_unconfirmed(&error))
@@ -376,10 +404,14 @@ pub const PROBE_OUTPUT: &str = "paperclip-createos-ready";
 
 /// `probe`: acquire a lease, run a real command, check its output, and
 /// always delete the sandbox; a failed delete is reported.
-pub async fn probe(ctx: &Context, env: &EnvironmentParams) -> Result<ProbeReport, Error> {
+pub async fn probe(
+    ctx: &Context,
+    env: &EnvironmentParams,
+    recorder: &mut CreationRecorder<'_>,
+) -> Result<ProbeReport, Error> {
     let config = parse_config(env)?;
     let client = ctx.client(&config)?;
-    let (id, _) = create_lease(&client, &config, env).await?;
+    let (id, _) = create_lease(&client, &config, env, recorder).await?;
     let started = Instant::now();
     let options = CallOptions::new(deadline(&config), Priority::InFlight);
     let ran = client.exec(&id, PROBE_COMMAND, &[PROBE_OUTPUT.into()], options).await;

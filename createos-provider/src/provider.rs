@@ -9,9 +9,9 @@ use crate::{
     registry::Registry,
 };
 use provider_abi::{
-    AcquireParams, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook, HookResult, Lease,
-    LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport, Provider, ProviderError, ValidationReport,
-    Workspace, ABI_VERSION,
+    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
+    HookResult, Lease, LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport, Provider, ProviderError,
+    ReleaseReport, ValidationReport, Workspace, ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -133,11 +133,27 @@ impl Provider for CreateosProvider {
     }
 
     fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
-        self.run(|context| lease::probe(context, params))
+        self.probe_recording(params, &mut CreationRecorder::discard())
+    }
+
+    fn probe_recording(
+        &self,
+        params: &EnvironmentParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<ProbeReport> {
+        self.run(|context| lease::probe(context, params, recorder))
     }
 
     fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
-        self.run(|context| lease::acquire(context, params))
+        self.acquire_lease_recording(params, &mut CreationRecorder::discard())
+    }
+
+    fn acquire_lease_recording(
+        &self,
+        params: &AcquireParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<Lease> {
+        self.run(|context| lease::acquire(context, params, recorder))
     }
 
     fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
@@ -145,11 +161,15 @@ impl Provider for CreateosProvider {
     }
 
     fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        self.release_lease_reporting(params).map(|_| ())
+    }
+
+    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
         self.run(|context| lease::release(context, params, false))
     }
 
     fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        self.run(|context| lease::release(context, params, true))
+        self.run(|context| lease::release(context, params, true)).map(|_| ())
     }
 
     fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {

@@ -2,7 +2,6 @@
 
 use crate::request::HarnessConfig;
 use createos_sim::{SimConfig, Simulator};
-use serde_json::json;
 
 /// Starts a simulator on an ephemeral loopback port and returns it with a
 /// harness configuration pointing at it (lease reuse on, so release pauses).
@@ -13,12 +12,6 @@ pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
 /// Like [`start`], with a simulator configuration of the caller's.
 pub fn start_with(sim_config: SimConfig) -> std::io::Result<(Simulator, HarnessConfig)> {
     let sim = Simulator::start(sim_config)?;
-    let config = HarnessConfig::for_config(json!({
-        "apiUrl": sim.url(),
-        "apiKey": sim.api_key(),
-        "shape": "s-1vcpu-1gb",
-        "reuseLease": true,
-        "timeoutMs": 30_000,
-    }));
+    let config = HarnessConfig::for_config(sim.provider_config(true));
     Ok((sim, config))
 }

@@ -6,15 +6,24 @@
 //! [`ErrorKind::CLEANUP_UNCONFIRMED`] falls back to destroy; a lease the ledger
 //! knows as unconfirmed is destroyed, never released for reuse or resumed.
 //! Each such event is logged as a warning naming the lease id (never the key).
+//!
+//! The host knows hooks and error kinds, never a provider's configuration
+//! keys: what a release did comes from the provider (`release_lease_reporting`,
+//! or `inspect_lease` for a 1.1 provider), what is secret from its schema
+//! ([`SecretFields`]), and a created sandbox is recorded the moment the
+//! provider reports it (`acquire_lease_recording`), before the provider goes on.
 
 use crate::{
     ledger::{LeaseEnv, LeaseState, Ledger, LedgerError, Owner},
     request::HarnessConfig,
+    secrets::SecretFields,
 };
 use provider_abi::{
-    AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook, HookResult, Lease,
-    LeaseParams, LoadedProvider, OutputSink, ProbeReport, Provider, ProviderError, Workspace,
+    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
+    HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, ProbeReport, Provider, ProviderError,
+    Workspace,
 };
+use serde_json::Value;
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
@@ -33,9 +42,18 @@ pub struct HeldLease {
     pub row: i64,
     /// The lease as the provider returned it.
     pub lease: Lease,
+    /// True when the row was made for a lease the ledger had never seen
+    /// (a lease file from elsewhere): a hook that refuses the lease before
+    /// any request removes the row again.
+    pub provisional: bool,
 }
 
 impl HeldLease {
+    /// A lease held under ledger row `row`.
+    pub fn new(row: i64, lease: Lease) -> Self {
+        Self { row, lease, provisional: false }
+    }
+
     /// The provider lease id, if any.
     pub fn id(&self) -> Option<&str> {
         self.lease.provider_lease_id.as_ref().map(|id| id.as_str()).into_option()
@@ -53,11 +71,14 @@ pub enum Released {
     DestroyedInstead(ProviderError),
 }
 
-/// Whether a release keeps the sandbox for reuse. The convention of the
-/// CreateOS configuration (`reuseLease`); a provider without it is assumed
-/// to keep released leases.
-fn releases_for_reuse(config: &serde_json::Value) -> bool {
-    config.get("reuseLease").and_then(serde_json::Value::as_bool).unwrap_or(true)
+/// True for errors a provider returns before sending any request on the
+/// lease's behalf (a malformed lease, another environment's lease, a bad
+/// configuration): nothing remote changed.
+fn refused_before_any_request(error: &ProviderError) -> bool {
+    matches!(
+        error.kind,
+        ErrorKind::INVALID_INPUT | ErrorKind::NOT_THIS_ENVIRONMENT | ErrorKind::INVALID_CONFIG
+    )
 }
 
 /// True for errors of `acquire_lease` or `probe` after which a sandbox may
@@ -67,6 +88,20 @@ fn may_have_left_a_sandbox(error: &ProviderError) -> bool {
         error.kind,
         ErrorKind::CREATION_UNCONFIRMED | ErrorKind::CLEANUP_UNCONFIRMED | ErrorKind::INTERNAL
     ) || error.kind.name() == "unknown"
+}
+
+/// What the ledger stores of `config`: the provider's normalised form when it
+/// validates (its own spelling of every value), else `config` as given, and
+/// in either case without the properties the provider's schema marks secret.
+pub fn storable_config(provider: &LoadedProvider, env: &EnvironmentParams, config: &Value) -> Value {
+    let normalized = provider
+        .validate_config(env)
+        .ok()
+        .filter(|report| report.ok)
+        .and_then(|report| report.normalized_config_json.into_option())
+        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .filter(Value::is_object);
+    SecretFields::of(&provider.manifest()).strip(normalized.as_ref().unwrap_or(config))
 }
 
 fn ledger_error(error: LedgerError) -> ProviderError {
@@ -89,7 +124,7 @@ impl<'a> Host<'a> {
             driver_key: env.driver_key.to_string(),
             company_id: config.company_id.clone(),
             environment_id: config.environment_id.clone(),
-            config: config.config.clone(),
+            config: storable_config(provider, &env, &config.config),
             embedded_sim,
         };
         Host { provider, ledger, env, lease_env, owner, run_id: run_id.to_owned() }
@@ -138,8 +173,14 @@ impl<'a> Host<'a> {
     /// `probe`, recorded as a probe row: `acquiring` until it returns, then
     /// `destroyed` unless the error says a sandbox may remain.
     pub fn probe(&self) -> HookResult<ProbeReport> {
-        let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, "probe").map_err(ledger_error)?;
-        let outcome = self.provider.probe(&self.env);
+        let hook = Hook::Probe.name();
+        let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
+        let outcome = if self.provider.supports(Hook::ProbeRecording) {
+            let mut record = |lease: &Lease| self.record_created(row, hook, lease);
+            self.provider.probe_recording(&self.env, &mut CreationRecorder::new(&mut record))
+        } else {
+            self.provider.probe(&self.env)
+        };
         let error = outcome.as_ref().err();
         let state = match error {
             Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
@@ -149,8 +190,15 @@ impl<'a> Host<'a> {
         outcome
     }
 
-    /// `acquire_lease`, recorded `acquiring` before the call and `active`
-    /// with the lease after it.
+    /// Write-ahead: commits a lease the provider just created to row `row`
+    /// (still `acquiring`) before the provider goes on with it.
+    fn record_created(&self, row: i64, hook: &str, lease: &Lease) -> HookResult<()> {
+        self.ledger.set_lease(row, LeaseState::Acquiring, hook, lease).map_err(ledger_error)
+    }
+
+    /// `acquire_lease`, recorded `acquiring` before the call, with the lease
+    /// id the moment the provider reports the sandbox created (ABI 1.2), and
+    /// `active` after it.
     pub fn acquire(&self) -> HookResult<HeldLease> {
         let hook = Hook::AcquireLease.name();
         let row = self.ledger.begin(self.owner, &self.run_id, &self.lease_env, hook).map_err(ledger_error)?;
@@ -159,10 +207,16 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        match self.provider.acquire_lease(&params) {
+        let outcome = if self.provider.supports(Hook::AcquireLeaseRecording) {
+            let mut record = |lease: &Lease| self.record_created(row, hook, lease);
+            self.provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
+        } else {
+            self.provider.acquire_lease(&params)
+        };
+        match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
-                Ok(HeldLease { row, lease })
+                Ok(HeldLease::new(row, lease))
             }
             Err(error) => {
                 let state = if may_have_left_a_sandbox(&error) {
@@ -187,10 +241,10 @@ impl<'a> Host<'a> {
                 .map_err(ledger_error)?,
             None => None,
         };
-        let row = match known {
+        match known {
             Some(record) => {
                 self.ledger.adopt(record.id).map_err(ledger_error)?;
-                record.id
+                Ok(HeldLease::new(record.id, lease))
             }
             None => {
                 let row = self
@@ -199,10 +253,21 @@ impl<'a> Host<'a> {
                     .map_err(ledger_error)?;
                 let state = if lease.expired { LeaseState::Destroyed } else { LeaseState::Active };
                 self.ledger.set_lease(row, state, "hold", &lease).map_err(ledger_error)?;
-                row
+                Ok(HeldLease { row, lease, provisional: true })
             }
-        };
-        Ok(HeldLease { row, lease })
+        }
+    }
+
+    /// After a hook failed with `error`: a lease the ledger first saw in this
+    /// call and that the provider refused before any request leaves no row.
+    /// Returns `error` for the caller to pass on.
+    fn forget_if_refused(&self, held: &HeldLease, error: ProviderError) -> ProviderError {
+        if held.provisional && refused_before_any_request(&error) {
+            if let Err(ledger) = self.ledger.forget(held.row) {
+                tracing::warn!(row = held.row, error = %ledger, "cannot remove a refused lease's row");
+            }
+        }
+        error
     }
 
     fn state(&self, held: &HeldLease) -> HookResult<Option<LeaseState>> {
@@ -263,9 +328,22 @@ impl<'a> Host<'a> {
             }
             Err(error) => {
                 self.record(held.row, LeaseState::Active, hook, Some(&error))?;
-                Err(error)
+                Err(self.forget_if_refused(held, error))
             }
         }
+    }
+
+    /// Whether a release of a provider without `release_lease_reporting`
+    /// kept the lease: a 1.1 provider is asked (`inspect_lease`: it still
+    /// exists and is not unconfirmed); a 1.0 provider cannot say, so the
+    /// lease is treated as gone (never resumed) and destroyed to be sure.
+    fn kept_by_unreporting_release(&self, held: &HeldLease) -> HookResult<bool> {
+        if self.provider.supports(Hook::InspectLease) {
+            if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
+                return Ok(status.exists && !status.unconfirmed);
+            }
+        }
+        self.provider.destroy_lease(&self.params(&held.lease)).map(|()| false)
     }
 
     /// `release_lease` for reuse, with the seed's fallback: an unconfirmed
@@ -281,18 +359,27 @@ impl<'a> Host<'a> {
             return Ok(Released::DestroyedInstead(cause));
         }
         self.record(held.row, LeaseState::Releasing, hook, None)?;
-        match self.provider.release_lease(&self.params(&held.lease)) {
-            Ok(()) if releases_for_reuse(&self.lease_env.config) => {
+        let params = self.params(&held.lease);
+        let kept = if self.provider.supports(Hook::ReleaseLeaseReporting) {
+            self.provider.release_lease_reporting(&params).map(|report| report.kept)
+        } else {
+            self.provider.release_lease(&params).and_then(|()| self.kept_by_unreporting_release(held))
+        };
+        match kept {
+            Ok(true) => {
                 self.record(held.row, LeaseState::Paused, hook, None)?;
                 Ok(Released::Kept)
             }
-            Ok(()) => {
+            Ok(false) => {
                 self.record(held.row, LeaseState::Destroyed, hook, None)?;
                 Ok(Released::Deleted)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
                 self.poisoned_by(held, hook, &error, "releasing it for reuse")?;
                 Ok(Released::DestroyedInstead(error))
+            }
+            Err(error) if held.provisional && refused_before_any_request(&error) => {
+                Err(self.forget_if_refused(held, error))
             }
             Err(error) => {
                 self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
@@ -308,12 +395,14 @@ impl<'a> Host<'a> {
         let outcome = self.provider.destroy_lease(&self.params(&held.lease));
         let state = if outcome.is_ok() { LeaseState::Destroyed } else { LeaseState::CleanupFailed };
         self.record(held.row, state, hook, outcome.as_ref().err())?;
-        outcome
+        outcome.map_err(|error| self.forget_if_refused(held, error))
     }
 
     /// `realize_workspace` (no state change).
     pub fn realize(&self, held: &HeldLease) -> HookResult<Workspace> {
-        self.provider.realize_workspace(&self.params(&held.lease))
+        self.provider
+            .realize_workspace(&self.params(&held.lease))
+            .map_err(|error| self.forget_if_refused(held, error))
     }
 
     /// Whether the provider implements `execute`.
@@ -339,6 +428,7 @@ impl<'a> Host<'a> {
         }
         params.lease = self.params(&held.lease);
         let outcome = self.provider.execute(&params, output);
+        let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
         if let Err(error) = &outcome {
             let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
                 || (self.provider.supports(Hook::InspectLease)

@@ -8,8 +8,9 @@
 //!
 //! A row holds the provider lease id and metadata exactly as the provider
 //! returned them, the environment (driver, company, environment), the provider
-//! configuration *without* `apiKey` (so a later sweep can act; the key then
-//! comes from the caller), the process that owns the row and timestamps.
+//! configuration as the host hands it over (the host strips what the
+//! provider's schema marks secret, so a later sweep can act with the secret
+//! from the caller), the process that owns the row and timestamps.
 
 use provider_abi::{Lease, ProviderError};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -140,7 +141,8 @@ pub struct LeaseEnv {
     pub company_id: String,
     /// The environment.
     pub environment_id: String,
-    /// The provider configuration without `apiKey`.
+    /// The provider configuration without its secrets (the properties the
+    /// provider's schema marks `writeOnly`; see [`crate::secrets`]).
     pub config: Value,
     /// True when the API was a simulator embedded in the owning process (its
     /// sandboxes die with that process).
@@ -311,7 +313,7 @@ impl Ledger {
     /// Records a lease about to be acquired (state `acquiring`, no id yet)
     /// and returns its row id. Committed before it returns.
     pub fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
-        let config = redact(&env.config);
+        let config = &env.config;
         self.with(|conn| {
             conn.execute(
                 &format!(
@@ -381,6 +383,12 @@ impl Ledger {
         })
     }
 
+    /// Removes a row: a lease the provider refused before any request was
+    /// never this ledger's to track.
+    pub fn forget(&self, row: i64) -> Result<(), LedgerError> {
+        self.with(|conn| conn.execute("DELETE FROM leases WHERE id = ?1", [row]).map(drop))
+    }
+
     /// Takes over a row for this process (a command acting on a lease a
     /// previous run recorded).
     pub fn adopt(&self, row: i64) -> Result<(), LedgerError> {
@@ -445,15 +453,6 @@ impl Ledger {
     }
 }
 
-/// The provider configuration without its API key: what the ledger stores.
-pub fn redact(config: &Value) -> Value {
-    let mut config = config.clone();
-    if let Value::Object(object) = &mut config {
-        object.remove("apiKey");
-    }
-    config
-}
-
 fn error_json(error: &ProviderError) -> Value {
     json!({"kind": error.kind.to_string(), "message": error.message.as_str()})
 }
@@ -509,13 +508,13 @@ mod tests {
             driver_key: "createos".into(),
             company_id: "c".into(),
             environment_id: "e".into(),
-            config: json!({"apiKey": "secret-key", "shape": "s-1vcpu-1gb"}),
+            config: json!({"shape": "s-1vcpu-1gb"}),
             embedded_sim: false,
         }
     }
 
     #[test]
-    fn rows_record_every_state_without_the_key() {
+    fn rows_record_every_state() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(&dir.path().join("nested/ledger.sqlite3")).unwrap();
         let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
@@ -535,10 +534,17 @@ mod tests {
         assert_eq!(record.last_error.unwrap()["kind"], "cleanup_unconfirmed");
         assert_eq!(record.metadata.unwrap()["marker"], "m");
         assert_eq!(record.env.config, json!({"shape": "s-1vcpu-1gb"}));
-        let bytes = std::fs::read(ledger.path()).unwrap_or_default();
-        let wal = std::fs::read(ledger.path().with_extension("sqlite3-wal")).unwrap_or_default();
-        let all = [bytes, wal].concat();
-        assert!(!all.windows(10).any(|window| window == b"secret-key"), "the key is never stored");
+    }
+
+    #[test]
+    fn a_forgotten_row_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+        let kept = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
+        let refused = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
+        ledger.forget(refused).unwrap();
+        assert!(ledger.get(refused).unwrap().is_none());
+        assert!(ledger.get(kept).unwrap().is_some());
     }
 
     #[test]

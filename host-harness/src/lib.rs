@@ -11,6 +11,7 @@
 
 pub mod embedded;
 pub mod host;
+pub mod interrupt;
 pub mod lease_file;
 pub mod ledger;
 pub mod lifecycle;
@@ -18,5 +19,6 @@ pub mod plugin;
 pub mod render;
 pub mod request;
 pub mod resources;
+pub mod secrets;
 pub mod soak;
 pub mod sweep;

@@ -7,7 +7,10 @@
 //! policy applies: a release that reports cleanup unconfirmed falls back to
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
-use crate::host::{HeldLease, Host, Released};
+use crate::{
+    host::{HeldLease, Host, Released},
+    interrupt,
+};
 use provider_abi::{ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError};
 use serde_json::{json, Value};
 use std::{
@@ -97,6 +100,7 @@ impl Lifecycle<'_, '_> {
         self.step("realize", "", || host.realize(&held))?;
         let script = format!("echo lifecycle-was-here > {PROBE_FILE} && echo written");
         self.execute("execute", &script, "written")?;
+        self.refuse_if_interrupted("release")?;
         let started = Instant::now();
         match host.release(&held) {
             Ok(Released::DestroyedInstead(cause)) => {
@@ -119,7 +123,7 @@ impl Lifecycle<'_, '_> {
             self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
             return Err(());
         }
-        let held = HeldLease { row: held.row, lease: resumed };
+        let held = HeldLease { lease: resumed, ..held };
         self.lease = Some(held.clone());
         self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here")?;
         self.step("destroy", "", || host.destroy(&held))?;
@@ -134,13 +138,14 @@ impl Lifecycle<'_, '_> {
             self.note(step, "skipped: the provider does not implement execute");
             return Ok(());
         }
-        let held = self.lease.clone().unwrap_or_else(|| HeldLease { row: 0, lease: Default::default() });
+        let held = self.lease.clone().unwrap_or_else(|| HeldLease::new(0, Default::default()));
         let params = ExecuteParams {
             command: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()].into(),
             ..Default::default()
         };
         let host = self.host;
+        self.refuse_if_interrupted(step)?;
         let started = Instant::now();
         let outcome = {
             let reporter = &mut *self.reporter;
@@ -158,15 +163,26 @@ impl Lifecycle<'_, '_> {
         Ok(())
     }
 
+    /// Runs one hook as step `step`; after an interruption the step fails
+    /// without calling it, so the lifecycle cleans up instead.
     fn step<T>(
         &mut self,
         step: &'static str,
         note: &str,
         hook: impl FnOnce() -> HookResult<T>,
     ) -> Result<T, ()> {
+        self.refuse_if_interrupted(step)?;
         let started = Instant::now();
         let outcome = hook();
         self.finish(step, note, started, outcome)
+    }
+
+    fn refuse_if_interrupted(&mut self, step: &'static str) -> Result<(), ()> {
+        if interrupt::requested().is_some() {
+            self.fail(step, interrupt::stopped());
+            return Err(());
+        }
+        Ok(())
     }
 
     fn finish<T>(
@@ -204,12 +220,15 @@ impl Lifecycle<'_, '_> {
         });
     }
 
-    /// Destroys the lease this lifecycle still holds, if any.
+    /// Destroys the lease this lifecycle still holds, if any (also after an
+    /// interruption: clean-up is what an interruption asks for).
     fn clean_up(&mut self) {
         let Some(held) = self.lease.take() else { return };
         let host = self.host;
         self.lease = Some(held.clone());
-        let _ = self.step("destroy", "clean-up after a failed step", || host.destroy(&held));
+        let started = Instant::now();
+        let outcome = host.destroy(&held);
+        let _ = self.finish("destroy", "clean-up after a failed step", started, outcome);
         self.lease = None;
     }
 

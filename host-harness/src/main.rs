@@ -6,6 +6,8 @@ mod commands;
 
 use clap::{Args, Parser, Subcommand};
 use commands::{Failure, Printer};
+use host_harness::interrupt;
+use provider_abi::Provider;
 use std::{path::PathBuf, process::ExitCode};
 
 /// Load a sandbox provider library and drive its hooks.
@@ -131,12 +133,21 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
-    /// Destroy every lease a crashed or interrupted run left behind.
+    /// Destroy every lease a crashed or interrupted run left behind. Leases
+    /// the hook commands left active or paused are held on purpose and are
+    /// kept unless --include-held. Exits 1 when a destroy failed or a row
+    /// names no sandbox (a creation was in flight when its run died).
     Sweep {
-        /// Configuration whose API key is used for leases on its API (else
-        /// CREATEOS_API_KEY).
+        /// Configuration whose secrets are used for leases of the same
+        /// account (else the provider's own fallback).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Also destroy leases held by the hook commands (`acquire`...).
+        #[arg(long)]
+        include_held: bool,
+        /// Remove rows that name no sandbox, once checked by hand.
+        #[arg(long)]
+        forget_unresolvable: bool,
     },
     /// List the lease ledger.
     Leases,
@@ -188,7 +199,7 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
-    use commands::{hooks, info, ledger, runs};
+    use commands::ledger;
     let global = &cli.global;
     if let Command::Sim { listen, no_rate_limit } = &cli.command {
         return commands::sim::serve(*listen, !no_rate_limit, out);
@@ -197,26 +208,45 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return ledger::leases(&commands::open_ledger(global.ledger.as_deref())?, out);
     }
     let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
-    let result = match &cli.command {
-        Command::Inspect => info::inspect(&session),
-        Command::Health => info::health(&session),
-        Command::Validate(args) => info::validate(&session, &args.config),
-        Command::Lifecycle { config } => runs::lifecycle(&session, config.as_deref()),
-        Command::Soak(args) => runs::soak(&session, &runs::SoakOptions::from(args)),
-        Command::Acquire(args) => hooks::acquire(&session, &args.config),
-        Command::Resume(args) => hooks::resume(&session, &args.config.config, &args.lease),
-        Command::Release { lease, destroy } => {
-            hooks::release(&session, &lease.config.config, &lease.lease, *destroy)
+    let shut_down = || {
+        if let Err(error) = session.provider.shutdown() {
+            tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
         }
-        Command::Destroy(args) => hooks::release(&session, &args.config.config, &args.lease, true),
-        Command::Probe(args) => hooks::probe(&session, &args.config),
-        Command::Exec { lease, command } => {
-            hooks::exec(&session, &lease.config.config, &lease.lease, command)
-        }
-        Command::Sweep { config } => ledger::sweep(&session, config.as_deref()),
-        Command::Leases | Command::Sim { .. } => unreachable!("handled before loading a provider"),
     };
-    session.finish(result)
+    let result = interrupt::watch(shut_down, || dispatch(cli, &session))
+        .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
+    let result = session.finish(result);
+    match interrupt::requested() {
+        Some(signal) => {
+            eprintln!("{}: stopped; leases in flight were cleaned up", interrupt::name(Some(signal)));
+            Err(Failure::Exit(interrupt::exit_code(signal)))
+        }
+        None => result,
+    }
+}
+
+/// Runs a command that needs the provider.
+fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
+    use commands::{hooks, info, ledger, runs};
+    match &cli.command {
+        Command::Inspect => info::inspect(session),
+        Command::Health => info::health(session),
+        Command::Validate(args) => info::validate(session, &args.config),
+        Command::Lifecycle { config } => runs::lifecycle(session, config.as_deref()),
+        Command::Soak(args) => runs::soak(session, &runs::SoakOptions::from(args)),
+        Command::Acquire(args) => hooks::acquire(session, &args.config),
+        Command::Resume(args) => hooks::resume(session, &args.config.config, &args.lease),
+        Command::Release { lease, destroy } => {
+            hooks::release(session, &lease.config.config, &lease.lease, *destroy)
+        }
+        Command::Destroy(args) => hooks::release(session, &args.config.config, &args.lease, true),
+        Command::Probe(args) => hooks::probe(session, &args.config),
+        Command::Exec { lease, command } => hooks::exec(session, &lease.config.config, &lease.lease, command),
+        Command::Sweep { config, include_held, forget_unresolvable } => {
+            ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
+        }
+        Command::Leases | Command::Sim { .. } => unreachable!("handled before loading a provider"),
+    }
 }
 
 impl From<&SoakArgs> for commands::runs::SoakOptions {

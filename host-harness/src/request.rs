@@ -42,16 +42,6 @@ impl HarnessConfig {
         Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
     }
 
-    /// The API key of the provider configuration (`apiKey`), if any.
-    pub fn api_key(&self) -> Option<&str> {
-        self.config.get("apiKey").and_then(Value::as_str).filter(|key| !key.is_empty())
-    }
-
-    /// The API URL of the provider configuration (`apiUrl`), if any.
-    pub fn api_url(&self) -> Option<&str> {
-        self.config.get("apiUrl").and_then(Value::as_str)
-    }
-
     /// Parses the text of a configuration file.
     pub fn parse(text: &str) -> Result<Self, String> {
         let value: Value = serde_json::from_str(text).map_err(|error| format!("not valid JSON ({error})"))?;

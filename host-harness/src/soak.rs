@@ -14,9 +14,10 @@ use crate::{
     lifecycle::{self, Reporter, StepReport},
     request::HarnessConfig,
     resources::ResourceFigures,
+    secrets::SecretFields,
 };
 use createos_sim::{FaultProfile, FaultRule};
-use provider_abi::{ErrorKind, LoadedProvider, OutputStream, ProviderError};
+use provider_abi::{ErrorKind, LoadedProvider, OutputStream, Provider, ProviderError};
 use serde_json::{json, Value};
 use std::{
     collections::BTreeMap,
@@ -87,7 +88,7 @@ pub struct Tally {
 /// The per-lifecycle reporter: checks every step and every output chunk.
 struct Watcher<'a> {
     ledger: &'a Ledger,
-    secret: Option<&'a str>,
+    secrets: &'a [&'a str],
     steps: Vec<StepReport>,
     secrets_seen: usize,
     unconfirmed_reused: usize,
@@ -96,7 +97,7 @@ struct Watcher<'a> {
 
 impl Watcher<'_> {
     fn scan(&mut self, text: &str) {
-        if self.secret.is_some_and(|secret| text.contains(secret)) {
+        if self.secrets.iter().any(|secret| text.contains(secret)) {
             self.secrets_seen += 1;
         }
     }
@@ -143,8 +144,12 @@ pub fn run(
     let tally = Mutex::new(Tally::default());
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let secret = plan.config.api_key().map(str::to_owned).or_else(|| std::env::var("CREATEOS_API_KEY").ok());
+    // The configuration's secrets, by the provider's own schema.
+    let secrets = SecretFields::of(&provider.manifest()).values(&plan.config.config);
     let worker = || loop {
+        if crate::interrupt::requested().is_some() {
+            return; // no new lifecycle after an interruption
+        }
         let index = next.fetch_add(1, Ordering::SeqCst);
         if index >= plan.leases {
             return;
@@ -153,7 +158,7 @@ pub fn run(
         let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id, plan.embedded_sim);
         let mut watcher = Watcher {
             ledger,
-            secret: secret.as_deref(),
+            secrets: &secrets,
             steps: Vec::new(),
             secrets_seen: 0,
             unconfirmed_reused: 0,
@@ -197,10 +202,10 @@ pub fn run(
     });
     let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
     // The ledger is output too: no row may hold the key.
-    if let Some(secret) = &secret {
+    for secret in &secrets {
         let rows = ledger.list().unwrap_or_default();
         tally.secrets_seen +=
-            rows.iter().filter(|record| record.to_json().to_string().contains(secret.as_str())).count();
+            rows.iter().filter(|record| record.to_json().to_string().contains(secret)).count();
     }
     tally
 }
@@ -281,7 +286,10 @@ impl Summary {
             broken.push(format!("{} unconfirmed leases reused", self.tally.unconfirmed_reused));
         }
         if self.tally.secrets_seen > 0 {
-            broken.push(format!("the API key appeared {} times in output", self.tally.secrets_seen));
+            broken.push(format!(
+                "a secret of the configuration appeared {} times in output",
+                self.tally.secrets_seen
+            ));
         }
         if self.tally.panics > 0 {
             broken.push(format!("{} panics", self.tally.panics));

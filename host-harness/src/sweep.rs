@@ -1,62 +1,82 @@
 //! `sweep`: destroys every lease a crashed or interrupted run left behind.
 //!
-//! The rows come from [`Ledger::left_behind`]. Each is destroyed through the
-//! provider with the configuration the ledger stored; the API key is never
-//! stored, so it comes from the caller ([`SweepKey`]): the current
-//! configuration's `apiKey` when its `apiUrl` is the row's (a key is never
-//! sent to another API), else the provider's own fallback
-//! (`CREATEOS_API_KEY`). Rows whose API was a simulator embedded in a process
-//! that has exited are closed without a request: their sandboxes died with
-//! it. A row without a lease id (an `acquire` or `probe` cut short before the
-//! provider named its sandbox) cannot be acted on and is reported.
+//! The rows come from [`Ledger::left_behind`], narrowed by [`Scope`]: a
+//! lease the scripting `acquire` command (or `resume`/`release`) left active
+//! or paused is *held* on purpose and is swept only when the user says so.
+//! Each row is destroyed through the provider with the configuration the
+//! ledger stored; secrets are never stored, so they come from the caller's
+//! current configuration, for rows of the same account only
+//! ([`SecretFields::restore`]); without one the provider uses its own
+//! fallback. Rows whose API was a simulator embedded in a process that has
+//! exited are closed without a request: their sandboxes died with it. A row
+//! without a lease id (an `acquire` or `probe` whose creation reply was still
+//! in flight) cannot be acted on and is reported.
 
 use crate::{
-    host::{HeldLease, Host},
-    ledger::{LeaseRecord, LeaseState, Ledger, LedgerError},
+    host::{storable_config, HeldLease, Host},
+    ledger::{LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
     request::HarnessConfig,
+    secrets::SecretFields,
 };
-use provider_abi::{LoadedProvider, ProviderError};
+use provider_abi::{LoadedProvider, Provider, ProviderError};
 use serde_json::{json, Value};
 
 /// Which rows to sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Rows of processes that are no longer running (`sweep`, and what
-    /// `lifecycle` and `soak` do first).
-    Orphans,
+    /// Rows of processes that are no longer running (the `sweep` command);
+    /// held leases too when `include_held`.
+    Abandoned {
+        /// Also sweep leases the hook commands left active or paused.
+        include_held: bool,
+    },
+    /// Rows of dead `lifecycle`, `soak` and `probe` runs only: what
+    /// `lifecycle` and `soak` sweep before they start.
+    DeadRuns,
     /// Rows of this process (the end of a `soak`).
     ThisProcess,
 }
 
-/// Where the API key for a swept lease comes from.
-#[derive(Debug, Clone, Default)]
-pub struct SweepKey {
-    /// `(apiUrl, apiKey)` of the current configuration, if it has a key.
-    pub current: Option<(String, String)>,
+impl Scope {
+    /// True when `record` (left behind) falls in this scope.
+    fn covers(self, record: &LeaseRecord) -> bool {
+        match self {
+            Scope::Abandoned { include_held } => include_held || !is_held(record),
+            Scope::DeadRuns => record.owner != Owner::Command,
+            Scope::ThisProcess => true,
+        }
+    }
 }
 
-impl SweepKey {
-    /// The key of `config`, usable for leases on the same API.
-    pub fn from_config(config: &HarnessConfig) -> Self {
-        let current = config.api_key().map(|key| (normalize(config.api_url().unwrap_or("")), key.to_owned()));
-        SweepKey { current }
+/// A lease a hook command left active or paused for the user to use later.
+fn is_held(record: &LeaseRecord) -> bool {
+    record.owner == Owner::Command && matches!(record.state, LeaseState::Active | LeaseState::Paused)
+}
+
+/// The caller's current configuration, whose secrets a sweep may lend to
+/// rows of the same account.
+#[derive(Debug, Clone, Default)]
+pub struct SweepSecrets {
+    /// The current provider configuration, secrets included.
+    current: Value,
+    /// The same as the ledger would store it (normalised, without secrets).
+    current_stored: Value,
+}
+
+impl SweepSecrets {
+    /// The secrets of `config`, as `provider` describes them.
+    pub fn from_config(provider: &LoadedProvider, config: &HarnessConfig) -> Self {
+        let env = config.environment(&provider.manifest().driver_key);
+        Self {
+            current: config.config.clone(),
+            current_stored: storable_config(provider, &env, &config.config),
+        }
     }
 
     /// The provider configuration to act on `record` with.
-    fn config_for(&self, record: &LeaseRecord) -> Value {
-        let mut config = record.env.config.clone();
-        let url = normalize(config.get("apiUrl").and_then(Value::as_str).unwrap_or(""));
-        if let (Some((current_url, key)), Value::Object(object)) = (&self.current, &mut config) {
-            if *current_url == url {
-                object.insert("apiKey".into(), Value::String(key.clone()));
-            }
-        }
-        config
+    fn config_for(&self, secrets: &SecretFields, record: &LeaseRecord) -> Value {
+        secrets.restore(&record.env.config, &self.current, &self.current_stored)
     }
-}
-
-fn normalize(url: &str) -> String {
-    url.trim_end_matches('/').to_ascii_lowercase()
 }
 
 /// What happened to one row.
@@ -106,22 +126,23 @@ pub fn sweep(
     provider: &LoadedProvider,
     ledger: &Ledger,
     scope: Scope,
-    key: &SweepKey,
+    secrets: &SweepSecrets,
 ) -> Result<Vec<Swept>, LedgerError> {
     let process = match scope {
-        Scope::Orphans => None,
+        Scope::Abandoned { .. } | Scope::DeadRuns => None,
         Scope::ThisProcess => Some(ledger.pid()),
     };
+    let fields = SecretFields::of(&provider.manifest());
     let mut swept = Vec::new();
-    for record in ledger.left_behind(process)? {
-        let outcome = sweep_one(provider, ledger, &record, key, scope)?;
+    for record in ledger.left_behind(process)?.into_iter().filter(|record| scope.covers(record)) {
+        let outcome = sweep_one(provider, ledger, &record, &fields, secrets, scope)?;
         match &outcome {
             Outcome::Destroyed => {
                 tracing::warn!(lease = ?record.provider_lease_id, state = %record.state, "swept a lease left behind")
             }
-            Outcome::Unresolvable => tracing::info!(
+            Outcome::Unresolvable => tracing::warn!(
                 row = record.id,
-                "a lease left behind has no id (its acquire was cut short); it cannot be swept"
+                "a lease left behind has no id (its creation reply was still in flight); it cannot be swept"
             ),
             Outcome::Failed(error) => {
                 tracing::warn!(lease = ?record.provider_lease_id, kind = %error.kind, "sweep could not destroy a lease")
@@ -137,10 +158,11 @@ fn sweep_one(
     provider: &LoadedProvider,
     ledger: &Ledger,
     record: &LeaseRecord,
-    key: &SweepKey,
+    fields: &SecretFields,
+    secrets: &SweepSecrets,
     scope: Scope,
 ) -> Result<Outcome, LedgerError> {
-    if record.env.embedded_sim && scope == Scope::Orphans {
+    if record.env.embedded_sim && scope != Scope::ThisProcess {
         ledger.adopt(record.id)?;
         ledger.set_state(record.id, LeaseState::Destroyed, "sweep", None)?;
         return Ok(Outcome::GoneWithSimulator);
@@ -153,10 +175,10 @@ fn sweep_one(
         driver_key: Some(record.env.driver_key.clone()),
         company_id: record.env.company_id.clone(),
         environment_id: record.env.environment_id.clone(),
-        config: key.config_for(record),
+        config: secrets.config_for(fields, record),
     };
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id, record.env.embedded_sim);
-    let held = HeldLease { row: record.id, lease: record.lease() };
+    let held = HeldLease::new(record.id, record.lease());
     Ok(match host.destroy(&held) {
         Ok(()) => Outcome::Destroyed,
         Err(error) => Outcome::Failed(error),

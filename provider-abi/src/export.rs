@@ -7,9 +7,10 @@ use crate::{
     error::{HookResult, ProviderError},
     module::*,
     provider::Provider,
+    recorder::CreationRecorder,
     sink::OutputSink,
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -50,7 +51,13 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_1 { extensions::<P> } else { no_extensions };
+    let extension = if abi >= ABI_1_2 {
+        extensions_to_1_2::<P>
+    } else if abi >= ABI_1_1 {
+        extensions_to_1_1::<P>
+    } else {
+        no_extensions
+    };
     ProviderModule {
         abi_version: abi,
         new_instance: new_instance::<P>,
@@ -121,10 +128,19 @@ extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
     RNone
 }
 
-extern "C" fn extensions<P: Provider>(minor: u16) -> ROption<Extension> {
+/// The extension tables of a library built for ABI 1.1.
+extern "C" fn extensions_to_1_1<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
         1 => RSome(Extension::of(Tables::<P>::V1_1)),
         _ => RNone,
+    }
+}
+
+/// The extension tables of a library built for ABI 1.2.
+extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        2 => RSome(Extension::of(Tables::<P>::V1_2)),
+        _ => extensions_to_1_1::<P>(minor),
     }
 }
 
@@ -153,6 +169,9 @@ hook_shims! {
     realize_workspace: RealizeWorkspace(params: &LeaseParams) -> Workspace;
     execute: Execute(params: &ExecuteParams, output: &mut OutputSink<'_>) -> ExecuteResult;
     inspect_lease: InspectLease(params: &LeaseParams) -> LeaseStatus;
+    acquire_lease_recording: AcquireLeaseRecording(params: &AcquireParams, recorder: &mut CreationRecorder<'_>) -> Lease;
+    probe_recording: ProbeRecording(params: &EnvironmentParams, recorder: &mut CreationRecorder<'_>) -> ProbeReport;
+    release_lease_reporting: ReleaseLeaseReporting(params: &LeaseParams) -> ReleaseReport;
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -178,6 +197,11 @@ impl<P: Provider> Tables<P> {
         execute: execute::<P>,
     };
     const V1_1: &'static HookTableV1_1 = &HookTableV1_1 { inspect_lease: inspect_lease::<P> };
+    const V1_2: &'static HookTableV1_2 = &HookTableV1_2 {
+        acquire_lease_recording: acquire_lease_recording::<P>,
+        probe_recording: probe_recording::<P>,
+        release_lease_reporting: release_lease_reporting::<P>,
+    };
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ use crate::{
     error::{HookResult, ProviderError},
     module::*,
     provider::{unsupported, Provider},
+    recorder::CreationRecorder,
     sink::OutputSink,
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -143,6 +144,7 @@ pub struct LoadedProvider {
     drop_instance: extern "C" fn(InstancePtr),
     hooks: HookTableV1_0,
     hooks_v1_1: Option<&'static HookTableV1_1>,
+    hooks_v1_2: Option<&'static HookTableV1_2>,
     manifest: Manifest,
 }
 
@@ -172,6 +174,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_2 = if host_abi >= ABI_1_2 {
+            extension_table::<HookTableV1_2>(&path, module, image, 2)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -180,6 +187,7 @@ impl LoadedProvider {
             drop_instance: module.drop_instance(),
             hooks: module.hooks(),
             hooks_v1_1,
+            hooks_v1_2,
             manifest: empty_manifest(),
             path,
         };
@@ -205,6 +213,9 @@ impl LoadedProvider {
     pub fn supports(&self, hook: Hook) -> bool {
         match hook {
             Hook::InspectLease => self.hooks_v1_1.is_some(),
+            Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => {
+                self.hooks_v1_2.is_some()
+            }
             _ => true,
         }
     }
@@ -391,6 +402,35 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_1 {
             Some(table) => (table.inspect_lease)(self.instance, params).into(),
             None => Err(unsupported(Hook::InspectLease)),
+        }
+    }
+
+    fn acquire_lease_recording(
+        &self,
+        params: &AcquireParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<Lease> {
+        match self.hooks_v1_2 {
+            Some(table) => (table.acquire_lease_recording)(self.instance, params, recorder).into(),
+            None => Err(unsupported(Hook::AcquireLeaseRecording)),
+        }
+    }
+
+    fn probe_recording(
+        &self,
+        params: &EnvironmentParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<ProbeReport> {
+        match self.hooks_v1_2 {
+            Some(table) => (table.probe_recording)(self.instance, params, recorder).into(),
+            None => Err(unsupported(Hook::ProbeRecording)),
+        }
+    }
+
+    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
+        match self.hooks_v1_2 {
+            Some(table) => (table.release_lease_reporting)(self.instance, params).into(),
+            None => Err(unsupported(Hook::ReleaseLeaseReporting)),
         }
     }
 }

@@ -33,7 +33,9 @@
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
 
-use crate::{error::ProviderError, sink::OutputSink, types::*, version::AbiVersion};
+use crate::{
+    error::ProviderError, recorder::CreationRecorder, sink::OutputSink, types::*, version::AbiVersion,
+};
 use abi_stable::{
     declare_root_module_statics,
     library::RootModule,
@@ -85,6 +87,17 @@ pub struct HookTableV1_0 {
 #[derive(StableAbi, Copy, Clone)]
 pub struct HookTableV1_1 {
     pub(crate) inspect_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<LeaseStatus>,
+}
+
+/// The hooks ABI 1.2 added. Frozen once 1.2 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_2 {
+    pub(crate) acquire_lease_recording:
+        extern "C" fn(InstancePtr, &AcquireParams, &mut CreationRecorder<'_>) -> FfiResult<Lease>,
+    pub(crate) probe_recording:
+        extern "C" fn(InstancePtr, &EnvironmentParams, &mut CreationRecorder<'_>) -> FfiResult<ProbeReport>,
+    pub(crate) release_lease_reporting: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<ReleaseReport>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -182,5 +195,15 @@ impl CodeAddresses for HookTableV1_0 {
 impl CodeAddresses for HookTableV1_1 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.inspect_lease as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_2 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![
+            self.acquire_lease_recording as *const c_void,
+            self.probe_recording as *const c_void,
+            self.release_lease_reporting as *const c_void,
+        ]
     }
 }

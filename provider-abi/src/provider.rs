@@ -2,6 +2,7 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    recorder::CreationRecorder,
     sink::OutputSink,
     types::*,
     version::Hook,
@@ -57,6 +58,33 @@ pub trait Provider: Send + Sync + 'static {
     /// Reports a lease's remote state without changing it (ABI 1.1).
     fn inspect_lease(&self, _params: &LeaseParams) -> HookResult<LeaseStatus> {
         Err(unsupported(Hook::InspectLease))
+    }
+
+    /// `acquire_lease`, handing the lease to `recorder` the moment its remote
+    /// resource exists and going on only once the host recorded it; if the
+    /// host refuses, deletes what it created and fails with that error (ABI 1.2).
+    fn acquire_lease_recording(
+        &self,
+        _params: &AcquireParams,
+        _recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<Lease> {
+        Err(unsupported(Hook::AcquireLeaseRecording))
+    }
+
+    /// `probe`, handing its lease to `recorder` as `acquire_lease_recording`
+    /// does (ABI 1.2).
+    fn probe_recording(
+        &self,
+        _params: &EnvironmentParams,
+        _recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<ProbeReport> {
+        Err(unsupported(Hook::ProbeRecording))
+    }
+
+    /// `release_lease`, reporting whether the lease was kept for reuse or
+    /// deleted (ABI 1.2). A host never resumes a lease reported deleted.
+    fn release_lease_reporting(&self, _params: &LeaseParams) -> HookResult<ReleaseReport> {
+        Err(unsupported(Hook::ReleaseLeaseReporting))
     }
 }
 

@@ -198,3 +198,12 @@ pub struct ExecuteResult {
     /// Details as a JSON object (`outputTruncated`...).
     pub metadata_json: RString,
 }
+
+/// What `release_lease_reporting` (ABI 1.2) did with the lease.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseReport {
+    /// True when the lease was kept (paused) and may be resumed; false when
+    /// its remote resource was deleted and a new lease must be acquired.
+    pub kept: bool,
+}

@@ -31,8 +31,11 @@ impl fmt::Display for AbiVersion {
 pub const ABI_1_0: AbiVersion = AbiVersion::new(1, 0);
 /// ABI 1.1: adds `inspect_lease`.
 pub const ABI_1_1: AbiVersion = AbiVersion::new(1, 1);
+/// ABI 1.2: adds `acquire_lease_recording` and `probe_recording` (write-ahead
+/// records of created leases) and `release_lease_reporting` (kept or deleted).
+pub const ABI_1_2: AbiVersion = AbiVersion::new(1, 2);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_1;
+pub const ABI_VERSION: AbiVersion = ABI_1_2;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -61,11 +64,17 @@ pub enum Hook {
     Execute,
     /// `inspect_lease` (ABI 1.1): a lease's remote state.
     InspectLease,
+    /// `acquire_lease_recording` (ABI 1.2): acquire, recording the lease ahead.
+    AcquireLeaseRecording,
+    /// `probe_recording` (ABI 1.2): probe, recording its lease ahead.
+    ProbeRecording,
+    /// `release_lease_reporting` (ABI 1.2): release, saying if the lease was kept.
+    ReleaseLeaseReporting,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 12] = [
+    pub const ALL: [Hook; 15] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -78,6 +87,9 @@ impl Hook {
         Hook::RealizeWorkspace,
         Hook::Execute,
         Hook::InspectLease,
+        Hook::AcquireLeaseRecording,
+        Hook::ProbeRecording,
+        Hook::ReleaseLeaseReporting,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -95,6 +107,9 @@ impl Hook {
             Hook::RealizeWorkspace => "realize_workspace",
             Hook::Execute => "execute",
             Hook::InspectLease => "inspect_lease",
+            Hook::AcquireLeaseRecording => "acquire_lease_recording",
+            Hook::ProbeRecording => "probe_recording",
+            Hook::ReleaseLeaseReporting => "release_lease_reporting",
         }
     }
 
@@ -102,6 +117,7 @@ impl Hook {
     pub const fn since(self) -> AbiVersion {
         match self {
             Hook::InspectLease => ABI_1_1,
+            Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => ABI_1_2,
             _ => ABI_1_0,
         }
     }

@@ -3,18 +3,25 @@
 use super::{read_config, Failure, Printer, Session};
 use host_harness::{
     ledger::Ledger,
-    sweep::{self, Outcome, Scope, SweepKey},
+    sweep::{self, Outcome, Scope, SweepSecrets},
 };
 use std::path::Path;
 
-/// `sweep`: destroys every lease a crashed or interrupted run left behind;
-/// exit 1 if a destroy failed.
-pub fn sweep(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
-    let key = match config {
-        Some(path) => SweepKey::from_config(&read_config(path)?),
-        None => SweepKey::default(),
+/// `sweep`: destroys every lease a crashed or interrupted run left behind
+/// (held leases too with `include_held`); exit 1 if a destroy failed or a
+/// row could not be resolved.
+pub fn sweep(
+    session: &Session,
+    config: Option<&Path>,
+    include_held: bool,
+    forget_unresolvable: bool,
+) -> Result<(), Failure> {
+    let secrets = match config {
+        Some(path) => SweepSecrets::from_config(&session.provider, &read_config(path)?),
+        None => SweepSecrets::default(),
     };
-    let swept = sweep::sweep(&session.provider, &session.ledger, Scope::Orphans, &key)
+    let scope = Scope::Abandoned { include_held };
+    let swept = sweep::sweep(&session.provider, &session.ledger, scope, &secrets)
         .map_err(|error| Failure::Usage(error.to_string()))?;
     for item in &swept {
         session.out.value(&item.to_json(), || {
@@ -23,7 +30,7 @@ pub fn sweep(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
                 Outcome::Destroyed => "destroyed".to_owned(),
                 Outcome::GoneWithSimulator => "gone with its embedded simulator".to_owned(),
                 Outcome::Unresolvable => {
-                    "unresolvable: its acquire was cut short before the sandbox was named".to_owned()
+                    "unresolvable: its creation reply was still in flight when its run died".to_owned()
                 }
                 Outcome::Failed(error) => format!("FAILED: {}", host_harness::render::error_line(error)),
             };
@@ -45,7 +52,20 @@ pub fn sweep(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
             summary["destroyed"], summary["goneWithSimulator"], summary["unresolvable"], failed
         )
     });
-    if failed == 0 {
+    let mut unresolvable = count(|outcome| matches!(outcome, Outcome::Unresolvable));
+    if forget_unresolvable {
+        for item in swept.iter().filter(|item| item.outcome == Outcome::Unresolvable) {
+            session.ledger.forget(item.record.id).map_err(|error| Failure::Usage(error.to_string()))?;
+        }
+        unresolvable = 0;
+    }
+    if unresolvable > 0 {
+        eprintln!(
+            "sweep: {unresolvable} row(s) name no sandbox (a creation was in flight when its run died): \
+             look for unnamed sandboxes in the provider's console, then remove the rows with `sweep --forget-unresolvable`"
+        );
+    }
+    if failed == 0 && unresolvable == 0 {
         Ok(())
     } else {
         Err(Failure::Hook(None))

@@ -10,7 +10,7 @@ use host_harness::{
     render,
     request::HarnessConfig,
     soak::{self, Finished, SimFigures, SoakPlan, Summary},
-    sweep::{self, Outcome, Scope, SweepKey},
+    sweep::{self, Outcome, Scope, SweepSecrets},
 };
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 
@@ -34,13 +34,14 @@ impl Target {
         }
     }
 
-    /// Sweeps the leases of earlier runs (their key: this run's, on the same API).
+    /// Sweeps the leases of earlier dead runs (their secrets: this run's,
+    /// for the same account); held leases are left alone.
     fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
         let swept = sweep::sweep(
             &session.provider,
             &session.ledger,
-            Scope::Orphans,
-            &SweepKey::from_config(&self.config),
+            Scope::DeadRuns,
+            &SweepSecrets::from_config(&session.provider, &self.config),
         )
         .map_err(|error| Failure::Usage(error.to_string()))?;
         let destroyed = swept.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
@@ -190,9 +191,9 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
     if let Some(sim) = &target.sim {
         sim.clear_faults();
     }
-    let key = SweepKey::from_config(&target.config);
+    let secrets = SweepSecrets::from_config(&session.provider, &target.config);
     for _ in 0..3 {
-        let swept = sweep::sweep(&session.provider, &session.ledger, Scope::ThisProcess, &key)
+        let swept = sweep::sweep(&session.provider, &session.ledger, Scope::ThisProcess, &secrets)
             .map_err(|error| Failure::Usage(error.to_string()))?;
         if !swept.iter().any(|item| matches!(item.outcome, Outcome::Failed(_))) {
             break;

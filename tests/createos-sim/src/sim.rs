@@ -101,6 +101,18 @@ impl Simulator {
         &self.shared.api_key
     }
 
+    /// A CreateOS provider configuration pointing at this simulator, with its
+    /// key; `reuse_lease` makes release pause (true) or delete (false).
+    pub fn provider_config(&self, reuse_lease: bool) -> serde_json::Value {
+        serde_json::json!({
+            "apiUrl": self.url(),
+            "apiKey": self.api_key(),
+            "shape": "s-1vcpu-1gb",
+            "reuseLease": reuse_lease,
+            "timeoutMs": 30_000,
+        })
+    }
+
     /// Replace the rate limit (`None` = off); the request history is reset.
     pub fn set_rate_limit(&self, limit: Option<RateLimit>) {
         self.shared.limiter.set(limit);

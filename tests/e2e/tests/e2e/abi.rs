@@ -3,8 +3,8 @@
 
 use e2e::library;
 use provider_abi::{
-    AbiVersion, AcquireParams, EnvironmentParams, ErrorKind, ExecuteParams, Hook, LeaseParams, LoadError,
-    LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1,
+    AbiVersion, AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
+    LeaseParams, LoadError, LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1, ABI_1_2,
 };
 use std::{path::Path, sync::Arc};
 
@@ -29,39 +29,83 @@ fn load_error(path: &Path) -> LoadError {
     }
 }
 
+/// The hooks each minor version added, in order.
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 2] = [
+    (ABI_1_1, &[Hook::InspectLease]),
+    (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
+];
+
 #[test]
 fn version_matrix_within_major_1() {
-    // (library, host ABI, library ABI, inspect_lease available)
-    let matrix = [
-        ("fixture_v1_0", ABI_1_0, ABI_1_0, false),
-        ("fixture_v1_0", ABI_1_1, ABI_1_0, false),
-        ("fixture_v1_1", ABI_1_0, ABI_1_1, false),
-        ("fixture_v1_1", ABI_1_1, ABI_1_1, true),
-    ];
-    for (name, host, library_abi, has_inspect) in matrix {
-        let provider = load(name, host);
-        assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
-        assert_eq!(provider.supports(Hook::InspectLease), has_inspect, "{name} as {host}");
-        let manifest = provider.manifest();
-        assert_eq!(manifest.abi_version, library_abi);
-        assert_eq!(manifest.hooks.iter().any(|hook| hook == "inspect_lease"), has_inspect);
-        assert_eq!(provider.health().unwrap().status, "ok");
-        match provider.inspect_lease(&lease_params()) {
-            Ok(status) => {
-                assert!(has_inspect, "{name} as {host} must not reach inspect_lease");
-                assert!(status.exists);
-            }
-            Err(error) => {
-                assert!(!has_inspect, "{name} as {host}: {error}");
-                assert_eq!(error.kind, ErrorKind::UNSUPPORTED);
+    // Every fixture library into every host: a hook is callable exactly when
+    // both the library and the host have its minor version.
+    let libraries = [("fixture_v1_0", ABI_1_0), ("fixture_v1_1", ABI_1_1), ("fixture_v1_2", ABI_1_2)];
+    for (name, library_abi) in libraries {
+        for host in [ABI_1_0, ABI_1_1, ABI_1_2] {
+            let provider = load(name, host);
+            assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
+            let manifest = provider.manifest();
+            assert_eq!(manifest.abi_version, library_abi);
+            assert_eq!(provider.health().unwrap().status, "ok");
+            for (since, hooks) in ADDED_HOOKS {
+                let available = since <= library_abi && since <= host;
+                for &hook in hooks {
+                    assert_eq!(provider.supports(hook), available, "{name} as {host}: {hook}");
+                    assert_eq!(
+                        manifest.hooks.iter().any(|listed| listed == hook.name()),
+                        available,
+                        "{hook}"
+                    );
+                    let outcome = call_added_hook(&provider, hook);
+                    match outcome {
+                        Ok(()) => assert!(available, "{name} as {host} must not reach {hook}"),
+                        Err(error) => {
+                            assert!(!available, "{name} as {host}: {hook}: {error}");
+                            assert_eq!(error.kind, ErrorKind::UNSUPPORTED);
+                        }
+                    }
+                }
             }
         }
     }
 }
 
+/// Calls one of the hooks a minor version added, checking what it returns.
+fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider_abi::ProviderError> {
+    let recorded = std::sync::Mutex::new(Vec::new());
+    let mut record = |lease: &provider_abi::Lease| {
+        recorded.lock().unwrap().push(lease.provider_lease_id.clone().into_option().map(|id| id.to_string()));
+        Ok(())
+    };
+    let mut recorder = CreationRecorder::new(&mut record);
+    let acquire = AcquireParams { run_id: "matrix".into(), ..Default::default() };
+    let result = match hook {
+        Hook::InspectLease => provider.inspect_lease(&lease_params()).map(|status| assert!(status.exists)),
+        Hook::AcquireLeaseRecording => {
+            provider.acquire_lease_recording(&acquire, &mut recorder).map(|lease| {
+                let id = lease.provider_lease_id.into_option().map(|id| id.to_string());
+                assert!(id.is_some());
+                assert_eq!(
+                    *recorded.lock().unwrap(),
+                    [id],
+                    "the lease was recorded before the hook returned it"
+                );
+            })
+        }
+        Hook::ProbeRecording => provider
+            .probe_recording(&EnvironmentParams::default(), &mut recorder)
+            .map(|report| assert!(report.ok)),
+        Hook::ReleaseLeaseReporting => {
+            provider.release_lease_reporting(&lease_params()).map(|report| assert!(!report.kept))
+        }
+        other => panic!("{other} was not added by a minor version"),
+    };
+    result
+}
+
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1] {
+    for host in [ABI_1_0, ABI_1_1, ABI_1_2] {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();

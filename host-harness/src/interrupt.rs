@@ -1,0 +1,71 @@
+//! Graceful interruption. The first SIGINT or SIGTERM stops new work: the
+//! provider is shut down (its running commands are cancelled and their
+//! process trees terminated, as a release does), each lifecycle in flight
+//! fails its next step and destroys its lease by the normal clean-up path,
+//! `soak` admits no new lifecycle, and the command exits 130 (SIGINT) or 143
+//! (SIGTERM) once everything is cleaned up. A second signal exits at once and
+//! leaves the rest to `sweep`.
+
+use provider_abi::{ErrorKind, ProviderError};
+use signal_hook::{
+    consts::{SIGINT, SIGTERM},
+    iterator::Signals,
+};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The first signal received, 0 while none.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// The signal that asked this process to stop, if one did.
+pub fn requested() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
+}
+
+/// The error a step gets when an interruption stopped it before it began.
+pub fn stopped() -> ProviderError {
+    ProviderError::new(ErrorKind::CANCELLED, format!("Interrupted by {}: not started.", name(requested())))
+}
+
+/// The conventional exit code after `signal`: 128 + its number.
+pub fn exit_code(signal: i32) -> u8 {
+    u8::try_from(128 + signal).unwrap_or(128)
+}
+
+/// `SIGINT`, `SIGTERM`, or `a signal`.
+pub fn name(signal: Option<i32>) -> &'static str {
+    match signal {
+        Some(SIGINT) => "SIGINT",
+        Some(SIGTERM) => "SIGTERM",
+        _ => "a signal",
+    }
+}
+
+/// Runs `work` while watching for SIGINT and SIGTERM: the first calls
+/// `on_first` (from the watcher thread, while `work` goes on) and is
+/// remembered for [`requested`]; a second exits the process at once.
+pub fn watch<T>(on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io::Result<T> {
+    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+    let handle = signals.handle();
+    Ok(std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for signal in signals.forever() {
+                if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                    eprintln!(
+                        "{}: stopping: cancelling commands and cleaning up leases in flight (again to exit at once)",
+                        name(Some(signal))
+                    );
+                    on_first();
+                } else {
+                    eprintln!("{}: exiting at once; run `host-harness sweep` to clean up", name(Some(signal)));
+                    std::process::exit(i32::from(exit_code(signal)));
+                }
+            }
+        });
+        let result = work();
+        handle.close();
+        result
+    }))
+}

@@ -1,0 +1,149 @@
+//! What is secret in a provider's configuration, by the provider's own
+//! account: the top-level properties its manifest's JSON schema marks
+//! `writeOnly`. The host never names a provider's configuration keys.
+//!
+//! A secret is never stored (the ledger keeps the configuration without it).
+//! When a stored lease is acted on later (`sweep`), the secret comes from the
+//! current configuration, and only for a lease of the same account: the
+//! stored and current configurations must agree on every property the
+//! schema lists in the secret's `x-secret-scope` (for CreateOS, `apiUrl`: a
+//! key is never sent to another API), or on every property when it lists
+//! none. Both sides are the provider's normalised configuration, so the
+//! comparison uses the provider's own spelling of each value.
+
+use provider_abi::Manifest;
+use serde_json::{Map, Value};
+
+/// One secret property of a configuration schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Secret {
+    /// The property name.
+    name: String,
+    /// The properties that say which account the secret belongs to (empty:
+    /// the whole rest of the configuration).
+    scope: Vec<String>,
+}
+
+/// The secret properties of a provider's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecretFields {
+    secrets: Vec<Secret>,
+}
+
+impl SecretFields {
+    /// The secrets the provider's configuration schema declares.
+    pub fn of(manifest: &Manifest) -> Self {
+        Self::from_schema(&serde_json::from_str(&manifest.config_schema_json).unwrap_or(Value::Null))
+    }
+
+    /// The secrets a JSON schema declares (`writeOnly` top-level properties).
+    pub fn from_schema(schema: &Value) -> Self {
+        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+            return Self::default();
+        };
+        let secrets = properties
+            .iter()
+            .filter(|(_, property)| property.get("writeOnly").and_then(Value::as_bool) == Some(true))
+            .map(|(name, property)| Secret {
+                name: name.clone(),
+                scope: property
+                    .get("x-secret-scope")
+                    .and_then(Value::as_array)
+                    .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        Self { secrets }
+    }
+
+    /// `config` without its secrets: what may be stored or shown.
+    pub fn strip(&self, config: &Value) -> Value {
+        let mut config = config.clone();
+        if let Value::Object(object) = &mut config {
+            for secret in &self.secrets {
+                object.remove(&secret.name);
+            }
+        }
+        config
+    }
+
+    /// The non-empty secret values `config` holds (to check no output shows them).
+    pub fn values<'a>(&self, config: &'a Value) -> Vec<&'a str> {
+        self.secrets
+            .iter()
+            .filter_map(|secret| config.get(&secret.name).and_then(Value::as_str))
+            .filter(|value| !value.is_empty())
+            .collect()
+    }
+
+    /// A stored (secret-free) configuration with the secrets of `current`
+    /// added back, each only where `stored` belongs to the same account as
+    /// `current_stored` (the current configuration without secrets).
+    pub fn restore(&self, stored: &Value, current: &Value, current_stored: &Value) -> Value {
+        let mut restored = stored.clone();
+        let Value::Object(object) = &mut restored else {
+            return restored;
+        };
+        for secret in &self.secrets {
+            let Some(value) = current.get(&secret.name) else { continue };
+            if same_account(&secret.scope, stored, current_stored) {
+                object.insert(secret.name.clone(), value.clone());
+            }
+        }
+        restored
+    }
+}
+
+/// True when `a` and `b` agree on every property of `scope`, or are equal
+/// when `scope` is empty.
+fn same_account(scope: &[String], a: &Value, b: &Value) -> bool {
+    if scope.is_empty() {
+        return a == b;
+    }
+    let empty = Map::new();
+    let (a, b) = (a.as_object().unwrap_or(&empty), b.as_object().unwrap_or(&empty));
+    scope.iter().all(|name| a.get(name) == b.get(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fields() -> SecretFields {
+        SecretFields::from_schema(&json!({"properties": {
+            "token": {"type": "string", "writeOnly": true, "x-secret-scope": ["endpoint"]},
+            "pin": {"type": "string", "writeOnly": true},
+            "endpoint": {"type": "string"},
+            "size": {"type": "string", "writeOnly": false},
+        }}))
+    }
+
+    #[test]
+    fn strips_exactly_the_write_only_properties() {
+        let config = json!({"token": "t0k", "pin": "1234", "endpoint": "e", "size": "s"});
+        assert_eq!(fields().strip(&config), json!({"endpoint": "e", "size": "s"}));
+        let mut values = fields().values(&config);
+        values.sort();
+        assert_eq!(values, ["1234", "t0k"]);
+        assert_eq!(SecretFields::from_schema(&json!({"type": "object"})).strip(&config), config);
+    }
+
+    #[test]
+    fn restores_a_secret_only_for_the_same_account() {
+        let current = json!({"token": "t0k", "pin": "1234", "endpoint": "e", "size": "s"});
+        let current_stored = fields().strip(&current);
+        // Same endpoint, another size: the scoped token comes back, the
+        // unscoped pin (whole configuration must match) does not.
+        let other_size = json!({"endpoint": "e", "size": "xl"});
+        assert_eq!(
+            fields().restore(&other_size, &current, &current_stored),
+            json!({"endpoint": "e", "size": "xl", "token": "t0k"})
+        );
+        // Another endpoint: no secret travels there.
+        let elsewhere = json!({"endpoint": "https://elsewhere", "size": "s"});
+        assert_eq!(fields().restore(&elsewhere, &current, &current_stored), elsewhere);
+        // Identical configuration: both come back.
+        assert_eq!(fields().restore(&current_stored, &current, &current_stored), current);
+    }
+}

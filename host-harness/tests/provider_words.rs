@@ -1,0 +1,148 @@
+//! The host knows hooks and error kinds, never a provider's configuration
+//! keys: every command works against the fixture provider, whose
+//! configuration says `passphrase` (a secret) and `holdOnRelease` (release
+//! keeps the lease) in words the host has never heard of; and what a release
+//! did comes from the provider, whichever ABI version it speaks.
+
+use host_harness::{
+    host::{Host, Released},
+    ledger::{Ledger, Owner},
+    request::HarnessConfig,
+};
+use provider_abi::{library_file_name, LoadedProvider};
+use serde_json::{json, Value};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+const SECRET: &str = "open-sesame-4242";
+
+/// The shared library cargo built for fixture crate `name` (`fixture_v1_2`).
+fn fixture(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let path = deps.join(library_file_name(name));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+struct Bed {
+    dir: tempfile::TempDir,
+}
+
+impl Bed {
+    fn new() -> Self {
+        Bed { dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
+    }
+
+    /// Writes a harness configuration file with `hold` as the release policy.
+    fn config(&self, hold: bool) -> String {
+        let path = self.path(&format!("config-{hold}.json"));
+        let config = json!({"companyId": "acme", "environmentId": "dev",
+                            "config": {"passphrase": SECRET, "holdOnRelease": hold}});
+        std::fs::write(&path, config.to_string()).unwrap();
+        path
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .arg("--plugin")
+            .arg(fixture("fixture_v1_2"))
+            .arg("--ledger")
+            .arg(self.path("ledger.sqlite3"))
+            .arg("--json")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a command that must succeed; returns its JSON lines.
+    fn ok(&self, args: &[&str]) -> Vec<Value> {
+        let output = self.run(args);
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stdout}{stderr}");
+        assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET), "{args:?} showed the secret");
+        stdout.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+    }
+
+    fn lease_file(&self, name: &str, lease: &Value) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, lease.to_string()).unwrap();
+        path
+    }
+
+    fn ledger_text(&self) -> String {
+        let ledger = Ledger::open(Path::new(&self.path("ledger.sqlite3"))).unwrap();
+        ledger.list().unwrap().iter().map(|row| row.to_json().to_string()).collect()
+    }
+}
+
+#[test]
+fn every_command_works_with_a_provider_whose_keys_the_host_does_not_know() {
+    let bed = Bed::new();
+    let (keep, drop) = (bed.config(true), bed.config(false));
+
+    let validated = bed.ok(&["validate", "--config", &keep]);
+    assert_eq!(validated[0]["normalizedConfig"], json!({"holdOnRelease": true}), "{validated:?}");
+    bed.ok(&["inspect"]);
+    bed.ok(&["health"]);
+    bed.ok(&["probe", "--config", &keep]);
+
+    // A kept lease: release keeps it, resume brings it back, destroy ends it.
+    let lease = bed.ok(&["acquire", "--config", &keep]).remove(0);
+    let lease_path = bed.lease_file("kept.json", &lease);
+    let ran = bed.run(&["exec", "--config", &keep, "--lease", &lease_path, "--", "/bin/sh", "-c", "echo hi"]);
+    assert_eq!(ran.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "hi\n");
+    let released = bed.ok(&["release", "--config", &keep, "--lease", &lease_path]).remove(0);
+    assert_eq!(released["expired"], false, "the provider said it kept the lease: {released}");
+    let resumed = bed.ok(&["resume", "--config", &keep, "--lease", &lease_path]).remove(0);
+    assert_eq!(resumed["providerLeaseId"], lease["providerLeaseId"]);
+    bed.ok(&["destroy", "--config", &keep, "--lease", &lease_path]);
+
+    // A deleted lease: release says so (an expired lease to keep).
+    let lease = bed.ok(&["acquire", "--config", &drop]).remove(0);
+    let lease_path = bed.lease_file("dropped.json", &lease);
+    let released = bed.ok(&["release", "--config", &drop, "--lease", &lease_path]).remove(0);
+    assert_eq!(released["expired"], true, "the provider said it deleted the lease: {released}");
+
+    // Whole lifecycles, both policies, and the ledger commands.
+    let kept_steps = bed.ok(&["lifecycle", "--config", &keep]);
+    assert!(kept_steps.iter().any(|step| step["step"] == "resume" && step["ok"] == true), "{kept_steps:?}");
+    let dropped_steps = bed.ok(&["lifecycle", "--config", &drop]);
+    let note = dropped_steps.iter().find(|step| step["step"] == "resume").expect("a resume line");
+    assert!(note["note"].as_str().unwrap().contains("skipped"), "{note}");
+    bed.ok(&["sweep", "--config", &keep]);
+    bed.ok(&["leases"]);
+    assert!(!bed.ledger_text().contains(SECRET), "the ledger never holds the secret");
+    assert!(bed.ledger_text().contains("holdOnRelease"), "it holds the rest of the configuration");
+}
+
+/// What the host concludes from a release, for each ABI version.
+#[test]
+fn what_a_release_did_comes_from_the_provider_at_every_abi_version() {
+    // (library, holdOnRelease, expected): 1.2 reports it; 1.1 is asked
+    // (`inspect_lease`: the fixture's lease still exists); 1.0 cannot say,
+    // so the host destroys the lease and never resumes it.
+    let cases = [
+        ("fixture_v1_2", true, Released::Kept),
+        ("fixture_v1_2", false, Released::Deleted),
+        ("fixture_v1_1", false, Released::Kept),
+        ("fixture_v1_0", true, Released::Deleted),
+    ];
+    for (library, hold, expected) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+        let provider = LoadedProvider::load(fixture(library)).unwrap();
+        let config = HarnessConfig::for_config(json!({"passphrase": SECRET, "holdOnRelease": hold}));
+        let host = Host::new(&provider, &ledger, &config, Owner::Command, "run", false);
+        let held = host.acquire().unwrap();
+        assert_eq!(host.release(&held).unwrap(), expected, "{library} hold={hold}");
+    }
+}
