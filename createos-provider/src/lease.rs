@@ -55,13 +55,14 @@ impl Context {
     }
 
     /// Parses the configuration and checks that the lease belongs to this
-    /// environment; sends no request. `Ok(None)` when there is no lease id.
+    /// environment and that its record's binding verifies (see
+    /// `metadata.rs`); sends no request. `Ok(None)` when there is no lease id.
     pub fn own(&self, params: &LeaseParams) -> Result<Option<OwnedLease>, Error> {
         let config = parse_config(&params.env)?;
         let Some(sandbox_id) = params.provider_lease_id.as_ref().into_option() else {
             return Ok(None);
         };
-        let metadata = LeaseMetadata::owned(&params.metadata_json, &params.env, &config)?;
+        let metadata = LeaseMetadata::owned(&params.metadata_json, sandbox_id, &params.env, &config)?;
         let scope = LeaseScope {
             origin: config.origin(),
             company_id: metadata.company_id.clone(),
@@ -100,9 +101,10 @@ pub async fn acquire(ctx: &Context, params: &AcquireParams) -> Result<Lease, Err
     }
     let client = ctx.client(&config)?;
     let (id, metadata) = create_lease(&client, &config, &params.env).await?;
+    let metadata_json = metadata.bind(&id, &config).to_json();
     Ok(Lease {
         provider_lease_id: Some(id.into()).into(),
-        metadata_json: metadata.to_json().into(),
+        metadata_json: metadata_json.into(),
         expires_at: None.into(),
         expired: false,
     })
