@@ -277,7 +277,8 @@ mod tests {
 
     #[test]
     fn field_boundaries_cannot_shift() {
-        let cases: [(&[Option<&str>], &[Option<&str>]); 5] = [
+        type Fields<'a> = &'a [Option<&'a str>];
+        let cases: [(Fields, Fields); 5] = [
             (&[Some("ab"), Some("c")], &[Some("a"), Some("bc")]),
             (&[Some(""), Some("x")], &[Some("x"), Some("")]),
             (&[None, Some("x")], &[Some(""), Some("x")]),
