@@ -9,7 +9,9 @@
 //! sandbox on the same account, or change the marker, company or shape. So
 //! the provider binds the record's identity with a MAC when it hands the
 //! lease out (`acquire_lease`; `resume_lease` returns the same bound record),
-//! and every hook that takes a lease verifies it before it sends anything.
+//! and every hook that takes a lease verifies it before it sends anything:
+//! they all start with `lease::Context::own`, which calls
+//! [`LeaseMetadata::owned`], so a hook added later gets the check too.
 //!
 //! - **What is bound**: every metadata field (provider, API origin, company,
 //!   environment, remote cwd, marker, shape, rootfs, region, reuseLease) and
@@ -194,7 +196,7 @@ impl LeaseMetadata {
     /// presence byte (0 absent, 1 present), its length (8 bytes, big-endian)
     /// and its bytes. The struct is destructured without `..` so that a new
     /// field must be placed here (or explicitly left out) to compile.
-    pub fn canonical(&self, sandbox_id: &str) -> Vec<u8> {
+    fn canonical(&self, sandbox_id: &str) -> Vec<u8> {
         let LeaseMetadata {
             provider,
             api_url,
