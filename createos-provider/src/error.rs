@@ -16,7 +16,8 @@ pub enum ErrorKind {
     InvalidConfig,
     /// A hook argument (an ID, a path, an env name, ...) is invalid.
     InvalidInput,
-    /// The lease belongs to another provider, company, environment or API URL.
+    /// The lease belongs to another provider, company, environment or API URL,
+    /// or its record does not verify (altered, another API key, no binding).
     NotThisEnvironment,
     /// Another release of the same lease is running.
     CleanupInProgress,
@@ -103,6 +104,20 @@ pub enum Error {
     /// The lease is not ours.
     #[error("CreateOS lease does not belong to this environment.")]
     NotThisEnvironment,
+    /// The lease record's binding does not verify under the configured API
+    /// key: the record was altered (its sandbox id, marker, company, an added
+    /// field...), or it was acquired under another key (another account, or
+    /// the key was rotated). See `metadata.rs`.
+    #[error(
+        "CreateOS lease record does not verify under this API key (altered, or acquired with another key); destroy it with the configuration it was acquired with."
+    )]
+    LeaseNotVerified,
+    /// The lease record carries no binding: it was acquired by a provider
+    /// from before lease records were bound, or the binding was removed.
+    #[error(
+        "CreateOS lease record has no binding (acquired by an older provider); destroy it with the provider version and configuration it was acquired with."
+    )]
+    LeaseUnbound,
     /// A concurrent release is running.
     #[error("CreateOS lease cleanup is already in progress.")]
     CleanupInProgress,
@@ -224,7 +239,9 @@ impl Error {
         match self {
             Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
             Error::InvalidInput { .. } => ErrorKind::InvalidInput,
-            Error::NotThisEnvironment => ErrorKind::NotThisEnvironment,
+            Error::NotThisEnvironment | Error::LeaseNotVerified | Error::LeaseUnbound => {
+                ErrorKind::NotThisEnvironment
+            }
             Error::CleanupInProgress => ErrorKind::CleanupInProgress,
             Error::CleanupUnconfirmed
             | Error::SandboxCleanupUnconfirmed { .. }
@@ -397,6 +414,20 @@ mod tests {
             (
                 Error::NotThisEnvironment,
                 "CreateOS lease does not belong to this environment.",
+                ErrorKind::NotThisEnvironment,
+                None,
+                None,
+            ),
+            (
+                Error::LeaseNotVerified,
+                "CreateOS lease record does not verify under this API key (altered, or acquired with another key); destroy it with the configuration it was acquired with.",
+                ErrorKind::NotThisEnvironment,
+                None,
+                None,
+            ),
+            (
+                Error::LeaseUnbound,
+                "CreateOS lease record has no binding (acquired by an older provider); destroy it with the provider version and configuration it was acquired with.",
                 ErrorKind::NotThisEnvironment,
                 None,
                 None,

@@ -620,7 +620,7 @@ mod tests {
             config_json: config.to_string().into(),
         };
         let parsed = crate::lease::parse_config(&env).unwrap();
-        let metadata = LeaseMetadata::new(&env, &parsed);
+        let metadata = LeaseMetadata::new(&env, &parsed).bind("sbx-1", &parsed);
         let params = ExecuteParams {
             lease: LeaseParams {
                 env,

@@ -55,9 +55,10 @@ impl Context {
         CreateosClient::new(config, self.http.clone())
     }
 
-    /// Parses the configuration, checks the lease id's form and that the lease
-    /// belongs to this environment; sends no request. `Ok(None)` when there
-    /// is no lease id.
+    /// Parses the configuration, checks the lease id's form, that the lease
+    /// belongs to this environment and that its record's binding verifies
+    /// (see `metadata.rs`); sends no request. `Ok(None)` when there is no
+    /// lease id.
     pub fn own(&self, params: &LeaseParams) -> Result<Option<OwnedLease>, Error> {
         let config = parse_config(&params.env)?;
         let Some(sandbox_id) = params.provider_lease_id.as_ref().into_option() else {
@@ -66,7 +67,7 @@ impl Context {
         // A malformed id is refused here, before any hook acts on it: a
         // request that was never sent must not read as an unconfirmed one.
         crate::client::check_id(sandbox_id, "sandbox")?;
-        let metadata = LeaseMetadata::owned(&params.metadata_json, &params.env, &config)?;
+        let metadata = LeaseMetadata::owned(&params.metadata_json, sandbox_id, &params.env, &config)?;
         let scope = LeaseScope {
             origin: config.origin(),
             company_id: metadata.company_id.clone(),
@@ -110,15 +111,16 @@ pub async fn acquire(
     }
     let client = ctx.client(&config)?;
     let (id, metadata) = create_lease(&client, &config, &params.env, recorder).await?;
-    Ok(lease_of(&id, &metadata))
+    Ok(lease_of(&id, &metadata, &config))
 }
 
-/// The lease a host holds for sandbox `id`: what `acquire_lease` returns and
-/// what the write-ahead record carries, so a host can destroy either.
-fn lease_of(id: &str, metadata: &LeaseMetadata) -> Lease {
+/// The lease a host holds for sandbox `id`, its record bound to the sandbox:
+/// what `acquire_lease` returns and what the write-ahead record carries, so a
+/// host can destroy either.
+fn lease_of(id: &str, metadata: &LeaseMetadata, config: &ProviderConfig) -> Lease {
     Lease {
         provider_lease_id: Some(id.into()).into(),
-        metadata_json: metadata.to_json().into(),
+        metadata_json: metadata.clone().bind(id, config).to_json().into(),
         expires_at: None.into(),
         expired: false,
     }
@@ -137,7 +139,7 @@ async fn create_lease(
     let _admission = admit(client, config).await?;
     let metadata = LeaseMetadata::new(env, config);
     let id = create_sandbox(client, config).await?;
-    let prepared = match recorder.record(&lease_of(&id, &metadata)) {
+    let prepared = match recorder.record(&lease_of(&id, &metadata, config)) {
         Ok(()) => {
             let estimates = Estimates::shared(&config.origin());
             prepare_workspace(client, &id, &metadata, deadline(config), &estimates).await

@@ -160,8 +160,10 @@ fn resume_expires_a_deleted_sandbox() {
     assert!(resumed.provider_lease_id.is_none());
 }
 
+/// A changed configuration expires the lease; the marker cannot be changed
+/// in the record (the binding refuses it, see `binding.rs`).
 #[test]
-fn resume_expires_on_changed_configuration_or_malformed_marker_without_a_request() {
+fn resume_expires_on_changed_configuration_without_a_request() {
     let bed = Bed::new();
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
@@ -176,31 +178,25 @@ fn resume_expires_on_changed_configuration_or_malformed_marker_without_a_request
         params.env.config_json = other.to_string().into();
         assert!(bed.provider.resume_lease(&params).unwrap().expired, "{other}");
     }
-    let mut params = bed.lease_params(&config, &lease);
-    let mut metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
-    metadata["marker"] = json!("not-a-uuid");
-    params.metadata_json = metadata.to_string().into();
-    assert!(bed.provider.resume_lease(&params).unwrap().expired);
     assert_eq!(bed.ledger().requests.len(), before);
     assert_eq!(bed.ledger().leaked().len(), 1, "expiry deletes nothing");
 }
 
+/// The sandbox's marker file was overwritten (the sandbox is not the one the
+/// lease prepared any more): resume expires the lease.
 #[test]
 fn resume_expires_when_the_marker_does_not_read_back() {
     let bed = Bed::new();
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
-    let mut params = bed.lease_params(&config, &lease);
-    let mut metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
-    metadata["marker"] = json!(uuid_like());
-    params.metadata_json = metadata.to_string().into();
-    assert!(bed.provider.resume_lease(&params).unwrap().expired);
+    let overwrite = format!("printf 00000000-0000-4000-8000-000000000000 > {MARKER_PATH}");
+    let (result, _) = bed.execute(&bed.command(&config, &lease, "/bin/sh", &["-c", &overwrite]));
+    assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
+    assert!(bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap().expired);
     assert_eq!(bed.ledger().count("GET", "/v1/sandboxes/*/files"), 1);
 }
 
-fn uuid_like() -> String {
-    "00000000-0000-4000-8000-000000000000".into()
-}
+const MARKER_PATH: &str = "/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease";
 
 #[test]
 fn resume_reports_transient_failures_and_deletes_nothing() {
