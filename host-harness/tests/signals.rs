@@ -1,0 +1,146 @@
+//! Ctrl-C and SIGTERM are graceful the first time: running commands are
+//! cancelled (their process trees terminated), leases in flight are cleaned
+//! up by the normal policy, and the harness exits 130 / 143. A second signal
+//! exits at once and leaves the rest to `sweep`. Real signals, sent to the
+//! real binary, against a simulator this test process owns.
+
+use createos_sim::{SimConfig, Simulator};
+use host_harness::ledger::{LeaseState, Ledger};
+use serde_json::{json, Value};
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
+
+fn simulator(create_delay: Duration) -> Simulator {
+    Simulator::start(SimConfig { rate_limit: None, create_delay, ..Default::default() }).unwrap()
+}
+
+struct Bed {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Bed {
+    fn new(sim: &Simulator) -> Bed {
+        let dir = tempfile::tempdir().unwrap();
+        let mut provider = sim.provider_config(true);
+        provider["requestsPerMinute"] = json!(100_000);
+        let config = dir.path().join("config.json");
+        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
+        std::fs::write(&config, file.to_string()).unwrap();
+        Bed { dir, config }
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.dir.path().join("ledger.sqlite3")
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
+        command.arg("--ledger").arg(self.ledger()).args(args).arg("--config").arg(&self.config);
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+    }
+
+    fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args).spawn().unwrap()
+    }
+}
+
+/// Polls `condition` until it holds; panics after 60 s.
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: `kill` only sends a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+}
+
+/// Waits for the child to exit (60 s at most); returns its status and output.
+fn finish(mut child: Child) -> (ExitStatus, String, String) {
+    wait_until("the harness exits", || child.try_wait().unwrap().is_some());
+    let output = child.wait_with_output().unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status, text(&output.stdout), text(&output.stderr))
+}
+
+fn posted_sandboxes(sim: &Simulator) -> usize {
+    sim.ledger().count("POST", "/v1/sandboxes")
+}
+
+#[test]
+fn sigint_during_exec_terminates_the_command_and_keeps_the_held_lease() {
+    let sim = simulator(Duration::from_millis(50));
+    let bed = Bed::new(&sim);
+    let acquired = bed.command(&["acquire"]).output().unwrap();
+    assert!(acquired.status.success(), "{}", String::from_utf8_lossy(&acquired.stderr));
+    let lease: Value = serde_json::from_slice(&acquired.stdout).unwrap();
+    let lease_path = bed.dir.path().join("lease.json");
+    std::fs::write(&lease_path, lease.to_string()).unwrap();
+
+    let child = bed.spawn(&["exec", "--lease", lease_path.to_str().unwrap(), "--", "/bin/sleep", "300"]);
+    wait_until("the command runs", || !sim.ledger().processes.is_empty());
+    signal(&child, libc::SIGINT);
+    let (status, _, stderr) = finish(child);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("SIGINT"), "{stderr}");
+    assert_eq!(sim.ledger().count("DELETE", "/v1/sandboxes/*/processes/*"), 1, "its tree was terminated");
+    let id = lease["providerLeaseId"].as_str().unwrap();
+    assert!(sim.live_sandboxes().iter().any(|live| live == id), "a held lease stays held");
+}
+
+#[test]
+fn sigterm_during_lifecycle_destroys_the_lease_in_flight() {
+    // Creation takes long enough for the signal to land during `acquire`.
+    let sim = simulator(Duration::from_millis(1500));
+    let bed = Bed::new(&sim);
+    let child = bed.spawn(&["lifecycle", "--json"]);
+    wait_until("the lifecycle acquires", || posted_sandboxes(&sim) == 2); // probe, then acquire
+    signal(&child, libc::SIGTERM);
+    let (status, stdout, stderr) = finish(child);
+    assert_eq!(status.code(), Some(143), "{stdout}{stderr}");
+    let steps: Vec<Value> = stdout.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let cleanup = steps.iter().find(|step| step["step"] == "destroy").expect("a clean-up step");
+    assert_eq!(cleanup["ok"], true, "{steps:?}");
+    assert!(sim.live_sandboxes().is_empty(), "nothing left running");
+    let rows = Ledger::open(Path::new(&bed.ledger())).unwrap().list().unwrap();
+    assert!(rows.iter().all(|row| row.state == LeaseState::Destroyed), "{rows:?}");
+}
+
+#[test]
+fn sigint_during_soak_stops_admitting_and_cleans_up_what_is_in_flight() {
+    let sim = simulator(Duration::from_millis(300));
+    let bed = Bed::new(&sim);
+    let child = bed.spawn(&["soak", "--leases", "400", "--concurrency", "4", "--json"]);
+    wait_until("lifecycles are in flight", || posted_sandboxes(&sim) >= 8);
+    signal(&child, libc::SIGINT);
+    let (status, stdout, stderr) = finish(child);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(posted_sandboxes(&sim) < 400, "no new lifecycle was admitted");
+    assert!(sim.live_sandboxes().is_empty(), "every lease in flight was cleaned up");
+    assert!(stdout.lines().any(|line| line.contains("\"leases\"")), "the summary was printed: {stdout}");
+}
+
+#[test]
+fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
+    let sim = simulator(Duration::from_secs(5));
+    let bed = Bed::new(&sim);
+    let child = bed.spawn(&["lifecycle"]);
+    wait_until("the lifecycle probes", || posted_sandboxes(&sim) == 1);
+    signal(&child, libc::SIGINT);
+    signal(&child, libc::SIGINT);
+    let (status, _, stderr) = finish(child);
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("exiting at once"), "{stderr}");
+    // The probe's sandbox was recorded the moment it was created.
+    let swept = bed.command(&["sweep"]).output().unwrap();
+    assert!(swept.status.success(), "{}", String::from_utf8_lossy(&swept.stderr));
+    wait_until("the sandbox is gone", || sim.live_sandboxes().is_empty());
+}
