@@ -366,10 +366,11 @@ impl Ledger {
     /// to the file or its directory, and never creates or changes either.
     /// `None` when there is no ledger there yet (no file, or an empty one).
     ///
-    /// A ledger in WAL mode needs its `-shm` file to be read safely; when that
-    /// file does not exist and cannot be created (a directory this process
-    /// cannot write, and no writer has it open), no process is writing the
-    /// ledger and it is read as immutable.
+    /// A ledger in WAL mode is read through its `-shm` file, which SQLite
+    /// creates when the ledger is first opened after being closed. When it
+    /// cannot (a directory this process may not write, so no writer of this
+    /// user has the ledger open), the file is read as immutable: should
+    /// another user write it meanwhile, the listing may miss that change.
     pub fn open_read_only(path: &Path) -> Result<Option<Ledger>, LedgerError> {
         let fail = |problem: Problem| LedgerError::new(path, problem);
         if !path.try_exists().map_err(|error| fail(Problem::Io(error)))? {
@@ -386,7 +387,10 @@ impl Ledger {
         };
         let conn = match open(path, flags) {
             Err(Problem::Sqlite(error))
-                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::CannotOpen) =>
+                if matches!(
+                    error.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+                ) =>
             {
                 let mut uri = std::ffi::OsString::from("file:");
                 uri.push(uri_escape(path));

@@ -194,13 +194,20 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return commands::sim::serve(*listen, !no_rate_limit, out);
     }
     if let Command::Leases = &cli.command {
-        return ledger::leases(&commands::open_ledger(global.ledger.as_deref())?, out);
+        return ledger::leases(global.ledger.as_deref(), out);
+    }
+    if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
+        // No lease involved: no ledger opened.
+        let provider = commands::load(global.plugin.as_deref())?;
+        let result = match &cli.command {
+            Command::Validate(args) => info::validate(&provider, out, &args.config),
+            Command::Health => info::health(&provider, out),
+            _ => info::inspect(&provider, out),
+        };
+        return commands::shut_down(&provider, result);
     }
     let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
     let result = match &cli.command {
-        Command::Inspect => info::inspect(&session),
-        Command::Health => info::health(&session),
-        Command::Validate(args) => info::validate(&session, &args.config),
         Command::Lifecycle { config } => runs::lifecycle(&session, config.as_deref()),
         Command::Soak(args) => runs::soak(&session, &runs::SoakOptions::from(args)),
         Command::Acquire(args) => hooks::acquire(&session, &args.config),
@@ -214,7 +221,9 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             hooks::exec(&session, &lease.config.config, &lease.lease, command)
         }
         Command::Sweep { config } => ledger::sweep(&session, config.as_deref()),
-        Command::Leases | Command::Sim { .. } => unreachable!("handled before loading a provider"),
+        Command::Inspect | Command::Health | Command::Validate(_) | Command::Leases | Command::Sim { .. } => {
+            unreachable!("handled before opening the ledger")
+        }
     };
     session.finish(result)
 }
