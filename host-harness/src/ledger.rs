@@ -10,6 +10,13 @@
 //! returned them, the environment (driver, company, environment), the provider
 //! configuration *without* `apiKey` (so a later sweep can act; the key then
 //! comes from the caller), the process that owns the row and timestamps.
+//!
+//! A ledger file is marked with its own `application_id` and schema version:
+//! a SQLite file of another application is refused, never extended, and a
+//! ledger of a newer schema is refused rather than misread. Any number of
+//! processes may open (and create) one ledger at once: every statement waits
+//! for the others' locks. Commands that only read use
+//! [`Ledger::open_read_only`], which needs no write access at all.
 
 use provider_abi::{Lease, ProviderError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -633,10 +640,11 @@ fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = (|| {
         let kind = identify(conn)?;
-        let create = matches!(kind, Kind::Empty | Kind::Unmarked);
+        let mark = matches!(kind, Kind::Empty | Kind::Unmarked);
         check_kind(kind)?;
-        if create {
-            conn.execute_batch(SCHEMA)?;
+        // Writes nothing when the tables exist.
+        conn.execute_batch(SCHEMA)?;
+        if mark {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
