@@ -11,9 +11,16 @@
 //! configuration as the host hands it over (the host strips what the
 //! provider's schema marks secret, so a later sweep can act with the secret
 //! from the caller), the process that owns the row and timestamps.
+//!
+//! A ledger file is marked with its own `application_id` and schema version:
+//! a SQLite file of another application is refused, never extended, and a
+//! ledger of a newer schema is refused rather than misread. Any number of
+//! processes may open (and create) one ledger at once: every statement waits
+//! for the others' locks. Commands that only read use
+//! [`Ledger::open_read_only`], which needs no write access at all.
 
 use provider_abi::{Lease, ProviderError};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::{json, Value};
 use std::{
     fmt,
@@ -218,13 +225,47 @@ impl LeaseRecord {
     }
 }
 
-/// A ledger error: the database could not be opened or written.
+/// A ledger error: the database could not be opened, read or written. Displays
+/// as one line naming the file.
 #[derive(Debug, thiserror::Error)]
-#[error("lease ledger {path}: {source}")]
+#[error("lease ledger {}: {problem}", path.display())]
 pub struct LedgerError {
     path: PathBuf,
     #[source]
-    source: rusqlite::Error,
+    problem: Problem,
+}
+
+/// What went wrong with a ledger file.
+#[derive(Debug, thiserror::Error)]
+enum Problem {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create its directory {}: {source}", dir.display())]
+    Directory { dir: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not a SQLite database")]
+    NotADatabase,
+    #[error(
+        "a SQLite database of another application ({0}); refusing to add the lease ledger's tables to it"
+    )]
+    Foreign(String),
+    #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
+    Newer(i64),
+}
+
+impl LedgerError {
+    fn new(path: &Path, problem: impl Into<Problem>) -> Self {
+        let problem = match problem.into() {
+            Problem::Sqlite(error)
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+            {
+                Problem::NotADatabase
+            }
+            problem => problem,
+        };
+        LedgerError { path: path.to_path_buf(), problem }
+    }
 }
 
 /// The ledger: one SQLite database, shared by every thread of the harness.
@@ -233,7 +274,37 @@ pub struct Ledger {
     conn: Mutex<Connection>,
     pid: u32,
     start: u64,
+    created_dir: Option<PathBuf>,
 }
+
+/// Marks a SQLite file as a lease ledger (`PRAGMA application_id`): "HHLg".
+const APPLICATION_ID: i64 = 0x4848_4c67;
+
+/// The version of [`SCHEMA`] (`PRAGMA user_version`); a ledger of a newer
+/// version is refused rather than misread.
+const SCHEMA_VERSION: i64 = 1;
+
+/// The columns of the `leases` table, to recognise a ledger written before
+/// ledgers carried [`APPLICATION_ID`].
+const COLUMNS: [&str; 17] = [
+    "id",
+    "owner",
+    "run_id",
+    "state",
+    "provider_lease_id",
+    "metadata_json",
+    "driver_key",
+    "company_id",
+    "environment_id",
+    "config_json",
+    "embedded_sim",
+    "last_hook",
+    "last_error_json",
+    "pid",
+    "pid_start",
+    "created_at",
+    "updated_at",
+];
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS leases (
@@ -274,25 +345,86 @@ impl Ledger {
         state.join("host-harness").join("ledger.sqlite3")
     }
 
-    /// Opens (creating if needed) the ledger at `path`.
+    /// Opens (creating if needed) the ledger at `path`, and its directory.
+    ///
+    /// The busy timeout applies from the first statement, so any number of
+    /// processes may create the same new ledger at once. A SQLite file of
+    /// another schema is refused, never extended with the ledger's tables.
     pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
-        let fail = |source| LedgerError { path: path.to_path_buf(), source };
-        if let Some(dir) = path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|error| fail(rusqlite::Error::ToSqlConversionFailure(Box::new(error))))?;
+        let fail = |problem: Problem| LedgerError::new(path, problem);
+        let created_dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+            Some(dir) if !dir.exists() => {
+                std::fs::create_dir_all(dir)
+                    .map_err(|source| fail(Problem::Directory { dir: dir.to_path_buf(), source }))?;
+                Some(dir.to_path_buf())
+            }
+            _ => None,
+        };
+        let conn = Connection::open(path).map_err(|error| fail(error.into()))?;
+        // First of all: every later statement, the schema's included, waits
+        // for another process's lock instead of failing at once.
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| fail(error.into()))?;
+        prepare_schema(&conn).map_err(fail)?;
+        // After the schema check, so a foreign database is left untouched.
+        enter_wal_mode(&conn).map_err(|error| fail(error.into()))?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(|error| fail(error.into()))?;
+        Ok(Ledger::with_connection(path, conn, created_dir))
+    }
+
+    /// Opens the ledger at `path` for reading only: it needs no write access
+    /// to the file or its directory, and never creates or changes either.
+    /// `None` when there is no ledger there yet (no file, or an empty one).
+    ///
+    /// A ledger in WAL mode is read through its `-shm` file, which SQLite
+    /// creates when the ledger is first opened after being closed. When it
+    /// cannot (a directory this process may not write, so no writer of this
+    /// user has the ledger open), the file is read as immutable: should
+    /// another user write it meanwhile, the listing may miss that change.
+    pub fn open_read_only(path: &Path) -> Result<Option<Ledger>, LedgerError> {
+        let fail = |problem: Problem| LedgerError::new(path, problem);
+        if !path.try_exists().map_err(|error| fail(Problem::Io(error)))? {
+            return Ok(None);
         }
-        let conn = Connection::open(path).map_err(fail)?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(fail)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(fail)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(fail)?;
-        conn.execute_batch(SCHEMA).map_err(fail)?;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let open = |uri: &Path, flags: OpenFlags| -> Result<Option<Connection>, Problem> {
+            let conn = Connection::open_with_flags(uri, flags)?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            match identify(&conn)? {
+                Kind::Empty => Ok(None),
+                kind => check_kind(kind).map(|()| Some(conn)),
+            }
+        };
+        let conn = match open(path, flags) {
+            Err(Problem::Sqlite(error))
+                if matches!(
+                    error.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
+                ) =>
+            {
+                let mut uri = std::ffi::OsString::from("file:");
+                uri.push(uri_escape(path));
+                uri.push("?immutable=1");
+                open(Path::new(&uri), flags | OpenFlags::SQLITE_OPEN_URI)
+            }
+            other => other,
+        };
+        Ok(conn.map_err(fail)?.map(|conn| Ledger::with_connection(path, conn, None)))
+    }
+
+    fn with_connection(path: &Path, conn: Connection, created_dir: Option<PathBuf>) -> Ledger {
         let pid = std::process::id();
-        Ok(Ledger {
+        Ledger {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
             pid,
             start: process::start_time(pid).unwrap_or(0),
-        })
+            created_dir,
+        }
+    }
+
+    /// The directory [`Ledger::open`] created for the ledger, if it did.
+    pub fn created_dir(&self) -> Option<&Path> {
+        self.created_dir.as_deref()
     }
 
     /// The database file.
@@ -307,7 +439,7 @@ impl Ledger {
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, LedgerError> {
         let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&conn).map_err(|source| LedgerError { path: self.path.clone(), source })
+        f(&conn).map_err(|source| LedgerError::new(&self.path, source))
     }
 
     /// Records a lease about to be acquired (state `acquiring`, no id yet)
@@ -451,6 +583,133 @@ impl Ledger {
             })
             .collect())
     }
+}
+
+/// How long a statement waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a SQLite file holds, as far as the ledger is concerned.
+#[derive(Debug, PartialEq)]
+enum Kind {
+    /// No schema at all: a new (or empty) file.
+    Empty,
+    /// A ledger of `version`.
+    Ledger { version: i64 },
+    /// A ledger written before ledgers were marked: the `leases` table alone.
+    Unmarked,
+    /// Anything else, described in a few words.
+    Foreign(String),
+}
+
+/// Reads what the file at `conn` holds, without changing it.
+fn identify(conn: &Connection) -> rusqlite::Result<Kind> {
+    let application_id: i64 = conn.query_row("PRAGMA application_id", [], |row| row.get(0))?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let mut statement = conn.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+    )?;
+    let tables =
+        statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+    if application_id == APPLICATION_ID {
+        return Ok(Kind::Ledger { version });
+    }
+    if application_id != 0 {
+        return Ok(Kind::Foreign(format!("application id {application_id:#x}")));
+    }
+    if tables.is_empty() {
+        return Ok(if version == 0 { Kind::Empty } else { Kind::Foreign(format!("user version {version}")) });
+    }
+    if tables == ["leases"] && version == 0 {
+        let mut statement = conn.prepare("SELECT name FROM pragma_table_info('leases') ORDER BY cid")?;
+        let columns =
+            statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
+        if columns == COLUMNS {
+            return Ok(Kind::Unmarked);
+        }
+    }
+    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+    let more = if tables.len() > shown.len() { ", ..." } else { "" };
+    Ok(Kind::Foreign(format!("tables {}{more}", shown.join(", "))))
+}
+
+/// Refuses a file that is not a ledger this build can read.
+fn check_kind(kind: Kind) -> Result<(), Problem> {
+    match kind {
+        Kind::Foreign(what) => Err(Problem::Foreign(what)),
+        Kind::Ledger { version } if version > SCHEMA_VERSION => Err(Problem::Newer(version)),
+        _ => Ok(()),
+    }
+}
+
+/// Checks what the file holds and creates or marks the ledger's schema, in one
+/// `IMMEDIATE` transaction: a concurrent opener waits for it, then finds the
+/// schema made.
+fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        let kind = identify(conn)?;
+        let mark = matches!(kind, Kind::Empty | Kind::Unmarked);
+        check_kind(kind)?;
+        // Writes nothing when the tables exist.
+        conn.execute_batch(SCHEMA)?;
+        if mark {
+            conn.pragma_update(None, "application_id", APPLICATION_ID)?;
+            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        }
+        Ok::<_, Problem>(())
+    })();
+    match result {
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+        Err(problem) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(problem)
+        }
+    }
+}
+
+/// Puts the database in WAL mode, waiting as long as [`BUSY_TIMEOUT`] for the
+/// other connections' locks.
+///
+/// SQLite's busy handler does not cover this one statement: the switch reads
+/// the header under a shared lock, then upgrades to an exclusive one, and an
+/// upgrade fails at once while another connection reads (waiting there could
+/// deadlock two upgraders). Ledgers opened at the same instant all meet here,
+/// so the switch is retried on `SQLITE_BUSY` with the busy handler's own
+/// back-off, after checking whether another connection already made it.
+fn enter_wal_mode(conn: &Connection) -> rusqlite::Result<()> {
+    const BACKOFF_MS: [u64; 8] = [1, 2, 5, 10, 15, 20, 25, 50];
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    for attempt in 0.. {
+        let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+        if mode.eq_ignore_ascii_case("wal") {
+            return Ok(());
+        }
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(error)
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(BACKOFF_MS[attempt.min(BACKOFF_MS.len() - 1)]));
+            }
+            other => return other,
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// `path` escaped for a SQLite `file:` URI (every byte but unreserved ones
+/// and `/` as `%XX`).
+fn uri_escape(path: &Path) -> String {
+    path.as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .map(|&byte| match byte {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 fn error_json(error: &ProviderError) -> Value {

@@ -199,13 +199,23 @@ fn init_logging(verbose: u8) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
-    use commands::ledger;
+    use commands::{info, ledger};
     let global = &cli.global;
     if let Command::Sim { listen, no_rate_limit } = &cli.command {
         return commands::sim::serve(*listen, !no_rate_limit, out);
     }
     if let Command::Leases = &cli.command {
-        return ledger::leases(&commands::open_ledger(global.ledger.as_deref())?, out);
+        return ledger::leases(global.ledger.as_deref(), out);
+    }
+    if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
+        // No lease involved: no ledger opened.
+        let provider = commands::load(global.plugin.as_deref())?;
+        let result = match &cli.command {
+            Command::Validate(args) => info::validate(&provider, out, &args.config),
+            Command::Health => info::health(&provider, out),
+            _ => info::inspect(&provider, out),
+        };
+        return commands::shut_down(&provider, result);
     }
     let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
     let shut_down = || {
@@ -225,13 +235,10 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
 }
 
-/// Runs a command that needs the provider.
+/// Runs a command that acts on leases (with the provider and the ledger).
 fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
-    use commands::{hooks, info, ledger, runs};
+    use commands::{hooks, ledger, runs};
     match &cli.command {
-        Command::Inspect => info::inspect(session),
-        Command::Health => info::health(session),
-        Command::Validate(args) => info::validate(session, &args.config),
         Command::Lifecycle { config } => runs::lifecycle(session, config.as_deref()),
         Command::Soak(args) => runs::soak(session, &runs::SoakOptions::from(args)),
         Command::Acquire(args) => hooks::acquire(session, &args.config),
@@ -245,7 +252,9 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }
-        Command::Leases | Command::Sim { .. } => unreachable!("handled before loading a provider"),
+        Command::Inspect | Command::Health | Command::Validate(_) | Command::Leases | Command::Sim { .. } => {
+            unreachable!("handled before opening the ledger")
+        }
     }
 }
 

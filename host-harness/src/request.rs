@@ -2,7 +2,7 @@
 
 use provider_abi::EnvironmentParams;
 use serde_json::Value;
-use std::{io::Read, path::Path};
+use std::{io::Read, os::unix::fs::FileTypeExt, path::Path};
 
 /// The environment a harness command acts for.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,14 +79,59 @@ impl HarnessConfig {
     }
 }
 
-/// Reads a whole file, or stdin for `-`.
+/// The most a configuration or lease file may weigh: 1 MiB. Both are a few
+/// hundred bytes; the cap keeps `--config /dev/zero` (or a runaway pipe) from
+/// growing the harness without bound.
+pub const MAX_INPUT_BYTES: u64 = 1 << 20;
+
+/// Reads a whole configuration or lease file, or stdin for `-`, of at most
+/// [`MAX_INPUT_BYTES`].
+///
+/// Only a regular file or a pipe is opened (a FIFO given by name, or
+/// `<(command)`, is legitimate input); a directory, device or socket is
+/// refused before it is opened. Every error is one line naming the file.
 pub fn read_text(path: &Path) -> Result<String, String> {
     if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin().read_to_string(&mut text).map_err(|error| format!("cannot read stdin: {error}"))?;
-        Ok(text)
+        return read_bounded(std::io::stdin().lock(), "stdin");
+    }
+    let shown = path.display().to_string();
+    let fail = |error: std::io::Error| format!("cannot read {shown}: {error}");
+    let kind = std::fs::metadata(path).map_err(fail)?.file_type();
+    if !(kind.is_file() || kind.is_fifo()) {
+        return Err(format!("cannot read {shown}: not a regular file or a pipe but {}", describe(kind)));
+    }
+    read_bounded(std::fs::File::open(path).map_err(fail)?, &shown)
+}
+
+/// Reads `source` to its end, refusing more than [`MAX_INPUT_BYTES`] or text
+/// that is not UTF-8.
+fn read_bounded(source: impl Read, shown: &str) -> Result<String, String> {
+    let mut bytes = Vec::new();
+    source
+        .take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("cannot read {shown}: {error}"))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(format!(
+            "cannot read {shown}: larger than {} KiB, the most a configuration or lease file may weigh",
+            MAX_INPUT_BYTES / 1024
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("cannot read {shown}: not UTF-8 text"))
+}
+
+/// What a file that is neither a regular file nor a pipe is, in a few words.
+fn describe(kind: std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
     } else {
-        std::fs::read_to_string(path).map_err(|error| format!("cannot read {}: {error}", path.display()))
+        "a special file"
     }
 }
 
@@ -107,5 +152,26 @@ mod tests {
             let error = HarnessConfig::parse(bad).unwrap_err();
             assert!(!error.contains('\n'), "{error}");
         }
+    }
+
+    #[test]
+    fn input_is_capped_at_one_mebibyte() {
+        let at_limit = vec![b' '; MAX_INPUT_BYTES as usize];
+        assert_eq!(read_bounded(at_limit.as_slice(), "f").unwrap().len(), at_limit.len());
+        let error = read_bounded(std::io::repeat(0).take(MAX_INPUT_BYTES * 4), "big.json").unwrap_err();
+        assert!(error.contains("big.json") && error.contains("1024 KiB"), "{error}");
+        assert!(read_bounded(&b"\xff"[..], "f").unwrap_err().contains("UTF-8"));
+    }
+
+    #[test]
+    fn only_regular_files_and_pipes_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, what) in [("/dev/zero", "a character device"), ("/", "a directory")] {
+            let error = read_text(Path::new(path)).unwrap_err();
+            assert!(error.contains(path) && error.contains(what) && !error.contains('\n'), "{error}");
+        }
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, "{}").unwrap();
+        assert_eq!(read_text(&file).unwrap(), "{}");
     }
 }

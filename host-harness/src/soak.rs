@@ -36,8 +36,8 @@ pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
         "flaky" => Ok(FaultProfile::flaky(seed)),
         "hostile" => Ok(FaultProfile::hostile(seed)),
         path => {
-            let text = std::fs::read_to_string(Path::new(path))
-                .map_err(|error| format!("--faults: cannot read {path}: {error}"))?;
+            let text =
+                crate::request::read_text(Path::new(path)).map_err(|error| format!("--faults: {error}"))?;
             createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
         }
     }

@@ -9,19 +9,18 @@
 use std::{
     fs::File,
     io::{Read, Seek, SeekFrom},
-    path::Path,
 };
 
 const PT_LOAD: u32 = 1;
 const ET_DYN: u16 = 3;
 
-/// Checks that `path` is an ELF shared object whose headers and loadable
-/// segments lie inside the file. Returns a one-line reason otherwise.
-pub fn check_shared_object(path: &Path) -> Result<(), String> {
-    let mut file = File::open(path).map_err(|error| error.to_string())?;
+/// Checks that `file` (open at its start) is an ELF shared object whose
+/// headers and loadable segments lie inside the file. Returns a one-line
+/// reason otherwise.
+pub fn check_shared_object(file: &mut File) -> Result<(), String> {
     let len = file.metadata().map_err(|error| error.to_string())?.len();
     let mut ident = [0u8; 64];
-    let read = read_up_to(&mut file, &mut ident)?;
+    let read = read_up_to(file, &mut ident)?;
     if read < 16 || &ident[..4] != b"\x7fELF" {
         return Err("not an ELF file".into());
     }

@@ -11,6 +11,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+mod checked;
 #[cfg(target_os = "linux")]
 mod elf;
 mod error;

@@ -2,9 +2,10 @@
 //! [`Provider`] on it, so host code is the same for linked-in and loaded
 //! providers.
 
-use crate::image::LoadedImage;
 use crate::{
+    checked::CheckedFile,
     error::{HookResult, ProviderError},
+    image::LoadedImage,
     module::*,
     provider::{unsupported, Provider},
     recorder::CreationRecorder,
@@ -30,7 +31,7 @@ use std::{
 /// as one line naming the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LoadError {
-    /// The file does not exist or cannot be read.
+    /// The file does not exist, cannot be read, or is not a regular file.
     Unreadable {
         /// The file.
         path: PathBuf,
@@ -74,6 +75,15 @@ pub enum LoadError {
         /// Which part of the module (`ABI 1.1 hook table`...).
         what: String,
     },
+    /// The object the dynamic loader mapped is not the file that was checked
+    /// (the file was replaced between the check and the load, or the path
+    /// was loaded from another file earlier in this process).
+    NotTheCheckedFile {
+        /// The file that was checked.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
     /// The provider failed to start (an error or panic in its constructor).
     ProviderFailed {
         /// The file.
@@ -113,6 +123,11 @@ impl fmt::Display for LoadError {
             LoadError::ForeignPointer { path, what } => write!(
                 f,
                 "cannot load provider {}: its {what} points outside the library (a forged or corrupt provider module)",
+                path.display()
+            ),
+            LoadError::NotTheCheckedFile { path, reason } => write!(
+                f,
+                "cannot load provider {}: the object loaded is not the file that was checked: {reason}",
                 path.display()
             ),
             LoadError::ProviderFailed { path, error } => write!(
@@ -157,9 +172,16 @@ impl LoadedProvider {
     /// Loads the provider at `path` as a host of ABI `host_abi` would: hooks
     /// newer than `host_abi` are never looked up. The root module is frozen
     /// within a major version, so this is exactly what an older host does.
+    ///
+    /// `path` is made absolute and canonical first (a bare file name is a
+    /// file in the current directory, never a search of the dynamic loader's
+    /// path), only a regular file is opened, and the object mapped must be
+    /// the file that was checked (same device and inode); errors name the
+    /// canonical path.
     pub fn load_as(path: impl AsRef<Path>, host_abi: AbiVersion) -> Result<Self, LoadError> {
-        let path = path.as_ref().to_path_buf();
-        let (module, image) = open_module(&path, host_abi)?;
+        let checked = CheckedFile::open(path.as_ref())?;
+        let path = checked.path().to_path_buf();
+        let (module, image) = open_module(checked, host_abi)?;
         let library_abi = module.abi_version();
         if library_abi.major != host_abi.major {
             return Err(LoadError::IncompatibleAbi {
@@ -199,7 +221,7 @@ impl LoadedProvider {
         Ok(provider)
     }
 
-    /// The file the provider was loaded from.
+    /// The file the provider was loaded from (absolute and canonical).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -222,15 +244,20 @@ impl LoadedProvider {
 }
 
 /// Opens the library and checks, in order, that it is a shared object, that
-/// it exports a provider root module, that its major ABI version is ours and
-/// that its root module layout matches; each failure is one line. Returns the
-/// module and the loaded object it came from.
-fn open_module(path: &Path, host_abi: AbiVersion) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
-    std::fs::metadata(path)
-        .map_err(|error| LoadError::Unreadable { path: path.to_path_buf(), reason: error.to_string() })?;
+/// it exports a provider root module, that the object mapped is the file
+/// checked, that its major ABI version is ours and that its root module
+/// layout matches; each failure is one line. Returns the module and the
+/// loaded object it came from.
+fn open_module(
+    mut checked: CheckedFile,
+    host_abi: AbiVersion,
+) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
+    let path = checked.path().to_path_buf();
+    let path = path.as_path();
     #[cfg(target_os = "linux")]
-    crate::elf::check_shared_object(path)
+    crate::elf::check_shared_object(checked.file_mut())
         .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
+    checked.check_not_loaded_from_another_file()?;
     let header = lib_header_from_path(path).map_err(|error| match error {
         LibraryError::GetSymbolError { .. } => LoadError::NotAProvider { path: path.to_path_buf() },
         LibraryError::OpenError { err, .. } => {
@@ -238,6 +265,10 @@ fn open_module(path: &Path, host_abi: AbiVersion) -> Result<(ProviderModuleRef, 
         }
         other => LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&other) },
     })?;
+    let image = LoadedImage::containing((header as *const LibHeader).cast()).ok_or_else(|| {
+        LoadError::ForeignPointer { path: path.to_path_buf(), what: "library header".into() }
+    })?;
+    checked.check_mapped(image)?;
     let consts = header.root_mod_consts();
     if consts.base_name().as_str() != ProviderModuleRef::BASE_NAME {
         return Err(LoadError::NotAProvider { path: path.to_path_buf() });
@@ -252,9 +283,6 @@ fn open_module(path: &Path, host_abi: AbiVersion) -> Result<(ProviderModuleRef, 
             host: host_abi,
         });
     }
-    let image = LoadedImage::containing((header as *const LibHeader).cast()).ok_or_else(|| {
-        LoadError::ForeignPointer { path: path.to_path_buf(), what: "library header".into() }
-    })?;
     let module = header.init_root_module::<ProviderModuleRef>().map_err(|error| {
         LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
     })?;

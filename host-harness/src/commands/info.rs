@@ -1,14 +1,15 @@
-//! `inspect`, `health` and `validate`: hooks that touch no lease.
+//! `inspect`, `health` and `validate`: hooks that touch no lease, so they run
+//! without a ledger (a read-only home directory is no obstacle).
 
-use super::{read_config, Failure, Session};
+use super::{read_config, Failure, Printer};
 use host_harness::render;
-use provider_abi::Provider;
+use provider_abi::{LoadedProvider, Provider};
 use std::path::Path;
 
 /// Prints the provider's manifest.
-pub fn inspect(session: &Session) -> Result<(), Failure> {
-    let manifest = session.provider.manifest();
-    session.out.value(&render::manifest(&manifest), || {
+pub fn inspect(provider: &LoadedProvider, out: Printer) -> Result<(), Failure> {
+    let manifest = provider.manifest();
+    out.value(&render::manifest(&manifest), || {
         format!(
             "{} {} ({}), driver `{}`, ABI {}\nhooks: {}\nloaded from {}",
             manifest.display_name,
@@ -17,25 +18,24 @@ pub fn inspect(session: &Session) -> Result<(), Failure> {
             manifest.driver_key,
             manifest.abi_version,
             manifest.hooks.iter().map(|hook| hook.as_str()).collect::<Vec<_>>().join(", "),
-            session.provider.path().display()
+            provider.path().display()
         )
     });
     Ok(())
 }
 
 /// Calls `health`.
-pub fn health(session: &Session) -> Result<(), Failure> {
-    let report = session.provider.health()?;
-    session.out.value(&render::health(&report), || format!("{}: {}", report.status, report.message));
+pub fn health(provider: &LoadedProvider, out: Printer) -> Result<(), Failure> {
+    let report = provider.health()?;
+    out.value(&render::health(&report), || format!("{}: {}", report.status, report.message));
     Ok(())
 }
 
 /// Calls `validate_config` on the configuration at `path`.
-pub fn validate(session: &Session, path: &Path) -> Result<(), Failure> {
+pub fn validate(provider: &LoadedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
     let config = read_config(path)?;
-    let provider = &session.provider;
     let report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
-    session.out.value(&render::validation(&report), || {
+    out.value(&render::validation(&report), || {
         let verdict = match report.normalized_config_json.as_ref().into_option() {
             Some(normalized) if report.ok => format!("valid; normalised configuration: {normalized}"),
             _ => "invalid configuration".to_owned(),

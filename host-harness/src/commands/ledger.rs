@@ -1,10 +1,7 @@
 //! `sweep` and `leases`: the lease ledger.
 
-use super::{read_config, Failure, Printer, Session};
-use host_harness::{
-    ledger::Ledger,
-    sweep::{self, Outcome, Scope, SweepSecrets},
-};
+use super::{open_ledger_read_only, read_config, Failure, Printer, Session};
+use host_harness::sweep::{self, Outcome, Scope, SweepSecrets};
 use std::path::Path;
 
 /// `sweep`: destroys every lease a crashed or interrupted run left behind
@@ -72,9 +69,13 @@ pub fn sweep(
     }
 }
 
-/// `leases`: the ledger as a table, or one JSON object per row.
-pub fn leases(ledger: &Ledger, out: Printer) -> Result<(), Failure> {
-    let records = ledger.list().map_err(|error| Failure::Usage(error.to_string()))?;
+/// `leases`: the ledger as a table, or one JSON object per row. Reads the
+/// ledger without writing it (none yet: no rows).
+pub fn leases(ledger: Option<&Path>, out: Printer) -> Result<(), Failure> {
+    let records = match open_ledger_read_only(ledger)? {
+        Some(ledger) => ledger.list().map_err(|error| Failure::Usage(error.to_string()))?,
+        None => Vec::new(),
+    };
     if !out.json {
         println!(
             "{:>5}  {:<14} {:<9} {:<40} {:<24} {:<24} last error",

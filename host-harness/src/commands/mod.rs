@@ -48,10 +48,34 @@ impl Failure {
     }
 }
 
-/// Opens the ledger at `path`, or the default one.
+/// Opens the ledger at `path`, or the default one, for writing; says so on
+/// stderr when it created the ledger's directory.
 pub fn open_ledger(path: Option<&Path>) -> Result<Ledger, Failure> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(Ledger::default_path);
-    Ledger::open(&path).map_err(|error| Failure::Usage(error.to_string()))
+    let ledger = Ledger::open(&path).map_err(|error| Failure::Usage(error.to_string()))?;
+    if let Some(dir) = ledger.created_dir() {
+        eprintln!("created ledger directory {}", dir.display());
+    }
+    Ok(ledger)
+}
+
+/// Opens the ledger at `path`, or the default one, for reading only; `None`
+/// when there is none yet.
+pub fn open_ledger_read_only(path: Option<&Path>) -> Result<Option<Ledger>, Failure> {
+    let path = path.map(Path::to_path_buf).unwrap_or_else(Ledger::default_path);
+    Ledger::open_read_only(&path).map_err(|error| Failure::Usage(error.to_string()))
+}
+
+/// Loads the provider (`--plugin`, else the default) and runs `setup`.
+pub fn load(plugin: Option<&Path>) -> Result<LoadedProvider, Failure> {
+    load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))
+}
+
+/// Shuts `provider` down after a command; the command's own failure comes first.
+pub fn shut_down(provider: &LoadedProvider, result: Result<(), Failure>) -> Result<(), Failure> {
+    let shutdown = provider.shutdown();
+    result?;
+    Ok(shutdown?)
 }
 
 /// Reads a harness configuration file.
@@ -72,16 +96,14 @@ pub struct Session {
 impl Session {
     /// Loads the provider and opens the ledger.
     pub fn open(plugin: Option<&Path>, ledger: Option<&Path>, out: Printer) -> Result<Session, Failure> {
-        let provider = load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))?;
+        let provider = load(plugin)?;
         let ledger = open_ledger(ledger)?;
         Ok(Session { provider, ledger, out })
     }
 
     /// Shuts the provider down; the command's own failure comes first.
     pub fn finish(self, result: Result<(), Failure>) -> Result<(), Failure> {
-        let shutdown = self.provider.shutdown();
-        result?;
-        Ok(shutdown?)
+        shut_down(&self.provider, result)
     }
 }
 

@@ -226,3 +226,40 @@ fn sixteen_threads_call_hooks_at_once() {
     assert_eq!(all.len(), count, "every acquire got its own lease");
     assert_eq!(count, 16 * 200);
 }
+
+/// The dynamic loader hands back the object it mapped for a path, whatever the
+/// file at that path has become: a library replaced on disk (an upgrade by
+/// rename) must be refused at that path, never served as the old one.
+#[test]
+fn a_path_whose_file_was_replaced_after_loading_is_refused_not_served_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("provider.so");
+    std::fs::copy(library("fixture_v1_0"), &path).unwrap();
+    let old = LoadedProvider::load(&path).unwrap();
+    assert_eq!(old.manifest().version, "1.0.0");
+    let staged = dir.path().join("provider.so.new");
+    std::fs::copy(library("fixture_v1_1"), &staged).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
+    let error = load_error(&path);
+    assert!(matches!(error, LoadError::NotTheCheckedFile { .. }), "{error}");
+    assert!(error.to_string().contains("load the new version from a path of its own"), "{error}");
+    // At a path of its own, the new version loads beside the old one.
+    let fresh = dir.path().join("provider-1.1.so");
+    std::fs::copy(library("fixture_v1_1"), &fresh).unwrap();
+    assert_eq!(LoadedProvider::load(&fresh).unwrap().manifest().version, "1.1.0");
+    assert_eq!(old.health().unwrap().message, "fixture 1.0.0");
+}
+
+/// The loader loads a path made absolute and canonical (no `..`, no symbolic
+/// link), which is what `path()` reports; the harness's test of a bare name
+/// against `LD_LIBRARY_PATH` is in `host-harness/tests/inputs.rs`.
+#[test]
+fn the_loaded_path_is_absolute_and_canonical() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.so");
+    std::fs::copy(library("fixture_v1_1"), &real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("link.so")).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let provider = LoadedProvider::load(dir.path().join("sub/../link.so")).unwrap();
+    assert_eq!(provider.path(), real.canonicalize().unwrap());
+}

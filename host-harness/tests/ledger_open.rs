@@ -1,0 +1,216 @@
+//! Opening the lease ledger: at once from many connections, read-only, a
+//! database of another application, a missing directory.
+
+use host_harness::ledger::{LeaseEnv, Ledger, Owner};
+use rusqlite::Connection;
+use serde_json::{json, Value};
+use std::{
+    os::unix::{fs::PermissionsExt, process::CommandExt},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::Barrier,
+};
+
+#[test]
+fn many_connections_creating_the_same_new_ledger_at_once_all_succeed() {
+    const OPENERS: usize = 8;
+    for round in 0..30 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.sqlite3");
+        let start = Barrier::new(OPENERS);
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let openers: Vec<_> = (0..OPENERS)
+                .map(|_| {
+                    scope.spawn(|| {
+                        start.wait();
+                        Ledger::open(&path).map(|ledger| ledger.list().map(|rows| rows.len()))
+                    })
+                })
+                .collect();
+            openers.into_iter().map(|opener| opener.join().unwrap()).collect()
+        });
+        for result in results {
+            match result {
+                Ok(Ok(0)) => {}
+                Ok(other) => panic!("round {round}: {other:?}"),
+                Err(error) => panic!("round {round}: {error}"),
+            }
+        }
+    }
+}
+
+/// Runs the harness with `args`; as an unprivileged user when the tests run
+/// as root (for whom no permission bit is read-only), so a read-only file is
+/// read-only to it.
+fn harness(args: &[&str], home: &Path, unprivileged: bool) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
+    command.env("HOME", home).env("XDG_STATE_HOME", home.join("state")).args(args).stdin(Stdio::null());
+    // SAFETY: geteuid has no preconditions.
+    if unprivileged && unsafe { libc::geteuid() } == 0 {
+        command.uid(NOBODY).gid(NOBODY);
+    }
+    command.output().expect("run host-harness")
+}
+
+const NOBODY: u32 = 65534;
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn env() -> LeaseEnv {
+    LeaseEnv {
+        driver_key: "createos".into(),
+        company_id: "c".into(),
+        environment_id: "e".into(),
+        config: json!({"shape": "s-1vcpu-1gb"}),
+        embedded_sim: false,
+    }
+}
+
+/// Every file in `dir` with its contents.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            (path, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn inspect_health_and_validate_open_no_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nobody, root included, can create a directory below a regular file.
+    let blocker = dir.path().join("not-a-directory");
+    std::fs::write(&blocker, "").unwrap();
+    let ledger = blocker.join("ledger.sqlite3");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"shape":"s-1vcpu-1gb","apiKey":"k"}"#).unwrap();
+    let ledger_arg = ["--ledger", ledger.to_str().unwrap()];
+    for args in [vec!["inspect"], vec!["health"], vec!["validate", "--config", config.to_str().unwrap()]] {
+        let output = harness(&[&ledger_arg[..], &args].concat(), dir.path(), false);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {}", stderr(&output));
+        assert!(stderr(&output).is_empty(), "{args:?}: {}", stderr(&output));
+    }
+    // A command that records leases needs the ledger, and says why in one line.
+    let output = harness(&[&ledger_arg[..], &["sweep"]].concat(), dir.path(), false);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains(blocker.to_str().unwrap()), "{text}");
+}
+
+#[test]
+fn leases_reads_a_ledger_it_cannot_write_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    set_mode(dir.path(), 0o755);
+    let ledger_dir = dir.path().join("ledgers");
+    let path = ledger_dir.join("ledger.sqlite3");
+    {
+        let ledger = Ledger::open(&path).unwrap();
+        ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+    }
+    set_mode(&path, 0o444);
+    set_mode(&ledger_dir, 0o555);
+    let before = snapshot(&ledger_dir);
+
+    let output = harness(&["--ledger", path.to_str().unwrap(), "leases", "--json"], dir.path(), true);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let rows: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["state"], "acquiring");
+    assert_eq!(snapshot(&ledger_dir), before, "the ledger and its directory are unchanged");
+
+    // No ledger at all: no rows, and none created.
+    let missing = dir.path().join("missing/ledger.sqlite3");
+    let output = harness(&["--ledger", missing.to_str().unwrap(), "leases", "--json"], dir.path(), true);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(output.stdout.is_empty());
+    assert!(!missing.parent().unwrap().exists());
+    set_mode(&ledger_dir, 0o755);
+}
+
+#[test]
+fn a_sqlite_file_of_another_schema_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let tables = dir.path().join("notes.db");
+    Connection::open(&tables).unwrap().execute_batch("CREATE TABLE notes (body TEXT);").unwrap();
+    let marked = dir.path().join("marked.db");
+    Connection::open(&marked).unwrap().execute_batch("PRAGMA application_id = 1234;").unwrap();
+    let text = dir.path().join("text.db");
+    std::fs::write(&text, "not a database, just text that is long enough to have a header".repeat(10))
+        .unwrap();
+    let newer = dir.path().join("newer.db");
+    Ledger::open(&newer).unwrap();
+    Connection::open(&newer).unwrap().execute_batch("PRAGMA user_version = 99;").unwrap();
+    let cases = [
+        (&tables, "another application (tables notes)"),
+        (&marked, "another application (application id 0x4d2)"),
+        (&text, "not a SQLite database"),
+        (&newer, "newer host-harness (ledger schema version 99"),
+    ];
+    for (path, words) in cases {
+        let before = std::fs::read(path).unwrap();
+        for error in [Ledger::open(path).err(), Ledger::open_read_only(path).err()] {
+            let error = error.expect("refused").to_string();
+            assert!(error.contains(path.to_str().unwrap()) && error.contains(words), "{error}");
+            assert!(!error.contains('\n'), "{error}");
+        }
+        assert_eq!(std::fs::read(path).unwrap(), before, "{} unchanged", path.display());
+        let output = harness(&["--ledger", path.to_str().unwrap(), "sweep"], dir.path(), false);
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains(words), "{text}");
+    }
+    let schema: Vec<String> = Connection::open(&tables)
+        .unwrap()
+        .prepare("SELECT name FROM sqlite_master")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(schema, ["notes"], "no table added");
+}
+
+#[test]
+fn a_ledger_from_before_ledgers_were_marked_is_adopted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite3");
+    Ledger::open(&path).unwrap().begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+    // What an earlier harness wrote: the same table, no application id.
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA application_id = 0; PRAGMA user_version = 0;")
+        .unwrap();
+    assert_eq!(Ledger::open_read_only(&path).unwrap().unwrap().list().unwrap().len(), 1);
+    assert_eq!(Ledger::open(&path).unwrap().list().unwrap().len(), 1);
+}
+
+#[test]
+fn a_missing_ledger_directory_is_created_and_said_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger_dir = dir.path().join("state/deeper");
+    let path = ledger_dir.join("ledger.sqlite3");
+    let args = ["--ledger", path.to_str().unwrap(), "sweep", "--json"];
+    let first = harness(&args, dir.path(), false);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    assert_eq!(stderr(&first), format!("created ledger directory {}\n", ledger_dir.display()));
+    assert!(path.is_file());
+    let second = harness(&args, dir.path(), false);
+    assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
+    assert_eq!(stderr(&second), "", "said once, when created");
+}

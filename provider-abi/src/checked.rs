@@ -1,0 +1,204 @@
+//! Loading exactly the file that was checked.
+//!
+//! The dynamic loader resolves a name without a slash through its search path
+//! (`LD_LIBRARY_PATH`, `RUNPATH`, the system directories), and it opens the
+//! file again after the host examined it. So the loader first makes the path
+//! absolute and canonical (no search, no symbolic link to retarget), refuses
+//! anything but a regular file before opening it (a FIFO would block the
+//! open), examines the file through the descriptor it opened, and after the
+//! dynamic loader mapped the library compares the mapped object's file
+//! (`dladdr`'s `dli_fname`) with the examined one by device and inode: a file
+//! replaced between the check and the load is refused.
+//!
+//! The dynamic loader never maps a path twice: once a path is loaded, a later
+//! `dlopen` of it returns the object already mapped, whatever the file at that
+//! path has become. So the loader remembers the file it loaded from each path
+//! and refuses to load a path whose file has changed since.
+
+use crate::{image::LoadedImage, loader::LoadError};
+use std::{
+    collections::HashMap,
+    fs::{File, FileType, Metadata, OpenOptions},
+    os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
+    path::{Path, PathBuf},
+    sync::{LazyLock, Mutex, PoisonError},
+};
+
+/// A file's identity: device and inode.
+type FileId = (u64, u64);
+
+/// The file each path was loaded from in this process; `None` when what the
+/// dynamic loader mapped for that path is not known (a refused load).
+static LOADED: LazyLock<Mutex<HashMap<PathBuf, Option<FileId>>>> = LazyLock::new(Default::default);
+
+/// A provider library opened for examination, by its canonical path.
+pub(crate) struct CheckedFile {
+    path: PathBuf,
+    file: File,
+    id: FileId,
+}
+
+impl CheckedFile {
+    /// Resolves `given` to an absolute canonical path and opens it, refusing
+    /// anything that is not a regular file before and after opening.
+    pub(crate) fn open(given: &Path) -> Result<Self, LoadError> {
+        let unreadable =
+            |path: &Path, reason: String| LoadError::Unreadable { path: path.to_path_buf(), reason };
+        let path = std::fs::canonicalize(given).map_err(|error| unreadable(given, error.to_string()))?;
+        let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error.to_string()))?;
+        regular(&path, &metadata)?;
+        // Non-blocking, in case a FIFO took the file's place since the check
+        // above: opening it then returns at once (and is refused below).
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|error| unreadable(&path, error.to_string()))?;
+        let metadata = file.metadata().map_err(|error| unreadable(&path, error.to_string()))?;
+        regular(&path, &metadata)?;
+        Ok(Self { id: id(&metadata), path, file })
+    }
+
+    /// The canonical path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open file, for examination.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn file_mut(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Refuses the path if this process already loaded it from another file
+    /// (the dynamic loader would hand back that one).
+    pub(crate) fn check_not_loaded_from_another_file(&self) -> Result<(), LoadError> {
+        let loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
+        match loaded.get(&self.path) {
+            None => Ok(()),
+            Some(Some(id)) if *id == self.id => Ok(()),
+            Some(_) => Err(self.mismatch(
+                "this process already loaded another file from this path and a library is never unloaded; \
+                 load the new version from a path of its own",
+            )),
+        }
+    }
+
+    /// Checks that the object the dynamic loader mapped, `image`, was mapped
+    /// from this file, and remembers which file the path was loaded from.
+    pub(crate) fn check_mapped(&self, image: LoadedImage) -> Result<(), LoadError> {
+        let mapped =
+            image.file().and_then(|name| std::fs::metadata(&name).ok().map(|meta| (name, id(&meta))));
+        let outcome = match &mapped {
+            Some((_, mapped_id)) if *mapped_id == self.id => Ok(()),
+            Some((name, _)) => Err(self.mismatch(&format!(
+                "the dynamic loader mapped {}, which is another file (was it replaced while loading?)",
+                name.display()
+            ))),
+            None => Err(self.mismatch("cannot tell which file the dynamic loader mapped")),
+        };
+        let known = outcome.is_ok().then_some(self.id);
+        LOADED.lock().unwrap_or_else(PoisonError::into_inner).insert(self.path.clone(), known);
+        outcome
+    }
+
+    fn mismatch(&self, reason: &str) -> LoadError {
+        LoadError::NotTheCheckedFile { path: self.path.clone(), reason: reason.to_owned() }
+    }
+}
+
+fn id(metadata: &Metadata) -> FileId {
+    (metadata.dev(), metadata.ino())
+}
+
+/// Refuses anything but a regular file, naming what it is.
+fn regular(path: &Path, metadata: &Metadata) -> Result<(), LoadError> {
+    if metadata.is_file() {
+        return Ok(());
+    }
+    Err(LoadError::Unreadable {
+        path: path.to_path_buf(),
+        reason: format!("not a regular file but {}", describe(metadata.file_type())),
+    })
+}
+
+/// What a file that is not a regular file is, in a few words.
+pub(crate) fn describe(kind: FileType) -> &'static str {
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bare_name_becomes_an_absolute_path_in_the_current_directory() {
+        let checked = CheckedFile::open(Path::new("Cargo.toml")).unwrap();
+        assert!(checked.path().is_absolute());
+        assert_eq!(checked.path(), std::env::current_dir().unwrap().join("Cargo.toml"));
+    }
+
+    #[test]
+    fn special_files_are_refused_before_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.so");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `name` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        for (path, what) in [
+            (fifo.as_path(), "a FIFO"),
+            (dir.path(), "a directory"),
+            (Path::new("/dev/null"), "a character device"),
+        ] {
+            let error = CheckedFile::open(path).err().expect("refused");
+            let text = error.to_string();
+            assert!(matches!(error, LoadError::Unreadable { .. }), "{text}");
+            assert!(text.contains(what) && !text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_path_loaded_from_one_file_is_not_loaded_from_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lib.so");
+        std::fs::write(&path, b"first").unwrap();
+        let first = CheckedFile::open(&path).unwrap();
+        LOADED.lock().unwrap().insert(first.path().to_path_buf(), Some(first.id));
+        first.check_not_loaded_from_another_file().unwrap();
+        // Replaced by rename, as package managers do: a new inode.
+        let next = dir.path().join("lib.so.new");
+        std::fs::write(&next, b"second").unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        let second = CheckedFile::open(&path).unwrap();
+        let error = second.check_not_loaded_from_another_file().unwrap_err().to_string();
+        assert!(error.contains("already loaded another file from this path"), "{error}");
+        assert!(error.contains(&path.display().to_string()) && !error.contains('\n'), "{error}");
+    }
+
+    #[test]
+    fn the_mapped_object_must_be_the_checked_file() {
+        let libc_image = LoadedImage::containing(libc::malloc as *const std::ffi::c_void).unwrap();
+        let libc_file = libc_image.file().expect("libc is mapped from a file");
+        CheckedFile::open(&libc_file).unwrap().check_mapped(libc_image).unwrap();
+        let other = CheckedFile::open(Path::new("Cargo.toml")).unwrap();
+        let error = other.check_mapped(libc_image).unwrap_err();
+        let text = error.to_string();
+        assert!(matches!(error, LoadError::NotTheCheckedFile { .. }), "{text}");
+        assert!(text.contains(&libc_file.display().to_string()) && text.contains("Cargo.toml"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        let refused_again = other.check_not_loaded_from_another_file().unwrap_err();
+        assert!(matches!(refused_again, LoadError::NotTheCheckedFile { .. }), "{refused_again}");
+    }
+}
