@@ -8,6 +8,7 @@ use createos_sim::{SimConfig, Simulator};
 use host_harness::ledger::{LeaseState, Ledger};
 use serde_json::{json, Value};
 use std::{
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     time::{Duration, Instant},
@@ -37,9 +38,17 @@ impl Bed {
         self.dir.path().join("ledger.sqlite3")
     }
 
+    /// `host-harness SUBCOMMAND --config FILE REST...`.
     fn command(&self, args: &[&str]) -> Command {
+        let (subcommand, rest) = args.split_first().unwrap();
         let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
-        command.arg("--ledger").arg(self.ledger()).args(args).arg("--config").arg(&self.config);
+        command
+            .arg("--ledger")
+            .arg(self.ledger())
+            .arg(subcommand)
+            .arg("--config")
+            .arg(&self.config)
+            .args(rest);
         command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         command
     }
@@ -132,11 +141,23 @@ fn sigint_during_soak_stops_admitting_and_cleans_up_what_is_in_flight() {
 fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
     let sim = simulator(Duration::from_secs(5));
     let bed = Bed::new(&sim);
-    let child = bed.spawn(&["lifecycle"]);
+    let mut child = bed.spawn(&["lifecycle"]);
     wait_until("the lifecycle probes", || posted_sandboxes(&sim) == 1);
+    // Signals of one kind do not queue: send the second once the harness has
+    // taken the first (it says so on stderr).
+    let (lines, stderr_lines) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    std::thread::spawn(move || stderr.lines().map_while(Result::ok).for_each(|line| drop(lines.send(line))));
     signal(&child, libc::SIGINT);
+    let mut seen = String::new();
+    while !seen.contains("stopping") {
+        seen.push_str(
+            &stderr_lines.recv_timeout(Duration::from_secs(60)).expect("the harness took the signal"),
+        );
+    }
     signal(&child, libc::SIGINT);
-    let (status, _, stderr) = finish(child);
+    let (status, _, _) = finish(child);
+    let stderr: String = seen + &stderr_lines.iter().collect::<Vec<_>>().join("\n");
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("exiting at once"), "{stderr}");
     // The probe's sandbox was recorded the moment it was created.
