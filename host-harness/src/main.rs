@@ -6,7 +6,7 @@ mod commands;
 
 use clap::{Args, Parser, Subcommand};
 use commands::{Failure, Printer};
-use host_harness::interrupt;
+use host_harness::{interrupt, plugin::find_plugin, providers::ProvidersDir};
 use provider_abi::Provider;
 use std::{path::PathBuf, process::ExitCode};
 
@@ -27,9 +27,16 @@ struct Cli {
 /// Options every command takes.
 #[derive(Args)]
 pub struct Global {
-    /// Provider library to load (default: the CreateOS provider built next to this binary).
+    /// Provider library to load. Searched in order: this flag;
+    /// $HOST_HARNESS_PLUGIN; the active provider of the providers directory
+    /// (`providers install`, `providers use`); the CreateOS provider built
+    /// next to this binary.
     #[arg(long, global = true, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// The providers directory (default: $XDG_DATA_HOME/host-harness/providers,
+    /// or ~/.local/share/host-harness/providers).
+    #[arg(long, global = true, value_name = "DIR")]
+    providers_dir: Option<PathBuf>,
     /// The lease ledger (default: $XDG_STATE_HOME/host-harness/ledger.sqlite3,
     /// or ~/.local/state/host-harness/ledger.sqlite3).
     #[arg(long, global = true, value_name = "PATH")]
@@ -160,6 +167,37 @@ enum Command {
         #[arg(long)]
         no_rate_limit: bool,
     },
+    /// Manage installed provider libraries (the providers directory).
+    #[command(subcommand)]
+    Providers(ProvidersCommand),
+}
+
+/// `providers` subcommands.
+#[derive(Subcommand)]
+enum ProvidersCommand {
+    /// Check a provider library as a load would and install it as
+    /// <id>/<version>; the first version installed becomes active.
+    ///
+    /// Example: host-harness providers install target/release/libcreateos_provider.so
+    Install {
+        /// The library to install.
+        path: PathBuf,
+        /// Replace an installed version built from another library.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List installed versions: id, version, ABI, SHA-256, active, path.
+    List,
+    /// Make an installed version active (ID@VERSION, e.g. createos@0.1.0).
+    Use {
+        /// ID@VERSION.
+        spec: String,
+    },
+    /// Remove an installed version (never the active one).
+    Remove {
+        /// ID@VERSION.
+        spec: String,
+    },
 }
 
 /// Hooks block their calling thread, so `soak` runs one thread per lifecycle
@@ -207,9 +245,16 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if let Command::Leases = &cli.command {
         return ledger::leases(global.ledger.as_deref(), out);
     }
+    let providers =
+        ProvidersDir::new(global.providers_dir.clone().unwrap_or_else(ProvidersDir::default_root));
+    if let Command::Providers(command) = &cli.command {
+        return commands::providers::run(&providers, command.into(), out);
+    }
+    let (plugin, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
+    let plugin = Some(plugin.as_path());
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
-        let provider = commands::load(global.plugin.as_deref())?;
+        let provider = commands::load(plugin)?;
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
@@ -217,7 +262,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         };
         return commands::shut_down(&provider, result);
     }
-    let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
+    let session = commands::Session::open(plugin, global.ledger.as_deref(), out)?;
     let shut_down = || {
         if let Err(error) = session.provider.shutdown() {
             tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
@@ -252,8 +297,23 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }
-        Command::Inspect | Command::Health | Command::Validate(_) | Command::Leases | Command::Sim { .. } => {
-            unreachable!("handled before opening the ledger")
+        Command::Inspect
+        | Command::Health
+        | Command::Validate(_)
+        | Command::Leases
+        | Command::Sim { .. }
+        | Command::Providers(_) => unreachable!("handled before opening the ledger"),
+    }
+}
+
+impl<'a> From<&'a ProvidersCommand> for commands::providers::Action<'a> {
+    fn from(command: &'a ProvidersCommand) -> Self {
+        use commands::providers::Action;
+        match command {
+            ProvidersCommand::Install { path, force } => Action::Install { path, force: *force },
+            ProvidersCommand::List => Action::List,
+            ProvidersCommand::Use { spec } => Action::Use(spec),
+            ProvidersCommand::Remove { spec } => Action::Remove(spec),
         }
     }
 }

@@ -1,7 +1,52 @@
 //! Finding and loading the provider library.
+//!
+//! Search order: `--plugin PATH`; `HOST_HARNESS_PLUGIN`; the active provider
+//! of the providers directory ([`crate::providers`]); the CreateOS provider
+//! next to the binary (where `cargo build` leaves it).
 
+use crate::providers::ProvidersDir;
 use provider_abi::{LoadError, LoadedProvider, Provider, SetupParams};
 use std::path::{Path, PathBuf};
+
+/// The environment variable naming a provider library (search step 2).
+pub const PLUGIN_VARIABLE: &str = "HOST_HARNESS_PLUGIN";
+
+/// Where the provider library was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--plugin PATH`.
+    Flag,
+    /// `HOST_HARNESS_PLUGIN`.
+    Environment,
+    /// The providers directory's active version.
+    Installed,
+    /// Next to the harness binary.
+    BesideBinary,
+}
+
+/// Finds the provider library by the search order, or says in one line where
+/// it looked and how to put one there.
+pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<(PathBuf, Source), String> {
+    if let Some(path) = flag {
+        return Ok((path.to_path_buf(), Source::Flag));
+    }
+    if let Some(path) = std::env::var_os(PLUGIN_VARIABLE).filter(|value| !value.is_empty()) {
+        return Ok((PathBuf::from(path), Source::Environment));
+    }
+    if let Some(path) = providers.active_library() {
+        return Ok((path, Source::Installed));
+    }
+    let beside = default_plugin_path();
+    if beside.exists() {
+        return Ok((beside, Source::BesideBinary));
+    }
+    Err(format!(
+        "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --release -p createos-provider`, then `host-harness providers install target/release/{}`",
+        providers.root().display(),
+        beside.display(),
+        createos_library_name()
+    ))
+}
 
 /// File name of the CreateOS provider's shared library on this platform.
 pub fn createos_library_name() -> String {

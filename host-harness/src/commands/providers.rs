@@ -1,0 +1,66 @@
+//! `providers install | list | use | remove`: the providers directory.
+
+use super::{Failure, Printer};
+use host_harness::providers::{Entry, ProvidersDir};
+use serde_json::json;
+use std::path::Path;
+
+/// What to do to the providers directory.
+pub enum Action<'a> {
+    /// Install a library.
+    Install {
+        /// The library.
+        path: &'a Path,
+        /// Replace a version installed from another library.
+        force: bool,
+    },
+    /// List installed versions.
+    List,
+    /// Make `ID@VERSION` active.
+    Use(&'a str),
+    /// Remove `ID@VERSION`.
+    Remove(&'a str),
+}
+
+/// Runs `action`, printing each affected version.
+pub fn run(providers: &ProvidersDir, action: Action<'_>, out: Printer) -> Result<(), Failure> {
+    let failed = |error: host_harness::providers::ProvidersError| Failure::Usage(error.to_string());
+    match action {
+        Action::Install { path, force } => {
+            print(out, "installed", &providers.install(path, force).map_err(failed)?)
+        }
+        Action::List => {
+            let entries = providers.list().map_err(failed)?;
+            if entries.is_empty() && !out.json {
+                println!("no provider installed in {}", providers.root().display());
+            }
+            entries.iter().for_each(|entry| print(out, "", entry));
+        }
+        Action::Use(spec) => print(out, "active", &providers.use_version(spec).map_err(failed)?),
+        Action::Remove(spec) => print(out, "removed", &providers.remove(spec).map_err(failed)?),
+    }
+    Ok(())
+}
+
+fn print(out: Printer, what: &str, entry: &Entry) {
+    let installed = &entry.installed;
+    let value = json!({
+        "id": installed.id,
+        "version": installed.version,
+        "abi": installed.abi,
+        "sha256": installed.sha256,
+        "active": entry.active,
+        "path": entry.path,
+    });
+    out.value(&value, || {
+        let marker = if entry.active { "*" } else { " " };
+        let prefix = if what.is_empty() { String::new() } else { format!("{what}: ") };
+        format!(
+            "{prefix}{marker} {:<24} ABI {:<5} sha256 {}  {}",
+            installed.spec(),
+            installed.abi,
+            &installed.sha256[..16.min(installed.sha256.len())],
+            entry.path.display()
+        )
+    });
+}

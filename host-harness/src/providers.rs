@@ -1,0 +1,325 @@
+//! The providers directory: installed provider libraries, one folder per
+//! version, and which one is active.
+//!
+//! Layout under the root (`$XDG_DATA_HOME/host-harness/providers`, or
+//! `~/.local/share/host-harness/providers`):
+//!
+//! ```text
+//! <provider id>/<version>/<library file>    the library, as installed
+//! <provider id>/<version>/installed.json    its id, version, ABI and SHA-256
+//! active                                    `<provider id>@<version>`
+//! ```
+//!
+//! A library is checked exactly as a load would check it before anything is
+//! written, copied into a temporary folder beside its final one and renamed
+//! into place, so a half-copied library is never visible; the `active` record
+//! is replaced the same way.
+
+use provider_abi::{LoadedProvider, Provider};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::{
+    fmt, fs, io,
+    path::{Path, PathBuf},
+};
+
+/// What `installed.json` records about an installed library.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Installed {
+    /// The provider id from its manifest (`createos`).
+    pub id: String,
+    /// The provider's version from its manifest.
+    pub version: String,
+    /// The ABI version the library was built for.
+    pub abi: String,
+    /// SHA-256 of the library file, lowercase hex.
+    pub sha256: String,
+    /// The library's file name inside its version folder.
+    pub file: String,
+}
+
+impl Installed {
+    /// `id@version`.
+    pub fn spec(&self) -> String {
+        format!("{}@{}", self.id, self.version)
+    }
+}
+
+/// One installed version, as `providers list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// What was recorded at install.
+    pub installed: Installed,
+    /// The library's path.
+    pub path: PathBuf,
+    /// True for the active version.
+    pub active: bool,
+}
+
+/// Why a providers-directory operation failed; one line each.
+#[derive(Debug)]
+pub enum ProvidersError {
+    /// The library failed the checks a load makes.
+    NotAProvider(String),
+    /// This version is installed already, from a library with another hash.
+    HashMismatch {
+        /// `id@version`.
+        spec: String,
+        /// The installed library's hash.
+        installed: String,
+        /// The offered library's hash.
+        offered: String,
+    },
+    /// No such installed version.
+    NotInstalled(String),
+    /// The active version cannot be removed.
+    Active(String),
+    /// `ID@VERSION` was malformed.
+    BadSpec(String),
+    /// The directory could not be read or written.
+    Io {
+        /// What was being done.
+        doing: String,
+        /// The error.
+        error: io::Error,
+    },
+}
+
+impl fmt::Display for ProvidersError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProvidersError::NotAProvider(reason) => f.write_str(reason),
+            ProvidersError::HashMismatch { spec, installed, offered } => write!(
+                f,
+                "{spec} is already installed from another library (installed sha256 {installed}, this one {offered}); use --force to replace it"
+            ),
+            ProvidersError::NotInstalled(spec) => {
+                write!(f, "{spec} is not installed (see `host-harness providers list`)")
+            }
+            ProvidersError::Active(spec) => {
+                write!(f, "{spec} is the active version; make another active first (`providers use ID@VERSION`)")
+            }
+            ProvidersError::BadSpec(spec) => write!(f, "`{spec}` is not ID@VERSION"),
+            ProvidersError::Io { doing, error } => write!(f, "cannot {doing}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for ProvidersError {}
+
+fn io(doing: impl Into<String>) -> impl FnOnce(io::Error) -> ProvidersError {
+    let doing = doing.into();
+    move |error| ProvidersError::Io { doing, error }
+}
+
+/// The providers directory.
+#[derive(Debug, Clone)]
+pub struct ProvidersDir {
+    root: PathBuf,
+}
+
+impl ProvidersDir {
+    /// The directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The default root: `$XDG_DATA_HOME/host-harness/providers`, or
+    /// `~/.local/share/host-harness/providers`.
+    pub fn default_root() -> PathBuf {
+        std::env::var_os("XDG_DATA_HOME")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".local/share")
+            })
+            .join("host-harness")
+            .join("providers")
+    }
+
+    /// The root folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Checks the library at `path` as a load would, then installs it as
+    /// `<id>/<version>/`. The first version installed becomes active.
+    /// Installing a version again is a no-op when the library is the same,
+    /// refused when it differs, unless `force`.
+    pub fn install(&self, path: &Path, force: bool) -> Result<Entry, ProvidersError> {
+        let bytes = fs::read(path).map_err(io(format!("read {}", path.display())))?;
+        let provider =
+            LoadedProvider::load(path).map_err(|error| ProvidersError::NotAProvider(error.to_string()))?;
+        let manifest = provider.manifest();
+        let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let installed = Installed {
+            id: manifest.id.to_string(),
+            version: manifest.version.to_string(),
+            abi: provider.library_abi().to_string(),
+            sha256: sha256_hex(&bytes),
+            file,
+        };
+        check_component(&installed.id).and(check_component(&installed.version))?;
+        let version_dir = self.root.join(&installed.id).join(&installed.version);
+        if let Some(existing) = self.read_installed(&version_dir)? {
+            if existing.sha256 == installed.sha256 {
+                return self.entry(existing);
+            }
+            if !force {
+                return Err(ProvidersError::HashMismatch {
+                    spec: installed.spec(),
+                    installed: existing.sha256,
+                    offered: installed.sha256,
+                });
+            }
+        }
+        let id_dir = self.root.join(&installed.id);
+        fs::create_dir_all(&id_dir).map_err(io(format!("create {}", id_dir.display())))?;
+        let staging = tempfile::Builder::new()
+            .prefix(&format!(".{}-", installed.version))
+            .tempdir_in(&id_dir)
+            .map_err(io(format!("write in {}", id_dir.display())))?;
+        fs::write(staging.path().join(&installed.file), &bytes).map_err(io("copy the library"))?;
+        let record = serde_json::to_vec_pretty(&installed).expect("serialisable");
+        fs::write(staging.path().join("installed.json"), record).map_err(io("write installed.json"))?;
+        if version_dir.exists() {
+            // --force: move the old version aside, put the new one in place.
+            let old = staging.path().with_extension("replaced");
+            fs::rename(&version_dir, &old).map_err(io(format!("replace {}", version_dir.display())))?;
+            fs::rename(staging.keep(), &version_dir)
+                .map_err(io(format!("install {}", version_dir.display())))?;
+            fs::remove_dir_all(&old).map_err(io(format!("remove {}", old.display())))?;
+        } else {
+            fs::rename(staging.keep(), &version_dir)
+                .map_err(io(format!("install {}", version_dir.display())))?;
+        }
+        if self.active_spec()?.is_none() {
+            self.write_active(&installed.spec())?;
+        }
+        self.entry(installed)
+    }
+
+    /// Every installed version, sorted by id and version.
+    pub fn list(&self) -> Result<Vec<Entry>, ProvidersError> {
+        let mut entries = Vec::new();
+        for id_dir in read_dirs(&self.root)? {
+            for version_dir in read_dirs(&id_dir)? {
+                if let Some(installed) = self.read_installed(&version_dir)? {
+                    entries.push(self.entry(installed)?);
+                }
+            }
+        }
+        entries.sort_by(|a, b| {
+            (&a.installed.id, &a.installed.version).cmp(&(&b.installed.id, &b.installed.version))
+        });
+        Ok(entries)
+    }
+
+    /// Makes `spec` (`ID@VERSION`) the active version.
+    pub fn use_version(&self, spec: &str) -> Result<Entry, ProvidersError> {
+        let entry = self.find(spec)?;
+        self.write_active(&entry.installed.spec())?;
+        Ok(Entry { active: true, ..entry })
+    }
+
+    /// Removes `spec`, unless it is the active version.
+    pub fn remove(&self, spec: &str) -> Result<Entry, ProvidersError> {
+        let entry = self.find(spec)?;
+        if entry.active {
+            return Err(ProvidersError::Active(entry.installed.spec()));
+        }
+        let dir = entry.path.parent().expect("a version folder").to_path_buf();
+        fs::remove_dir_all(&dir).map_err(io(format!("remove {}", dir.display())))?;
+        Ok(entry)
+    }
+
+    /// The active version's library, if one is active and installed.
+    pub fn active_library(&self) -> Option<PathBuf> {
+        let spec = self.active_spec().ok()??;
+        self.find(&spec).ok().map(|entry| entry.path)
+    }
+
+    fn find(&self, spec: &str) -> Result<Entry, ProvidersError> {
+        let (id, version) = spec.split_once('@').ok_or_else(|| ProvidersError::BadSpec(spec.to_owned()))?;
+        check_component(id)
+            .and(check_component(version))
+            .map_err(|_| ProvidersError::BadSpec(spec.to_owned()))?;
+        let installed = self
+            .read_installed(&self.root.join(id).join(version))?
+            .ok_or_else(|| ProvidersError::NotInstalled(spec.to_owned()))?;
+        self.entry(installed)
+    }
+
+    fn entry(&self, installed: Installed) -> Result<Entry, ProvidersError> {
+        let path = self.root.join(&installed.id).join(&installed.version).join(&installed.file);
+        let active = self.active_spec()?.as_deref() == Some(installed.spec().as_str());
+        Ok(Entry { installed, path, active })
+    }
+
+    fn read_installed(&self, version_dir: &Path) -> Result<Option<Installed>, ProvidersError> {
+        let record = version_dir.join("installed.json");
+        match fs::read(&record) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(io(format!("read {}", record.display()))(error)),
+        }
+    }
+
+    fn active_spec(&self) -> Result<Option<String>, ProvidersError> {
+        let path = self.root.join("active");
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|spec| !spec.is_empty())),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(io(format!("read {}", path.display()))(error)),
+        }
+    }
+
+    fn write_active(&self, spec: &str) -> Result<(), ProvidersError> {
+        fs::create_dir_all(&self.root).map_err(io(format!("create {}", self.root.display())))?;
+        let mut staging = tempfile::NamedTempFile::new_in(&self.root)
+            .map_err(io(format!("write in {}", self.root.display())))?;
+        io::Write::write_all(&mut staging, format!("{spec}\n").as_bytes())
+            .map_err(io("write the active record"))?;
+        staging
+            .persist(self.root.join("active"))
+            .map_err(|error| io("replace the active record")(error.error))?;
+        Ok(())
+    }
+}
+
+/// Refuses an id or version that could name a path outside its folder.
+fn check_component(text: &str) -> Result<(), ProvidersError> {
+    let ok = !text.is_empty()
+        && text.len() <= 100
+        && !text.starts_with('.')
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ProvidersError::NotAProvider(format!(
+            "the provider's id or version `{}` cannot name a folder",
+            text.escape_debug()
+        )))
+    }
+}
+
+/// The sub-folders of `dir` (none when it does not exist), hidden ones skipped.
+fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>, ProvidersError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(io(format!("read {}", dir.display()))(error)),
+    };
+    Ok(entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
+        .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+        .map(|entry| entry.path())
+        .collect())
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
