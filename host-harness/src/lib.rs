@@ -15,6 +15,7 @@ pub mod interrupt;
 pub mod lease_file;
 pub mod ledger;
 pub mod lifecycle;
+pub mod lock;
 pub mod plugin;
 pub mod providers;
 pub mod render;

@@ -6,7 +6,12 @@ mod commands;
 
 use clap::{Args, Parser, Subcommand};
 use commands::{Failure, Printer};
-use host_harness::{interrupt, plugin::find_plugin, providers::ProvidersDir};
+use host_harness::{
+    interrupt,
+    lock::{check_signature, LockFile},
+    plugin::find_plugin,
+    providers::ProvidersDir,
+};
 use provider_abi::Provider;
 use std::{path::PathBuf, process::ExitCode};
 
@@ -37,6 +42,18 @@ pub struct Global {
     /// or ~/.local/share/host-harness/providers).
     #[arg(long, global = true, value_name = "DIR")]
     providers_dir: Option<PathBuf>,
+    /// The lock file of pinned provider libraries (default: providers.lock
+    /// beside the ledger).
+    #[arg(long, global = true, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// Refuse, before opening it, a provider library whose SHA-256 the lock
+    /// file does not pin.
+    #[arg(long, global = true)]
+    locked: bool,
+    /// A minisign public key (base64) trusted to sign provider libraries
+    /// (`LIBRARY.minisig`); repeatable. `inspect` reports the verdict.
+    #[arg(long = "trusted-key", global = true, value_name = "KEY")]
+    trusted_keys: Vec<String>,
     /// The lease ledger (default: $XDG_STATE_HOME/host-harness/ledger.sqlite3,
     /// or ~/.local/state/host-harness/ledger.sqlite3).
     #[arg(long, global = true, value_name = "PATH")]
@@ -170,6 +187,28 @@ enum Command {
     /// Manage installed provider libraries (the providers directory).
     #[command(subcommand)]
     Providers(ProvidersCommand),
+    /// Pin provider libraries by SHA-256 in the lock file (see --locked).
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+/// `lock` subcommands.
+#[derive(Subcommand)]
+enum LockCommand {
+    /// Check a library as a load would and pin its SHA-256, id, version and ABI.
+    ///
+    /// Example: host-harness lock add target/release/libcreateos_provider.so
+    Add {
+        /// The library to pin.
+        path: PathBuf,
+    },
+    /// List the pinned libraries.
+    List,
+    /// Check that each pinned library (or PATH) still has its pinned hash.
+    Verify {
+        /// Check this library only.
+        path: Option<PathBuf>,
+    },
 }
 
 /// `providers` subcommands.
@@ -247,10 +286,23 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
     let providers =
         ProvidersDir::new(global.providers_dir.clone().unwrap_or_else(ProvidersDir::default_root));
+    let lock_path = global.lock.clone().unwrap_or_else(|| {
+        LockFile::default_path(
+            &global.ledger.clone().unwrap_or_else(host_harness::ledger::Ledger::default_path),
+        )
+    });
+    let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));
     if let Command::Providers(command) = &cli.command {
-        return commands::providers::run(&providers, command.into(), out);
+        return commands::providers::run(&providers, &mut lock()?, command.into(), out);
+    }
+    if let Command::Lock(command) = &cli.command {
+        return commands::lock::run(&mut lock()?, command.into(), out);
     }
     let (plugin, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
+    if global.locked {
+        lock()?.verify(&plugin).map_err(|error| Failure::Usage(error.to_string()))?;
+    }
+    let signature = check_signature(&plugin, &global.trusted_keys);
     let plugin = Some(plugin.as_path());
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
@@ -258,7 +310,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
-            _ => info::inspect(&provider, out),
+            _ => info::inspect(&provider, out, &signature),
         };
         return commands::shut_down(&provider, result);
     }
@@ -302,7 +354,8 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         | Command::Validate(_)
         | Command::Leases
         | Command::Sim { .. }
-        | Command::Providers(_) => unreachable!("handled before opening the ledger"),
+        | Command::Providers(_)
+        | Command::Lock(_) => unreachable!("handled before opening the ledger"),
     }
 }
 
@@ -314,6 +367,17 @@ impl<'a> From<&'a ProvidersCommand> for commands::providers::Action<'a> {
             ProvidersCommand::List => Action::List,
             ProvidersCommand::Use { spec } => Action::Use(spec),
             ProvidersCommand::Remove { spec } => Action::Remove(spec),
+        }
+    }
+}
+
+impl<'a> From<&'a LockCommand> for commands::lock::Action<'a> {
+    fn from(command: &'a LockCommand) -> Self {
+        use commands::lock::Action;
+        match command {
+            LockCommand::Add { path } => Action::Add(path),
+            LockCommand::List => Action::List,
+            LockCommand::Verify { path } => Action::Verify(path.as_deref()),
         }
     }
 }

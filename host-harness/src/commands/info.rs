@@ -2,16 +2,28 @@
 //! without a ledger (a read-only home directory is no obstacle).
 
 use super::{read_config, Failure, Printer};
-use host_harness::render;
+use host_harness::{lock::Signature, render};
 use provider_abi::{LoadedProvider, Provider};
+use serde_json::json;
 use std::path::Path;
 
-/// Prints the provider's manifest.
-pub fn inspect(provider: &LoadedProvider, out: Printer) -> Result<(), Failure> {
+/// Prints the provider's manifest, and what its detached signature says.
+pub fn inspect(provider: &LoadedProvider, out: Printer, signature: &Signature) -> Result<(), Failure> {
     let manifest = provider.manifest();
-    out.value(&render::manifest(&manifest), || {
+    let mut value = render::manifest(&manifest);
+    value["signature"] = match signature {
+        Signature::Unsigned => json!({"status": "unsigned"}),
+        Signature::Verified { key } => json!({"status": "verified", "key": key}),
+        Signature::Untrusted { reason } => json!({"status": "untrusted", "reason": reason}),
+    };
+    out.value(&value, || {
+        let signed = match signature {
+            Signature::Unsigned => "unsigned".to_owned(),
+            Signature::Verified { key } => format!("signature verified with key {key}"),
+            Signature::Untrusted { reason } => format!("signature NOT trusted: {reason}"),
+        };
         format!(
-            "{} {} ({}), driver `{}`, ABI {}\nhooks: {}\nloaded from {}",
+            "{} {} ({}), driver `{}`, ABI {}\nhooks: {}\nloaded from {} ({signed})",
             manifest.display_name,
             manifest.version,
             manifest.id,

@@ -5,6 +5,7 @@
 pub mod hooks;
 pub mod info;
 pub mod ledger;
+pub mod lock;
 pub mod providers;
 pub mod runs;
 pub mod sim;

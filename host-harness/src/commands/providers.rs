@@ -1,7 +1,10 @@
 //! `providers install | list | use | remove`: the providers directory.
 
 use super::{Failure, Printer};
-use host_harness::providers::{Entry, ProvidersDir};
+use host_harness::{
+    lock::LockFile,
+    providers::{Entry, ProvidersDir},
+};
 use serde_json::json;
 use std::path::Path;
 
@@ -23,11 +26,22 @@ pub enum Action<'a> {
 }
 
 /// Runs `action`, printing each affected version.
-pub fn run(providers: &ProvidersDir, action: Action<'_>, out: Printer) -> Result<(), Failure> {
+///
+/// An install also pins the installed library when a lock file is in use.
+pub fn run(
+    providers: &ProvidersDir,
+    lock: &mut LockFile,
+    action: Action<'_>,
+    out: Printer,
+) -> Result<(), Failure> {
     let failed = |error: host_harness::providers::ProvidersError| Failure::Usage(error.to_string());
     match action {
         Action::Install { path, force } => {
-            print(out, "installed", &providers.install(path, force).map_err(failed)?)
+            let entry = providers.install(path, force).map_err(failed)?;
+            if lock.exists() {
+                lock.add(&entry.path).map_err(|error| Failure::Usage(error.to_string()))?;
+            }
+            print(out, "installed", &entry)
         }
         Action::List => {
             let entries = providers.list().map_err(failed)?;

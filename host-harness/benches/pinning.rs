@@ -1,0 +1,43 @@
+//! What pinning costs at load: hashing a provider library (SHA-256 of the
+//! whole file, as `--locked` does before opening it) beside loading a copy of
+//! it (checks, mapping, first manifest), in one run.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use host_harness::{lock::LockFile, plugin::default_plugin_path, providers::sha256_hex};
+use provider_abi::LoadedProvider;
+use std::hint::black_box;
+
+fn pinning(c: &mut Criterion) {
+    let library = default_plugin_path();
+    let bytes = std::fs::read(&library)
+        .expect("build the provider first: cargo build --release -p createos-provider");
+    println!("provider library: {} ({:.1} MB)", library.display(), bytes.len() as f64 / 1e6);
+    let dir = tempfile::tempdir().unwrap();
+    let mut lock = LockFile::open(&dir.path().join("providers.lock")).unwrap();
+    lock.add(&library).unwrap();
+    c.bench_function("sha256 of the provider library", |b| b.iter(|| sha256_hex(black_box(&bytes))));
+    c.bench_function("--locked check: read and hash the file, find its pin", |b| {
+        b.iter(|| lock.verify(black_box(&library)).unwrap().sha256.len())
+    });
+    // A library loads once per path (never unloaded): load a fresh copy each time.
+    let mut copies = 0u32;
+    c.bench_function("load a copy of the provider library", |b| {
+        b.iter_batched(
+            || {
+                copies += 1;
+                let copy = dir.path().join(format!("copy-{copies}.so"));
+                std::fs::write(&copy, &bytes).unwrap();
+                copy
+            },
+            |copy| drop(LoadedProvider::load(&copy).unwrap()),
+            criterion::BatchSize::PerIteration,
+        )
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = pinning
+}
+criterion_main!(benches);

@@ -1,0 +1,230 @@
+//! Pinned provider libraries: `providers.lock`, a TOML file recording each
+//! trusted library's SHA-256 with its provider id, version and ABI version,
+//! as Terraform's dependency lock file does. With `--locked`, a library whose
+//! hash is not pinned is refused before it is opened (its code never runs).
+
+use crate::providers::sha256_hex;
+use provider_abi::{LoadedProvider, Provider};
+use serde::{Deserialize, Serialize};
+use std::{
+    fs,
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
+
+/// The file name of the lock file.
+pub const LOCK_FILE_NAME: &str = "providers.lock";
+
+/// One pinned library.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pin {
+    /// The provider id from the library's manifest.
+    pub id: String,
+    /// The provider version from the library's manifest.
+    pub version: String,
+    /// The ABI version the library was built for.
+    pub abi: String,
+    /// SHA-256 of the library file, lowercase hex.
+    pub sha256: String,
+    /// Where the library was when it was pinned (informative).
+    pub path: String,
+}
+
+/// The lock file's document: `[[provider]]` tables.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Document {
+    #[serde(default, rename = "provider")]
+    providers: Vec<Pin>,
+}
+
+/// Why a lock operation failed; one line each.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The lock file could not be read, parsed or written.
+    #[error("lock file {path}: {reason}")]
+    File {
+        /// The lock file.
+        path: PathBuf,
+        /// Why, in one line.
+        reason: String,
+    },
+    /// The library could not be read or is not a provider.
+    #[error("{0}")]
+    Library(String),
+    /// The library's hash is not pinned.
+    #[error(
+        "{library} is not pinned in {lock}: its sha256 is {actual}, expected {expected} (`host-harness lock add` pins it)"
+    )]
+    NotPinned {
+        /// The library.
+        library: PathBuf,
+        /// The lock file.
+        lock: PathBuf,
+        /// The library's hash.
+        actual: String,
+        /// What the lock expects for that path, or that nothing is pinned.
+        expected: String,
+    },
+}
+
+/// A lock file and its pins.
+#[derive(Debug)]
+pub struct LockFile {
+    path: PathBuf,
+    pins: Vec<Pin>,
+}
+
+impl LockFile {
+    /// The default lock file: `providers.lock` beside the ledger.
+    pub fn default_path(ledger: &Path) -> PathBuf {
+        ledger.parent().unwrap_or(Path::new(".")).join(LOCK_FILE_NAME)
+    }
+
+    /// Reads the lock file at `path`; a missing file has no pins.
+    pub fn open(path: &Path) -> Result<LockFile, LockError> {
+        let fail = |reason: String| LockError::File { path: path.to_path_buf(), reason };
+        let pins = match fs::read_to_string(path) {
+            Ok(text) => {
+                toml::from_str::<Document>(&text)
+                    .map_err(|error| {
+                        fail(error.message().lines().next().unwrap_or("not valid TOML").to_owned())
+                    })?
+                    .providers
+            }
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(error) => return Err(fail(error.to_string())),
+        };
+        Ok(LockFile { path: path.to_path_buf(), pins })
+    }
+
+    /// True when the file exists (a lock file is in use).
+    pub fn exists(&self) -> bool {
+        self.path.exists()
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pins, in file order.
+    pub fn pins(&self) -> &[Pin] {
+        &self.pins
+    }
+
+    /// Pins the library at `library`: checks it as a load would, records its
+    /// manifest's id, version and ABI with its hash (replacing a pin of the
+    /// same id and version), and writes the file.
+    pub fn add(&mut self, library: &Path) -> Result<Pin, LockError> {
+        let bytes = fs::read(library)
+            .map_err(|error| LockError::Library(format!("cannot read {}: {error}", library.display())))?;
+        let provider =
+            LoadedProvider::load(library).map_err(|error| LockError::Library(error.to_string()))?;
+        let manifest = provider.manifest();
+        let pin = Pin {
+            id: manifest.id.to_string(),
+            version: manifest.version.to_string(),
+            abi: provider.library_abi().to_string(),
+            sha256: sha256_hex(&bytes),
+            path: provider.path().display().to_string(),
+        };
+        self.pins
+            .retain(|old| (old.id.as_str(), old.version.as_str()) != (pin.id.as_str(), pin.version.as_str()));
+        self.pins.push(pin.clone());
+        self.save()?;
+        Ok(pin)
+    }
+
+    /// Hashes the file at `library` (without loading it) and returns its pin.
+    pub fn verify(&self, library: &Path) -> Result<&Pin, LockError> {
+        let bytes = fs::read(library)
+            .map_err(|error| LockError::Library(format!("cannot read {}: {error}", library.display())))?;
+        let actual = sha256_hex(&bytes);
+        if let Some(pin) = self.pins.iter().find(|pin| pin.sha256 == actual) {
+            return Ok(pin);
+        }
+        let shown = fs::canonicalize(library).unwrap_or_else(|_| library.to_path_buf()).display().to_string();
+        let expected = match self.pins.iter().find(|pin| pin.path == shown) {
+            Some(pin) => format!("{} ({}@{})", pin.sha256, pin.id, pin.version),
+            None => format!("one of {} pinned hashes, none for this path", self.pins.len()),
+        };
+        Err(LockError::NotPinned {
+            library: library.to_path_buf(),
+            lock: self.path.clone(),
+            actual,
+            expected,
+        })
+    }
+
+    /// Writes the file atomically (a temporary file renamed over it).
+    fn save(&self) -> Result<(), LockError> {
+        let fail = |reason: String| LockError::File { path: self.path.clone(), reason };
+        let dir = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        fs::create_dir_all(dir).map_err(|error| fail(error.to_string()))?;
+        let document = Document { providers: self.pins.clone() };
+        let text = toml::to_string_pretty(&document).map_err(|error| fail(error.to_string()))?;
+        let mut staging = tempfile::NamedTempFile::new_in(dir).map_err(|error| fail(error.to_string()))?;
+        staging
+            .write_all(format!("# Pinned provider libraries (host-harness lock add).\n{text}").as_bytes())
+            .map_err(|error| fail(error.to_string()))?;
+        staging.persist(&self.path).map_err(|error| fail(error.error.to_string()))?;
+        Ok(())
+    }
+}
+
+/// What a detached minisign signature (`LIBRARY.minisig`) says of a library.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signature {
+    /// No `.minisig` file beside the library.
+    Unsigned,
+    /// Verified with the trusted key whose base64 is given.
+    Verified {
+        /// The public key (base64) that verified it.
+        key: String,
+    },
+    /// A signature exists but no trusted key verifies it.
+    Untrusted {
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+impl Signature {
+    /// `unsigned`, `verified` or `untrusted`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Signature::Unsigned => "unsigned",
+            Signature::Verified { .. } => "verified",
+            Signature::Untrusted { .. } => "untrusted",
+        }
+    }
+}
+
+/// Checks `library` against its detached minisign signature, if any, with
+/// the public keys (base64, as `minisign -G` prints them) the user trusts.
+pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
+    let mut signature_path = library.as_os_str().to_owned();
+    signature_path.push(".minisig");
+    let Ok(text) = fs::read_to_string(&signature_path) else {
+        return Signature::Unsigned;
+    };
+    let untrusted = |reason: &str| Signature::Untrusted { reason: reason.to_owned() };
+    let Ok(signature) = minisign_verify::Signature::decode(&text) else {
+        return untrusted("the .minisig file is not a minisign signature");
+    };
+    let Ok(bytes) = fs::read(library) else {
+        return untrusted("the library cannot be read");
+    };
+    if trusted_keys.is_empty() {
+        return untrusted("signed, but no key is trusted (--trusted-key)");
+    }
+    for key in trusted_keys {
+        let Ok(public_key) = minisign_verify::PublicKey::from_base64(key) else {
+            continue;
+        };
+        if public_key.verify(&bytes, &signature, false).is_ok() {
+            return Signature::Verified { key: key.clone() };
+        }
+    }
+    untrusted("no trusted key verifies the signature")
+}

@@ -1,0 +1,147 @@
+//! Pinned provider libraries: the lock file, `--locked` refusing an unpinned
+//! library before it is opened, installs pinned when a lock file is in use,
+//! and detached minisign signatures reported by `inspect`.
+
+use serde_json::Value;
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+};
+
+fn library(crate_name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let path = deps.join(provider_abi::library_file_name(crate_name));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+struct Bed {
+    dir: tempfile::TempDir,
+}
+
+impl Bed {
+    fn new() -> Bed {
+        Bed { dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn lock(&self) -> PathBuf {
+        self.dir.path().join("providers.lock")
+    }
+
+    /// A copy of fixture library `name` in this bed (so it can be altered).
+    fn copy(&self, name: &str) -> PathBuf {
+        let copy = self.dir.path().join(format!("{name}.so"));
+        std::fs::copy(library(name), &copy).unwrap();
+        copy
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .arg("--lock")
+            .arg(self.lock())
+            .arg("--providers-dir")
+            .arg(self.dir.path().join("providers"))
+            .arg("--ledger")
+            .arg(self.dir.path().join("ledger.sqlite3"))
+            .args(args)
+            .env_remove("HOST_HARNESS_PLUGIN")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json(output: &Output) -> Value {
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(output));
+    serde_json::from_slice(output.stdout.split(|byte| *byte == b'\n').next().unwrap()).unwrap()
+}
+
+fn refused_in_one_line(output: &Output, needles: &[&str]) {
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(output));
+    let message = stderr(output);
+    assert_eq!(message.lines().count(), 1, "{message}");
+    for needle in needles {
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+}
+
+#[test]
+fn locked_refuses_an_unpinned_or_altered_library_before_opening_it() {
+    let bed = Bed::new();
+    let pinned = bed.copy("fixture_v1_2");
+    let pin = json(&bed.run(&["lock", "add", pinned.to_str().unwrap(), "--json"]));
+    assert_eq!(pin["id"], "fixture");
+    assert_eq!(pin["version"], "1.2.0");
+    assert_eq!(pin["abi"], "1.2");
+    let hash = pin["sha256"].as_str().unwrap().to_owned();
+    assert!(
+        std::fs::read_to_string(bed.lock()).unwrap().contains(&hash),
+        "the lock file is TOML with the hash"
+    );
+    assert_eq!(json(&bed.run(&["lock", "list", "--json"]))["sha256"], hash.as_str());
+
+    let inspected = json(&bed.run(&["--locked", "--plugin", pinned.to_str().unwrap(), "inspect", "--json"]));
+    assert_eq!(inspected["version"], "1.2.0");
+
+    // Not a library at all: refused as unpinned, so it was never opened
+    // (opening it would say it is not a loadable shared library).
+    let garbage = bed.dir.path().join("garbage.so");
+    std::fs::write(&garbage, b"garbage").unwrap();
+    let output = bed.run(&["--locked", "--plugin", garbage.to_str().unwrap(), "health"]);
+    refused_in_one_line(&output, &["not pinned", "none for this path"]);
+    assert!(!stderr(&output).contains("shared library"), "{}", stderr(&output));
+
+    // The pinned file altered in place: the expected and the actual hash.
+    let mut bytes = std::fs::read(&pinned).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(&pinned, bytes).unwrap();
+    let output = bed.run(&["--locked", "--plugin", pinned.to_str().unwrap(), "health"]);
+    refused_in_one_line(&output, &[&format!("expected {hash}"), "its sha256 is"]);
+    let verify = bed.run(&["lock", "verify"]);
+    assert_eq!(verify.status.code(), Some(1), "verify reports the altered library");
+    // Without --locked the lock file is not consulted.
+    assert_eq!(bed.run(&["--plugin", pinned.to_str().unwrap(), "health"]).status.code(), Some(0));
+}
+
+#[test]
+fn an_install_is_pinned_when_a_lock_file_is_in_use() {
+    let bed = Bed::new();
+    let first = bed.copy("fixture_v1_1");
+    assert!(bed.run(&["providers", "install", first.to_str().unwrap()]).status.success());
+    assert!(!bed.lock().exists(), "no lock file in use, none created");
+    assert!(bed.run(&["lock", "add", first.to_str().unwrap()]).status.success());
+    let second = bed.copy("fixture_v1_2");
+    assert!(bed.run(&["providers", "install", second.to_str().unwrap()]).status.success());
+    let pins = String::from_utf8_lossy(&bed.run(&["lock", "list", "--json"]).stdout).into_owned();
+    assert!(pins.lines().any(|line| line.contains("\"1.2.0\"")), "the install was pinned: {pins}");
+    // The installed copy (the active version) loads under --locked.
+    assert!(bed.run(&["providers", "use", "fixture@1.2.0"]).status.success());
+    let health = bed.run(&["--locked", "health"]);
+    assert_eq!(health.status.code(), Some(0), "{}", stderr(&health));
+}
+
+#[test]
+fn inspect_reports_what_a_detached_signature_says() {
+    let bed = Bed::new();
+    let signed = bed.copy("fixture_v1_2");
+    let keys = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+    let other = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
+    let bytes = std::fs::read(&signed).unwrap();
+    let signature = minisign::sign(Some(&keys.pk), &keys.sk, &bytes[..], None, None).unwrap();
+    std::fs::write(signed.with_extension("so.minisig"), signature.to_string()).unwrap();
+    let (trusted, stranger) = (keys.pk.to_base64(), other.pk.to_base64());
+
+    let status = |extra: &[&str], library: &Path| {
+        let mut args = vec!["--plugin", library.to_str().unwrap(), "inspect", "--json"];
+        args.extend(extra);
+        json(&bed.run(&args))["signature"]["status"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(status(&["--trusted-key", &trusted], &signed), "verified");
+    assert_eq!(status(&["--trusted-key", &stranger], &signed), "untrusted");
+    assert_eq!(status(&[], &signed), "untrusted");
+    assert_eq!(status(&["--trusted-key", &trusted], &bed.copy("fixture_v1_1")), "unsigned");
+}
