@@ -17,6 +17,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod lock;
 pub mod plugin;
+pub mod provider_set;
 pub mod providers;
 pub mod render;
 pub mod request;

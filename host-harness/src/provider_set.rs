@@ -1,0 +1,338 @@
+//! Versions side by side, hot swap and drain.
+//!
+//! A [`ProviderSet`] holds the loaded versions of one provider and one active
+//! version, and is itself a [`Provider`]: each hook call goes to the version
+//! active when the call starts and finishes there. [`ProviderSet::swap_to`]
+//! makes a newly loaded version active at once; the old version is *retired*,
+//! and once its last call in flight returns it gets `shutdown` and its
+//! instance is dropped (its library stays mapped: abi_stable never unloads).
+//!
+//! The active version sits behind a `RwLock<Arc<_>>`: a call holds the read
+//! lock only to clone the `Arc`, a swap holds the write lock only to replace
+//! it, so a swap adds no more than a lock hand-over to a concurrent call.
+
+use provider_abi::{
+    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
+    HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
+    ReleaseReport, SetupParams, ValidationReport, Workspace,
+};
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Mutex, RwLock,
+    },
+    time::{Duration, Instant},
+};
+
+/// One loaded version and the calls it has in flight.
+pub struct Version {
+    provider: Mutex<Option<Arc<LoadedProvider>>>,
+    manifest: Manifest,
+    path: PathBuf,
+    in_flight: AtomicUsize,
+    retired: AtomicBool,
+    drained: AtomicBool,
+}
+
+impl Version {
+    fn new(provider: LoadedProvider) -> Self {
+        Version {
+            manifest: provider.manifest(),
+            path: provider.path().to_path_buf(),
+            provider: Mutex::new(Some(Arc::new(provider))),
+            in_flight: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+            drained: AtomicBool::new(false),
+        }
+    }
+
+    /// The provider's version string (from its manifest).
+    pub fn version(&self) -> &str {
+        &self.manifest.version
+    }
+
+    /// Where the library was loaded from.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Calls in flight on this version.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// True once a swap replaced this version.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::SeqCst)
+    }
+
+    /// True once the retired version has no call in flight and was shut down.
+    pub fn is_drained(&self) -> bool {
+        self.drained.load(Ordering::SeqCst)
+    }
+
+    fn loaded(&self) -> Arc<LoadedProvider> {
+        let guard = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(guard.as_ref().expect("a version is dropped only once drained, after its last call"))
+    }
+
+    /// Shuts a retired version down once nothing runs on it, exactly once.
+    fn drain_if_idle(&self) {
+        if !self.is_retired() || self.in_flight() > 0 {
+            return;
+        }
+        if self.drained.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_err() {
+            return;
+        }
+        let provider = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(provider) = provider {
+            if let Err(error) = provider.shutdown() {
+                tracing::warn!(version = %self.manifest.version, kind = %error.kind, "a drained version's shutdown failed");
+            }
+        }
+    }
+}
+
+/// Why a swap was refused; the active version stays in place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SwapError {
+    /// The new library is another provider.
+    OtherProvider {
+        /// The active provider's id.
+        active: String,
+        /// The offered library's provider id.
+        offered: String,
+    },
+    /// The set already retains as many versions as it may.
+    TooManyVersions {
+        /// The bound.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for SwapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SwapError::OtherProvider { active, offered } => write!(
+                f,
+                "cannot swap provider `{active}` for a library of provider `{offered}`; the active version stays"
+            ),
+            SwapError::TooManyVersions { limit } => write!(
+                f,
+                "cannot swap: {limit} versions are retained with calls still in flight; the active version stays"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SwapError {}
+
+/// What one swap did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwapReport {
+    /// The version that was active.
+    pub from: String,
+    /// The version now active.
+    pub to: String,
+    /// Calls the old version still had in flight at the swap (they finish there).
+    pub draining: usize,
+    /// How long the swap held the lock new calls wait on.
+    pub blocked_for: Duration,
+}
+
+/// The loaded versions of one provider, one of them active.
+pub struct ProviderSet {
+    active: RwLock<Arc<Version>>,
+    retained: Mutex<Vec<Arc<Version>>>,
+    limit: usize,
+    swaps: AtomicU64,
+}
+
+/// How many versions a set retains (active and draining) by default.
+pub const DEFAULT_RETAINED_VERSIONS: usize = 8;
+
+impl ProviderSet {
+    /// A set whose active version is `provider`.
+    pub fn new(provider: LoadedProvider) -> Self {
+        Self::with_limit(provider, DEFAULT_RETAINED_VERSIONS)
+    }
+
+    /// A set retaining at most `limit` versions with calls in flight.
+    pub fn with_limit(provider: LoadedProvider, limit: usize) -> Self {
+        let first = Arc::new(Version::new(provider));
+        ProviderSet {
+            active: RwLock::new(Arc::clone(&first)),
+            retained: Mutex::new(vec![first]),
+            limit: limit.max(1),
+            swaps: AtomicU64::new(0),
+        }
+    }
+
+    /// The active version.
+    pub fn active(&self) -> Arc<Version> {
+        Arc::clone(&self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// How many swaps happened.
+    pub fn swaps(&self) -> u64 {
+        self.swaps.load(Ordering::SeqCst)
+    }
+
+    /// The versions still retained (the active one and those draining).
+    pub fn versions(&self) -> Vec<Arc<Version>> {
+        self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Makes `next` the active version: new calls go to it at once, calls
+    /// already running on the old one finish there, and the old one is shut
+    /// down when its last call returns. Refused (the active version stays)
+    /// when `next` is another provider, or when too many versions are still
+    /// draining.
+    pub fn swap_to(&self, next: LoadedProvider) -> Result<SwapReport, SwapError> {
+        let next = Arc::new(Version::new(next));
+        let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        retained.retain(|version| !version.is_drained());
+        let current = self.active();
+        if next.manifest.id != current.manifest.id {
+            return Err(SwapError::OtherProvider {
+                active: current.manifest.id.to_string(),
+                offered: next.manifest.id.to_string(),
+            });
+        }
+        if retained.len() >= self.limit {
+            return Err(SwapError::TooManyVersions { limit: self.limit });
+        }
+        retained.push(Arc::clone(&next));
+        drop(retained);
+        let started = Instant::now();
+        let old = {
+            let mut active = self.active.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            std::mem::replace(&mut *active, Arc::clone(&next))
+        };
+        let blocked_for = started.elapsed();
+        old.retired.store(true, Ordering::SeqCst);
+        let draining = old.in_flight();
+        old.drain_if_idle();
+        self.swaps.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(from = %old.manifest.version, to = %next.manifest.version, draining, "swapped provider version");
+        Ok(SwapReport {
+            from: old.manifest.version.to_string(),
+            to: next.manifest.version.to_string(),
+            draining,
+            blocked_for,
+        })
+    }
+
+    /// Runs `call` on the active version, counting it in flight there until
+    /// it returns.
+    pub fn call<T>(&self, call: impl FnOnce(&LoadedProvider) -> T) -> T {
+        let version = {
+            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            active.in_flight.fetch_add(1, Ordering::SeqCst);
+            Arc::clone(&active)
+        };
+        let provider = version.loaded();
+        let outcome = call(&provider);
+        drop(provider);
+        version.in_flight.fetch_sub(1, Ordering::SeqCst);
+        version.drain_if_idle();
+        outcome
+    }
+
+    /// True when the active version can answer `hook`.
+    pub fn supports(&self, hook: Hook) -> bool {
+        self.call(|provider| provider.supports(hook))
+    }
+}
+
+impl Provider for ProviderSet {
+    fn manifest(&self) -> Manifest {
+        self.active().manifest.clone()
+    }
+
+    fn setup(&self, params: &SetupParams) -> HookResult<()> {
+        self.call(|provider| provider.setup(params))
+    }
+
+    fn shutdown(&self) -> HookResult<()> {
+        let mut outcome = Ok(());
+        for version in self.versions().iter().filter(|version| !version.is_drained()) {
+            if let Some(provider) = version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref()
+            {
+                outcome = outcome.and(provider.shutdown());
+            }
+        }
+        outcome
+    }
+
+    fn health(&self) -> HookResult<HealthReport> {
+        self.call(|provider| provider.health())
+    }
+
+    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
+        self.call(|provider| provider.validate_config(params))
+    }
+
+    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
+        self.call(|provider| provider.probe(params))
+    }
+
+    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
+        self.call(|provider| provider.acquire_lease(params))
+    }
+
+    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
+        self.call(|provider| provider.resume_lease(params))
+    }
+
+    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        self.call(|provider| provider.release_lease(params))
+    }
+
+    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        self.call(|provider| provider.destroy_lease(params))
+    }
+
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
+        self.call(|provider| provider.realize_workspace(params))
+    }
+
+    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
+        self.call(|provider| provider.execute(params, output))
+    }
+
+    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
+        self.call(|provider| provider.inspect_lease(params))
+    }
+
+    /// Records ahead where the version answering the call can (a swap may
+    /// land between a host's `supports` check and its call).
+    fn acquire_lease_recording(
+        &self,
+        params: &AcquireParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<Lease> {
+        self.call(|provider| match provider.supports(Hook::AcquireLeaseRecording) {
+            true => provider.acquire_lease_recording(params, recorder),
+            false => provider.acquire_lease(params),
+        })
+    }
+
+    /// As `acquire_lease_recording`.
+    fn probe_recording(
+        &self,
+        params: &EnvironmentParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<ProbeReport> {
+        self.call(|provider| match provider.supports(Hook::ProbeRecording) {
+            true => provider.probe_recording(params, recorder),
+            false => provider.probe(params),
+        })
+    }
+
+    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
+        self.call(|provider| provider.release_lease_reporting(params))
+    }
+}

@@ -1,0 +1,108 @@
+//! Versions side by side, hot swap and drain, through real fixture libraries
+//! of ABI 1.0, 1.1 and 1.2 (one provider id, three versions).
+
+use host_harness::provider_set::{ProviderSet, SwapError};
+use provider_abi::{library_file_name, ExecuteParams, Hook, LoadedProvider, OutputSink, OutputStream, Provider};
+use std::{path::PathBuf, sync::mpsc};
+
+fn library(crate_name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    deps.join(library_file_name(crate_name))
+}
+
+fn load(crate_name: &str) -> LoadedProvider {
+    LoadedProvider::load(library(crate_name)).unwrap()
+}
+
+fn health(set: &ProviderSet) -> String {
+    set.health().unwrap().message.to_string()
+}
+
+#[test]
+fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
+    let set = ProviderSet::new(load("fixture_v1_0"));
+    assert_eq!(health(&set), "fixture 1.0.0");
+    assert!(!set.supports(Hook::InspectLease));
+    // (library, version, inspect_lease, the 1.2 hooks)
+    let steps = [
+        ("fixture_v1_1", "fixture 1.1.0", true, false),
+        ("fixture_v1_2", "fixture 1.2.0", true, true),
+        ("fixture_v1_0", "fixture 1.0.0", false, false),
+    ];
+    for (library, message, inspect, recording) in steps {
+        let report = set.swap_to(load(library)).unwrap();
+        assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
+        assert_eq!(health(&set), message);
+        assert_eq!(set.supports(Hook::InspectLease), inspect, "{library}");
+        assert_eq!(set.supports(Hook::ReleaseLeaseReporting), recording, "{library}");
+    }
+    assert_eq!(set.swaps(), 3);
+    assert!(set.versions().iter().filter(|version| !version.is_drained()).count() == 1);
+}
+
+#[test]
+fn a_call_in_flight_finishes_on_the_old_version_which_then_drains() {
+    let set = ProviderSet::new(load("fixture_v1_1"));
+    let (started_tx, started) = mpsc::channel();
+    let (release_tx, release) = mpsc::channel::<()>();
+    let set = &set;
+    std::thread::scope(|scope| {
+        let call = scope.spawn(move || {
+            // The fixture echoes each argument through the sink: the first
+            // chunk blocks until the test lets it go, keeping the call on v1.1.
+            let mut first = true;
+            let mut sink = move |_: OutputStream, _: &str| {
+                if std::mem::take(&mut first) {
+                    started_tx.send(()).unwrap();
+                    release.recv().unwrap();
+                }
+            };
+            let params = ExecuteParams { args: vec!["a".into(), "b".into()].into(), ..Default::default() };
+            set.execute(&params, &mut OutputSink::new(&mut sink)).unwrap()
+        });
+        started.recv().unwrap();
+        let old = set.active();
+        let report = set.swap_to(load("fixture_v1_2")).unwrap();
+        assert_eq!((report.from.as_str(), report.to.as_str(), report.draining), ("1.1.0", "1.2.0", 1));
+        assert_eq!(health(&set), "fixture 1.2.0", "new calls go to the new version at once");
+        assert!(old.is_retired() && !old.is_drained(), "the old version waits for its call");
+        release_tx.send(()).unwrap();
+        let result = call.join().unwrap();
+        assert_eq!(result.stdout.as_str(), "ab", "the call finished where it started");
+        assert!(old.is_drained(), "its last call returned: shut down and dropped");
+    });
+}
+
+#[test]
+fn a_swap_to_another_provider_or_past_the_bound_is_refused_and_changes_nothing() {
+    let set = ProviderSet::with_limit(load("fixture_v1_1"), 2);
+    let other = LoadedProvider::load(library("createos_provider")).unwrap();
+    let refused = set.swap_to(other).unwrap_err();
+    assert!(matches!(refused, SwapError::OtherProvider { .. }), "{refused}");
+    assert!(!refused.to_string().contains('\n'));
+    assert_eq!(health(&set), "fixture 1.1.0");
+
+    // Keep a call in flight on 1.1, swap to 1.2 (two retained), then a third
+    // version would exceed the bound of two.
+    let (started_tx, started) = mpsc::channel();
+    let (release_tx, release) = mpsc::channel::<()>();
+    let set = &set;
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut sink = move |_: OutputStream, _: &str| {
+                started_tx.send(()).unwrap();
+                release.recv().unwrap();
+            };
+            let params = ExecuteParams { args: vec!["a".into()].into(), ..Default::default() };
+            set.execute(&params, &mut OutputSink::new(&mut sink)).unwrap();
+        });
+        started.recv().unwrap();
+        set.swap_to(load("fixture_v1_2")).unwrap();
+        let refused = set.swap_to(load("fixture_v1_0")).unwrap_err();
+        assert_eq!(refused, SwapError::TooManyVersions { limit: 2 });
+        assert_eq!(health(&set), "fixture 1.2.0", "the active version stays");
+        release_tx.send(()).unwrap();
+    });
+    set.swap_to(load("fixture_v1_0")).expect("once 1.1 drained, the bound has room");
+    assert_eq!(health(&set), "fixture 1.0.0");
+}
