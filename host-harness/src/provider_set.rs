@@ -259,7 +259,8 @@ impl Provider for ProviderSet {
     fn shutdown(&self) -> HookResult<()> {
         let mut outcome = Ok(());
         for version in self.versions().iter().filter(|version| !version.is_drained()) {
-            if let Some(provider) = version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref()
+            if let Some(provider) =
+                version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref()
             {
                 outcome = outcome.and(provider.shutdown());
             }

@@ -10,16 +10,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-/// The folder cargo built the test binaries and shared libraries in.
-fn deps() -> PathBuf {
-    std::env::current_exe().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn library(crate_name: &str) -> PathBuf {
-    let path = deps().join(provider_abi::library_file_name(crate_name));
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
+use e2e::library;
 
 /// A temporary home: `HOME`, `XDG_DATA_HOME`, `XDG_STATE_HOME` inside it,
 /// an unrelated working directory, and the harness binary copied to `bin/`.

@@ -8,12 +8,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-fn library(crate_name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.join(provider_abi::library_file_name(crate_name));
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
+use e2e::library;
 
 struct Bed {
     dir: tempfile::TempDir,

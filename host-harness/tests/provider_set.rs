@@ -2,13 +2,10 @@
 //! of ABI 1.0, 1.1 and 1.2 (one provider id, three versions).
 
 use host_harness::provider_set::{ProviderSet, SwapError};
-use provider_abi::{library_file_name, ExecuteParams, Hook, LoadedProvider, OutputSink, OutputStream, Provider};
-use std::{path::PathBuf, sync::mpsc};
+use provider_abi::{ExecuteParams, Hook, LoadedProvider, OutputSink, OutputStream, Provider};
+use std::sync::mpsc;
 
-fn library(crate_name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    deps.join(library_file_name(crate_name))
-}
+use e2e::library;
 
 fn load(crate_name: &str) -> LoadedProvider {
     LoadedProvider::load(library(crate_name)).unwrap()
@@ -45,7 +42,7 @@ fn a_call_in_flight_finishes_on_the_old_version_which_then_drains() {
     let set = ProviderSet::new(load("fixture_v1_1"));
     let (started_tx, started) = mpsc::channel();
     let (release_tx, release) = mpsc::channel::<()>();
-    let set = &set;
+    let shared = &set;
     std::thread::scope(|scope| {
         let call = scope.spawn(move || {
             // The fixture echoes each argument through the sink: the first
@@ -58,7 +55,7 @@ fn a_call_in_flight_finishes_on_the_old_version_which_then_drains() {
                 }
             };
             let params = ExecuteParams { args: vec!["a".into(), "b".into()].into(), ..Default::default() };
-            set.execute(&params, &mut OutputSink::new(&mut sink)).unwrap()
+            shared.execute(&params, &mut OutputSink::new(&mut sink)).unwrap()
         });
         started.recv().unwrap();
         let old = set.active();
@@ -86,7 +83,7 @@ fn a_swap_to_another_provider_or_past_the_bound_is_refused_and_changes_nothing()
     // version would exceed the bound of two.
     let (started_tx, started) = mpsc::channel();
     let (release_tx, release) = mpsc::channel::<()>();
-    let set = &set;
+    let shared = &set;
     std::thread::scope(|scope| {
         scope.spawn(move || {
             let mut sink = move |_: OutputStream, _: &str| {
@@ -94,7 +91,7 @@ fn a_swap_to_another_provider_or_past_the_bound_is_refused_and_changes_nothing()
                 release.recv().unwrap();
             };
             let params = ExecuteParams { args: vec!["a".into()].into(), ..Default::default() };
-            set.execute(&params, &mut OutputSink::new(&mut sink)).unwrap();
+            shared.execute(&params, &mut OutputSink::new(&mut sink)).unwrap();
         });
         started.recv().unwrap();
         set.swap_to(load("fixture_v1_2")).unwrap();

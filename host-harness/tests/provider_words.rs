@@ -9,22 +9,16 @@ use host_harness::{
     ledger::{Ledger, Owner},
     request::HarnessConfig,
 };
-use provider_abi::{library_file_name, LoadedProvider};
+use provider_abi::LoadedProvider;
 use serde_json::{json, Value};
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
 };
 
 const SECRET: &str = "open-sesame-4242";
 
-/// The shared library cargo built for fixture crate `name` (`fixture_v1_2`).
-fn fixture(name: &str) -> PathBuf {
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.join(library_file_name(name));
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
+use e2e::library as fixture;
 
 struct Bed {
     dir: tempfile::TempDir,
