@@ -9,6 +9,7 @@
 //! (loading), [`request`] (the configuration file), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
+pub mod async_host;
 pub mod embedded;
 pub mod host;
 pub mod interrupt;
