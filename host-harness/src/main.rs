@@ -151,6 +151,14 @@ enum Command {
     },
     /// List the lease ledger.
     Leases,
+    /// Check the provider against the lease contract: one line per check, a
+    /// summary, exit 1 if a check failed. Without --config it runs against an
+    /// embedded CreateOS simulator. Commands run in leases through `/bin/sh`.
+    Conform {
+        /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
     Sim {
         /// Loopback address to listen on.
@@ -204,6 +212,10 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if let Command::Sim { listen, no_rate_limit } = &cli.command {
         return commands::sim::serve(*listen, !no_rate_limit, out);
     }
+    if let Command::Conform { config } = &cli.command {
+        // Calls the provider directly and destroys what it acquires: no ledger.
+        return commands::conform::run(global.plugin.as_deref(), config.as_deref(), out);
+    }
     if let Command::Leases = &cli.command {
         return ledger::leases(global.ledger.as_deref(), out);
     }
@@ -252,7 +264,12 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }
-        Command::Inspect | Command::Health | Command::Validate(_) | Command::Leases | Command::Sim { .. } => {
+        Command::Inspect
+        | Command::Health
+        | Command::Validate(_)
+        | Command::Leases
+        | Command::Sim { .. }
+        | Command::Conform { .. } => {
             unreachable!("handled before opening the ledger")
         }
     }
