@@ -572,16 +572,26 @@ fn validate_given(ctx: &Ctx) -> Result<String, Verdict> {
     }
 }
 
-/// The streaming command: prints a line on each stream, then blocks on a
-/// FIFO until a second command writes `go` to it, so its end depends on the
-/// host having seen its first output while it ran. Exits 7.
-const STREAMING_SCRIPT: &str = "rm -f .conform-fifo && mkfifo .conform-fifo || exit 90
-printf 'conform-out\\n'
-printf 'conform-err\\n' >&2
-read go < .conform-fifo
-rm -f .conform-fifo
-printf 'after-%s\\n' \"$go\"
-exit 7";
+/// A shell loop that waits (a tenth of a second at a time where `sleep`
+/// takes fractions, else a second) until `file` exists, exiting 91 after
+/// about ten seconds: `wait_for(".conform-go")`.
+fn wait_for(file: &str) -> String {
+    format!(
+        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 100 ] && exit 91; \
+         sleep 0.1 2>/dev/null || sleep 1; done"
+    )
+}
+
+/// The streaming command: prints a line on each stream, then waits until a
+/// second command creates `.conform-go`, which conform runs only once the
+/// first line has reached the output sink; so the command ends (exit 7)
+/// only if its output is streamed while it runs. Exits 91 otherwise.
+fn streaming_script() -> String {
+    format!(
+        "rm -f .conform-go\nprintf 'conform-out\\n'\nprintf 'conform-err\\n' >&2\n{}\nprintf 'after-go\\n'\nexit 7",
+        wait_for(".conform-go")
+    )
+}
 
 fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
@@ -620,8 +630,8 @@ fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
     Ok(note.into())
 }
 
-/// Runs [`STREAMING_SCRIPT`], releasing it through its FIFO once its first
-/// stdout line has reached the sink, and checks what came back.
+/// Runs [`streaming_script`], letting it finish once its first stdout line
+/// has reached the sink, and checks what came back.
 fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
     let (seen_sender, seen) = mpsc::channel();
     let streamed = Arc::new(Mutex::new(Streamed::default()));
@@ -633,8 +643,8 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
             let params = ExecuteParams {
                 lease: ctx.params(&lease),
                 command: "/bin/sh".into(),
-                args: vec!["-c".into(), STREAMING_SCRIPT.into()].into(),
-                timeout_ms: Some(20_000).into(),
+                args: vec!["-c".into(), streaming_script().into()].into(),
+                timeout_ms: Some(30_000).into(),
                 ..Default::default()
             };
             let mut signalled = false;
@@ -652,18 +662,16 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
     // Only once the first line arrived does the second command let the
     // first one finish: output that arrives only at the end never gets here.
     let released = match seen.recv_timeout(WAIT) {
-        Ok(()) => Some(ctx.sh(lease, "printf go > .conform-fifo", Some(30_000)).0),
+        Ok(()) => Some(ctx.sh(lease, ": > .conform-go", Some(30_000)).0),
         Err(_) => None,
     };
     let result = worker.join().map_err(|_| failed("execute panicked in the host"))?;
     let streamed = streamed.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
     let result = result.map_err(|error| hook_failed("execute", &error))?;
-    if released.is_none() {
-        return Err(failed(format!(
-            "the command's first output line did not reach the output sink while it ran (exit code {:?}, timed out: {}): output is not streamed",
-            result.exit_code.into_option(),
-            result.timed_out
-        )));
+    if released.is_none() || result.exit_code.into_option() == Some(91) {
+        return Err(failed(
+            "the command's first output line did not reach the output sink while the command ran: output is not streamed",
+        ));
     }
     if let Some(Err(error)) = released {
         return Err(hook_failed("execute (a second command in the same lease)", &error));
@@ -740,8 +748,9 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
             },
         ),
     ];
-    let mut accepted = Vec::new();
+    let mut wrong = Vec::new();
     for (what, stranger) in strangers {
+        let mut accepted = Vec::new();
         let params = LeaseParams { env: stranger, ..held.params() };
         let execute = ExecuteParams {
             lease: params.clone(),
@@ -761,16 +770,16 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
         for (hook, error) in outcomes {
             match error {
                 Some(error) if error.kind == ErrorKind::NOT_THIS_ENVIRONMENT => {}
-                Some(error) => accepted.push(format!(
-                    "{hook} ({what}) failed with {} instead of not_this_environment",
-                    error.kind
-                )),
-                None => accepted.push(format!("{hook} ({what}) accepted it")),
+                Some(error) => accepted.push(format!("{hook} failed with {}", error.kind)),
+                None => accepted.push(format!("{hook} accepted it")),
             }
         }
+        if !accepted.is_empty() {
+            wrong.push(format!("another {what}'s lease: {}", accepted.join(", ")));
+        }
     }
-    if !accepted.is_empty() {
-        return Err(failed(format!("another environment's lease was not refused: {}", accepted.join("; "))));
+    if !wrong.is_empty() {
+        return Err(failed(format!("not refused with not_this_environment: {}", wrong.join("; "))));
     }
     let owner = ctx.sh_ok(&held.lease, "cat .conform-owner").map_err(|_| {
         failed("the lease no longer works for its own environment after another environment's hooks")
@@ -782,12 +791,12 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
 }
 
 /// A command that ignores SIGTERM, so that stopping it takes a release a
-/// while and a second release surely overlaps the first.
-const STUBBORN_SCRIPT: &str = "trap '' TERM; printf 'conform-running\\n'; sleep 60";
+/// while and a second release surely overlaps the first. It says it runs
+/// with a file, not output, so this check does not depend on streaming.
+const STUBBORN_SCRIPT: &str = "trap '' TERM; : > .conform-running; sleep 60";
 
 fn concurrent_release(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
-    let (running_sender, running) = mpsc::channel();
     let (done_sender, done) = mpsc::channel();
     {
         let ctx = ctx.clone();
@@ -800,19 +809,12 @@ fn concurrent_release(ctx: &Ctx) -> Result<String, Verdict> {
                 timeout_ms: Some(120_000).into(),
                 ..Default::default()
             };
-            let mut seen = String::new();
-            let mut watch = |stream: OutputStream, chunk: &str| {
-                if stream == OutputStream::Stdout {
-                    seen.push_str(chunk);
-                    if seen.contains("conform-running") {
-                        let _ = running_sender.send(());
-                    }
-                }
-            };
-            let _ = done_sender.send(ctx.provider().execute(&params, &mut OutputSink::new(&mut watch)));
+            let mut ignore = |_: OutputStream, _: &str| {};
+            let _ = done_sender.send(ctx.provider().execute(&params, &mut OutputSink::new(&mut ignore)));
         });
     }
-    running.recv_timeout(WAIT).map_err(|_| failed("the long-running command's output never arrived"))?;
+    ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
+        .map_err(|_| failed("the long-running command did not start"))?;
     let barrier = Arc::new(Barrier::new(2));
     let releases: Vec<_> = (0..2)
         .map(|_| {
