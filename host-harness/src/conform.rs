@@ -10,7 +10,7 @@
 //!
 //! Commands run in leases as `/bin/sh -c SCRIPT` with relative paths (the
 //! workspace is the default working directory): conform expects a POSIX
-//! shell with `mkfifo`, `sleep`, `kill` and `cat` in the lease.
+//! shell with `printf`, `cat`, `kill` and `sleep` in the lease.
 //!
 //! Panics: conform cannot make an arbitrary provider's own code panic (that
 //! needs a provider-specific trigger). It checks the two places where a
@@ -1034,4 +1034,48 @@ fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
     }
     held.destroy()?;
     Ok(String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_contract_sentence_is_the_guides_word_for_word() {
+        let guide =
+            include_str!("../../docs/writing-a-provider.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        for check in CHECKS {
+            assert!(guide.contains(check.contract), "the guide lacks the sentence of `{}`", check.name);
+        }
+    }
+
+    #[test]
+    fn a_failure_line_names_the_check_and_its_contract_sentence() {
+        let check = CHECKS.iter().find(|check| check.name == "destroy-twice").unwrap();
+        let report = CheckReport {
+            name: check.name,
+            contract: check.contract,
+            verdict: Verdict::Failed("the second destroy_lease failed".into()),
+            duration: Duration::from_millis(3),
+        };
+        let line = report.to_line();
+        assert!(line.starts_with("FAIL destroy-twice "), "{line}");
+        assert!(
+            line.ends_with("(contract: Destroying a lease that is already gone is not an error.)"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        assert_eq!(report.to_json()["status"], "failed");
+        let summary = Summary::of(&[report]);
+        assert_eq!(summary, Summary { passed: 0, failed: 1, skipped: 0 });
+        assert!(summary.to_line().ends_with("the provider does NOT conform"));
+    }
+
+    #[test]
+    fn check_names_are_unique() {
+        let mut names: Vec<&str> = CHECKS.iter().map(|check| check.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CHECKS.len());
+    }
 }
