@@ -331,3 +331,159 @@ impl Provider for HelloProvider {
         Ok(LeaseStatus { exists, state: state.into(), unconfirmed: self.leases.is_unconfirmed(&lease.id) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use provider_abi::OutputStream;
+
+    struct Bed {
+        provider: HelloProvider,
+        env: EnvironmentParams,
+        _root: tempfile::TempDir,
+    }
+
+    impl Bed {
+        fn new(reuse: bool) -> Bed {
+            let root = tempfile::tempdir().unwrap();
+            let config = serde_json::json!({"root": root.path().join("leases"), "reuseLease": reuse});
+            let env = EnvironmentParams {
+                driver_key: "hello".into(),
+                company_id: "acme".into(),
+                environment_id: "dev".into(),
+                config_json: config.to_string().into(),
+            };
+            Bed { provider: HelloProvider::default(), env, _root: root }
+        }
+
+        fn acquire(&self) -> LeaseParams {
+            let params = AcquireParams {
+                env: self.env.clone(),
+                run_id: "t".into(),
+                requested_expires_at: None.into(),
+            };
+            let lease = self.provider.acquire_lease(&params).unwrap();
+            LeaseParams {
+                env: self.env.clone(),
+                run_id: "t".into(),
+                provider_lease_id: lease.provider_lease_id,
+                metadata_json: lease.metadata_json,
+            }
+        }
+
+        fn run(&self, lease: &LeaseParams, script: &str) -> HookResult<ExecuteResult> {
+            let params = ExecuteParams {
+                lease: lease.clone(),
+                command: "/bin/sh".into(),
+                args: vec!["-c".into(), script.into()].into(),
+                ..Default::default()
+            };
+            let mut ignore = |_: OutputStream, _: &str| {};
+            self.provider.execute(&params, &mut OutputSink::new(&mut ignore))
+        }
+
+        fn lease_dir(&self, lease: &LeaseParams) -> std::path::PathBuf {
+            let config = Config::for_hook(&self.env.config_json).unwrap();
+            LeaseDir::open(lease, &config).unwrap().dir
+        }
+    }
+
+    #[test]
+    fn a_lease_whose_cleanup_is_unconfirmed_is_never_handed_out_for_reuse() {
+        let bed = Bed::new(true);
+        let lease = bed.acquire();
+        let id = lease.provider_lease_id.as_ref().unwrap().to_string();
+        bed.provider.leases.mark_unconfirmed(&id);
+        let refused = [
+            bed.provider.release_lease_reporting(&lease).map(|_| ()).unwrap_err(),
+            bed.provider.resume_lease(&lease).map(|_| ()).unwrap_err(),
+            bed.run(&lease, "true").map(|_| ()).unwrap_err(),
+        ];
+        for error in refused {
+            assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error:?}");
+            assert_eq!(error.message.as_str(), crate::lease::UNCONFIRMED);
+        }
+        assert!(bed.provider.inspect_lease(&lease).unwrap().unconfirmed);
+        // Destroy is the only way out, and it clears the mark.
+        bed.provider.destroy_lease(&lease).unwrap();
+        assert!(!bed.lease_dir(&lease).exists());
+        assert!(!bed.provider.leases.is_unconfirmed(&id));
+    }
+
+    #[test]
+    fn without_reuse_a_release_deletes_the_lease_and_says_so() {
+        let bed = Bed::new(false);
+        let lease = bed.acquire();
+        assert_eq!(bed.provider.release_lease_reporting(&lease).unwrap(), ReleaseReport { kept: false });
+        assert!(!bed.lease_dir(&lease).exists());
+        assert!(bed.provider.resume_lease(&lease).unwrap().expired);
+    }
+
+    #[test]
+    fn a_lease_the_host_could_not_record_is_deleted_and_the_hosts_error_returned() {
+        let bed = Bed::new(true);
+        let mut created = None;
+        let mut refuse = |lease: &Lease| {
+            created = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+            Err(ProviderError::internal("ledger is full"))
+        };
+        let params =
+            AcquireParams { env: bed.env.clone(), run_id: "t".into(), requested_expires_at: None.into() };
+        let error = bed
+            .provider
+            .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut refuse))
+            .unwrap_err();
+        assert_eq!(error.message.as_str(), "ledger is full");
+        let config = Config::for_hook(&bed.env.config_json).unwrap();
+        assert!(!config.root.join(created.expect("recorded before returning")).exists());
+    }
+
+    #[test]
+    fn an_expiry_is_refused_before_anything_is_created() {
+        let bed = Bed::new(true);
+        let params = AcquireParams {
+            env: bed.env.clone(),
+            run_id: "t".into(),
+            requested_expires_at: Some("2030-01-01T00:00:00Z".into()).into(),
+        };
+        assert_eq!(bed.provider.acquire_lease(&params).unwrap_err().kind, ErrorKind::INVALID_INPUT);
+        let config = Config::for_hook(&bed.env.config_json).unwrap();
+        assert!(!config.root.exists(), "nothing was created");
+    }
+
+    #[test]
+    fn execute_reports_exit_codes_signals_and_standard_input() {
+        let bed = Bed::new(true);
+        let lease = bed.acquire();
+        let result = bed.run(&lease, "printf out; printf err >&2; exit 5").unwrap();
+        assert_eq!(
+            (result.exit_code.into_option(), result.stdout.as_str(), result.stderr.as_str()),
+            (Some(5), "out", "err")
+        );
+        let killed = bed.run(&lease, "kill -9 $$").unwrap();
+        assert_eq!(
+            (killed.exit_code.into_option(), killed.signal.as_ref().map(|s| s.as_str()).into_option()),
+            (None, Some("SIGKILL"))
+        );
+        let params = ExecuteParams {
+            lease: lease.clone(),
+            command: "/bin/cat".into(),
+            stdin: Some(b"fed".to_vec().into()).into(),
+            ..Default::default()
+        };
+        let mut ignore = |_: OutputStream, _: &str| {};
+        assert_eq!(
+            bed.provider.execute(&params, &mut OutputSink::new(&mut ignore)).unwrap().stdout.as_str(),
+            "fed"
+        );
+        let bad_env = ExecuteParams {
+            env: vec![provider_abi::EnvVar { name: "1BAD".into(), value: "x".into() }].into(),
+            ..params
+        };
+        assert_eq!(
+            bed.provider.execute(&bad_env, &mut OutputSink::new(&mut ignore)).unwrap_err().kind,
+            ErrorKind::INVALID_INPUT
+        );
+        bed.provider.destroy_lease(&lease).unwrap();
+    }
+}
