@@ -236,7 +236,8 @@ pub const CHECKS: &[Check] = &[
 ];
 
 /// Runs every check against `provider` with `config`, reporting each as it
-/// finishes; returns them all.
+/// finishes; returns them all. After an interruption
+/// ([`crate::interrupt::requested`]) no further check starts.
 pub fn run(
     provider: Arc<LoadedProvider>,
     config: &HarnessConfig,
@@ -247,6 +248,10 @@ pub fn run(
     let _quiet = QuietPanics::install();
     let mut reports = Vec::with_capacity(CHECKS.len());
     for check in CHECKS {
+        if crate::interrupt::requested().is_some() {
+            // Interrupted: no new check starts; the one in flight cleaned up.
+            break;
+        }
         let started = Instant::now();
         let verdict = ctx.bounded(CHECK_BOUND, {
             let ctx = ctx.clone();
@@ -603,28 +608,38 @@ fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
         return Err(failed("realize_workspace returned an empty working directory"));
     }
     streaming_execute(ctx, &held.lease)?;
+    // Whether the release kept the lease: reported (ABI 1.2), inspected
+    // (ABI 1.1), or unknown until resume answers (ABI 1.0).
     let kept = if ctx.supports(Hook::ReleaseLeaseReporting) {
-        ctx.provider().release_lease_reporting(&held.params()).map(|report| report.kept)
+        ctx.provider().release_lease_reporting(&held.params()).map(|report| Some(report.kept))
     } else {
-        ctx.provider().release_lease(&held.params()).map(|()| true)
+        ctx.provider().release_lease(&held.params()).map(|()| {
+            let inspected =
+                ctx.supports(Hook::InspectLease).then(|| ctx.provider().inspect_lease(&held.params()));
+            inspected.and_then(Result::ok).map(|status| status.exists && !status.unconfirmed)
+        })
     }
     .map_err(|error| hook_failed("release_lease", &error))?;
-    let note = if kept {
+    let deleted = "release deleted the lease (configure lease reuse to check resume)";
+    let note = if kept == Some(false) {
+        deleted
+    } else {
         let resumed = ctx
             .provider()
             .resume_lease(&held.params())
             .map_err(|error| hook_failed("resume_lease", &error))?;
-        if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
+        if resumed.expired && kept.is_none() {
+            deleted
+        } else if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
             return Err(failed(format!("resume_lease did not hand back released lease {}", held.id())));
+        } else {
+            held.lease = resumed;
+            let out = ctx.sh_ok(&held.lease, "printf resumed")?;
+            if out != "resumed" {
+                return Err(failed(format!("after resume, execute printed {out:?} instead of \"resumed\"")));
+            }
+            "released, resumed and ran again"
         }
-        held.lease = resumed;
-        let out = ctx.sh_ok(&held.lease, "printf resumed")?;
-        if out != "resumed" {
-            return Err(failed(format!("after resume, execute printed {out:?} instead of \"resumed\"")));
-        }
-        "released, resumed and ran again"
-    } else {
-        "release deleted the lease (configure lease reuse to check resume)"
     };
     held.destroy()?;
     Ok(note.into())

@@ -174,3 +174,39 @@ fn hello_provider_runs_a_whole_host_lifecycle_when_loaded_by_the_harness() {
     let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
     assert!(left.is_empty(), "the lifecycle destroyed its lease: {left:?}");
 }
+
+#[test]
+fn an_interrupted_conform_run_starts_no_further_check_and_leaves_no_lease_behind() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("leases");
+    let config = hello_config(dir.path(), &root);
+    let plugin = library("hello_provider");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env("XDG_STATE_HOME", dir.path())
+        .args(["--plugin", plugin.to_str().unwrap(), "conform", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    // The third check has reported: interrupt while the rest are to come.
+    while !seen.last().is_some_and(|line: &String| line.contains("validate-config")) {
+        seen.push(lines.next().expect("conform reported the validate-config check").unwrap());
+    }
+    // SAFETY: `kill` only sends a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    seen.extend(lines.map(Result::unwrap));
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{seen:?}\n{stderr}");
+    assert!(stderr.contains("SIGINT: stopped after"), "{stderr}");
+    let checks = seen.iter().filter(|line| line.starts_with("PASS ") || line.starts_with("FAIL ")).count();
+    assert!(checks < CHECKS.len(), "no check starts after the interruption: {seen:?}");
+    assert!(!seen.iter().any(|line| line.contains(" checks: ")), "no summary: {seen:?}");
+    // The root is made by the first acquire: it may not exist yet.
+    let left: Vec<_> = std::fs::read_dir(&root).into_iter().flatten().collect();
+    assert!(left.is_empty(), "the check in flight destroyed its leases: {left:?}");
+}

@@ -3,7 +3,7 @@
 //! a check failed.
 
 use super::{load, read_config, Failure, Printer};
-use host_harness::{conform, embedded};
+use host_harness::{conform, embedded, interrupt};
 use provider_abi::Provider;
 use std::{path::Path, sync::Arc};
 
@@ -41,9 +41,25 @@ pub fn run(plugin: Option<&Path>, config: Option<&Path>, out: Printer) -> Result
             provider.path().display()
         );
     }
-    let reports = conform::run(provider.clone(), &config, &mut |report| {
-        out.value(&report.to_json(), || report.to_line());
-    });
+    // The first SIGINT or SIGTERM shuts the provider down (cancelling the
+    // commands in flight); the check under way then fails and destroys its
+    // leases, and no further check starts.
+    let shut_down = || {
+        if let Err(error) = provider.shutdown() {
+            tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
+        }
+    };
+    let reports = interrupt::watch(shut_down, || {
+        conform::run(provider.clone(), &config, &mut |report| {
+            out.value(&report.to_json(), || report.to_line());
+        })
+    })
+    .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
+    if let Some(signal) = interrupt::requested() {
+        drop(sim);
+        eprintln!("{}: stopped after {} checks", interrupt::name(Some(signal)), reports.len());
+        return Err(Failure::Exit(interrupt::exit_code(signal)));
+    }
     let summary = conform::Summary::of(&reports);
     out.value(&summary.to_json(), || summary.to_line());
     let shutdown = provider.shutdown();
