@@ -460,7 +460,8 @@ impl Ctx {
         match result.exit_code.into_option() {
             Some(0) => Ok(result.stdout.to_string()),
             code => Err(failed(format!(
-                "`{script}` ended with exit code {code:?} (timed out: {}), stderr {:?}",
+                "`{}` ended with exit code {code:?} (timed out: {}), stderr {:?}",
+                one_line(script),
                 result.timed_out,
                 result.stderr.as_str()
             ))),
@@ -1014,6 +1015,15 @@ fn many_leases(ctx: &Ctx) -> Result<String, Verdict> {
     }
 }
 
+/// A script shown in a one-line message: its words, at most 80 characters.
+fn one_line(script: &str) -> String {
+    let words = script.split_whitespace().collect::<Vec<_>>().join(" ");
+    match words.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &words[..cut]),
+        None => words,
+    }
+}
+
 fn describe(verdict: &Verdict) -> String {
     match verdict {
         Verdict::Passed(note) | Verdict::Failed(note) | Verdict::Skipped(note) => note.clone(),
@@ -1114,6 +1124,13 @@ mod tests {
         let summary = Summary::of(&[report]);
         assert_eq!(summary, Summary { passed: 0, failed: 1, skipped: 0 });
         assert!(summary.to_line().ends_with("the provider does NOT conform"));
+    }
+
+    #[test]
+    fn scripts_in_messages_are_one_line() {
+        assert_eq!(one_line(GONE_SCRIPT).lines().count(), 1);
+        assert!(one_line(GONE_SCRIPT).ends_with("..."));
+        assert_eq!(one_line("printf  ok\n"), "printf ok");
     }
 
     #[test]
