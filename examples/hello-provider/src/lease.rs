@@ -151,9 +151,11 @@ impl Leases {
         self.lock().0.entry(id.to_owned()).or_default().unconfirmed = true;
     }
 
-    /// Forgets a destroyed lease (clearing its unconfirmed flag).
-    pub fn forget(&self, id: &str) {
-        self.lock().0.remove(id);
+    /// Clears the unconfirmed flag of a lease that is gone (destroyed).
+    pub fn clear_unconfirmed(&self, id: &str) {
+        if let Some(lease) = self.lock().0.get_mut(id) {
+            lease.unconfirmed = false;
+        }
     }
 
     /// Registers a command about to start in the lease, refused while the
@@ -242,10 +244,21 @@ pub struct CommandGuard<'a> {
 
 impl Drop for CommandGuard<'_> {
     fn drop(&mut self) {
-        if let Some(lease) = self.leases.lock().0.get_mut(&self.id) {
+        let mut state = self.leases.lock();
+        if let Some(lease) = state.0.get_mut(&self.id) {
             lease.running.remove(&self.number);
         }
+        forget_if_idle(&mut state.0, &self.id);
+        drop(state);
         self.leases.changed.notify_all();
+    }
+}
+
+/// Drops the state of a lease with nothing left to remember, so the map
+/// holds only leases in use, closing or unconfirmed.
+fn forget_if_idle(leases: &mut HashMap<String, LeaseState>, id: &str) {
+    if leases.get(id).is_some_and(|lease| !lease.closing && !lease.unconfirmed && lease.running.is_empty()) {
+        leases.remove(id);
     }
 }
 
@@ -258,8 +271,10 @@ pub struct ClosingGuard<'a> {
 
 impl Drop for ClosingGuard<'_> {
     fn drop(&mut self) {
-        if let Some(lease) = self.leases.lock().0.get_mut(&self.id) {
+        let mut state = self.leases.lock();
+        if let Some(lease) = state.0.get_mut(&self.id) {
             lease.closing = false;
         }
+        forget_if_idle(&mut state.0, &self.id);
     }
 }

@@ -54,7 +54,7 @@ impl HelloProvider {
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(error) => return Err(io_error("lease deletion", error)),
         }
-        self.leases.forget(&lease.id);
+        self.leases.clear_unconfirmed(&lease.id);
         Ok(())
     }
 
