@@ -22,6 +22,7 @@ pub mod provider;
 pub use provider::HelloProvider;
 
 // The one line that makes this crate a provider library: the root module the
-// host looks for. Build against the newest ABI minor you need; an older host
-// still loads the library and reports the newer hooks as unsupported.
-provider_abi::export_provider!(HelloProvider);
+// host looks for. It names the ABI minor whose hooks the provider implements
+// (see `provider::ABI`), so a newer `provider-abi` does not make it claim
+// hooks it lacks; an older host still loads it and never calls the newer ones.
+provider_abi::export_provider!(HelloProvider, abi = provider::ABI);

@@ -15,9 +15,12 @@ use crate::{
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult,
     HealthReport, Hook, HookResult, Lease, LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport,
-    Provider, ProviderError, ReleaseReport, ValidationReport, Workspace, ABI_VERSION,
+    Provider, ProviderError, ReleaseReport, ValidationReport, Workspace, ABI_1_2,
 };
 use std::{io, path::Path, sync::mpsc, time::Duration};
+
+/// The ABI version whose hooks this provider implements, and exports.
+pub const ABI: provider_abi::AbiVersion = ABI_1_2;
 
 /// The template provider. `Default` is how the export layer creates it.
 #[derive(Default)]
@@ -77,8 +80,8 @@ impl Provider for HelloProvider {
             display_name: "Hello (local directories)".into(),
             driver_key: "hello".into(),
             // A host reports the ABI the library exports, whatever this says.
-            abi_version: ABI_VERSION,
-            hooks: Hook::available_at(ABI_VERSION).map(|hook| hook.name().into()).collect(),
+            abi_version: ABI,
+            hooks: Hook::available_at(ABI).map(|hook| hook.name().into()).collect(),
             config_schema_json: SCHEMA.into(),
         }
     }
