@@ -4,12 +4,14 @@
 //! The binary (`host-harness`) is a thin clap front end over these modules:
 //! [`host`] (each hook as a host calls it: ledger records and the seed's
 //! policy), [`ledger`] (SQLite), [`lifecycle`], [`soak`], [`sweep`],
-//! [`lease_file`] (the lease JSON of the hook commands), [`resources`]
+//! [`lease_file`] (the lease JSON of the hook commands), [`conform`] (the
+//! provider-agnostic lease-contract checks), [`resources`]
 //! (what a soak costs the process), [`plugin`]
 //! (loading), [`request`] (the configuration file), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
 pub mod async_host;
+pub mod conform;
 pub mod embedded;
 pub mod host;
 pub mod interrupt;

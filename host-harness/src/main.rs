@@ -175,6 +175,14 @@ enum Command {
     },
     /// List the lease ledger.
     Leases,
+    /// Check the provider against the lease contract: one line per check, a
+    /// summary, exit 1 if a check failed. Without --config it runs against an
+    /// embedded CreateOS simulator. Commands run in leases through `/bin/sh`.
+    Conform {
+        /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
     Sim {
         /// Loopback address to listen on.
@@ -304,6 +312,10 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
     let signature = check_signature(&plugin, &global.trusted_keys);
     let plugin = Some(plugin.as_path());
+    if let Command::Conform { config } = &cli.command {
+        // Calls the provider directly and destroys what it acquires: no ledger.
+        return commands::conform::run(plugin, config.as_deref(), out);
+    }
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
         let provider = commands::load(plugin)?;
@@ -355,7 +367,8 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         | Command::Leases
         | Command::Sim { .. }
         | Command::Providers(_)
-        | Command::Lock(_) => unreachable!("handled before opening the ledger"),
+        | Command::Lock(_)
+        | Command::Conform { .. } => unreachable!("handled before opening the ledger"),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The commands behind the clap front end, one file per group: `info`
 //! (inspect, health, validate), `hooks` (acquire, resume, release, destroy,
-//! probe, exec), `runs` (lifecycle, soak), `ledger` (sweep, leases), `sim`.
+//! probe, exec), `runs` (lifecycle, soak), `ledger` (sweep, leases), `sim`,
+//! `conform`.
 
+pub mod conform;
 pub mod hooks;
 pub mod info;
 pub mod ledger;

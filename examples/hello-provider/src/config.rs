@@ -1,0 +1,142 @@
+//! The configuration: `{"root": "/abs/dir", "reuseLease": true, "timeoutMs": 30000}`.
+
+use provider_abi::{ErrorKind, ProviderError};
+use serde_json::{Map, Value};
+use std::path::PathBuf;
+
+/// The JSON schema the manifest publishes. Hosts read `writeOnly` to learn
+/// which keys are secret; this provider has none.
+pub const SCHEMA: &str = r#"{"type":"object","required":["root"],"additionalProperties":false,"properties":{
+"root":{"type":"string","description":"Absolute directory under which lease directories are created."},
+"reuseLease":{"type":"boolean","default":true,"description":"Release keeps the lease for reuse (else deletes it)."},
+"timeoutMs":{"type":"integer","minimum":1,"maximum":86400000,"default":30000,"description":"Default command deadline."}}}"#;
+
+/// The default command deadline.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// The longest deadline accepted (one day).
+pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
+/// A valid configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where lease directories live.
+    pub root: PathBuf,
+    /// Release pauses (keeps) the lease instead of deleting it.
+    pub reuse_lease: bool,
+    /// The deadline of a command that names none.
+    pub timeout_ms: u64,
+}
+
+/// A configuration that did not parse: every problem, one line each, and
+/// remarks that do not stop it from being used.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Problems {
+    /// Fatal problems.
+    pub errors: Vec<String>,
+    /// Non-fatal remarks (unknown keys).
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Parses `text`, collecting *every* problem rather than stopping at the
+    /// first: `validate_config` must report them all at once.
+    pub fn parse(text: &str) -> Result<(Config, Vec<String>), Problems> {
+        let mut problems = Problems::default();
+        let object = match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(object)) => object,
+            Ok(_) => {
+                problems.errors.push("The configuration must be a JSON object.".into());
+                Map::new()
+            }
+            Err(_) => {
+                problems.errors.push("The configuration is not valid JSON.".into());
+                Map::new()
+            }
+        };
+        let root = match object.get("root") {
+            Some(Value::String(root)) if root.starts_with('/') => Some(PathBuf::from(root)),
+            Some(_) => {
+                problems.errors.push("`root` must be an absolute directory path.".into());
+                None
+            }
+            None => {
+                problems
+                    .errors
+                    .push("`root` is required: the directory lease directories are made in.".into());
+                None
+            }
+        };
+        let reuse_lease = match object.get("reuseLease") {
+            None => true,
+            Some(Value::Bool(reuse)) => *reuse,
+            Some(_) => {
+                problems.errors.push("`reuseLease` must be true or false.".into());
+                true
+            }
+        };
+        let timeout_ms = match object.get("timeoutMs") {
+            None => DEFAULT_TIMEOUT_MS,
+            Some(value) => match value.as_u64().filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms)) {
+                Some(ms) => ms,
+                None => {
+                    problems
+                        .errors
+                        .push(format!("`timeoutMs` must be an integer from 1 to {MAX_TIMEOUT_MS}."));
+                    DEFAULT_TIMEOUT_MS
+                }
+            },
+        };
+        for key in object.keys().filter(|key| !["root", "reuseLease", "timeoutMs"].contains(&key.as_str())) {
+            problems.warnings.push(format!("Unknown configuration key `{key}` is ignored."));
+        }
+        match root {
+            Some(root) if problems.errors.is_empty() => {
+                Ok((Config { root, reuse_lease, timeout_ms }, problems.warnings))
+            }
+            _ => Err(problems),
+        }
+    }
+
+    /// Parses `text` for a hook other than `validate_config`: the first
+    /// problem becomes an `invalid_config` error.
+    pub fn for_hook(text: &str) -> Result<Config, ProviderError> {
+        Config::parse(text).map(|(config, _)| config).map_err(|problems| {
+            let first = problems.errors.into_iter().next().unwrap_or_default();
+            ProviderError::new(ErrorKind::INVALID_CONFIG, first)
+        })
+    }
+
+    /// The normalised configuration: every key spelt out with its value.
+    pub fn normalized(&self) -> Value {
+        serde_json::json!({
+            "root": self.root.to_string_lossy(),
+            "reuseLease": self.reuse_lease,
+            "timeoutMs": self.timeout_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let problems =
+            Config::parse(r#"{"root":"relative","reuseLease":"yes","timeoutMs":0,"x":1}"#).unwrap_err();
+        assert_eq!(problems.errors.len(), 3, "{problems:?}");
+        assert_eq!(problems.warnings, ["Unknown configuration key `x` is ignored."]);
+        assert_eq!(Config::parse("{}").unwrap_err().errors.len(), 1);
+        assert_eq!(Config::parse("[]").unwrap_err().errors.len(), 2);
+    }
+
+    #[test]
+    fn defaults_fill_what_is_left_out() {
+        let (config, warnings) = Config::parse(r#"{"root":"/tmp/x"}"#).unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(
+            config,
+            Config { root: "/tmp/x".into(), reuse_lease: true, timeout_ms: DEFAULT_TIMEOUT_MS }
+        );
+    }
+}

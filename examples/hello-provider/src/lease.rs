@@ -1,0 +1,280 @@
+//! Lease records and the provider's per-lease state.
+//!
+//! A lease record (id plus metadata JSON) is *untrusted input*: the host
+//! stores it in files and databases and hands it back later, possibly for
+//! another environment. Every hook that takes a lease checks it here before
+//! touching anything.
+
+use crate::config::Config;
+use provider_abi::{EnvironmentParams, ErrorKind, LeaseParams, ProviderError};
+use serde_json::{json, Value};
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{mpsc::Sender, Condvar, Mutex, MutexGuard, PoisonError},
+    time::{Duration, Instant},
+};
+
+/// The `provider` field of every lease record this provider writes.
+pub const PROVIDER: &str = "hello";
+
+/// The message of the seed's rule, kept word for word in spirit: a lease
+/// whose cleanup is unconfirmed is never handed out for reuse.
+pub const UNCONFIRMED: &str = "Hello process cleanup is unconfirmed; destroy this lease before reusing it.";
+
+/// A checked lease: its id and where it lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseDir {
+    /// The provider lease id (`hello-<32 hex digits>`).
+    pub id: String,
+    /// The lease directory.
+    pub dir: PathBuf,
+}
+
+impl LeaseDir {
+    /// A new lease under `config.root` (not yet created).
+    pub fn new(config: &Config) -> LeaseDir {
+        let id = format!("hello-{}", uuid::Uuid::new_v4().simple());
+        LeaseDir { dir: config.root.join(&id), id }
+    }
+
+    /// The workspace directory commands run in.
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+
+    /// The file whose presence says the lease is released (paused).
+    pub fn released_marker(&self) -> PathBuf {
+        self.dir.join("released")
+    }
+
+    /// The metadata JSON the host stores with the lease.
+    pub fn metadata(&self, env: &EnvironmentParams, config: &Config) -> String {
+        json!({
+            "provider": PROVIDER,
+            "companyId": env.company_id.as_str(),
+            "environmentId": env.environment_id.as_str(),
+            "root": config.root.to_string_lossy(),
+        })
+        .to_string()
+    }
+
+    /// Checks that `params` names a lease of this provider, for the hook's
+    /// own company, environment and root, *before* anything is done with it.
+    ///
+    /// A malformed record is `invalid_input`; a well-formed record of another
+    /// environment is `not_this_environment`. A provider talking to a shared
+    /// service should also make the record tamper-evident (the CreateOS
+    /// provider MACs every field under a key derived from its API key), so
+    /// that editing the environment fields does not unlock another tenant's
+    /// lease; a local directory has no such secret to key it with.
+    pub fn open(params: &LeaseParams, config: &Config) -> Result<LeaseDir, ProviderError> {
+        let invalid =
+            |what: &str| ProviderError::new(ErrorKind::INVALID_INPUT, format!("Hello lease {what}."));
+        let id = params.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+        let id = id.ok_or_else(|| invalid("has no id (it expired; acquire a new one)"))?;
+        let well_formed = id
+            .strip_prefix("hello-")
+            .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+        if !well_formed {
+            return Err(invalid("id is malformed"));
+        }
+        let metadata: Value =
+            serde_json::from_str(&params.metadata_json).map_err(|_| invalid("metadata is not JSON"))?;
+        let field = |key: &str| metadata.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let ours = field("provider") == PROVIDER
+            && field("companyId") == params.env.company_id.as_str()
+            && field("environmentId") == params.env.environment_id.as_str()
+            && field("root") == config.root.to_string_lossy();
+        if !ours {
+            return Err(ProviderError::new(
+                ErrorKind::NOT_THIS_ENVIRONMENT,
+                "Hello lease does not belong to this environment.",
+            ));
+        }
+        Ok(LeaseDir { dir: config.root.join(&id), id })
+    }
+}
+
+/// What the provider remembers about one lease between hooks.
+#[derive(Default)]
+struct LeaseState {
+    /// A release or destroy is running.
+    closing: bool,
+    /// A command's process cleanup could not be confirmed: only destroy may
+    /// follow. (In memory: a provider that must survive restarts keeps it
+    /// with the lease; the host's ledger remembers it too.)
+    unconfirmed: bool,
+    /// Commands running in the lease, by number, each with the channel that
+    /// cancels it.
+    running: HashMap<u64, Sender<crate::process::Event>>,
+}
+
+/// The per-lease state of every lease this provider instance has seen.
+///
+/// Hooks may run on many host threads at once, so all of it sits behind one
+/// mutex (held only for bookkeeping, never across I/O) with a condition
+/// variable for "a command finished".
+#[derive(Default)]
+pub struct Leases {
+    state: Mutex<(HashMap<String, LeaseState>, u64)>,
+    changed: Condvar,
+}
+
+impl Leases {
+    /// Locks the state. A panic while the lock was held (a bug) must not
+    /// make every later hook panic too, so poisoning is ignored: the state
+    /// is plain flags and maps, valid after any partial update.
+    fn lock(&self) -> MutexGuard<'_, (HashMap<String, LeaseState>, u64)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses a lease that is closing or unconfirmed (resume, execute).
+    pub fn check_usable(&self, id: &str) -> Result<(), ProviderError> {
+        let state = self.lock();
+        match state.0.get(id) {
+            Some(lease) if lease.closing => Err(in_progress()),
+            Some(lease) if lease.unconfirmed => {
+                Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// True when the lease's cleanup is unconfirmed.
+    pub fn is_unconfirmed(&self, id: &str) -> bool {
+        self.lock().0.get(id).is_some_and(|lease| lease.unconfirmed)
+    }
+
+    /// Marks the lease's cleanup unconfirmed: from now on only destroy is allowed.
+    pub fn mark_unconfirmed(&self, id: &str) {
+        self.lock().0.entry(id.to_owned()).or_default().unconfirmed = true;
+    }
+
+    /// Clears the unconfirmed flag of a lease that is gone (destroyed).
+    pub fn clear_unconfirmed(&self, id: &str) {
+        if let Some(lease) = self.lock().0.get_mut(id) {
+            lease.unconfirmed = false;
+        }
+    }
+
+    /// Registers a command about to start in the lease, refused while the
+    /// lease is closing or unconfirmed. Checked and registered under one
+    /// lock, so a release either sees the command (and cancels it) or the
+    /// command sees the release (and does not start).
+    pub fn start_command(
+        &self,
+        id: &str,
+        cancel: Sender<crate::process::Event>,
+    ) -> Result<CommandGuard<'_>, ProviderError> {
+        let mut state = self.lock();
+        let (leases, next) = &mut *state;
+        let lease = leases.entry(id.to_owned()).or_default();
+        if lease.closing {
+            return Err(in_progress());
+        }
+        if lease.unconfirmed {
+            return Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED));
+        }
+        *next += 1;
+        lease.running.insert(*next, cancel);
+        Ok(CommandGuard { leases: self, id: id.to_owned(), number: *next })
+    }
+
+    /// Marks the lease closing; a second release or destroy of the same lease
+    /// while this one runs is refused with `cleanup_in_progress`.
+    pub fn begin_closing(&self, id: &str) -> Result<ClosingGuard<'_>, ProviderError> {
+        let mut state = self.lock();
+        let lease = state.0.entry(id.to_owned()).or_default();
+        if lease.closing {
+            return Err(in_progress());
+        }
+        lease.closing = true;
+        Ok(ClosingGuard { leases: self, id: id.to_owned() })
+    }
+
+    /// Cancels every command running in the lease (`None`: in every lease)
+    /// and waits until they have finished, at most `bound`. Commands that
+    /// outlive the bound leave their lease unconfirmed; returns false then.
+    pub fn cancel_and_wait(&self, id: Option<&str>, bound: Duration) -> bool {
+        let deadline = Instant::now() + bound;
+        let mut state = self.lock();
+        for (_, lease) in state.0.iter().filter(|(lease_id, _)| id.is_none_or(|id| id == lease_id.as_str())) {
+            for cancel in lease.running.values() {
+                // A command that already finished dropped its receiver: fine.
+                let _ = cancel.send(crate::process::Event::Cancel);
+            }
+        }
+        loop {
+            let busy: Vec<String> = state
+                .0
+                .iter()
+                .filter(|(lease_id, lease)| {
+                    !lease.running.is_empty() && id.is_none_or(|id| id == lease_id.as_str())
+                })
+                .map(|(lease_id, _)| lease_id.clone())
+                .collect();
+            if busy.is_empty() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                for lease_id in busy {
+                    state.0.entry(lease_id).or_default().unconfirmed = true;
+                }
+                return false;
+            }
+            state =
+                self.changed.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+}
+
+fn in_progress() -> ProviderError {
+    ProviderError::new(ErrorKind::CLEANUP_IN_PROGRESS, "Hello lease cleanup is already in progress.")
+}
+
+/// A registered command; dropping it unregisters the command and wakes a
+/// release waiting for it.
+pub struct CommandGuard<'a> {
+    leases: &'a Leases,
+    id: String,
+    number: u64,
+}
+
+impl Drop for CommandGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.leases.lock();
+        if let Some(lease) = state.0.get_mut(&self.id) {
+            lease.running.remove(&self.number);
+        }
+        forget_if_idle(&mut state.0, &self.id);
+        drop(state);
+        self.leases.changed.notify_all();
+    }
+}
+
+/// Drops the state of a lease with nothing left to remember, so the map
+/// holds only leases in use, closing or unconfirmed.
+fn forget_if_idle(leases: &mut HashMap<String, LeaseState>, id: &str) {
+    if leases.get(id).is_some_and(|lease| !lease.closing && !lease.unconfirmed && lease.running.is_empty()) {
+        leases.remove(id);
+    }
+}
+
+/// A release or destroy in progress; dropping it (also on error or panic)
+/// lets the next one in.
+pub struct ClosingGuard<'a> {
+    leases: &'a Leases,
+    id: String,
+}
+
+impl Drop for ClosingGuard<'_> {
+    fn drop(&mut self) {
+        let mut state = self.leases.lock();
+        if let Some(lease) = state.0.get_mut(&self.id) {
+            lease.closing = false;
+        }
+        forget_if_idle(&mut state.0, &self.id);
+    }
+}

@@ -1,0 +1,375 @@
+//! Running one command: output streamed as it arrives, a deadline, and
+//! termination of the command's whole process group.
+//!
+//! The provider owns its threads: a reader per output pipe, a waiter for the
+//! exit status and a writer for stdin, all feeding one channel that the
+//! hook's own thread (the host's caller) drains. So the host's output sink is
+//! only ever called from the thread that called `execute`, and the hook
+//! never blocks on a pipe or a child without a deadline. (A provider built on
+//! async I/O does the same with a runtime it creates once and owns; it never
+//! uses the host's runtime, and no runtime type crosses the boundary.)
+
+use provider_abi::{ExecuteResult, OutputSink, OutputStream};
+use std::{
+    io::{Read, Write},
+    os::unix::process::{CommandExt, ExitStatusExt},
+    path::PathBuf,
+    process::{ExitStatus, Stdio},
+    sync::mpsc::{Receiver, RecvTimeoutError, Sender},
+    time::{Duration, Instant},
+};
+
+/// How long a terminated command gets between SIGTERM and SIGKILL.
+pub const GRACE: Duration = Duration::from_millis(1000);
+/// How long to wait for a SIGKILLed group to disappear before cleanup is
+/// called unconfirmed. Cleanup runs on a fresh bound like this one: the
+/// command's own deadline has passed by then.
+pub const KILL_BOUND: Duration = Duration::from_secs(5);
+/// The most output kept per stream in the result (its tail); everything is
+/// streamed regardless.
+pub const MAX_KEPT: usize = 1 << 20;
+
+/// What the command's threads (and a release) tell the hook's thread.
+#[derive(Debug)]
+pub enum Event {
+    /// Bytes from a pipe.
+    Chunk(OutputStream, Vec<u8>),
+    /// A pipe reached its end.
+    Closed(OutputStream),
+    /// The command's process exited.
+    Exited(ExitStatus),
+    /// Waiting for the process failed (it cannot be confirmed gone).
+    WaitFailed,
+    /// A release, destroy or shutdown cancels the command.
+    Cancel,
+}
+
+/// A command to run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The working directory.
+    pub cwd: PathBuf,
+    /// Extra environment variables (names already checked).
+    pub env: Vec<(String, String)>,
+    /// Bytes for standard input (closed when `None`).
+    pub stdin: Option<Vec<u8>>,
+    /// The deadline.
+    pub timeout: Duration,
+}
+
+/// How a command ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// It ran to its end or its deadline; the result says which.
+    Finished(ExecuteResult),
+    /// A release or destroy cancelled it.
+    Cancelled,
+}
+
+/// The outcome of [`run`]: how the command ended, and whether its process
+/// group was confirmed gone afterwards.
+#[derive(Debug)]
+pub struct Outcome {
+    /// How the command ended.
+    pub ended: Ended,
+    /// False when termination could not be confirmed: the lease must then
+    /// be marked unconfirmed and never reused.
+    pub cleanup_confirmed: bool,
+}
+
+/// Runs `spec` in its own process group, streaming its output to `sink` as it
+/// arrives. `events` must be the receiver of the sender the lease registered
+/// for this command (so a release can cancel it); `sender` is a clone of it.
+pub fn run(
+    spec: &Spec,
+    sender: Sender<Event>,
+    events: &Receiver<Event>,
+    sink: &mut OutputSink<'_>,
+) -> std::io::Result<Outcome> {
+    let deadline = Instant::now() + spec.timeout;
+    let mut child = std::process::Command::new(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .envs(spec.env.iter().map(|(name, value)| (name, value)))
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so that a timeout or release can terminate
+        // everything the command started, not just the first process.
+        .process_group(0)
+        .spawn()?;
+    let pgid = child.id() as libc::pid_t;
+    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin.clone()) {
+        // A command that exits without reading its input closes the pipe:
+        // the write fails, which is fine.
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&bytes);
+        });
+    }
+    for (stream, pipe) in [
+        (OutputStream::Stdout, child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>)),
+        (OutputStream::Stderr, child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>)),
+    ] {
+        let sender = sender.clone();
+        std::thread::spawn(move || read_pipe(stream, pipe, &sender));
+    }
+    std::thread::spawn(move || {
+        let event = child.wait().map_or(Event::WaitFailed, Event::Exited);
+        let _ = sender.send(event);
+    });
+
+    let mut output = Collected::default();
+    let mut open_pipes = 2;
+    let mut status = None;
+    let mut wait_failed = false;
+    let mut cancelled = false;
+    let mut timed_out = false;
+    while status.is_none() || open_pipes > 0 {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            timed_out = true;
+            break;
+        };
+        match events.recv_timeout(left) {
+            Ok(Event::Chunk(stream, bytes)) => output.push(stream, &bytes, sink),
+            Ok(Event::Closed(_)) => open_pipes -= 1,
+            Ok(Event::Exited(exit)) => {
+                status = Some(exit);
+                // The command is over; anything it left running in its group
+                // must not outlive it (nor hold its pipes open).
+                signal_group(pgid, libc::SIGKILL);
+            }
+            Ok(Event::WaitFailed) => {
+                wait_failed = true;
+                break;
+            }
+            Ok(Event::Cancel) => {
+                cancelled = true;
+                break;
+            }
+            Err(RecvTimeoutError::Timeout) => timed_out = true,
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if timed_out {
+            break;
+        }
+    }
+    // Ran out of time only if it had not exited (a process that escaped the
+    // group may hold the pipes open past the end of the command).
+    let timed_out = timed_out && status.is_none();
+    let cleanup_confirmed = if status.is_some() {
+        wait_group_gone(pgid, Instant::now() + KILL_BOUND)
+    } else if wait_failed {
+        false
+    } else {
+        terminate(pgid, events, &mut status, &mut output, sink)
+    };
+    if cancelled {
+        return Ok(Outcome { ended: Ended::Cancelled, cleanup_confirmed });
+    }
+    let (stdout, stderr, truncated) = output.finish(sink);
+    let result = ExecuteResult {
+        // A timeout reports no exit code even if the command died of the
+        // termination signal: the host must see `timed_out`.
+        exit_code: status.filter(|_| !timed_out).and_then(|status| status.code()).into(),
+        signal: status.and_then(|status| status.signal()).map(|signal| signal_name(signal).into()).into(),
+        timed_out,
+        stdout: stdout.into(),
+        stderr: stderr.into(),
+        metadata_json: serde_json::json!({"outputTruncated": truncated}).to_string().into(),
+    };
+    Ok(Outcome { ended: Ended::Finished(result), cleanup_confirmed })
+}
+
+fn read_pipe(stream: OutputStream, pipe: Option<Box<dyn Read + Send>>, sender: &Sender<Event>) {
+    if let Some(mut pipe) = pipe {
+        let mut buffer = vec![0; 64 * 1024];
+        // Errors other than interruption end the stream like EOF does.
+        loop {
+            match pipe.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if sender.send(Event::Chunk(stream, buffer[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    let _ = sender.send(Event::Closed(stream));
+}
+
+/// Terminates the group after a deadline or a cancel: SIGTERM, a grace
+/// period, SIGKILL; true when the group is confirmed gone.
+fn terminate(
+    pgid: libc::pid_t,
+    events: &Receiver<Event>,
+    status: &mut Option<ExitStatus>,
+    output: &mut Collected,
+    sink: &mut OutputSink<'_>,
+) -> bool {
+    for (signal, bound) in [(libc::SIGTERM, GRACE), (libc::SIGKILL, KILL_BOUND)] {
+        signal_group(pgid, signal);
+        let deadline = Instant::now() + bound;
+        while status.is_none() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+            match events.recv_timeout(left) {
+                Ok(Event::Chunk(stream, bytes)) => output.push(stream, &bytes, sink),
+                Ok(Event::Exited(exit)) => *status = Some(exit),
+                Ok(Event::WaitFailed) => return false,
+                Ok(Event::Closed(_) | Event::Cancel) => {}
+                Err(_) => break,
+            }
+        }
+        if status.is_some() {
+            signal_group(pgid, libc::SIGKILL);
+            return wait_group_gone(pgid, Instant::now() + KILL_BOUND);
+        }
+    }
+    false
+}
+
+fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill(2) has no memory effects; a negative pid names the group
+    // this command leads (it was made with `process_group(0)`).
+    unsafe { libc::kill(-pgid, signal) };
+}
+
+/// Waits until no process is left in the group, at most until `deadline`.
+/// Orphaned members are reaped by init (or a subreaper), so this polls.
+fn wait_group_gone(pgid: libc::pid_t, deadline: Instant) -> bool {
+    loop {
+        // SAFETY: as in `signal_group`; signal 0 only checks existence.
+        let gone = unsafe { libc::kill(-pgid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The conventional name of a signal.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGQUIT => "SIGQUIT".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        other => format!("SIG{other}"),
+    }
+}
+
+/// Output decoded per stream (a chunk may end inside a UTF-8 character),
+/// streamed to the sink and its tail kept for the result.
+#[derive(Default)]
+struct Collected {
+    streams: [Decoded; 2],
+}
+
+#[derive(Default)]
+struct Decoded {
+    pending: Vec<u8>,
+    kept: String,
+    truncated: bool,
+}
+
+impl Decoded {
+    fn push(&mut self, stream: OutputStream, text: &str, sink: &mut OutputSink<'_>) {
+        if text.is_empty() {
+            return;
+        }
+        sink.write(stream, text);
+        self.kept.push_str(text);
+        if self.kept.len() > MAX_KEPT {
+            let mut cut = self.kept.len() - MAX_KEPT;
+            while !self.kept.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.kept.drain(..cut);
+            self.truncated = true;
+        }
+    }
+}
+
+impl Collected {
+    fn push(&mut self, stream: OutputStream, bytes: &[u8], sink: &mut OutputSink<'_>) {
+        let decoded = &mut self.streams[stream as usize];
+        decoded.pending.extend_from_slice(bytes);
+        let text = take_valid_utf8(&mut decoded.pending);
+        decoded.push(stream, &text, sink);
+    }
+
+    /// Flushes what is left (an incomplete character becomes U+FFFD) and
+    /// returns stdout, stderr and whether either was truncated.
+    fn finish(mut self, sink: &mut OutputSink<'_>) -> (String, String, bool) {
+        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
+            let decoded = &mut self.streams[stream as usize];
+            let rest = String::from_utf8_lossy(&std::mem::take(&mut decoded.pending)).into_owned();
+            decoded.push(stream, &rest, sink);
+        }
+        let [out, err] = self.streams;
+        let truncated = out.truncated || err.truncated;
+        (out.kept, err.kept, truncated)
+    }
+}
+
+/// Removes and returns the longest prefix of `pending` that can be decoded,
+/// invalid bytes replaced by U+FFFD; an incomplete character at the end
+/// stays for the next chunk.
+fn take_valid_utf8(pending: &mut Vec<u8>) -> String {
+    let mut text = String::new();
+    loop {
+        match std::str::from_utf8(pending) {
+            Ok(valid) => {
+                text.push_str(valid);
+                pending.clear();
+                return text;
+            }
+            Err(error) => {
+                let valid = error.valid_up_to();
+                text.push_str(&String::from_utf8_lossy(&pending[..valid]));
+                match error.error_len() {
+                    Some(bad) => {
+                        text.push('\u{FFFD}');
+                        pending.drain(..valid + bad);
+                    }
+                    None => {
+                        pending.drain(..valid);
+                        return text;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_split_across_chunks_is_decoded_whole() {
+        let bytes = "é€".as_bytes();
+        let mut pending = bytes[..1].to_vec();
+        assert_eq!(take_valid_utf8(&mut pending), "");
+        pending.extend_from_slice(&bytes[1..4]);
+        assert_eq!(take_valid_utf8(&mut pending), "é");
+        pending.extend_from_slice(&bytes[4..]);
+        assert_eq!(take_valid_utf8(&mut pending), "€");
+        pending.extend_from_slice(b"a\xffb");
+        assert_eq!(take_valid_utf8(&mut pending), "a\u{FFFD}b");
+    }
+}

@@ -1,0 +1,71 @@
+//! `conform`: checks a provider against the lease contract (see
+//! [`host_harness::conform`]), one line per check and a summary; exit 1 when
+//! a check failed.
+
+use super::{load, read_config, Failure, Printer};
+use host_harness::{conform, embedded, interrupt};
+use provider_abi::Provider;
+use std::{path::Path, sync::Arc};
+
+/// The request budget given to the CreateOS provider against the embedded
+/// simulator, whose rate limit conform turns off (32 leases at once would
+/// otherwise wait a minute for the budget, not on the provider).
+const EMBEDDED_REQUESTS_PER_MINUTE: u32 = 100_000;
+
+/// Runs every check against the provider at `plugin` with the configuration
+/// in `config`, or against the embedded CreateOS simulator without one.
+pub fn run(plugin: Option<&Path>, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
+    let provider = Arc::new(load(plugin)?);
+    let (sim, config) = match config {
+        Some(path) => (None, read_config(path)?),
+        None => {
+            let sim_config = createos_sim::SimConfig { rate_limit: None, ..Default::default() };
+            let (sim, mut config) = embedded::start_with(sim_config)
+                .map_err(|error| Failure::Usage(format!("cannot start the embedded simulator: {error}")))?;
+            if let serde_json::Value::Object(object) = &mut config.config {
+                object.insert("requestsPerMinute".into(), EMBEDDED_REQUESTS_PER_MINUTE.into());
+            }
+            if !out.json {
+                println!("embedded CreateOS simulator at {}", sim.url());
+            }
+            (Some(sim), config)
+        }
+    };
+    let manifest = provider.manifest();
+    if !out.json {
+        println!(
+            "checking {} {} (ABI {}) from {}",
+            manifest.id,
+            manifest.version,
+            provider.library_abi(),
+            provider.path().display()
+        );
+    }
+    // The first SIGINT or SIGTERM shuts the provider down (cancelling the
+    // commands in flight); the check under way then fails and destroys its
+    // leases, and no further check starts.
+    let shut_down = || {
+        if let Err(error) = provider.shutdown() {
+            tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
+        }
+    };
+    let reports = interrupt::watch(shut_down, || {
+        conform::run(provider.clone(), &config, &mut |report| {
+            out.value(&report.to_json(), || report.to_line());
+        })
+    })
+    .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
+    if let Some(signal) = interrupt::requested() {
+        drop(sim);
+        eprintln!("{}: stopped after {} checks", interrupt::name(Some(signal)), reports.len());
+        return Err(Failure::Exit(interrupt::exit_code(signal)));
+    }
+    let summary = conform::Summary::of(&reports);
+    out.value(&summary.to_json(), || summary.to_line());
+    let shutdown = provider.shutdown();
+    drop(sim);
+    if summary.failed > 0 {
+        return Err(Failure::Hook(None));
+    }
+    Ok(shutdown?)
+}

@@ -1,0 +1,1143 @@
+//! `conform`: a provider-agnostic check of the lease contract.
+//!
+//! Each [`Check`] pairs a name with the contract sentence it tests (the
+//! sentences are those of `docs/writing-a-provider.md`), and every failure
+//! names both. Checks call the provider directly, not through a [`crate::host::Host`]:
+//! the host's defensive policy (destroy an unconfirmed lease instead of
+//! reusing it) would hide exactly the provider behaviour being checked. So
+//! conform opens no ledger; every lease a check acquires is destroyed when
+//! the check ends, pass or fail.
+//!
+//! Commands run in leases as `/bin/sh -c SCRIPT` with relative paths (the
+//! workspace is the default working directory): conform expects a POSIX
+//! shell with `printf`, `cat`, `kill` and `sleep` in the lease.
+//!
+//! Panics: conform cannot make an arbitrary provider's own code panic (that
+//! needs a provider-specific trigger). It checks the two places where a
+//! panic on the host's side of a hook call must come back as data: a
+//! recorder that panics inside `acquire_lease_recording` (the hook must fail
+//! with that error and delete what it created) and an output sink that
+//! panics inside `execute` (the call must still complete). Panics in the
+//! provider's own hook code become `internal` errors in the export layer
+//! (`provider_abi::export::guard`, tested there) for every provider built with
+//! `export_provider!` and without `panic = "abort"`.
+
+use crate::request::HarnessConfig;
+use provider_abi::{
+    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
+    HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, OutputStream, Provider, ProviderError,
+};
+use serde_json::{json, Value};
+use std::{
+    panic::PanicHookInfo,
+    sync::{mpsc, Arc, Barrier, Mutex},
+    time::{Duration, Instant},
+};
+
+/// One check of the contract.
+#[derive(Clone, Copy)]
+pub struct Check {
+    /// A short stable name (`destroy-twice`).
+    pub name: &'static str,
+    /// The contract sentence a failure breaks.
+    pub contract: &'static str,
+    run: fn(&Ctx) -> Result<String, Verdict>,
+}
+
+/// How a check ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The contract held; a short note of what was seen.
+    Passed(String),
+    /// The contract broke; what happened instead.
+    Failed(String),
+    /// The check could not run against this provider; why.
+    Skipped(String),
+}
+
+/// A finished check.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    /// The check's name.
+    pub name: &'static str,
+    /// The contract sentence it tests.
+    pub contract: &'static str,
+    /// How it ended.
+    pub verdict: Verdict,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+impl CheckReport {
+    /// True unless the check failed.
+    pub fn ok(&self) -> bool {
+        !matches!(self.verdict, Verdict::Failed(_))
+    }
+
+    /// The report as one JSON object.
+    pub fn to_json(&self) -> Value {
+        let (status, detail) = match &self.verdict {
+            Verdict::Passed(note) => ("passed", note),
+            Verdict::Failed(detail) => ("failed", detail),
+            Verdict::Skipped(why) => ("skipped", why),
+        };
+        json!({
+            "check": self.name,
+            "status": status,
+            "ok": self.ok(),
+            "contract": self.contract,
+            "detail": detail,
+            "durationMs": self.duration.as_secs_f64() * 1e3,
+        })
+    }
+
+    /// The report as one line; a failure names the check and the contract
+    /// sentence it breaks.
+    pub fn to_line(&self) -> String {
+        let ms = self.duration.as_secs_f64() * 1e3;
+        match &self.verdict {
+            Verdict::Passed(note) if note.is_empty() => format!("PASS {:<22} {ms:>8.1} ms", self.name),
+            Verdict::Passed(note) => format!("PASS {:<22} {ms:>8.1} ms  {note}", self.name),
+            Verdict::Skipped(why) => format!("SKIP {:<22} {ms:>8.1} ms  {why}", self.name),
+            Verdict::Failed(detail) => {
+                format!("FAIL {:<22} {ms:>8.1} ms  {detail} (contract: {})", self.name, self.contract)
+            }
+        }
+    }
+}
+
+/// The counts of a finished run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Checks that passed.
+    pub passed: usize,
+    /// Checks that failed.
+    pub failed: usize,
+    /// Checks that could not run.
+    pub skipped: usize,
+}
+
+impl Summary {
+    /// Counts `reports`.
+    pub fn of(reports: &[CheckReport]) -> Summary {
+        let mut summary = Summary::default();
+        for report in reports {
+            match report.verdict {
+                Verdict::Passed(_) => summary.passed += 1,
+                Verdict::Failed(_) => summary.failed += 1,
+                Verdict::Skipped(_) => summary.skipped += 1,
+            }
+        }
+        summary
+    }
+
+    /// The summary as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({"summary": {"passed": self.passed, "failed": self.failed, "skipped": self.skipped,
+                           "ok": self.failed == 0}})
+    }
+
+    /// The summary as one line.
+    pub fn to_line(&self) -> String {
+        let total = self.passed + self.failed + self.skipped;
+        let verdict = if self.failed == 0 { "conforms" } else { "does NOT conform" };
+        format!(
+            "{total} checks: {} passed, {} failed, {} skipped; the provider {verdict}",
+            self.passed, self.failed, self.skipped
+        )
+    }
+}
+
+/// How long a whole check may take before it is failed (and its thread
+/// left behind): far above what any check needs, so only a hung hook hits it.
+pub const CHECK_BOUND: Duration = Duration::from_secs(180);
+/// How long `validate_config` of an empty configuration may take: generous,
+/// yet far below a network timeout, so a provider that waits on the network
+/// (or on anything else) there fails.
+pub const VALIDATE_BOUND: Duration = Duration::from_secs(5);
+/// The timeout given to the command that must outlive it.
+pub const COMMAND_TIMEOUT_MS: u64 = 1000;
+/// How long after its timeout a timed-out command's `execute` may return
+/// (the provider's cleanup runs on a fresh bound of its own).
+pub const TIMEOUT_SLACK: Duration = Duration::from_secs(30);
+/// How many leases the concurrency check holds at once.
+pub const CONCURRENT_LEASES: usize = 32;
+/// The longest any single wait inside a check lasts (a command's first
+/// output, a cancelled command's return).
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Every check, in the order they run.
+pub const CHECKS: &[Check] = &[
+    Check {
+        name: "manifest",
+        contract: "The manifest names the provider, its version and driver key, declares only hooks of its ABI version (the ABI 1.0 lease hooks among them) and a JSON-object configuration schema, and the hooks it declares answer.",
+        run: manifest,
+    },
+    Check {
+        name: "validate-empty-config",
+        contract: "validate_config reports every problem of a configuration at once, as a report rather than an error, one line each, and sends nothing: it answers at once.",
+        run: validate_empty,
+    },
+    Check {
+        name: "validate-config",
+        contract: "validate_config accepts a usable configuration and returns its normalised form.",
+        run: validate_given,
+    },
+    Check {
+        name: "lifecycle",
+        contract: "acquire, realize, execute, release, resume, execute and destroy work in turn: execute reports the exit code, keeps stdout and stderr apart and streams output before the command ends; a lease the release kept is handed back by resume.",
+        run: lifecycle,
+    },
+    Check {
+        name: "destroy-twice",
+        contract: "Destroying a lease that is already gone is not an error.",
+        run: destroy_twice,
+    },
+    Check {
+        name: "resume-after-destroy",
+        contract: "Resuming a destroyed lease reports it expired (expired, no lease id), never hands it back.",
+        run: resume_after_destroy,
+    },
+    Check {
+        name: "execute-after-destroy",
+        contract: "Execute on a destroyed lease is refused with an error.",
+        run: execute_after_destroy,
+    },
+    Check {
+        name: "other-environment",
+        contract: "A lease is used only by the company and environment that acquired it: every lease hook refuses another environment's lease with not_this_environment and changes nothing.",
+        run: other_environment,
+    },
+    Check {
+        name: "concurrent-release",
+        contract: "A second release of a lease while one is in progress is refused with cleanup_in_progress; release first stops the commands running in the lease.",
+        run: concurrent_release,
+    },
+    Check {
+        name: "timeout",
+        contract: "A command that outlives its timeout comes back timed out with no exit code and its partial output, and its processes are gone.",
+        run: timeout,
+    },
+    Check {
+        name: "many-leases",
+        contract: "Leases held at once are independent: each command sees only its own lease's workspace and output.",
+        run: many_leases,
+    },
+    Check {
+        name: "recorder-panic",
+        contract: "acquire_lease_recording hands the lease to the host before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
+        run: recorder_panic,
+    },
+    Check {
+        name: "sink-panic",
+        contract: "A panic in the host's output sink stays on the host's side: execute still runs the command to its end and returns its exit code and output.",
+        run: sink_panic,
+    },
+];
+
+/// Runs every check against `provider` with `config`, reporting each as it
+/// finishes; returns them all. After an interruption
+/// ([`crate::interrupt::requested`]) no further check starts.
+pub fn run(
+    provider: Arc<LoadedProvider>,
+    config: &HarnessConfig,
+    report: &mut dyn FnMut(&CheckReport),
+) -> Vec<CheckReport> {
+    let env = config.environment(&provider.manifest().driver_key);
+    let ctx = Ctx(Arc::new(Inner { provider, env }));
+    let _quiet = QuietPanics::install();
+    let mut reports = Vec::with_capacity(CHECKS.len());
+    for check in CHECKS {
+        if crate::interrupt::requested().is_some() {
+            // Interrupted: no new check starts; the one in flight cleaned up.
+            break;
+        }
+        let started = Instant::now();
+        let verdict = ctx.bounded(CHECK_BOUND, {
+            let ctx = ctx.clone();
+            let run = check.run;
+            move || run(&ctx)
+        });
+        let verdict = match verdict {
+            Some(Ok(note)) => Verdict::Passed(note),
+            Some(Err(verdict)) => verdict,
+            None => Verdict::Failed(format!("the check did not finish within {} s", CHECK_BOUND.as_secs())),
+        };
+        let finished =
+            CheckReport { name: check.name, contract: check.contract, verdict, duration: started.elapsed() };
+        report(&finished);
+        reports.push(finished);
+    }
+    reports
+}
+
+/// The panic message the host-side closures of `recorder-panic` and
+/// `sink-panic` panic with; the panic hook keeps it off stderr.
+const DELIBERATE_PANIC: &str = "conform: the host's closure panics on purpose";
+
+type PanicHook = Box<dyn Fn(&PanicHookInfo<'_>) + Sync + Send + 'static>;
+
+/// Keeps conform's deliberate panics off stderr while it runs; every other
+/// panic is printed as before.
+struct QuietPanics;
+
+impl QuietPanics {
+    fn install() -> QuietPanics {
+        let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&DELIBERATE_PANIC) {
+                previous(info);
+            }
+        }));
+        QuietPanics
+    }
+}
+
+impl Drop for QuietPanics {
+    fn drop(&mut self) {
+        // Back to the default hook (the harness installs none of its own).
+        drop(std::panic::take_hook());
+    }
+}
+
+/// What every check shares: the provider and the environment under test.
+#[derive(Clone)]
+struct Ctx(Arc<Inner>);
+
+struct Inner {
+    provider: Arc<LoadedProvider>,
+    env: EnvironmentParams,
+}
+
+fn failed(detail: impl Into<String>) -> Verdict {
+    Verdict::Failed(detail.into())
+}
+
+/// "`hook` failed: message [kind]".
+fn hook_failed(hook: &str, error: &ProviderError) -> Verdict {
+    failed(format!("{hook} failed: {} [{}]", error.message, error.kind))
+}
+
+/// The output a command streamed, in order, by stream.
+#[derive(Default, Clone)]
+struct Streamed {
+    chunks: Vec<(OutputStream, String)>,
+}
+
+impl Streamed {
+    fn text(&self, stream: OutputStream) -> String {
+        self.chunks.iter().filter(|(s, _)| *s == stream).map(|(_, chunk)| chunk.as_str()).collect()
+    }
+}
+
+/// A lease a check holds; destroyed when dropped unless already destroyed,
+/// so a failing check leaves nothing behind.
+struct Held {
+    ctx: Ctx,
+    lease: Lease,
+    live: bool,
+}
+
+impl Held {
+    fn params(&self) -> LeaseParams {
+        self.ctx.params(&self.lease)
+    }
+
+    fn id(&self) -> String {
+        self.lease.provider_lease_id.as_ref().map(|id| id.to_string()).unwrap_or_default()
+    }
+
+    fn destroy(&mut self) -> Result<(), Verdict> {
+        let outcome = self.ctx.provider().destroy_lease(&self.params());
+        self.live = false;
+        outcome.map_err(|error| hook_failed("destroy_lease", &error))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.live {
+            if let Err(error) = self.ctx.provider().destroy_lease(&self.params()) {
+                tracing::warn!(lease = %self.id(), error = %error, "conform could not destroy a lease it acquired");
+            }
+        }
+    }
+}
+
+impl Ctx {
+    fn provider(&self) -> &LoadedProvider {
+        &self.0.provider
+    }
+
+    fn supports(&self, hook: Hook) -> bool {
+        self.provider().supports(hook)
+    }
+
+    fn params(&self, lease: &Lease) -> LeaseParams {
+        LeaseParams {
+            env: self.0.env.clone(),
+            run_id: "conform".into(),
+            provider_lease_id: lease.provider_lease_id.clone(),
+            metadata_json: lease.metadata_json.clone(),
+        }
+    }
+
+    /// Runs `call` on a thread of its own, waiting at most `limit` for it;
+    /// `None` when it did not return in time (the thread is left behind).
+    fn bounded<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        call: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(call());
+        });
+        receiver.recv_timeout(limit).ok()
+    }
+
+    /// Acquires a lease (recording it ahead when the provider can), checking
+    /// the write-ahead promise: the lease returned is the one recorded.
+    fn acquire(&self) -> Result<Held, Verdict> {
+        let params = AcquireParams {
+            env: self.0.env.clone(),
+            run_id: "conform".into(),
+            requested_expires_at: None.into(),
+        };
+        let lease = if self.supports(Hook::AcquireLeaseRecording) {
+            let mut recorded = None;
+            let mut record = |lease: &Lease| {
+                recorded = Some(lease.provider_lease_id.clone());
+                Ok(())
+            };
+            let lease = self
+                .provider()
+                .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
+                .map_err(|error| hook_failed("acquire_lease_recording", &error))?;
+            if recorded.as_ref() != Some(&lease.provider_lease_id) {
+                let held = Held { ctx: self.clone(), lease, live: true };
+                return Err(failed(format!(
+                    "acquire_lease_recording returned lease {} without recording it first",
+                    held.id()
+                )));
+            }
+            lease
+        } else {
+            self.provider().acquire_lease(&params).map_err(|error| hook_failed("acquire_lease", &error))?
+        };
+        let held = Held { ctx: self.clone(), lease, live: true };
+        if held.lease.expired || held.lease.provider_lease_id.is_none() {
+            return Err(failed("acquire returned an expired lease or one without an id"));
+        }
+        Ok(held)
+    }
+
+    /// Runs `/bin/sh -c script` in `lease`, collecting what it streams.
+    fn sh(
+        &self,
+        lease: &Lease,
+        script: &str,
+        timeout_ms: Option<u64>,
+    ) -> (HookResult<ExecuteResult>, Streamed) {
+        let params = ExecuteParams {
+            lease: self.params(lease),
+            command: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()].into(),
+            timeout_ms: timeout_ms.into(),
+            ..Default::default()
+        };
+        let mut streamed = Streamed::default();
+        let mut collect =
+            |stream: OutputStream, chunk: &str| streamed.chunks.push((stream, chunk.to_owned()));
+        let result = self.provider().execute(&params, &mut OutputSink::new(&mut collect));
+        (result, streamed)
+    }
+
+    /// Runs `script` in `lease` and expects exit code 0; returns its stdout.
+    fn sh_ok(&self, lease: &Lease, script: &str) -> Result<String, Verdict> {
+        let (result, _) = self.sh(lease, script, None);
+        let result = result.map_err(|error| hook_failed("execute", &error))?;
+        match result.exit_code.into_option() {
+            Some(0) => Ok(result.stdout.to_string()),
+            code => Err(failed(format!(
+                "`{}` ended with exit code {code:?} (timed out: {}), stderr {:?}",
+                one_line(script),
+                result.timed_out,
+                result.stderr.as_str()
+            ))),
+        }
+    }
+
+    /// Resumes `held` and expects it expired.
+    fn expect_expired(&self, held: &Held, what: &str) -> Result<(), Verdict> {
+        let resumed = self
+            .provider()
+            .resume_lease(&held.params())
+            .map_err(|error| hook_failed("resume_lease", &error))?;
+        if resumed.expired && resumed.provider_lease_id.is_none() {
+            Ok(())
+        } else {
+            Err(failed(format!(
+                "resume_lease of {what} lease {} handed it back (expired: {}, id: {:?})",
+                held.id(),
+                resumed.expired,
+                resumed.provider_lease_id.as_ref().map(|id| id.to_string()).into_option()
+            )))
+        }
+    }
+}
+
+fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
+    let manifest = ctx.provider().manifest();
+    let abi = ctx.provider().library_abi();
+    let mut problems = Vec::new();
+    for (field, value) in
+        [("id", &manifest.id), ("version", &manifest.version), ("driver key", &manifest.driver_key)]
+    {
+        if value.trim().is_empty() {
+            problems.push(format!("the {field} is empty"));
+        }
+    }
+    for name in &manifest.hooks {
+        match Hook::from_name(name) {
+            None => problems.push(format!("declares unknown hook `{name}`")),
+            Some(hook) if !Hook::available_at(abi).any(|available| available == hook) => {
+                problems.push(format!("declares `{name}`, which ABI {abi} does not have"))
+            }
+            Some(hook) if !ctx.supports(hook) => {
+                problems.push(format!("declares `{name}` but does not export it"))
+            }
+            Some(_) => {}
+        }
+    }
+    for hook in [
+        Hook::Health,
+        Hook::ValidateConfig,
+        Hook::AcquireLease,
+        Hook::ResumeLease,
+        Hook::ReleaseLease,
+        Hook::DestroyLease,
+        Hook::RealizeWorkspace,
+        Hook::Execute,
+    ] {
+        if !manifest.hooks.iter().any(|name| name == hook.name()) {
+            problems.push(format!("does not declare `{hook}`"));
+        }
+    }
+    match serde_json::from_str::<Value>(&manifest.config_schema_json) {
+        Ok(Value::Object(_)) => {}
+        _ => problems.push("the configuration schema is not a JSON object".into()),
+    }
+    match ctx.provider().health() {
+        Ok(report) if ["ok", "degraded", "error"].contains(&report.status.as_str()) => {}
+        Ok(report) => problems.push(format!("health reports unknown status {:?}", report.status.as_str())),
+        Err(error) => problems.push(format!("health failed: {} [{}]", error.message, error.kind)),
+    }
+    if problems.is_empty() {
+        Ok(format!("{} {}, ABI {abi}, {} hooks", manifest.id, manifest.version, manifest.hooks.len()))
+    } else {
+        Err(failed(format!("the manifest {}", problems.join("; "))))
+    }
+}
+
+fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
+    let env = EnvironmentParams { config_json: "{}".into(), ..ctx.0.env.clone() };
+    let started = Instant::now();
+    let provider = ctx.0.provider.clone();
+    let report = ctx
+        .bounded(VALIDATE_BOUND, move || provider.validate_config(&env))
+        .ok_or_else(|| failed(format!("validate_config of an empty configuration did not answer within {} s (does it wait on the network?)", VALIDATE_BOUND.as_secs())))?
+        .map_err(|error| hook_failed("validate_config of an empty configuration", &error))?;
+    let elapsed = started.elapsed();
+    if report.ok {
+        return Ok(format!(
+            "an empty configuration is valid for this provider ({:.1} ms)",
+            elapsed.as_secs_f64() * 1e3
+        ));
+    }
+    if report.errors.is_empty() {
+        return Err(failed("validate_config rejected an empty configuration without naming a problem"));
+    }
+    if let Some(bad) = report.errors.iter().find(|error| error.trim().is_empty() || error.contains('\n')) {
+        return Err(failed(format!("a problem is not one line: {:?}", bad.as_str())));
+    }
+    Ok(format!("{} problem(s) in {:.1} ms", report.errors.len(), elapsed.as_secs_f64() * 1e3))
+}
+
+fn validate_given(ctx: &Ctx) -> Result<String, Verdict> {
+    let report =
+        ctx.provider().validate_config(&ctx.0.env).map_err(|error| hook_failed("validate_config", &error))?;
+    if !report.ok {
+        let errors: Vec<&str> = report.errors.iter().map(|error| error.as_str()).collect();
+        return Err(failed(format!("the configuration under test is invalid: {}", errors.join("; "))));
+    }
+    match report.normalized_config_json.as_ref().into_option().map(|text| serde_json::from_str::<Value>(text))
+    {
+        Some(Ok(Value::Object(_))) => Ok(String::new()),
+        _ => Err(failed("validate_config accepted the configuration without a normalised JSON object")),
+    }
+}
+
+/// A shell loop that waits (a tenth of a second at a time where `sleep`
+/// takes fractions, else a second) until `file` exists, exiting 91 after
+/// about ten seconds: `wait_for(".conform-go")`.
+fn wait_for(file: &str) -> String {
+    format!(
+        "i=0; while [ ! -e {file} ]; do i=$((i+1)); [ $i -gt 100 ] && exit 91; \
+         sleep 0.1 2>/dev/null || sleep 1; done"
+    )
+}
+
+/// The streaming command: prints a line on each stream, then waits until a
+/// second command creates `.conform-go`, which conform runs only once the
+/// first line has reached the output sink; so the command ends (exit 7)
+/// only if its output is streamed while it runs. Exits 91 otherwise.
+fn streaming_script() -> String {
+    format!(
+        "rm -f .conform-go\nprintf 'conform-out\\n'\nprintf 'conform-err\\n' >&2\n{}\nprintf 'after-go\\n'\nexit 7",
+        wait_for(".conform-go")
+    )
+}
+
+fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    let workspace = ctx
+        .provider()
+        .realize_workspace(&held.params())
+        .map_err(|error| hook_failed("realize_workspace", &error))?;
+    if workspace.cwd.trim().is_empty() {
+        return Err(failed("realize_workspace returned an empty working directory"));
+    }
+    streaming_execute(ctx, &held.lease)?;
+    // Whether the release kept the lease: reported (ABI 1.2), inspected
+    // (ABI 1.1), or unknown until resume answers (ABI 1.0).
+    let kept = if ctx.supports(Hook::ReleaseLeaseReporting) {
+        ctx.provider().release_lease_reporting(&held.params()).map(|report| Some(report.kept))
+    } else {
+        ctx.provider().release_lease(&held.params()).map(|()| {
+            let inspected =
+                ctx.supports(Hook::InspectLease).then(|| ctx.provider().inspect_lease(&held.params()));
+            inspected.and_then(Result::ok).map(|status| status.exists && !status.unconfirmed)
+        })
+    }
+    .map_err(|error| hook_failed("release_lease", &error))?;
+    let deleted = "release deleted the lease (configure lease reuse to check resume)";
+    let note = if kept == Some(false) {
+        deleted
+    } else {
+        let resumed = ctx
+            .provider()
+            .resume_lease(&held.params())
+            .map_err(|error| hook_failed("resume_lease", &error))?;
+        if resumed.expired && kept.is_none() {
+            deleted
+        } else if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
+            return Err(failed(format!("resume_lease did not hand back released lease {}", held.id())));
+        } else {
+            held.lease = resumed;
+            let out = ctx.sh_ok(&held.lease, "printf resumed")?;
+            if out != "resumed" {
+                return Err(failed(format!("after resume, execute printed {out:?} instead of \"resumed\"")));
+            }
+            "released, resumed and ran again"
+        }
+    };
+    held.destroy()?;
+    Ok(note.into())
+}
+
+/// Runs [`streaming_script`], letting it finish once its first stdout line
+/// has reached the sink, and checks what came back.
+fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
+    let (seen_sender, seen) = mpsc::channel();
+    let streamed = Arc::new(Mutex::new(Streamed::default()));
+    let worker = {
+        let ctx = ctx.clone();
+        let lease = lease.clone();
+        let streamed = streamed.clone();
+        std::thread::spawn(move || {
+            let params = ExecuteParams {
+                lease: ctx.params(&lease),
+                command: "/bin/sh".into(),
+                args: vec!["-c".into(), streaming_script().into()].into(),
+                timeout_ms: Some(30_000).into(),
+                ..Default::default()
+            };
+            let mut signalled = false;
+            let mut collect = |stream: OutputStream, chunk: &str| {
+                let mut streamed = streamed.lock().unwrap_or_else(|poison| poison.into_inner());
+                streamed.chunks.push((stream, chunk.to_owned()));
+                if !signalled && streamed.text(OutputStream::Stdout).contains("conform-out\n") {
+                    signalled = true;
+                    let _ = seen_sender.send(());
+                }
+            };
+            ctx.provider().execute(&params, &mut OutputSink::new(&mut collect))
+        })
+    };
+    // Only once the first line arrived does the second command let the
+    // first one finish: output that arrives only at the end never gets here.
+    let released = match seen.recv_timeout(WAIT) {
+        Ok(()) => Some(ctx.sh(lease, ": > .conform-go", Some(30_000)).0),
+        Err(_) => None,
+    };
+    let result = worker.join().map_err(|_| failed("execute panicked in the host"))?;
+    let streamed = streamed.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
+    let result = result.map_err(|error| hook_failed("execute", &error))?;
+    if released.is_none() || result.exit_code.into_option() == Some(91) {
+        return Err(failed(
+            "the command's first output line did not reach the output sink while the command ran: output is not streamed",
+        ));
+    }
+    if let Some(Err(error)) = released {
+        return Err(hook_failed("execute (a second command in the same lease)", &error));
+    }
+    let expected_out = "conform-out\nafter-go\n";
+    let expected_err = "conform-err\n";
+    if result.exit_code.into_option() != Some(7) {
+        return Err(failed(format!(
+            "execute reported exit code {:?}, the command exited 7",
+            result.exit_code.into_option()
+        )));
+    }
+    if result.stdout != expected_out || result.stderr != expected_err {
+        return Err(failed(format!(
+            "execute returned stdout {:?} and stderr {:?}, expected {expected_out:?} and {expected_err:?}",
+            result.stdout.as_str(),
+            result.stderr.as_str()
+        )));
+    }
+    let (out, err) = (streamed.text(OutputStream::Stdout), streamed.text(OutputStream::Stderr));
+    if out != expected_out || err != expected_err {
+        return Err(failed(format!(
+            "the output sink received stdout {out:?} and stderr {err:?}, expected {expected_out:?} and {expected_err:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn destroy_twice(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    held.destroy()?;
+    ctx.provider().destroy_lease(&held.params()).map_err(|error| {
+        failed(format!("the second destroy_lease failed: {} [{}]", error.message, error.kind))
+    })?;
+    Ok(String::new())
+}
+
+fn resume_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    held.destroy()?;
+    ctx.expect_expired(&held, "destroyed")?;
+    Ok(String::new())
+}
+
+fn execute_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    held.destroy()?;
+    let (result, _) = ctx.sh(&held.lease, "printf ran", Some(30_000));
+    match result {
+        Err(error) => Ok(format!("refused: {}", error.kind)),
+        Ok(result) => Err(failed(format!(
+            "execute on destroyed lease {} ran (exit code {:?}, stdout {:?})",
+            held.id(),
+            result.exit_code.into_option(),
+            result.stdout.as_str()
+        ))),
+    }
+}
+
+fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
+    let held = ctx.acquire()?;
+    ctx.sh_ok(&held.lease, "printf mine > .conform-owner")?;
+    let env = &ctx.0.env;
+    let strangers = [
+        (
+            "company",
+            EnvironmentParams { company_id: format!("{}-other", env.company_id).into(), ..env.clone() },
+        ),
+        (
+            "environment",
+            EnvironmentParams {
+                environment_id: format!("{}-other", env.environment_id).into(),
+                ..env.clone()
+            },
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, stranger) in strangers {
+        let mut accepted = Vec::new();
+        let params = LeaseParams { env: stranger, ..held.params() };
+        let execute = ExecuteParams {
+            lease: params.clone(),
+            command: "/bin/sh".into(),
+            args: vec!["-c".into(), "printf theirs > .conform-owner".into()].into(),
+            ..Default::default()
+        };
+        let provider = ctx.provider();
+        let mut ignore = |_: OutputStream, _: &str| {};
+        let outcomes: Vec<(Hook, Option<ProviderError>)> = vec![
+            (Hook::RealizeWorkspace, provider.realize_workspace(&params).err()),
+            (Hook::Execute, provider.execute(&execute, &mut OutputSink::new(&mut ignore)).err()),
+            (Hook::ResumeLease, provider.resume_lease(&params).err()),
+            (Hook::ReleaseLease, provider.release_lease(&params).err()),
+            (Hook::DestroyLease, provider.destroy_lease(&params).err()),
+        ];
+        for (hook, error) in outcomes {
+            match error {
+                Some(error) if error.kind == ErrorKind::NOT_THIS_ENVIRONMENT => {}
+                Some(error) => accepted.push(format!("{hook} failed with {}", error.kind)),
+                None => accepted.push(format!("{hook} accepted it")),
+            }
+        }
+        if !accepted.is_empty() {
+            wrong.push(format!("another {what}'s lease: {}", accepted.join(", ")));
+        }
+    }
+    if !wrong.is_empty() {
+        return Err(failed(format!("not refused with not_this_environment: {}", wrong.join("; "))));
+    }
+    let owner = ctx.sh_ok(&held.lease, "cat .conform-owner").map_err(|_| {
+        failed("the lease no longer works for its own environment after another environment's hooks")
+    })?;
+    if owner != "mine" {
+        return Err(failed(format!("another environment's command ran in the lease (it holds {owner:?})")));
+    }
+    Ok("realize, execute, resume, release and destroy refused it".into())
+}
+
+/// A command that ignores SIGTERM, so that stopping it takes a release a
+/// while and a second release surely overlaps the first. It says it runs
+/// with a file, not output, so this check does not depend on streaming.
+const STUBBORN_SCRIPT: &str = "trap '' TERM; : > .conform-running; sleep 60";
+
+/// How often `concurrent-release` tries to make two releases overlap.
+const RELEASE_ATTEMPTS: usize = 3;
+
+/// How one attempt of `concurrent-release` went.
+enum Race {
+    /// One release was refused with `cleanup_in_progress`, the command stopped.
+    Refused,
+    /// Both succeeded, one after the other: nothing was observed.
+    Sequential,
+}
+
+fn concurrent_release(ctx: &Ctx) -> Result<String, Verdict> {
+    for attempt in 1..=RELEASE_ATTEMPTS {
+        if let Race::Refused = release_race(ctx)? {
+            return Ok(format!("one release refused, the running command stopped (attempt {attempt})"));
+        }
+    }
+    Err(Verdict::Skipped(format!(
+        "in {RELEASE_ATTEMPTS} attempts each release was over before the other began, so a refusal could not be observed"
+    )))
+}
+
+/// Starts [`STUBBORN_SCRIPT`] in a fresh lease, then two releases at once.
+fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
+    let mut held = ctx.acquire()?;
+    let (done_sender, done) = mpsc::channel();
+    {
+        let ctx = ctx.clone();
+        let lease = held.lease.clone();
+        std::thread::spawn(move || {
+            let params = ExecuteParams {
+                lease: ctx.params(&lease),
+                command: "/bin/sh".into(),
+                args: vec!["-c".into(), STUBBORN_SCRIPT.into()].into(),
+                timeout_ms: Some(120_000).into(),
+                ..Default::default()
+            };
+            let mut ignore = |_: OutputStream, _: &str| {};
+            let _ = done_sender.send(ctx.provider().execute(&params, &mut OutputSink::new(&mut ignore)));
+        });
+    }
+    ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
+        .map_err(|_| failed("the long-running command did not start"))?;
+    let barrier = Arc::new(Barrier::new(2));
+    let releases: Vec<_> = (0..2)
+        .map(|_| {
+            let ctx = ctx.clone();
+            let params = held.params();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let started = Instant::now();
+                let outcome = if ctx.supports(Hook::ReleaseLeaseReporting) {
+                    ctx.provider().release_lease_reporting(&params).map(|_| ())
+                } else {
+                    ctx.provider().release_lease(&params)
+                };
+                (outcome, started, Instant::now())
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    let mut spans = Vec::new();
+    for release in releases {
+        let (outcome, started, ended) = release.join().unwrap_or_else(|_| {
+            (Err(ProviderError::internal("release panicked in the host")), Instant::now(), Instant::now())
+        });
+        outcomes.push(outcome);
+        spans.push((started, ended));
+    }
+    let overlapped = spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1;
+    let refused = outcomes
+        .iter()
+        .filter(|outcome| matches!(outcome, Err(error) if error.kind == ErrorKind::CLEANUP_IN_PROGRESS))
+        .count();
+    match (refused, &outcomes[..]) {
+        (1, _) => {}
+        (_, [Ok(()), Ok(())]) if !overlapped => return Ok(Race::Sequential),
+        (_, [Ok(()), Ok(())]) => {
+            return Err(failed("two releases of the same lease at once both succeeded"));
+        }
+        _ => {
+            let shown: Vec<String> = outcomes
+                .iter()
+                .map(|outcome| match outcome {
+                    Ok(()) => "ok".to_owned(),
+                    Err(error) => format!("{} [{}]", error.message, error.kind),
+                })
+                .collect();
+            return Err(failed(format!(
+                "two releases at once ended {}; expected one to be refused with cleanup_in_progress",
+                shown.join(" and ")
+            )));
+        }
+    }
+    let stopped = match done.recv_timeout(WAIT) {
+        Ok(Ok(result)) => result.exit_code.into_option() != Some(0),
+        Ok(Err(_)) => true,
+        Err(_) => false,
+    };
+    if !stopped {
+        return Err(failed(format!(
+            "the command running in the lease was not stopped by the release ({} s later)",
+            WAIT.as_secs()
+        )));
+    }
+    held.destroy()?;
+    Ok(Race::Refused)
+}
+
+/// Starts a grandchild that would run for a minute, records its pid, prints
+/// a line and waits.
+const OUTLIVING_SCRIPT: &str = "sleep 60 & echo $! > .conform-pid; printf 'conform-partial\\n'; wait";
+
+/// Prints `gone` unless the recorded process still runs (a zombie counts as
+/// gone: it has ended and only waits to be reaped).
+const GONE_SCRIPT: &str = "pid=$(cat .conform-pid) || exit 3
+if kill -0 \"$pid\" 2>/dev/null; then
+  state=$(sed -n 's/^[^)]*) \\(.\\).*/\\1/p' /proc/\"$pid\"/stat 2>/dev/null)
+  if [ \"$state\" = Z ]; then echo gone; else echo alive; fi
+else
+  echo gone
+fi";
+
+fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    let started = Instant::now();
+    let (result, streamed) = {
+        let ctx2 = ctx.clone();
+        let lease = held.lease.clone();
+        ctx.bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
+            ctx2.sh(&lease, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS))
+        })
+        .ok_or_else(|| {
+            failed(format!(
+                "execute with a {COMMAND_TIMEOUT_MS} ms timeout had not returned {} s later",
+                TIMEOUT_SLACK.as_secs()
+            ))
+        })?
+    };
+    let elapsed = started.elapsed();
+    let result =
+        result.map_err(|error| hook_failed("execute of a command that outlives its timeout", &error))?;
+    if !result.timed_out || result.exit_code.is_some() {
+        return Err(failed(format!(
+            "a command that outlived its timeout came back with timed out {} and exit code {:?}",
+            result.timed_out,
+            result.exit_code.into_option()
+        )));
+    }
+    if !result.stdout.contains("conform-partial")
+        || !streamed.text(OutputStream::Stdout).contains("conform-partial")
+    {
+        return Err(failed("the timed-out command's partial output was lost"));
+    }
+    let state = ctx.sh_ok(&held.lease, GONE_SCRIPT)?;
+    if state.trim() != "gone" {
+        return Err(failed("a process the timed-out command started is still running"));
+    }
+    held.destroy()?;
+    Ok(format!("returned after {:.1} s", elapsed.as_secs_f64()))
+}
+
+fn many_leases(ctx: &Ctx) -> Result<String, Verdict> {
+    let barrier = Arc::new(Barrier::new(CONCURRENT_LEASES));
+    let workers: Vec<_> = (0..CONCURRENT_LEASES)
+        .map(|index| {
+            let ctx = ctx.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || -> Result<(), String> {
+                let token = format!("conform-token-{index}-{}", std::process::id());
+                let acquired = ctx.acquire();
+                // Every lease is held before any writes: they all exist at once.
+                barrier.wait();
+                let mut held = acquired.map_err(|verdict| describe(&verdict))?;
+                let wrote = ctx
+                    .sh_ok(&held.lease, &format!("printf %s {token} > .conform-token && cat .conform-token"));
+                let wrote = wrote.map_err(|verdict| describe(&verdict))?;
+                let read =
+                    ctx.sh_ok(&held.lease, "cat .conform-token").map_err(|verdict| describe(&verdict))?;
+                held.destroy().map_err(|verdict| describe(&verdict))?;
+                if wrote != token || read != token {
+                    return Err(format!(
+                        "lease {} wrote {token:?} and then saw {wrote:?} / {read:?}",
+                        held.id()
+                    ));
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let problems: Vec<String> = workers
+        .into_iter()
+        .filter_map(|worker| worker.join().unwrap_or_else(|_| Err("a lease's thread panicked".into())).err())
+        .collect();
+    match problems.first() {
+        None => Ok(format!("{CONCURRENT_LEASES} leases at once")),
+        Some(first) => Err(failed(format!(
+            "{} of {CONCURRENT_LEASES} leases went wrong; first: {first}",
+            problems.len()
+        ))),
+    }
+}
+
+/// A script shown in a one-line message: its words, at most 80 characters.
+fn one_line(script: &str) -> String {
+    let words = script.split_whitespace().collect::<Vec<_>>().join(" ");
+    match words.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &words[..cut]),
+        None => words,
+    }
+}
+
+fn describe(verdict: &Verdict) -> String {
+    match verdict {
+        Verdict::Passed(note) | Verdict::Failed(note) | Verdict::Skipped(note) => note.clone(),
+    }
+}
+
+fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
+    if !ctx.supports(Hook::AcquireLeaseRecording) {
+        return Err(Verdict::Skipped("the provider has no acquire_lease_recording (ABI 1.2)".into()));
+    }
+    let params =
+        AcquireParams { env: ctx.0.env.clone(), run_id: "conform".into(), requested_expires_at: None.into() };
+    let mut recorded = None;
+    let mut record = |lease: &Lease| -> HookResult<()> {
+        recorded = Some(lease.clone());
+        std::panic::panic_any(DELIBERATE_PANIC)
+    };
+    let outcome = ctx.provider().acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record));
+    let created = recorded.map(|lease| Held { ctx: ctx.clone(), lease, live: true });
+    match (outcome, &created) {
+        (_, None) => Err(failed("acquire_lease_recording never called the recorder")),
+        (Ok(lease), Some(_)) => {
+            drop(Held { ctx: ctx.clone(), lease, live: true });
+            Err(failed("acquire_lease_recording succeeded although the host's recorder failed"))
+        }
+        (Err(error), Some(held)) => {
+            if error.kind != ErrorKind::INTERNAL {
+                return Err(failed(format!(
+                    "acquire_lease_recording failed with {} ({}) instead of the recorder's internal error",
+                    error.kind, error.message
+                )));
+            }
+            ctx.expect_expired(held, "an unrecorded")?;
+            Ok("the hook failed with the recorder's error and deleted its lease".into())
+        }
+    }
+}
+
+fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
+    let mut held = ctx.acquire()?;
+    let params = ExecuteParams {
+        lease: held.params(),
+        command: "/bin/sh".into(),
+        args: vec!["-c".into(), "printf conform-a; printf conform-b >&2; exit 3".into()].into(),
+        timeout_ms: Some(30_000).into(),
+        ..Default::default()
+    };
+    let mut explode = |_: OutputStream, _: &str| std::panic::panic_any(DELIBERATE_PANIC);
+    let result = ctx
+        .provider()
+        .execute(&params, &mut OutputSink::new(&mut explode))
+        .map_err(|error| hook_failed("execute with a panicking output sink", &error))?;
+    if result.exit_code.into_option() != Some(3)
+        || result.stdout != "conform-a"
+        || result.stderr != "conform-b"
+    {
+        return Err(failed(format!(
+            "with a panicking sink, execute returned exit code {:?}, stdout {:?}, stderr {:?}",
+            result.exit_code.into_option(),
+            result.stdout.as_str(),
+            result.stderr.as_str()
+        )));
+    }
+    held.destroy()?;
+    Ok(String::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_contract_sentence_is_the_guides_word_for_word() {
+        let guide =
+            include_str!("../../docs/writing-a-provider.md").split_whitespace().collect::<Vec<_>>().join(" ");
+        for check in CHECKS {
+            assert!(guide.contains(check.contract), "the guide lacks the sentence of `{}`", check.name);
+        }
+    }
+
+    #[test]
+    fn a_failure_line_names_the_check_and_its_contract_sentence() {
+        let check = CHECKS.iter().find(|check| check.name == "destroy-twice").unwrap();
+        let report = CheckReport {
+            name: check.name,
+            contract: check.contract,
+            verdict: Verdict::Failed("the second destroy_lease failed".into()),
+            duration: Duration::from_millis(3),
+        };
+        let line = report.to_line();
+        assert!(line.starts_with("FAIL destroy-twice "), "{line}");
+        assert!(
+            line.ends_with("(contract: Destroying a lease that is already gone is not an error.)"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        assert_eq!(report.to_json()["status"], "failed");
+        let summary = Summary::of(&[report]);
+        assert_eq!(summary, Summary { passed: 0, failed: 1, skipped: 0 });
+        assert!(summary.to_line().ends_with("the provider does NOT conform"));
+    }
+
+    #[test]
+    fn scripts_in_messages_are_one_line() {
+        assert_eq!(one_line(GONE_SCRIPT).lines().count(), 1);
+        assert!(one_line(GONE_SCRIPT).ends_with("..."));
+        assert_eq!(one_line("printf  ok\n"), "printf ok");
+    }
+
+    #[test]
+    fn check_names_are_unique() {
+        let mut names: Vec<&str> = CHECKS.iter().map(|check| check.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), CHECKS.len());
+    }
+}
