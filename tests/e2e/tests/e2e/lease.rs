@@ -30,8 +30,21 @@ fn acquire_creates_a_running_sandbox_with_its_marker_and_no_key_in_metadata() {
     assert!(!lease.metadata_json.contains(bed.sim.api_key()), "metadata never holds the key");
     let ledger = bed.ledger();
     assert_eq!(ledger.count("POST", "/v1/sandboxes"), 1);
-    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace");
-    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 1, "the marker");
+    // No read at once after the creation (its reply says `creating`): the
+    // first read at the schedule (250 ms with no history) finds the
+    // sandbox (50 ms) running.
+    assert_eq!(ledger.count("GET", "/v1/sandboxes/*"), 1, "one state read");
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace and the marker");
+    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 0, "the marker is written by that exec");
+    assert_eq!(ledger.requests.len(), 3);
+    // The marker is in place, byte for byte.
+    let marker = bed.command(
+        &config,
+        &lease,
+        "/bin/cat",
+        &["/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease"],
+    );
+    assert_eq!(bed.execute(&marker).0.unwrap().stdout, metadata["marker"].as_str().unwrap());
 }
 
 #[test]
