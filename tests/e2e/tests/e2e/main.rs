@@ -3,5 +3,6 @@
 mod abi;
 mod execute;
 mod lease;
+mod pacing;
 mod support;
 mod worker;
