@@ -300,7 +300,11 @@ impl State {
     }
 
     fn admissions_within(&self, horizon: Duration, now: Instant) -> usize {
-        self.recent_admissions.iter().rev().take_while(|at| now.saturating_duration_since(**at) < horizon).count()
+        self.recent_admissions
+            .iter()
+            .rev()
+            .take_while(|at| now.saturating_duration_since(**at) < horizon)
+            .count()
     }
 
     fn wake_head(&self) {
@@ -578,7 +582,6 @@ impl Drop for Admission {
         state.wake_admission();
     }
 }
-
 
 #[cfg(test)]
 mod tests {
