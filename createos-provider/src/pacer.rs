@@ -61,15 +61,17 @@
 //! # Admission of new work
 //!
 //! [`Pacer::admit_new_work`] admits new work (e.g. a new lease) only while
-//! `waiting requests + outstanding admissions + admissions of the last
-//! horizon < capacity`, where capacity is what the budget serves within the
+//! `waiting requests + outstanding admissions + recent admissions <
+//! capacity` (recent: granted within the last horizon while other work was
+//! being admitted or waiting, so never the sequential admissions of a lone
+//! lease), where capacity is what the budget serves within the
 //! caller's `horizon` at its *sustained* rate (the current spacing, never the
 //! free share), at least 1 (the lease hooks pass a tenth of `timeoutMs`: 2 s,
 //! 9 requests, for a `timeoutMs` of 20 s at 300/min). Admission waiters are
 //! served FIFO. The caller holds the [`Admission`] guard while the new work
 //! issues its first requests (e.g. until its sandbox is created) and then
-//! drops it. Counting the admissions of the last horizon matters when the
-//! free share lets the first requests of a crowd start at once: without it a
+//! drops it. Counting recent admissions matters when the free share lets
+//! the first requests of a crowd start at once (nothing waits): without it a
 //! crowd would be admitted whole and then share the sustained rate, past its
 //! deadlines. So new work never piles up more backlog in front of work
 //! already in flight than the deadlines of that work can absorb.
@@ -508,11 +510,16 @@ impl Pacer {
                 let recent = state.admissions_within(horizon, now);
                 if is_front && state.queue.len() + state.admitted + recent < capacity {
                     state.admissions.pop_front();
-                    state.admitted += 1;
-                    if state.recent_admissions.len() == RECENT_ADMISSIONS {
-                        state.recent_admissions.pop_front();
+                    // Counted as recent only if other work was starting or
+                    // waiting: a lone lease's admissions, one after the
+                    // other, are never a crowd.
+                    if state.admitted > 0 || !state.queue.is_empty() {
+                        if state.recent_admissions.len() == RECENT_ADMISSIONS {
+                            state.recent_admissions.pop_front();
+                        }
+                        state.recent_admissions.push_back(now);
                     }
-                    state.recent_admissions.push_back(now);
+                    state.admitted += 1;
                     place.done = true;
                     state.wake_admission();
                     return Admission { pacer: self.clone() };
@@ -969,26 +976,44 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_crowd_is_admitted_at_the_sustained_rate() {
         // Window pacing at 300/min: 2 s of the sustained rate is 9 requests.
-        // Nine admissions go at once even though nothing waits (the free
-        // share serves their requests at once); the tenth waits until the
-        // first leaves the horizon.
+        // Nothing waits (the free share serves requests at once), yet a
+        // crowd holding its admissions counts: 5 outstanding and the 4
+        // granted while others were outstanding make 9, and the sixth waits
+        // until those leave the horizon.
         let pacer = Arc::new(Pacer::new(300));
         let start = Instant::now();
-        for _ in 0..9 {
+        let crowd: Vec<Admission> = {
+            let mut crowd = Vec::new();
+            for _ in 0..5 {
+                crowd.push(pacer.admit_new_work(HORIZON).await);
+            }
+            crowd
+        };
+        assert_eq!(Instant::now(), start);
+        let sixth = tokio::spawn({
+            let p = pacer.clone();
+            async move {
+                let _admission = p.admit_new_work(HORIZON).await;
+                Instant::now()
+            }
+        });
+        assert_eq!(sixth.await.unwrap() - start, HORIZON);
+        drop(crowd);
+        // A lone lease's admissions, one after the other, never wait.
+        let t = Instant::now();
+        for _ in 0..20 {
             drop(pacer.admit_new_work(HORIZON).await);
         }
-        assert_eq!(Instant::now(), start);
-        drop(pacer.admit_new_work(HORIZON).await);
-        assert_eq!(Instant::now() - start, HORIZON);
+        assert_eq!(Instant::now(), t);
         // Free starts still in the window slow the sustained rate: 2 s of
-        // 60 s / (291 − 72) is 7 requests.
+        // 60 s / (291 − 72) is 7 requests, so 4 outstanding and 3 recent.
         for _ in 0..72 {
             pacer.acquire(Priority::InFlight).await;
         }
-        tokio::time::sleep(HORIZON).await;
         let t = Instant::now();
-        for _ in 0..7 {
-            drop(pacer.admit_new_work(HORIZON).await);
+        let mut crowd = Vec::new();
+        for _ in 0..4 {
+            crowd.push(pacer.admit_new_work(HORIZON).await);
         }
         assert_eq!(Instant::now(), t);
         drop(pacer.admit_new_work(HORIZON).await);

@@ -23,10 +23,11 @@
 //! Polling sooner only pays if we know *when* to poll, so [`Estimates`] keeps,
 //! per API origin ([`Estimates::shared`]) and in-flight phase (`creating`,
 //! `pausing`, `resuming`), the last [`SAMPLES`] (16) durations of that phase.
-//! A phase is timed from the reply to our accepted pause/resume, or, for
-//! `creating`, from the first read that saw it; phases we find already under
-//! way (after a 409, or someone else's) are polled like the reference and
-//! teach nothing.
+//! A phase is timed from the reply to our accepted pause/resume or creation
+//! ([`created`], which reads nothing before its first poll), or, for
+//! `creating` found by the first read of [`transition`], from that read;
+//! phases we find already under way (after a 409, or someone else's) are
+//! polled like the reference and teach nothing.
 //!
 //! - **No history**: poll every 250 ms, exactly the reference.
 //! - **With history**: the first poll waits `q · 0.9^(k(k+1)/2)`, where `q`
