@@ -19,15 +19,22 @@
 //! unparsable counts as [`DEFAULT_RETRY_AFTER`], longer than
 //! [`MAX_RETRY_AFTER`] is capped). Then the request is sent again, at most
 //! [`MAX_429_RETRIES`] times and only if the pause ends before the deadline,
-//! for the calls a rate limiter's refusal makes safe to repeat: reading,
-//! deleting, pausing and resuming a sandbox (a repeated pause/resume answers
-//! 409, which the transition reconciles), `exec` (a 429 is a refusal before
-//! the command runs, and the provider's workspace commands are idempotent),
-//! file transfer, stdin close and process cleanup. Never retried:
-//! `POST /sandboxes` and `POST /processes` (a duplicate would leak a sandbox
-//! or run a command twice), and the output connection (the execute module
-//! reconnects from its cursor). A 429 that is not retried is returned as an
-//! `Api` error with status 429.
+//! for the calls a rate limiter's refusal makes safe to repeat: creating,
+//! reading, deleting, pausing and resuming a sandbox (a 429 is the limiter's
+//! refusal before the request is acted on, *assumed* as for `exec`, and the
+//! provider already treats a 429 to `POST /sandboxes` as "nothing created";
+//! a repeated pause/resume answers 409, which the transition reconciles),
+//! `exec` (a 429 is a refusal before the command runs, and the provider's
+//! workspace commands are idempotent), file transfer, stdin close and
+//! process cleanup. Never retried: `POST /processes` (the execute module
+//! reports its refusal to the caller, who decides whether to run the
+//! command again) and the output connection (the execute module reconnects
+//! from its cursor). A 429 that is not retried is returned as an `Api`
+//! error with status 429.
+//!
+//! A 429 also tells the pacer that the server's limiter is not the 60 s
+//! sliding window it paces by (see `pacer`): it falls back to smooth pacing
+//! for this API, with a `debug` log saying so.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -252,7 +259,13 @@ impl CreateosClient {
         &self.pacer
     }
 
-    /// `POST /sandboxes`; returns the new sandbox ID. Never retried.
+    /// The API origin (`scheme://host:port`, no path, no key).
+    fn origin(&self) -> &str {
+        self.base.strip_suffix("/v1").unwrap_or(&self.base)
+    }
+
+    /// `POST /sandboxes`; returns the new sandbox ID. Sent again only after
+    /// a 429 (a refusal: nothing was created).
     pub async fn create_sandbox(
         &self,
         shape: &str,
@@ -269,7 +282,7 @@ impl CreateosClient {
         }
         let url = format!("{}/sandboxes", self.base);
         let data = self
-            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::Never, &[], || self.http.post(&url).json(&body))
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.post(&url).json(&body))
             .await?;
         reply_id(&data, "id", op::SANDBOX_LIFECYCLE)
     }
@@ -549,6 +562,16 @@ impl CreateosClient {
             let until = Instant::now() + wait;
             self.pacer.pause_until(until);
             tracing::debug!(operation = label, wait_ms = wait.as_millis() as u64, "CreateOS 429");
+            if self.pacer.pace_smoothly() {
+                // Our window had room for this request (window pacing only
+                // starts one below its cap), so the server does not count a
+                // 60 s sliding window over our requests.
+                tracing::debug!(
+                    origin = %self.origin(),
+                    "CreateOS answered 429 although the last 60 s had room: its rate limiter is not a \
+                     sliding window; pacing requests smoothly for this API from now on"
+                );
+            }
             if retry == Retry::Never || retries >= MAX_429_RETRIES || until >= opts.deadline {
                 return Err(Error::api(label, 429));
             }
@@ -909,12 +932,22 @@ mod tests {
     async fn too_many_requests() {
         let (mock, client) = server().await;
         let retry = |s: &str| Reply::Status(429, vec![("retry-after", s.to_string())], vec![]);
+        assert_eq!(client.pacer().pacing(), crate::pacer::Pacing::Window);
         // Safe calls are retried after the pause.
         mock.push(retry("0"));
         mock.push(ok(json!({"id": "s", "status": "running"})));
         client.get_sandbox("s", opts()).await.unwrap();
         assert_eq!(mock.seen().len(), 2);
-        // Creation is never retried; the whole budget pauses.
+        // So is a refused creation: the limiter created nothing.
+        mock.push(retry("0"));
+        mock.push(ok(json!({"id": "sbx_2"})));
+        assert_eq!(client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap(), "sbx_2");
+        let seen = mock.seen();
+        assert_eq!(seen.len(), 4);
+        assert!(seen[2..].iter().all(|s| s.method == "POST" && s.uri == "/v1/sandboxes"));
+        // A pause past the deadline is not waited for; the whole budget
+        // pauses, and the pacer paces smoothly from now on.
+        assert_eq!(client.pacer().pacing(), crate::pacer::Pacing::Smooth);
         mock.push(retry("30"));
         let before = Instant::now();
         let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap_err();
@@ -922,7 +955,7 @@ mod tests {
         assert_eq!(err.operation(), Some("sandbox lifecycle"));
         let paused = client.pacer().paused_until().unwrap();
         assert!(paused >= before + Duration::from_secs(30));
-        assert_eq!(mock.seen().len(), 3);
+        assert_eq!(mock.seen().len(), 5);
     }
 
     #[tokio::test]

@@ -8,9 +8,8 @@ use crate::{
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
     pacer::{Admission, Priority},
     registry::{LeaseScope, Refusal, Registry},
-    transition::{transition_with_priority, Desired, Estimates, Lifecycle},
+    transition::{self, transition_with_priority, Desired, Estimates, Lifecycle},
 };
-use bytes::Bytes;
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport,
     ReleaseReport, Workspace,
@@ -161,8 +160,8 @@ async fn create_lease(
 pub const ADMISSION_PATIENCE: u32 = 4;
 
 /// The share of `timeoutMs` the request backlog may represent when new work
-/// is admitted: an acquisition makes about six sequential requests and a
-/// whole lifecycle about fourteen, so a backlog of a tenth of the deadline
+/// is admitted: an acquisition makes about three sequential requests and a
+/// whole lifecycle about fifteen, so a backlog of a tenth of the deadline
 /// keeps every admitted operation's requests well inside it.
 pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
 
@@ -195,6 +194,15 @@ async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Res
         })
 }
 
+/// The workspace preparation `exec` runs: `mkdir -p` the runtime directory,
+/// then write the marker (`$2`) to its path (`$3`) with no newline. One
+/// request instead of an `exec` and a `PUT /files`; every value is a
+/// positional argument, never part of the script.
+pub const PREPARE_SCRIPT: &str = r#"mkdir -p -- "$1" && printf %s "$2" > "$3""#;
+
+/// Waits for `running` (first read at the learnt schedule: the creation
+/// reply already said `creating`), then prepares the workspace and writes
+/// the marker in one `exec`.
 async fn prepare_workspace(
     client: &CreateosClient,
     id: &str,
@@ -202,13 +210,14 @@ async fn prepare_workspace(
     deadline: Instant,
     estimates: &Estimates,
 ) -> Result<(), Error> {
-    transition_with_priority(client, id, Desired::Running, deadline, Priority::InFlight, estimates).await?;
+    transition::created(client, id, deadline, Priority::InFlight, estimates).await?;
     let options = CallOptions::new(deadline, Priority::InFlight);
-    let mkdir = client.exec(id, "/bin/mkdir", &["-p".into(), RUNTIME_DIR.into()], options).await?;
-    if mkdir.exit_code != 0 {
-        return Err(Error::workspace_command_failed(mkdir.exit_code));
+    let args = ["-c", PREPARE_SCRIPT, "sh", RUNTIME_DIR, &metadata.marker, MARKER_PATH].map(String::from);
+    let prepared = client.exec(id, "/bin/sh", &args, options).await?;
+    if prepared.exit_code != 0 {
+        return Err(Error::workspace_command_failed(prepared.exit_code));
     }
-    client.put_file(id, MARKER_PATH, Bytes::from(metadata.marker.clone()), options).await
+    Ok(())
 }
 
 /// How many times a cleanup delete is sent before its failure is reported.

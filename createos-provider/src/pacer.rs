@@ -1,24 +1,55 @@
 //! The request budget shared by every lease talking to one CreateOS account.
 //!
-//! # Pacing rule
-//!
 //! One [`Pacer`] per (API origin, API key) in the process ([`Pacer::shared`];
-//! the registry keys on a salted hash of the key, never the key). It is a
-//! GCRA (a token bucket in "theoretical arrival time" form) with
+//! the registry keys on a salted hash of the key, never the key). CreateOS
+//! allows `limit` requests per minute per caller (300); the pacer decides
+//! when each request may start.
 //!
-//! - emission interval `T = 60 s / (0.97 × limit)`, rounded *up* to the
-//!   nanosecond, so the steady rate is 97 % of the limit (291/min of 300,
-//!   one start every 206.2 ms, against the reference's 300 ms = 200/min);
-//! - burst `B = clamp((limit − ⌊0.97 × limit⌋) / 3, 1, 8)` (3 for 300/min).
+//! # Window pacing (the default)
 //!
-//! GCRA admits at most `B + ⌊60 s / T⌋` request starts in any closed 60 s
-//! window, whatever the timing of the callers: 3 + 290 = 293 for 300/min,
-//! so the server's sliding window never sees more than the limit, and the
-//! spare requests (7 of 300) absorb latency jitter between our clock and the
-//! server's. Under sustained load the rate is ≥ 96.9 % of the limit.
+//! The pacer keeps a log of its own request starts of the last 60 s (a
+//! sliding-window log, the same rule as a sliding-window limiter on the
+//! server) and starts a request when
 //!
-//! A 429's `Retry-After` calls [`Pacer::pause_until`]: no request starts before
-//! that instant, whatever its priority.
+//! - the window holds fewer than the **cap** `C = ⌊0.97 × limit⌋` starts
+//!   (291 of 300): never more than that in any 60 s, whatever the callers do;
+//!   the 9 spare requests absorb the difference between our start times and
+//!   the server's arrival times (a request that took 1.8 s longer than one
+//!   sent 60 s earlier), and
+//! - either the window holds fewer than the **free share** `F = ⌊C / 4⌋`
+//!   starts (72): the budget is mostly unused, so the request starts at once
+//!   (a lone lease's ~15 requests go at network speed), or the last start
+//!   was at least `60 s / (C − b)` ago, where `b` counts the free starts
+//!   still in the window: under load, starts are spaced smoothly, and what
+//!   free starts took is paid back evenly until they leave the window.
+//!
+//! So under sustained load, every 60 s window holds at most `C` starts and,
+//! once the free starts of the first minute have left the window, exactly
+//! `C` (97 % of the limit), spaced `60 s / C` (206 ms) apart: a stall never
+//! happens, because the spacing never lets the window fill before its oldest
+//! starts expire. The first minute after an idle period runs at
+//! `(C − b) / C` of that rate after its free burst (at least 75 %).
+//!
+//! Memory: starts are logged in 50 ms slots ([`SLOT`]), a slot keeping its
+//! latest start (so a slot expires no earlier than any start in it): at most
+//! 1,201 slots whatever the limit.
+//!
+//! # Smooth pacing (the fallback)
+//!
+//! If the server answers 429 while the window had room (it always has: a
+//! start is only granted below the cap), its limiter is not a 60 s sliding
+//! window over our requests (a token bucket with a small burst, a fixed
+//! window, another client on the same address). The client then switches
+//! this pacer to smooth pacing ([`Pacer::pace_smoothly`]) for good, and says
+//! so in a `debug` log. Smooth pacing is a GCRA (a token bucket in
+//! "theoretical arrival time" form) with emission interval
+//! `T = 60 s / (0.97 × limit)` rounded up to the nanosecond (206.2 ms at
+//! 300/min) and burst `B = clamp((limit − ⌊0.97 × limit⌋) / 3, 1, 8)` (3):
+//! at most `B + ⌊60 s / T⌋` (293) starts in any 60 s, never more than `B`
+//! back to back. (It is the previous pacer, unchanged.)
+//!
+//! In both modes a 429's `Retry-After` calls [`Pacer::pause_until`]: no
+//! request starts before that instant, whatever its priority.
 //!
 //! # Order
 //!
@@ -30,14 +61,20 @@
 //! # Admission of new work
 //!
 //! [`Pacer::admit_new_work`] admits new work (e.g. a new lease) only while
-//! `waiting requests + outstanding admissions < capacity`, where capacity is
-//! what the budget serves within the caller's `horizon`, at least 1 (the
-//! lease hooks pass a tenth of `timeoutMs`: 2 s, 9 requests, for a `timeoutMs`
-//! of 20 s at 300/min). Admission waiters are served FIFO. The caller holds the
-//! [`Admission`] guard while the new work issues its first requests (e.g.
-//! until its sandbox is created) and then drops it. So new work never piles
-//! up more backlog in front of work already in flight than the deadlines of
-//! that work can absorb, which keeps in-flight and cleanup latency low.
+//! `waiting requests + outstanding admissions + recent admissions <
+//! capacity` (recent: granted within the last horizon while other work was
+//! being admitted or waiting, so never the sequential admissions of a lone
+//! lease), where capacity is what the budget serves within the
+//! caller's `horizon` at its *sustained* rate (the current spacing, never the
+//! free share), at least 1 (the lease hooks pass a tenth of `timeoutMs`: 2 s,
+//! 9 requests, for a `timeoutMs` of 20 s at 300/min). Admission waiters are
+//! served FIFO. The caller holds the [`Admission`] guard while the new work
+//! issues its first requests (e.g. until its sandbox is created) and then
+//! drops it. Counting recent admissions matters when the free share lets
+//! the first requests of a crowd start at once (nothing waits): without it a
+//! crowd would be admitted whole and then share the sustained rate, past its
+//! deadlines. So new work never piles up more backlog in front of work
+//! already in flight than the deadlines of that work can absorb.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
@@ -49,8 +86,26 @@ use tokio::time::Instant;
 
 /// Share of the limit the pacer spends, in percent.
 pub const RATE_PERCENT: u64 = 97;
-/// Largest burst.
+/// Largest burst of smooth pacing.
 pub const MAX_BURST: u32 = 8;
+/// The window CreateOS counts requests in.
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// The free share is the cap divided by this.
+pub const FREE_DIVISOR: u32 = 4;
+/// Starts within one slot of the window log share an entry.
+pub const SLOT: Duration = Duration::from_millis(50);
+/// Admissions remembered for the "admissions of the last horizon" count.
+const RECENT_ADMISSIONS: usize = 256;
+
+/// How the pacer spaces request starts (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// Count the starts of the last 60 s; free starts while the window is
+    /// mostly unused.
+    Window,
+    /// GCRA at 97 % of the limit with a small burst.
+    Smooth,
+}
 
 /// A request's priority; lower variants are served first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,33 +123,46 @@ pub enum Priority {
 pub struct Rate {
     /// The account limit (requests per minute).
     pub limit: u32,
-    /// Time between request starts at the steady rate.
+    /// Time between request starts at the steady rate of smooth pacing.
     pub interval: Duration,
-    /// Requests that may start back to back after an idle period.
+    /// Requests that may start back to back after an idle period (smooth).
     pub burst: u32,
+    /// Most starts in any 60 s window (window pacing): ⌊0.97 × limit⌋.
+    pub cap: u32,
+    /// Starts that need no spacing while the window holds fewer (window
+    /// pacing): ⌊cap / 4⌋.
+    pub free: u32,
 }
 
 impl Rate {
     /// The rate for `limit` requests per minute (0 counts as 1).
     pub fn for_limit(limit: u32) -> Rate {
         let limit = limit.max(1);
-        let nanos = 60_000_000_000u128 * 100;
+        let nanos = WINDOW.as_nanos() * 100;
         let denom = u128::from(RATE_PERCENT) * u128::from(limit);
         let interval = Duration::from_nanos(nanos.div_ceil(denom) as u64);
         let steady = u64::from(limit) * RATE_PERCENT / 100;
         let slack = u64::from(limit) - steady;
         let burst = (slack / 3).clamp(1, u64::from(MAX_BURST)) as u32;
-        Rate { limit, interval, burst }
+        let cap = (steady as u32).max(1);
+        Rate { limit, interval, burst, cap, free: cap / FREE_DIVISOR }
     }
 
-    /// The most request starts in any closed 60 s window.
+    /// The most request starts smooth pacing allows in any closed 60 s window.
     pub fn max_per_minute(&self) -> u64 {
-        u64::from(self.burst) + (60_000_000_000u128 / self.interval.as_nanos()) as u64
+        u64::from(self.burst) + (WINDOW.as_nanos() / self.interval.as_nanos()) as u64
     }
 
-    /// How many requests the budget serves within `horizon`, at least 1.
+    /// How many requests smooth pacing serves within `horizon`, at least 1.
     pub fn capacity_within(&self, horizon: Duration) -> usize {
         ((horizon.as_nanos() / self.interval.as_nanos()) as usize).max(1)
+    }
+
+    /// The spacing of window pacing once the window holds the free share,
+    /// with `free_in_window` free starts still in it: `60 s / (cap − b)`.
+    pub fn window_spacing(&self, free_in_window: u32) -> Duration {
+        let paced = self.cap.saturating_sub(free_in_window).max(1);
+        WINDOW / paced
     }
 
     fn tolerance(&self) -> Duration {
@@ -102,26 +170,143 @@ impl Rate {
     }
 }
 
+/// Starts logged in one [`SLOT`].
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    index: u128,
+    /// The latest start in the slot: the slot leaves the window 60 s after.
+    last: Instant,
+    starts: u32,
+    free: u32,
+}
+
+/// The sliding-window log of our own starts.
+#[derive(Debug)]
+struct Window {
+    epoch: Instant,
+    slots: VecDeque<Slot>,
+    starts: u32,
+    free: u32,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window { epoch: Instant::now(), slots: VecDeque::new(), starts: 0, free: 0 }
+    }
+
+    /// Forgets the starts that left the window by `now`.
+    fn prune(&mut self, now: Instant) {
+        while let Some(slot) = self.slots.front() {
+            if slot.last + WINDOW > now {
+                break;
+            }
+            self.starts -= slot.starts;
+            self.free -= slot.free;
+            self.slots.pop_front();
+        }
+    }
+
+    fn record(&mut self, now: Instant, free: bool) {
+        let index = now.saturating_duration_since(self.epoch).as_nanos() / SLOT.as_nanos();
+        match self.slots.back_mut() {
+            Some(slot) if slot.index == index => {
+                slot.last = slot.last.max(now);
+                slot.starts += 1;
+                slot.free += u32::from(free);
+            }
+            _ => self.slots.push_back(Slot { index, last: now, starts: 1, free: u32::from(free) }),
+        }
+        self.starts += 1;
+        self.free += u32::from(free);
+    }
+
+    /// When the window will hold fewer than `cap` starts (it holds `cap` or
+    /// more now).
+    fn below(&self, cap: u32) -> Instant {
+        let mut remaining = self.starts;
+        for slot in &self.slots {
+            remaining -= slot.starts;
+            if remaining < cap {
+                return slot.last + WINDOW;
+            }
+        }
+        self.slots.back().map_or(self.epoch, |slot| slot.last + WINDOW)
+    }
+}
+
 #[derive(Debug)]
 struct State {
     rate: Rate,
-    /// GCRA theoretical arrival time.
+    pacing: Pacing,
+    window: Window,
+    last_start: Option<Instant>,
+    /// GCRA theoretical arrival time (smooth pacing).
     tat: Option<Instant>,
     paused_until: Option<Instant>,
     queue: BTreeMap<(Priority, u64), Arc<Notify>>,
     admissions: VecDeque<(u64, Arc<Notify>)>,
     admitted: usize,
+    recent_admissions: VecDeque<Instant>,
     next_seq: u64,
 }
 
 impl State {
-    fn earliest_start(&self) -> Option<Instant> {
-        let tolerance = self.rate.tolerance();
-        let budget = self.tat.map(|tat| tat.checked_sub(tolerance).unwrap_or(tat));
-        match (budget, self.paused_until) {
+    /// The earliest instant the head may start (`None`: any time), and
+    /// whether a start now would be a free one. The instant may be past.
+    fn earliest_start(&mut self, now: Instant) -> (Option<Instant>, bool) {
+        let (budget, free) = match self.pacing {
+            Pacing::Smooth => {
+                let tolerance = self.rate.tolerance();
+                (self.tat.map(|tat| tat.checked_sub(tolerance).unwrap_or(tat)), false)
+            }
+            Pacing::Window => {
+                self.window.prune(now);
+                if self.window.starts >= self.rate.cap {
+                    (Some(self.window.below(self.rate.cap)), false)
+                } else if self.window.starts < self.rate.free {
+                    (None, true)
+                } else {
+                    let spacing = self.rate.window_spacing(self.window.free);
+                    (self.last_start.map(|last| last + spacing), false)
+                }
+            }
+        };
+        let at = match (budget, self.paused_until) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
-        }
+        };
+        (at, free && at.is_none_or(|t| t <= now))
+    }
+
+    /// Grants a start at `now`. The window logs `now`; the next spacing
+    /// counts from `waited_for` if given: the instant this start was due
+    /// while it was already waiting. Waking up is late by the timer's
+    /// resolution (1 ms) and the scheduler's delay (more on a loaded
+    /// machine); counting from `now` would lose that much per start (a
+    /// millisecond is 0.5 % of the budget). The cap still counts real start
+    /// times, so this never lets more than the cap start in 60 s.
+    fn grant(&mut self, now: Instant, free: bool, waited_for: Option<Instant>) {
+        self.window.record(now, free);
+        self.last_start = Some(waited_for.unwrap_or(now));
+        let interval = self.rate.interval;
+        self.tat = Some(self.tat.map_or(now, |tat| tat.max(now)) + interval);
+    }
+
+    /// What the budget serves within `horizon` at its sustained rate.
+    fn capacity_within(&self, horizon: Duration) -> usize {
+        let spacing = match self.pacing {
+            Pacing::Smooth => self.rate.interval,
+            Pacing::Window => self.rate.window_spacing(self.window.free),
+        };
+        ((horizon.as_nanos() / spacing.as_nanos().max(1)) as usize).max(1)
+    }
+
+    fn admissions_within(&self, horizon: Duration, now: Instant) -> usize {
+        self.recent_admissions
+            .iter()
+            .rev()
+            .take_while(|at| now.saturating_duration_since(**at) < horizon)
+            .count()
     }
 
     fn wake_head(&self) {
@@ -157,16 +342,20 @@ pub fn key_fingerprint(key: &str) -> u64 {
 }
 
 impl Pacer {
-    /// A new, unshared budget of `requests_per_minute`.
+    /// A new, unshared budget of `requests_per_minute`, pacing by the window.
     pub fn new(requests_per_minute: u32) -> Pacer {
         Pacer {
             state: Mutex::new(State {
                 rate: Rate::for_limit(requests_per_minute),
+                pacing: Pacing::Window,
+                window: Window::new(),
+                last_start: None,
                 tat: None,
                 paused_until: None,
                 queue: BTreeMap::new(),
                 admissions: VecDeque::new(),
                 admitted: 0,
+                recent_admissions: VecDeque::new(),
                 next_seq: 0,
             }),
         }
@@ -205,6 +394,35 @@ impl Pacer {
         self.lock().rate
     }
 
+    /// How request starts are spaced now.
+    pub fn pacing(&self) -> Pacing {
+        self.lock().pacing
+    }
+
+    /// Switches to smooth pacing for good (the server's limiter is not a
+    /// sliding window). Returns whether the pacer was pacing by the window.
+    /// The GCRA starts with no burst credit: the next start is one interval
+    /// after the last one.
+    pub fn pace_smoothly(&self) -> bool {
+        let mut state = self.lock();
+        if state.pacing == Pacing::Smooth {
+            return false;
+        }
+        state.pacing = Pacing::Smooth;
+        let (interval, burst) = (state.rate.interval, state.rate.burst);
+        state.tat = state.last_start.map(|last| last + interval * burst);
+        state.wake_head();
+        state.wake_admission();
+        true
+    }
+
+    /// Starts in the current 60 s window (window pacing's log).
+    pub fn window_starts(&self) -> u32 {
+        let mut state = self.lock();
+        state.window.prune(Instant::now());
+        state.window.starts
+    }
+
     /// Requests waiting for a permit.
     pub fn waiting(&self) -> usize {
         self.lock().queue.len()
@@ -227,6 +445,7 @@ impl Pacer {
     /// future: its place is released at once.
     pub async fn acquire(&self, priority: Priority) {
         let notify = Arc::new(Notify::new());
+        let enqueued = Instant::now();
         let key = {
             let mut state = self.lock();
             let key = (priority, state.next_seq);
@@ -243,11 +462,10 @@ impl Pacer {
                     None
                 } else {
                     let now = Instant::now();
-                    match state.earliest_start() {
-                        Some(t) if t > now => Some(t),
-                        _ => {
-                            let interval = state.rate.interval;
-                            state.tat = Some(state.tat.map_or(now, |tat| tat.max(now)) + interval);
+                    match state.earliest_start(now) {
+                        (Some(t), _) if t > now => Some(t),
+                        (due, free) => {
+                            state.grant(now, free, due.filter(|due| enqueued <= *due));
                             state.queue.remove(&key);
                             place.done = true;
                             state.wake_head();
@@ -270,9 +488,10 @@ impl Pacer {
     }
 
     /// Waits until new work may start: until the backlog of waiting requests
-    /// plus outstanding admissions is below what the budget serves within
-    /// `horizon` (see the module documentation). Returns a guard that counts
-    /// against that capacity until dropped. Cancel by dropping the future.
+    /// plus outstanding admissions plus the admissions of the last `horizon`
+    /// is below what the budget serves within `horizon` (see the module
+    /// documentation). Returns a guard that counts against that capacity
+    /// until dropped. Cancel by dropping the future.
     pub async fn admit_new_work(self: &Arc<Self>, horizon: Duration) -> Admission {
         let notify = Arc::new(Notify::new());
         let seq = {
@@ -284,19 +503,41 @@ impl Pacer {
         };
         let mut place = AdmissionPlace { pacer: self, seq, done: false };
         loop {
-            {
+            let retry_at = {
                 let mut state = self.lock();
+                let now = Instant::now();
                 let is_front = state.admissions.front().map(|(s, _)| *s) == Some(seq);
-                let capacity = state.rate.capacity_within(horizon);
-                if is_front && state.queue.len() + state.admitted < capacity {
+                let capacity = state.capacity_within(horizon);
+                let recent = state.admissions_within(horizon, now);
+                if is_front && state.queue.len() + state.admitted + recent < capacity {
                     state.admissions.pop_front();
+                    // Counted as recent only if other work was starting or
+                    // waiting: a lone lease's admissions, one after the
+                    // other, are never a crowd.
+                    if state.admitted > 0 || !state.queue.is_empty() {
+                        if state.recent_admissions.len() == RECENT_ADMISSIONS {
+                            state.recent_admissions.pop_front();
+                        }
+                        state.recent_admissions.push_back(now);
+                    }
                     state.admitted += 1;
                     place.done = true;
                     state.wake_admission();
                     return Admission { pacer: self.clone() };
                 }
+                // Recent admissions age out without anybody waking us.
+                let oldest = state.recent_admissions.len() - recent;
+                state.recent_admissions.get(oldest).filter(|_| is_front && recent > 0).map(|at| *at + horizon)
+            };
+            match retry_at {
+                None => notify.notified().await,
+                Some(t) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(t) => {}
+                        _ = notify.notified() => {}
+                    }
+                }
             }
-            notify.notified().await;
         }
     }
 }
@@ -361,6 +602,12 @@ mod tests {
         }
     }
 
+    fn smooth(limit: u32) -> Arc<Pacer> {
+        let pacer = Arc::new(Pacer::new(limit));
+        assert!(pacer.pace_smoothly());
+        pacer
+    }
+
     #[test]
     fn rate_parameters() {
         let r = Rate::for_limit(300);
@@ -368,6 +615,16 @@ mod tests {
         assert_eq!(r.interval, Duration::from_nanos(206_185_568));
         assert_eq!(r.max_per_minute(), 293);
         assert_eq!(r.capacity_within(Duration::from_secs(2)), 9);
+        assert_eq!((r.cap, r.free), (291, 72));
+        assert_eq!(r.window_spacing(0), Duration::from_nanos(206_185_567));
+        assert_eq!(r.window_spacing(72), Duration::from_nanos(273_972_602));
+        assert_eq!(r.window_spacing(291), Duration::from_secs(60));
+        let r = Rate::for_limit(3_000);
+        assert_eq!((r.cap, r.free, r.burst), (2_910, 727, 8));
+        let r = Rate::for_limit(0);
+        assert_eq!((r.limit, r.cap, r.free, r.burst), (1, 1, 0, 1));
+        let r = Rate::for_limit(34);
+        assert_eq!((r.cap, r.free, r.burst), (32, 8, 1));
         for limit in [1, 2, 7, 33, 34, 60, 100, 299, 300, 301, 1000, 5000, 100_000] {
             let r = Rate::for_limit(limit);
             assert!(r.max_per_minute() <= u64::from(limit), "{limit}: {r:?}");
@@ -378,10 +635,9 @@ mod tests {
         }
     }
 
-    /// Saturates the pacer from `tasks` loops for `minutes` simulated minutes
+    /// Saturates `pacer` from `tasks` loops for `minutes` simulated minutes
     /// and returns the grant times, relative to the start.
-    async fn saturate(limit: u32, tasks: usize, minutes: u64) -> Vec<Duration> {
-        let pacer = Arc::new(Pacer::new(limit));
+    async fn saturate(pacer: Arc<Pacer>, tasks: usize, minutes: u64) -> Vec<Duration> {
         let start = Instant::now();
         let grants = Arc::new(Mutex::new(Vec::new()));
         let handles: Vec<_> = (0..tasks)
@@ -412,7 +668,7 @@ mod tests {
         let mut max = 0;
         let mut lo = 0;
         for hi in 0..times.len() {
-            while times[hi] - times[lo] > window {
+            while times[hi] - times[lo] >= window {
                 lo += 1;
             }
             max = max.max(hi - lo + 1);
@@ -420,75 +676,207 @@ mod tests {
         max
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn rate_is_exact_over_simulated_minutes() {
-        for limit in [300u32, 60, 1000] {
-            let times = saturate(limit, 12, 5).await;
-            assert!(times.windows(2).all(|w| w[0] <= w[1]));
-            let max = max_in_any_window(&times, Duration::from_secs(60));
-            assert!(max <= limit as usize, "{limit}: {max} in a 60 s window");
-            eprintln!("limit {limit}: {} starts in 5 min, at most {max} in any 60 s window", times.len());
-            for minute in 0..5u64 {
+    fn per_minute(times: &[Duration], minutes: u64) -> Vec<usize> {
+        (0..minutes)
+            .map(|minute| {
                 let lo = Duration::from_secs(60 * minute);
                 let hi = lo + Duration::from_secs(60);
-                let n = times.iter().filter(|t| **t >= lo && **t < hi).count();
-                assert!(n as f64 >= 0.95 * f64::from(limit), "{limit}: minute {minute} used {n}");
+                times.iter().filter(|t| **t >= lo && **t < hi).count()
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smooth_rate_is_exact_over_simulated_minutes() {
+        for (limit, most, least) in [(300u32, 293, 290), (60, 59, 58), (1000, 977, 969)] {
+            let times = saturate(smooth(limit), 12, 5).await;
+            assert!(times.windows(2).all(|w| w[0] <= w[1]));
+            assert_eq!(max_in_any_window(&times, WINDOW), most, "{limit}");
+            for (minute, n) in per_minute(&times, 5).into_iter().enumerate() {
+                assert!(n >= least, "{limit}: minute {minute} used {n}");
             }
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn bursts_after_idle_stay_within_the_window() {
-        // Alternate idle periods and bursts; the limit holds in every window.
-        let limit = 300;
-        let pacer = Arc::new(Pacer::new(limit));
-        let start = Instant::now();
-        let mut times = Vec::new();
-        for round in 0..40u64 {
-            for _ in 0..(round % 7) * 20 {
-                pacer.acquire(Priority::NewWork).await;
-                times.push(start.elapsed());
-            }
-            tokio::time::sleep(Duration::from_millis(round * 731 % 5000)).await;
+    async fn window_pacing_settles_at_the_cap_without_a_stall() {
+        let times = saturate(Arc::new(Pacer::new(300)), 12, 5).await;
+        // The free share at once, then never more than the cap in any
+        // 60 s, and the cap in every minute.
+        assert_eq!(times.iter().filter(|t| t.is_zero()).count(), 72);
+        assert_eq!(max_in_any_window(&times, WINDOW), 291);
+        assert_eq!(per_minute(&times, 5), [290, 291, 291, 291, 291]);
+        // No gap between starts longer than the paced spacing after the
+        // free share (274 ms, to the timer's millisecond): no stall.
+        let longest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert_eq!(longest, Duration::from_millis(274));
+        // Settled: any 60 s from the third minute on holds the cap.
+        let at = |t: u64| times.partition_point(|s| *s < Duration::from_millis(t));
+        for from in (120_000..240_000).step_by(7_001) {
+            assert_eq!(at(from + 60_000) - at(from), 291, "from {from} ms");
         }
-        assert!(max_in_any_window(&times, Duration::from_secs(60)) <= limit as usize);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_lease_goes_at_network_speed() {
+        let pacer = Pacer::new(300);
+        let start = Instant::now();
+        // A lifecycle's 15 requests, four lifecycles back to back: no wait.
+        for _ in 0..72 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now(), start);
+        assert_eq!(pacer.window_starts(), 72);
+        // The free share is spent: the next start waits 60 s / (291 − 72).
+        pacer.acquire(Priority::InFlight).await;
+        // (Tokio's timer has millisecond resolution.)
+        assert_eq!(Instant::now() - start, Duration::from_millis(274));
+        // Once the free starts left the window, it is free again.
+        tokio::time::sleep_until(start + WINDOW).await;
+        assert_eq!(pacer.window_starts(), 1);
+        let t = Instant::now();
+        pacer.acquire(Priority::InFlight).await;
+        assert_eq!(Instant::now(), t);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_window_waits_for_its_oldest_start() {
+        let pacer = Pacer::new(300);
+        let t0 = Instant::now();
+        {
+            let mut state = pacer.lock();
+            for _ in 0..200 {
+                state.grant(t0, false, None);
+            }
+            state.grant(t0 + Duration::from_secs(1), false, None);
+            for _ in 0..90 {
+                state.grant(t0 + Duration::from_secs(2), false, None);
+            }
+            let now = t0 + Duration::from_secs(3);
+            // 291 starts: full until the 200 of t0 leave.
+            assert_eq!(state.earliest_start(now), (Some(t0 + WINDOW), false));
+            // Then 91: spaced 206 ms after the last start (long past).
+            let due = t0 + Duration::from_secs(2) + Duration::from_nanos(206_185_567);
+            assert_eq!(state.earliest_start(t0 + WINDOW), (Some(due), false));
+            state.grant(t0 + WINDOW, false, None);
+            let next = t0 + WINDOW + Duration::from_nanos(206_185_567);
+            assert_eq!(state.earliest_start(t0 + WINDOW), (Some(next), false));
+            // Below the free share: free.
+            assert_eq!(state.earliest_start(t0 + Duration::from_secs(62)), (None, true));
+            assert_eq!(state.window.starts, 1);
+        }
+    }
+
+    #[test]
+    fn the_window_log_is_bounded_by_its_slots() {
+        let mut window = Window::new();
+        let t0 = window.epoch;
+        // 100 starts every 10 ms for 60 s: 600,000 starts in 1,200 slots.
+        for tick in 0..6_000u64 {
+            for _ in 0..100 {
+                window.record(t0 + Duration::from_millis(10 * tick), tick % 2 == 0);
+            }
+        }
+        assert_eq!(window.slots.len(), 1_200);
+        assert_eq!((window.starts, window.free), (600_000, 300_000));
+        // A slot leaves the window 60 s after its latest start.
+        window.prune(t0 + Duration::from_millis(60_039));
+        assert_eq!(window.starts, 600_000);
+        window.prune(t0 + Duration::from_millis(60_040));
+        assert_eq!((window.slots.len(), window.starts, window.free), (1_199, 599_500, 299_700));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn smooth_bursts_after_idle_stay_within_the_window() {
+        // Alternate idle periods and bursts; the limit holds in every window.
+        for pacer in [smooth(300), Arc::new(Pacer::new(300))] {
+            let start = Instant::now();
+            let mut times = Vec::new();
+            for round in 0..40u64 {
+                for _ in 0..(round % 7) * 20 {
+                    pacer.acquire(Priority::NewWork).await;
+                    times.push(start.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(round * 731 % 5000)).await;
+            }
+            assert!(max_in_any_window(&times, WINDOW) <= 293);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn falling_back_to_smooth_pacing() {
+        let pacer = Pacer::new(300);
+        assert_eq!(pacer.pacing(), Pacing::Window);
+        let start = Instant::now();
+        for _ in 0..10 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert!(pacer.pace_smoothly());
+        assert!(!pacer.pace_smoothly());
+        assert_eq!(pacer.pacing(), Pacing::Smooth);
+        // No burst credit: one interval after the last start, then the steady rate.
+        pacer.acquire(Priority::InFlight).await;
+        assert_eq!(Instant::now() - start, Duration::from_millis(207));
+        pacer.acquire(Priority::InFlight).await;
+        assert_eq!(Instant::now() - start, Duration::from_millis(413));
+        // After an idle minute, a burst of three.
+        tokio::time::sleep(WINDOW).await;
+        let t = Instant::now();
+        for _ in 0..3 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now(), t);
+        pacer.acquire(Priority::InFlight).await;
+        assert_eq!(Instant::now() - t, Duration::from_millis(207));
+        // A fresh pacer that never started anything has its full burst.
+        let fresh = Pacer::new(300);
+        assert!(fresh.pace_smoothly());
+        let t = Instant::now();
+        for _ in 0..3 {
+            fresh.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now(), t);
     }
 
     #[tokio::test(start_paused = true)]
     async fn priority_then_fifo() {
-        let pacer = Arc::new(Pacer::new(60));
-        pacer.acquire(Priority::NewWork).await; // spend the burst (1)
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let plan = [
-            ("new-1", Priority::NewWork),
-            ("inflight-1", Priority::InFlight),
-            ("cleanup-1", Priority::Cleanup),
-            ("new-2", Priority::NewWork),
-            ("cleanup-2", Priority::Cleanup),
-            ("inflight-2", Priority::InFlight),
-        ];
-        let mut handles = Vec::new();
-        for (i, (name, priority)) in plan.into_iter().enumerate() {
-            let (p, order) = (pacer.clone(), order.clone());
-            handles.push(tokio::spawn(async move {
-                p.acquire(priority).await;
-                order.lock().unwrap().push(name);
-            }));
-            until_waiting(&pacer, i + 1).await;
+        for pacer in [smooth(60), Arc::new(Pacer::new(60))] {
+            // Spend the burst (1) or the free share (14).
+            let free = if pacer.pacing() == Pacing::Smooth { 1 } else { 14 };
+            for _ in 0..free {
+                pacer.acquire(Priority::NewWork).await;
+            }
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let plan = [
+                ("new-1", Priority::NewWork),
+                ("inflight-1", Priority::InFlight),
+                ("cleanup-1", Priority::Cleanup),
+                ("new-2", Priority::NewWork),
+                ("cleanup-2", Priority::Cleanup),
+                ("inflight-2", Priority::InFlight),
+            ];
+            let mut handles = Vec::new();
+            for (i, (name, priority)) in plan.into_iter().enumerate() {
+                let (p, order) = (pacer.clone(), order.clone());
+                handles.push(tokio::spawn(async move {
+                    p.acquire(priority).await;
+                    order.lock().unwrap().push(name);
+                }));
+                until_waiting(&pacer, i + 1).await;
+            }
+            for h in handles {
+                h.await.unwrap();
+            }
+            assert_eq!(
+                *order.lock().unwrap(),
+                ["cleanup-1", "cleanup-2", "inflight-1", "inflight-2", "new-1", "new-2"]
+            );
         }
-        for h in handles {
-            h.await.unwrap();
-        }
-        assert_eq!(
-            *order.lock().unwrap(),
-            ["cleanup-1", "cleanup-2", "inflight-1", "inflight-2", "new-1", "new-2"]
-        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn cancelled_waiters_release_their_place() {
-        let pacer = Arc::new(Pacer::new(60));
-        let interval = pacer.rate().interval;
+        let pacer = smooth(60);
         let start = Instant::now();
         pacer.acquire(Priority::NewWork).await;
         // The head (a cleanup request) and a middle waiter are cancelled.
@@ -516,8 +904,9 @@ mod tests {
         assert!(middle.await.unwrap_err().is_cancelled());
         assert_eq!(pacer.waiting(), 1);
         let granted = last.await.unwrap();
-        // Served at the first free slot, as if the others never existed.
-        assert!(granted - start <= interval + Duration::from_millis(1));
+        // Served at the first free slot (one second at 60/min, 97 %), as if
+        // the others never existed.
+        assert_eq!(granted - start, Duration::from_millis(1_031));
         assert_eq!(pacer.waiting(), 0);
         // A future dropped before it is ever polled leaves no trace either.
         drop(pacer.acquire(Priority::Cleanup));
@@ -526,25 +915,25 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retry_after_delays_every_waiter() {
-        let pacer = Arc::new(Pacer::new(300));
-        let start = Instant::now();
-        pacer.pause_until(start + Duration::from_secs(10));
-        // A shorter pause never shortens the longer one.
-        pacer.pause_until(start + Duration::from_secs(1));
-        let handles: Vec<_> = [Priority::Cleanup, Priority::InFlight, Priority::NewWork]
-            .into_iter()
-            .map(|priority| {
-                let p = pacer.clone();
-                tokio::spawn(async move {
-                    p.acquire(priority).await;
-                    Instant::now()
+        for pacer in [smooth(300), Arc::new(Pacer::new(300))] {
+            let start = Instant::now();
+            pacer.pause_until(start + Duration::from_secs(10));
+            // A shorter pause never shortens the longer one.
+            pacer.pause_until(start + Duration::from_secs(1));
+            assert_eq!(pacer.paused_until(), Some(start + Duration::from_secs(10)));
+            let handles: Vec<_> = [Priority::Cleanup, Priority::InFlight, Priority::NewWork]
+                .into_iter()
+                .map(|priority| {
+                    let p = pacer.clone();
+                    tokio::spawn(async move {
+                        p.acquire(priority).await;
+                        Instant::now()
+                    })
                 })
-            })
-            .collect();
-        for h in handles {
-            let at = h.await.unwrap();
-            assert!(at - start >= Duration::from_secs(10));
-            assert!(at - start <= Duration::from_secs(11));
+                .collect();
+            for h in handles {
+                assert_eq!(h.await.unwrap() - start, Duration::from_secs(10));
+            }
         }
     }
 
@@ -552,39 +941,85 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn admission_follows_the_backlog() {
-        let pacer = Arc::new(Pacer::new(300));
-        let capacity = pacer.rate().capacity_within(HORIZON);
-        assert_eq!(capacity, 9);
+        let pacer = smooth(300);
         for _ in 0..3 {
             pacer.acquire(Priority::InFlight).await; // spend the burst
         }
-        // A backlog of `capacity` waiting requests blocks admission.
-        let waiters: Vec<_> = (0..capacity)
+        // A backlog of 9 waiting requests (2 s of the budget) blocks admission.
+        let waiters: Vec<_> = (0..9)
             .map(|_| {
                 let p = pacer.clone();
                 tokio::spawn(async move { p.acquire(Priority::InFlight).await })
             })
             .collect();
-        until_waiting(&pacer, capacity).await;
+        until_waiting(&pacer, 9).await;
         let start = Instant::now();
         let admission = pacer.admit_new_work(HORIZON).await;
         // One request had to start before new work was admitted.
-        assert!(Instant::now() > start);
-        assert_eq!(pacer.waiting(), capacity - 1);
-        // The guard counts: the next admission needs another start.
+        assert_eq!(Instant::now() - start, Duration::from_millis(207));
+        assert_eq!(pacer.waiting(), 8);
+        // The guard and the recent admission count: two more starts.
         let t1 = Instant::now();
         let second = pacer.admit_new_work(HORIZON).await;
-        assert!(Instant::now() > t1);
+        assert_eq!(Instant::now() - t1, Duration::from_millis(412));
         drop(admission);
         drop(second);
         for w in waiters {
             w.await.unwrap();
         }
         // Idle: admission is immediate; a cancelled admission frees its place.
+        tokio::time::sleep(HORIZON).await;
         drop(pacer.admit_new_work(HORIZON));
         let t2 = Instant::now();
         let _a = pacer.admit_new_work(HORIZON).await;
         assert_eq!(Instant::now(), t2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_crowd_is_admitted_at_the_sustained_rate() {
+        // Window pacing at 300/min: 2 s of the sustained rate is 9 requests.
+        // Nothing waits (the free share serves requests at once), yet a
+        // crowd holding its admissions counts: 5 outstanding and the 4
+        // granted while others were outstanding make 9, and the sixth waits
+        // until those leave the horizon.
+        let pacer = Arc::new(Pacer::new(300));
+        let start = Instant::now();
+        let crowd: Vec<Admission> = {
+            let mut crowd = Vec::new();
+            for _ in 0..5 {
+                crowd.push(pacer.admit_new_work(HORIZON).await);
+            }
+            crowd
+        };
+        assert_eq!(Instant::now(), start);
+        let sixth = tokio::spawn({
+            let p = pacer.clone();
+            async move {
+                let _admission = p.admit_new_work(HORIZON).await;
+                Instant::now()
+            }
+        });
+        assert_eq!(sixth.await.unwrap() - start, HORIZON);
+        drop(crowd);
+        // A lone lease's admissions, one after the other, never wait.
+        let t = Instant::now();
+        for _ in 0..20 {
+            drop(pacer.admit_new_work(HORIZON).await);
+        }
+        assert_eq!(Instant::now(), t);
+        // Free starts still in the window slow the sustained rate: 2 s of
+        // 60 s / (291 − 72) is 7 requests, so 4 outstanding and 3 recent.
+        for _ in 0..72 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        let t = Instant::now();
+        let mut crowd = Vec::new();
+        for _ in 0..4 {
+            crowd.push(pacer.admit_new_work(HORIZON).await);
+        }
+        assert_eq!(Instant::now(), t);
+        drop(pacer.admit_new_work(HORIZON).await);
+        assert_eq!(Instant::now() - t, HORIZON);
     }
 
     #[test]

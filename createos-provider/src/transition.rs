@@ -23,10 +23,11 @@
 //! Polling sooner only pays if we know *when* to poll, so [`Estimates`] keeps,
 //! per API origin ([`Estimates::shared`]) and in-flight phase (`creating`,
 //! `pausing`, `resuming`), the last [`SAMPLES`] (16) durations of that phase.
-//! A phase is timed from the reply to our accepted pause/resume, or, for
-//! `creating`, from the first read that saw it; phases we find already under
-//! way (after a 409, or someone else's) are polled like the reference and
-//! teach nothing.
+//! A phase is timed from the reply to our accepted pause/resume or creation
+//! ([`created`], which reads nothing before its first poll), or, for
+//! `creating` found by the first read of [`transition`], from that read;
+//! phases we find already under way (after a 409, or someone else's) are
+//! polled like the reference and teach nothing.
 //!
 //! - **No history**: poll every 250 ms, exactly the reference.
 //! - **With history**: the first poll waits `q · 0.9^(k(k+1)/2)`, where `q`
@@ -382,6 +383,34 @@ pub async fn transition_with_priority<C: Lifecycle>(
     priority: Priority,
     estimates: &Estimates,
 ) -> Result<(), Error> {
+    drive(client, id, desired, deadline, priority, estimates, None).await
+}
+
+/// Waits for a sandbox whose `POST /sandboxes` was just answered to reach
+/// `running`. The creation reply already says the sandbox is `creating`, so
+/// nothing is read before the first poll: the phase is timed from now (the
+/// reply), and the first read waits for the learnt schedule, exactly like
+/// the first poll after an accepted pause or resume. (Reading at once, as
+/// [`transition`] does, costs a request that can only answer `creating`.)
+pub async fn created<C: Lifecycle>(
+    client: &C,
+    id: &str,
+    deadline: Instant,
+    priority: Priority,
+    estimates: &Estimates,
+) -> Result<(), Error> {
+    drive(client, id, Desired::Running, deadline, priority, estimates, Some(Phase::Creating)).await
+}
+
+async fn drive<C: Lifecycle>(
+    client: &C,
+    id: &str,
+    desired: Desired,
+    deadline: Instant,
+    priority: Priority,
+    estimates: &Estimates,
+    started: Option<Phase>,
+) -> Result<(), Error> {
     let opts = CallOptions::new(deadline, priority);
     let target = match desired {
         Desired::Running => SandboxStatus::Running,
@@ -391,6 +420,14 @@ pub async fn transition_with_priority<C: Lifecycle>(
     let mut first_read = true;
     // The phase being polled and when it started.
     let mut phase: Option<(PhaseRun, Instant)> = None;
+    if let Some(kind) = started {
+        let start = Instant::now();
+        let mut run = PhaseRun::new(estimates, kind, true);
+        let at = start + run.next_offset();
+        run.polls += 1;
+        phase = Some((run, start));
+        wait_until(at, deadline).await?;
+    }
     loop {
         let sent = Instant::now();
         let status = client.get_sandbox(id, opts).await?.status;
@@ -822,6 +859,36 @@ mod tests {
             // While adapting, never more than two polls beyond the reference.
             assert!(phases.iter().all(|p| p.0 <= reference_polls(d) + 2), "{d} ms: {phases:?}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_created_sandbox_is_first_read_at_the_schedule() {
+        let estimates = Estimates::new();
+        let deadline = |fake: &Fake| fake.t0 + Duration::from_secs(60);
+        // No history: the first read comes 250 ms after the creation reply,
+        // where `transition` would have read at once and then at 250 ms.
+        let fake = Fake::new(vec![(0, "creating"), (300, "running")]);
+        created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap();
+        assert_eq!(fake.log(), ["get@250", "get@500"]);
+        // Timed from the reply: the midpoint of 250 and 500.
+        assert_eq!(estimates.estimate(Phase::Creating), Some(Duration::from_millis(375)));
+        // With history, one read at the estimate when the sandbox is quick.
+        let fake = Fake::new(vec![(0, "creating"), (360, "running")]);
+        created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap();
+        assert_eq!(fake.log(), ["get@375"]);
+        assert_eq!(estimates.samples(Phase::Creating), 2);
+        // A sandbox that failed while creating ends the wait, nothing posted.
+        let fake = Fake::new(vec![(0, "creating"), (10, "failed")]);
+        let err = created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap_err();
+        assert!(err.is_terminal_state(), "{err}");
+        assert_eq!(fake.log().len(), 1);
+        // A deadline before the first read: a timeout, no request.
+        let fake = Fake::new(vec![(0, "creating")]);
+        let err = created(&fake, "sbx", fake.t0 + Duration::from_millis(100), Priority::InFlight, &estimates)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout);
+        assert!(fake.log().is_empty());
     }
 
     #[tokio::test(start_paused = true)]

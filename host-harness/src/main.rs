@@ -191,6 +191,10 @@ enum Command {
         /// Turn the simulator's rate limit (300 requests a minute per client) off.
         #[arg(long)]
         no_rate_limit: bool,
+        /// Count the 300 requests a minute with a token bucket of this burst
+        /// instead of a sliding window (the default).
+        #[arg(long, value_name = "BURST", conflicts_with = "no_rate_limit")]
+        token_bucket: Option<u32>,
     },
     /// Manage installed provider libraries (the providers directory).
     #[command(subcommand)]
@@ -286,8 +290,15 @@ fn init_logging(verbose: u8) {
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     use commands::{info, ledger};
     let global = &cli.global;
-    if let Command::Sim { listen, no_rate_limit } = &cli.command {
-        return commands::sim::serve(*listen, !no_rate_limit, out);
+    if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
+        let limit = match (no_rate_limit, token_bucket) {
+            (true, _) => None,
+            (false, None) => Some(createos_sim::RateLimit::createos_default()),
+            (false, Some(burst)) => {
+                Some(createos_sim::RateLimit::token_bucket(300, std::time::Duration::from_secs(60), *burst))
+            }
+        };
+        return commands::sim::serve(*listen, limit, out);
     }
     if let Command::Leases = &cli.command {
         return ledger::leases(global.ledger.as_deref(), out);

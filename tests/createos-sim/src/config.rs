@@ -4,23 +4,68 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Per-client-IP rate limit: at most `requests` accepted requests in any
-/// rolling `window` (exact sliding log). Requests over the limit answer 429
-/// with `Retry-After: <seconds, rounded up>` and are not counted.
+/// Per-client-IP rate limit of `requests` per `window`, counted by
+/// `algorithm`. Requests over the limit answer 429 with
+/// `Retry-After: <seconds until one would be accepted, rounded up, ≥ 1>`
+/// and are not counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RateLimit {
-    /// Maximum number of requests accepted in any rolling window.
+    /// Requests accepted per window.
     pub requests: u32,
-    /// Length of the rolling window.
+    /// Length of the window.
     pub window: Duration,
+    /// How requests are counted.
+    pub algorithm: Algorithm,
+}
+
+/// How a [`RateLimit`] counts requests.
+///
+/// The API document says "300 requests per minute per caller IP" and no
+/// more. The default is the sliding window: it is the strictest reading of
+/// "per minute" (any 60 s, not only those starting on a clock minute), so a
+/// client that never sees a 429 from it never sees one from a fixed-window
+/// limiter either. The token bucket is the other common implementation, and
+/// the one a client pacing by the window gets wrong at first: it is here to
+/// test the provider's fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// At most `requests` accepted in any rolling `window` (exact sliding log).
+    SlidingWindow,
+    /// A bucket of `burst` tokens, full at the start, refilled at
+    /// `requests / window`; each accepted request takes one.
+    TokenBucket {
+        /// The bucket's size: requests accepted back to back.
+        burst: u32,
+    },
 }
 
 impl RateLimit {
-    /// The published CreateOS limit: 300 requests per minute per caller IP.
+    /// The published CreateOS limit: 300 requests per minute per caller IP,
+    /// as a sliding window.
     pub fn createos_default() -> RateLimit {
-        RateLimit { requests: 300, window: Duration::from_secs(60) }
+        RateLimit::sliding_window(300, Duration::from_secs(60))
+    }
+
+    /// At most `requests` in any rolling `window`.
+    pub fn sliding_window(requests: u32, window: Duration) -> RateLimit {
+        RateLimit { requests, window, algorithm: Algorithm::SlidingWindow }
+    }
+
+    /// `requests` per `window` through a token bucket of `burst`.
+    pub fn token_bucket(requests: u32, window: Duration, burst: u32) -> RateLimit {
+        RateLimit { requests, window, algorithm: Algorithm::TokenBucket { burst } }
+    }
+
+    /// CreateOS's 300 requests per minute as a token bucket with a burst of
+    /// [`SMALL_BURST`].
+    pub fn createos_token_bucket() -> RateLimit {
+        RateLimit::token_bucket(300, Duration::from_secs(60), SMALL_BURST)
     }
 }
+
+/// The burst of [`RateLimit::createos_token_bucket`]: one second of the
+/// rate at 300 per minute.
+pub const SMALL_BURST: u32 = 5;
 
 /// Configuration for [`crate::Simulator::start`].
 #[derive(Debug, Clone)]
@@ -29,7 +74,8 @@ pub struct SimConfig {
     pub api_key: String,
     /// Listen address; only loopback addresses are accepted. Default `127.0.0.1:0`.
     pub listen: SocketAddr,
-    /// Rate limit per client IP; `None` disables it. Default 300 per 60 s.
+    /// Rate limit per client IP; `None` disables it. Default 300 per 60 s,
+    /// sliding window.
     pub rate_limit: Option<RateLimit>,
     /// Duration of `creating` before `running`. Default 50 ms.
     pub create_delay: Duration,

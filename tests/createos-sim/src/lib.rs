@@ -21,7 +21,7 @@ mod server;
 mod sim;
 mod state;
 
-pub use config::{RateLimit, SimConfig, SHAPES};
+pub use config::{Algorithm, RateLimit, SimConfig, SHAPES, SMALL_BURST};
 pub use faults::{parse_rules, FaultId, FaultKind, FaultProfile, FaultRule, FaultTrigger};
 pub use isolation::WORKSPACE;
 pub use ledger::{path_matches, Ledger, ProcessRecord, RequestRecord, SandboxRecord, TransitionRecord};

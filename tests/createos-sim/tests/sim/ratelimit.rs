@@ -8,7 +8,7 @@ use crate::common::*;
 fn sliding_window_429_with_retry_after() {
     let _g = shared();
     let mut cfg = fast_config();
-    cfg.rate_limit = Some(RateLimit { requests: 20, window: Duration::from_secs(2) });
+    cfg.rate_limit = Some(RateLimit::sliding_window(20, Duration::from_secs(2)));
     let api = Api::start(cfg);
     let start = Instant::now();
     for _ in 0..20 {
@@ -26,4 +26,20 @@ fn sliding_window_429_with_retry_after() {
     for _ in 0..40 {
         assert_eq!(api.get("/sandboxes/none").0, 404);
     }
+}
+
+#[test]
+fn token_bucket_429_after_its_burst() {
+    let _g = shared();
+    let mut cfg = fast_config();
+    cfg.rate_limit = Some(RateLimit::token_bucket(60, Duration::from_secs(60), 3));
+    let api = Api::start(cfg);
+    for _ in 0..3 {
+        assert_eq!(api.get("/sandboxes/none").0, 404);
+    }
+    // One a second after the burst: far below a sliding window's 60.
+    let r = api.req(reqwest::Method::GET, "/sandboxes/none").send().unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["retry-after"].to_str().unwrap(), "1");
+    assert!(wait_until(Duration::from_secs(5), || api.get("/sandboxes/none").0 == 404));
 }

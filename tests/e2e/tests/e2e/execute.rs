@@ -97,7 +97,7 @@ fn stdin_is_staged_as_a_file_and_never_sent_in_the_process_request() {
         let body: Value = serde_json::from_str(&process.request_body).unwrap();
         assert!(body.get("env").is_none(), "env is never sent");
     }
-    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 2, "the marker and the staged stdin");
+    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 1, "the staged stdin");
     // The staged file was removed afterwards.
     let check = bed.command(&config, &lease, "/bin/sh", &["-c", "ls -A /tmp | wc -l"]);
     assert_eq!(bed.execute(&check).0.unwrap().stdout.trim(), "0");

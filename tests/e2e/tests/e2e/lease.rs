@@ -30,8 +30,21 @@ fn acquire_creates_a_running_sandbox_with_its_marker_and_no_key_in_metadata() {
     assert!(!lease.metadata_json.contains(bed.sim.api_key()), "metadata never holds the key");
     let ledger = bed.ledger();
     assert_eq!(ledger.count("POST", "/v1/sandboxes"), 1);
-    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace");
-    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 1, "the marker");
+    // No read at once after the creation (its reply says `creating`): the
+    // first read at the schedule (250 ms with no history) finds the
+    // sandbox (50 ms) running.
+    assert_eq!(ledger.count("GET", "/v1/sandboxes/*"), 1, "one state read");
+    assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace and the marker");
+    assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 0, "the marker is written by that exec");
+    assert_eq!(ledger.requests.len(), 3);
+    // The marker is in place, byte for byte.
+    let marker = bed.command(
+        &config,
+        &lease,
+        "/bin/cat",
+        &["/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease"],
+    );
+    assert_eq!(bed.execute(&marker).0.unwrap().stdout, metadata["marker"].as_str().unwrap());
 }
 
 #[test]
@@ -306,7 +319,7 @@ fn realize_names_the_workspace_without_a_request() {
 
 #[test]
 fn forty_leases_at_once_stay_within_the_rate_limit() {
-    let limit = RateLimit { requests: 3_000, window: Duration::from_secs(60) };
+    let limit = RateLimit::sliding_window(3_000, Duration::from_secs(60));
     let bed = Bed::with(SimConfig { rate_limit: Some(limit), ..SimConfig::default() });
     let config = bed.config(json!({"requestsPerMinute": 3_000}));
     std::thread::scope(|scope| {
@@ -335,7 +348,7 @@ fn forty_leases_at_once_stay_within_the_rate_limit() {
 fn twenty_loops_under_overload_finish_their_work() {
     const LOOPS: usize = 20;
     const RUN: Duration = Duration::from_secs(6);
-    let limit = RateLimit { requests: 3_000, window: Duration::from_secs(60) };
+    let limit = RateLimit::sliding_window(3_000, Duration::from_secs(60));
     let bed = Bed::with(SimConfig { rate_limit: Some(limit), ..SimConfig::default() });
     let config = bed.config(json!({"requestsPerMinute": 3_000, "timeoutMs": 2_000, "reuseLease": true}));
     let started = std::time::Instant::now();

@@ -4,5 +4,6 @@ mod abi;
 mod binding;
 mod execute;
 mod lease;
+mod pacing;
 mod support;
 mod worker;
