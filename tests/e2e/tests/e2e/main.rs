@@ -5,4 +5,5 @@ mod binding;
 mod execute;
 mod lease;
 mod support;
+mod sync;
 mod worker;
