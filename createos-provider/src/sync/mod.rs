@@ -19,7 +19,7 @@
 //!    - inbound file: `mkdir -p` the parent, `chmod`, `mv -f` into place;
 //!    - inbound directory: a tar of the walk (the `tar` crate) extracted under
 //!      the target, whose mode is then set;
-//!    - outbound file: copied to scratch, downloaded into a temporary file
+//!    - outbound file: hard-linked (else copied) to scratch, downloaded into a temporary file
 //!      beside the host target, its mode set, then renamed over the target;
 //!    - outbound directory: `tar -c` (`-h` only with `followSymlinks`) to
 //!      scratch, downloaded into a temporary file, validated whole
@@ -194,7 +194,10 @@ impl Transfer<'_> {
             Step::OutFile { source, target, mode } => {
                 *staged = true;
                 let script =
-                    format!("{}[ -f \"$s\" ] && cp -- \"$s\" {q_scratch}", paths::guard("s", source, true));
+                    format!(
+                    "{}[ -f \"$s\" ] && {{ ln -- \"$s\" {q_scratch} 2>/dev/null || cp -- \"$s\" {q_scratch}; }}",
+                    paths::guard("s", source, true)
+                );
                 self.run_script(&script).await?;
                 let parent = paths::host_parent(target)?;
                 fs::create_dir_all(parent).map_err(|e| Error::host_io("write", &e))?;
