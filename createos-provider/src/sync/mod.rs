@@ -282,7 +282,11 @@ impl Transfer<'_> {
             stdin: None.into(),
             timeout_ms: command.timeout_ms.into(),
         };
-        let ran = self.race(crate::execute::execute_with(self.ctx, &params, &mut |_, _| {})).await?;
+        // Not raced: the command registers on the lease itself, so a release
+        // cancels it through its own token and it terminates its process
+        // tree before returning (dropping it instead would leave the tree
+        // unconfirmed).
+        let ran = crate::execute::execute_with(self.ctx, &params, &mut |_, _| {}).await?;
         match ran.exit_code.into_option() {
             Some(0) => Ok(()),
             exit_code => Err(Error::PostUploadFailed { exit_code }),
