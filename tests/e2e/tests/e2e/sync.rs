@@ -445,3 +445,25 @@ fn sync_on_a_closing_or_unconfirmed_lease_is_refused() {
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
     assert_eq!(bed.ledger().requests.len(), before);
 }
+
+#[test]
+fn a_failed_transfer_command_is_one_line_and_lands_nothing() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    let host = tempfile::tempdir().unwrap();
+    let target = host.path().join("missing.txt");
+    let missing = mapping("file", "/paperclip-workspace/no-such-file", path(&target));
+    let error = bed.provider.sync_out(&params(&bed, &config, &lease, vec![missing])).unwrap_err();
+    assert_error(&error, ErrorKind::API, "CreateOS transfer command failed.");
+    assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "nothing landed");
+    sh(&bed, &config, &lease, "mkdir -p /paperclip-workspace/a-directory/inside");
+    let file = host.path().join("f");
+    std::fs::write(&file, "f").unwrap();
+    let onto_directory = mapping("file", path(&file), "/paperclip-workspace/a-directory");
+    let error = bed.provider.sync_in(&params(&bed, &config, &lease, vec![onto_directory])).unwrap_err();
+    assert_error(&error, ErrorKind::API, "CreateOS transfer command failed.");
+    let (_, state) = sh(&bed, &config, &lease, "ls /paperclip-workspace/a-directory; ls /tmp");
+    assert_eq!(state.lines().next(), Some("inside"), "{state}");
+    assert!(!state.contains("paperclip-createos-transfer-"), "the scratch file is gone: {state}");
+}
