@@ -36,13 +36,15 @@
 //! sliding window it paces by (see `pacer`): it falls back to smooth pacing
 //! for this API, with a `debug` log saying so.
 
+use std::io::Write;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
-use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
@@ -62,6 +64,8 @@ pub const MAX_429_RETRIES: u32 = 4;
 pub const MAX_JSON_REPLY: usize = 16 << 20;
 /// Largest file read with [`CreateosClient::get_file`].
 pub const MAX_FILE_BYTES: usize = 256 << 20;
+/// Bytes read from disk at a time when a file is uploaded.
+pub const STREAM_CHUNK: usize = 256 << 10;
 /// TCP/TLS connect timeout (the caller's deadline bounds everything else).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -408,6 +412,74 @@ impl CreateosClient {
         .await
     }
 
+    /// `PUT /sandboxes/{id}/files?path=P` with the bytes of the host file
+    /// `source` (`len` bytes), streamed from disk in
+    /// [`STREAM_CHUNK`]-byte reads: the file is never held in memory. The
+    /// file is reopened for each attempt (a 429 retry sends it again).
+    pub async fn put_file_from(
+        &self,
+        id: &str,
+        path: &str,
+        source: &Path,
+        len: u64,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
+        let url = self.file_url(id, path)?;
+        let label = op::FILE_TRANSFER;
+        self.bounded(label, opts.deadline, async {
+            let resp = self
+                .send(label, opts, Retry::After429, || {
+                    self.http
+                        .put(url.clone())
+                        .header(CONTENT_TYPE, "application/octet-stream")
+                        .header(CONTENT_LENGTH, len)
+                        .body(file_body(source))
+                })
+                .await?;
+            let resp = check_status(resp, label, &[])?;
+            read_capped(resp, MAX_JSON_REPLY, label).await?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// `GET /sandboxes/{id}/files?path=P`, streamed into `sink` chunk by
+    /// chunk (a blocking writer: the hook runs on the host's thread); returns
+    /// the number of bytes written. More than `cap` bytes is
+    /// [`Error::UnsafeArchive`]; a body cut short is a connection error. The
+    /// deadline bounds the whole transfer.
+    pub async fn get_file_into(
+        &self,
+        id: &str,
+        path: &str,
+        sink: &mut (dyn Write + Send),
+        cap: u64,
+        opts: CallOptions,
+    ) -> Result<u64, Error> {
+        let url = self.file_url(id, path)?;
+        let label = op::FILE_TRANSFER;
+        self.bounded(label, opts.deadline, async {
+            let resp = self.send(label, opts, Retry::After429, || self.http.get(url.clone())).await?;
+            let resp = check_status(resp, label, &[])?;
+            let mut written: u64 = 0;
+            let mut stream = resp.bytes_stream();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| {
+                    log_transport(label, &e);
+                    Error::from_transport(label, &e)
+                })?;
+                written += chunk.len() as u64;
+                if written > cap {
+                    return Err(Error::UnsafeArchive);
+                }
+                sink.write_all(&chunk).map_err(|e| Error::host_io("write", &e))?;
+            }
+            sink.flush().map_err(|e| Error::host_io("write", &e))?;
+            Ok(written)
+        })
+        .await
+    }
+
     /// `POST /sandboxes/{id}/processes` running `/bin/bash -lc SCRIPT`
     /// (never with `env`). Returns the process ID. Never retried.
     pub async fn create_process(
@@ -577,6 +649,20 @@ impl CreateosClient {
             }
             retries += 1;
         }
+    }
+}
+
+/// A request body streaming the host file at `source`; a file that cannot
+/// be opened fails the body (and so the request) with the I/O error.
+fn file_body(source: &Path) -> reqwest::Body {
+    match std::fs::File::open(source) {
+        Ok(file) => reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(
+            tokio::fs::File::from_std(file),
+            STREAM_CHUNK,
+        )),
+        Err(error) => reqwest::Body::wrap_stream(futures_util::stream::once(async move {
+            Err::<Bytes, std::io::Error>(error)
+        })),
     }
 }
 

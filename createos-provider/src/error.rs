@@ -228,6 +228,32 @@ pub enum Error {
     /// The output stream reported an error other than eviction.
     #[error("CreateOS output connection reported an error.")]
     OutputStreamError,
+    /// A file-sync command in the sandbox (staging, moving, archiving,
+    /// extracting) exited non-zero.
+    #[error("CreateOS transfer command failed.")]
+    TransferFailed,
+    /// A sync path resolved (in the sandbox, through its links) outside the
+    /// workspace, or a host source holds a link leaving it.
+    #[error("CreateOS transfer path escapes the workspace.")]
+    PathEscapes,
+    /// A downloaded archive holds an entry that could land outside its
+    /// destination, or more than the extraction limit.
+    #[error("CreateOS archive contains unsafe entries or exceeds the extraction limit.")]
+    UnsafeArchive,
+    /// Reading or writing a host file during sync failed.
+    #[error("CreateOS transfer could not {action} a host file: {reason}.")]
+    HostIo {
+        /// `read` or `write`.
+        action: &'static str,
+        /// The I/O error kind.
+        reason: String,
+    },
+    /// A post-upload command failed (`None`: it timed out or had no exit code).
+    #[error("CreateOS post-upload command failed{}.", exit_code.map(|code| format!(" with exit code {code}")).unwrap_or_default())]
+    PostUploadFailed {
+        /// The command's exit code, if it exited.
+        exit_code: Option<i32>,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -257,6 +283,9 @@ impl Error {
             Error::Internal { .. } | Error::NotRecorded { .. } => ErrorKind::Internal,
             Error::CommandCleanupUnconfirmed => ErrorKind::CleanupUnconfirmed,
             Error::OutputEvicted | Error::OutputStreamError => ErrorKind::Api,
+            Error::TransferFailed | Error::PostUploadFailed { .. } => ErrorKind::Api,
+            Error::PathEscapes | Error::HostIo { .. } => ErrorKind::InvalidInput,
+            Error::UnsafeArchive => ErrorKind::Protocol,
         }
     }
 
@@ -281,6 +310,8 @@ impl Error {
             Error::PauseUnconfirmed { cause } => cause.operation(),
             Error::CommandCleanupUnconfirmed => Some(op::PROCESS_CLEANUP),
             Error::OutputEvicted | Error::OutputStreamError => Some(op::OUTPUT_CONNECTION),
+            Error::TransferFailed => Some(op::WORKSPACE_COMMAND),
+            Error::UnsafeArchive => Some(op::FILE_TRANSFER),
             _ => None,
         }
     }
@@ -313,6 +344,12 @@ impl Error {
     /// A workspace command exited with `exit_code`.
     pub fn workspace_command_failed(exit_code: i64) -> Self {
         Error::WorkspaceCommandFailed { exit_code }
+    }
+
+    /// A host file could not be read or written (`action`); only the I/O
+    /// error's kind is kept, never a path or remote text.
+    pub fn host_io(action: &'static str, error: &std::io::Error) -> Self {
+        Error::HostIo { action, reason: error.kind().to_string() }
     }
 
     /// `Unsupported` with a one-line message.

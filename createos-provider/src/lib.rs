@@ -3,7 +3,7 @@
 //!
 //! One module per concern: `config`, `client` (HTTP), `pacer` (the shared
 //! request budget), `transition` (state machine polling), `metadata` and
-//! `registry` (lease state), `lease` (the lease hooks) and `provider` (the
+//! `registry` (lease state), `lease` (the lease hooks), `sync` (file sync) and `provider` (the
 //! thin ABI layer).
 
 pub mod client;
@@ -17,6 +17,7 @@ pub mod pacer;
 mod provider;
 pub mod registry;
 pub mod script;
+pub mod sync;
 pub mod transition;
 
 pub use provider::CreateosProvider;

@@ -11,7 +11,7 @@ use crate::{
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
     HookResult, Lease, LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport, Provider, ProviderError,
-    ReleaseReport, ValidationReport, Workspace, ABI_VERSION,
+    ReleaseReport, SyncParams, SyncResult, ValidationReport, Workspace, ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -182,6 +182,14 @@ impl Provider for CreateosProvider {
 
     fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
         self.run(|context| lease::inspect(context, params))
+    }
+
+    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.run(|context| crate::sync::sync_in(context, params))
+    }
+
+    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.run(|context| crate::sync::sync_out(context, params))
     }
 }
 

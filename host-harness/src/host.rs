@@ -21,7 +21,7 @@ use crate::{
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
     HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, ProbeReport, Provider, ProviderError,
-    Workspace,
+    SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 
@@ -442,5 +442,41 @@ impl<'a> Host<'a> {
             }
         }
         outcome
+    }
+
+    /// Whether the provider implements file sync (`sync_in` and `sync_out`, ABI 1.4).
+    pub fn can_sync(&self) -> bool {
+        self.provider.supports(Hook::SyncIn) && self.provider.supports(Hook::SyncOut)
+    }
+
+    /// `sync_in` into the lease: host files in, then the post-upload
+    /// commands. An older provider is refused with `unsupported`, and a lease
+    /// the ledger knows as unconfirmed is refused, both before any call.
+    pub fn sync_in(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
+        self.sync(held, params, Hook::SyncIn)
+    }
+
+    /// `sync_out` from the lease: lease files to the host; refused as
+    /// [`Host::sync_in`] is.
+    pub fn sync_out(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
+        self.sync(held, params, Hook::SyncOut)
+    }
+
+    fn sync(&self, held: &HeldLease, mut params: SyncParams, hook: Hook) -> HookResult<SyncResult> {
+        if !self.provider.supports(hook) {
+            return Err(provider_abi::unsupported(hook));
+        }
+        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+            return Err(ProviderError::new(
+                ErrorKind::CLEANUP_UNCONFIRMED,
+                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
+            ));
+        }
+        params.lease = self.params(&held.lease);
+        let outcome = match hook {
+            Hook::SyncIn => self.provider.sync_in(&params),
+            _ => self.provider.sync_out(&params),
+        };
+        outcome.map_err(|error| self.forget_if_refused(held, error))
     }
 }

@@ -1,5 +1,9 @@
 //! A whole lease lifecycle, step by step: validate, probe, acquire, realize,
-//! execute, release for reuse (pause), resume, execute again, destroy.
+//! sync-in, execute, sync-out, release for reuse (pause), resume, execute
+//! again, destroy. The sync steps copy a small host directory into the
+//! workspace before the first command and its result back after it; they
+//! are skipped for a provider without file sync (before ABI 1.4), and
+//! [`run_without_sync`] leaves them out (`soak` measures leases alone).
 //!
 //! Each step is reported with its duration and outcome to a [`Reporter`]
 //! (the `lifecycle` command prints them; `soak` aggregates them quietly).
@@ -11,7 +15,10 @@ use crate::{
     host::{HeldLease, Host, Released},
     interrupt,
 };
-use provider_abi::{ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError};
+use provider_abi::{
+    ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError, SyncMapping,
+    SyncOperation, SyncParams,
+};
 use serde_json::{json, Value};
 use std::{
     io::Write,
@@ -67,7 +74,15 @@ impl<F: FnMut(&StepReport) + Send> Reporter for F {
 /// Runs a lifecycle through `host`, reporting each step. Returns true when
 /// every step succeeded.
 pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
-    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true };
+    run_steps(Lifecycle { host, lease: None, reporter, ok: true, sync: true })
+}
+
+/// [`run`] without the sync steps.
+pub fn run_without_sync(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
+    run_steps(Lifecycle { host, lease: None, reporter, ok: true, sync: false })
+}
+
+fn run_steps(mut lifecycle: Lifecycle<'_, '_>) -> bool {
     let completed = lifecycle.steps().is_ok();
     if !completed {
         lifecycle.clean_up();
@@ -77,12 +92,20 @@ pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
 
 /// The workspace file the first command writes and the second reads back.
 const PROBE_FILE: &str = "harness-lifecycle.txt";
+/// The workspace directory sync-in fills.
+const SYNC_INPUT: &str = "harness-input";
+/// The workspace file the first command makes from the synced input and
+/// sync-out brings back.
+const SYNC_RESULT: &str = "harness-result.txt";
+/// What the synced input file holds.
+const SYNC_GREETING: &str = "hello from the host\n";
 
 struct Lifecycle<'a, 'h> {
     host: &'a Host<'h>,
     lease: Option<HeldLease>,
     reporter: &'a mut dyn Reporter,
     ok: bool,
+    sync: bool,
 }
 
 impl Lifecycle<'_, '_> {
@@ -97,9 +120,18 @@ impl Lifecycle<'_, '_> {
         self.step("probe", "", || host.probe())?;
         let held = self.step("acquire", "", || host.acquire())?;
         self.lease = Some(held.clone());
-        self.step("realize", "", || host.realize(&held))?;
-        let script = format!("echo lifecycle-was-here > {PROBE_FILE} && echo written");
+        let workspace = self.step("realize", "", || host.realize(&held))?;
+        let synced = self.sync_in(&held, &workspace.cwd)?;
+        let script = match synced {
+            Some(_) => format!(
+                "cp {SYNC_INPUT}/hello.txt {SYNC_RESULT} && echo lifecycle-was-here > {PROBE_FILE} && echo written"
+            ),
+            None => format!("echo lifecycle-was-here > {PROBE_FILE} && echo written"),
+        };
         self.execute("execute", &script, "written")?;
+        if let Some(local) = synced {
+            self.sync_out(&held, &workspace.cwd, local.path())?;
+        }
         self.refuse_if_interrupted("release")?;
         let started = Instant::now();
         match host.release(&held) {
@@ -158,6 +190,54 @@ impl Lifecycle<'_, '_> {
                 step,
                 ProviderError::internal(format!("the command did not print `{expect}` and exit 0")),
             );
+            return Err(());
+        }
+        Ok(())
+    }
+
+    /// Copies a small host directory into the workspace; `None` when the
+    /// provider has no file sync (or the lifecycle runs without it).
+    fn sync_in(&mut self, held: &HeldLease, cwd: &str) -> Result<Option<tempfile::TempDir>, ()> {
+        if !self.sync {
+            return Ok(None);
+        }
+        if !self.host.can_sync() {
+            self.note("sync-in", "skipped: the provider does not implement file sync");
+            return Ok(None);
+        }
+        let local = tempfile::tempdir()
+            .and_then(|dir| {
+                std::fs::create_dir(dir.path().join("input"))?;
+                std::fs::write(dir.path().join("input/hello.txt"), SYNC_GREETING)?;
+                Ok(dir)
+            })
+            .map_err(|error| {
+                self.fail("sync-in", ProviderError::internal(format!("cannot stage the input: {error}")))
+            })?;
+        let source = local.path().join("input").to_string_lossy().into_owned();
+        let params = sync_params("input", "directory", &source, &format!("{cwd}/{SYNC_INPUT}"));
+        let host = self.host;
+        self.refuse_if_interrupted("sync-in")?;
+        let started = Instant::now();
+        let outcome = host.sync_in(held, params);
+        let note = moved(&outcome);
+        self.finish("sync-in", &note, started, outcome)?;
+        Ok(Some(local))
+    }
+
+    /// Copies the first command's result back and checks it.
+    fn sync_out(&mut self, held: &HeldLease, cwd: &str, local: &std::path::Path) -> Result<(), ()> {
+        let target = local.join("result.txt");
+        let params =
+            sync_params("result", "file", &format!("{cwd}/{SYNC_RESULT}"), &target.to_string_lossy());
+        let host = self.host;
+        self.refuse_if_interrupted("sync-out")?;
+        let started = Instant::now();
+        let outcome = host.sync_out(held, params);
+        let note = moved(&outcome);
+        self.finish("sync-out", &note, started, outcome)?;
+        if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {
+            self.fail("sync-out", ProviderError::internal("the synced result does not match the input"));
             return Err(());
         }
         Ok(())
@@ -239,4 +319,36 @@ impl Lifecycle<'_, '_> {
     fn emit(&mut self, report: StepReport) {
         self.reporter.step(&report);
     }
+}
+
+/// One operation of one mapping.
+fn sync_params(id: &str, kind: &str, source: &str, target: &str) -> SyncParams {
+    SyncParams {
+        lease: Default::default(),
+        operations: vec![SyncOperation {
+            id: id.into(),
+            mappings: vec![SyncMapping {
+                kind: kind.into(),
+                source_path: source.into(),
+                target_path: target.into(),
+                ..Default::default()
+            }]
+            .into(),
+            post_upload_commands: Default::default(),
+        }]
+        .into(),
+    }
+}
+
+/// "N files, M bytes" of a sync's outcome.
+fn moved(outcome: &HookResult<provider_abi::SyncResult>) -> String {
+    outcome.as_ref().map_or_else(
+        |_| String::new(),
+        |result| {
+            let (files, bytes) = result.operations.iter().fold((0, 0), |(files, bytes), operation| {
+                (files + operation.files_transferred, bytes + operation.bytes_transferred)
+            });
+            format!("{files} files, {bytes} bytes")
+        },
+    )
 }

@@ -157,6 +157,30 @@ enum Command {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
+    /// Copy files into a lease (`--in LOCAL:REMOTE`, a local directory as a
+    /// directory) and out of it (`--out REMOTE:LOCAL`, a `REMOTE` ending in
+    /// `/` as a directory); prints what each operation moved. The first `:`
+    /// separates the two paths.
+    Sync {
+        #[command(flatten)]
+        lease: LeaseArgs,
+        /// A host file or directory to copy into the lease.
+        #[arg(long = "in", value_name = "LOCAL:REMOTE")]
+        inbound: Vec<String>,
+        /// A lease file (or directory, with a trailing `/`) to copy to the host.
+        #[arg(long = "out", value_name = "REMOTE:LOCAL")]
+        outbound: Vec<String>,
+        /// Leave out paths matching this glob (`p`, `p/**`, `**/p`, `**/p/**`).
+        #[arg(long, value_name = "GLOB")]
+        exclude: Vec<String>,
+        /// Mode of every target (octal, e.g. 640).
+        #[arg(long, value_name = "OCTAL")]
+        mode: Option<String>,
+        /// A shell command run in the lease after the inbound files (repeatable;
+        /// the first failure stops the rest).
+        #[arg(long, value_name = "COMMAND")]
+        then: Vec<String>,
+    },
     /// Destroy every lease a crashed or interrupted run left behind. Leases
     /// the hook commands left active or paused are held on purpose and are
     /// kept unless --include-held. Exits 1 when a destroy failed or a row
@@ -369,6 +393,10 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         Command::Destroy(args) => hooks::release(session, &args.config.config, &args.lease, true),
         Command::Probe(args) => hooks::probe(session, &args.config),
         Command::Exec { lease, command } => hooks::exec(session, &lease.config.config, &lease.lease, command),
+        Command::Sync { lease, inbound, outbound, exclude, mode, then } => {
+            let request = hooks::SyncRequest { inbound, outbound, exclude, mode: mode.as_deref(), then };
+            hooks::sync(session, &lease.config.config, &lease.lease, &request)
+        }
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }

@@ -1,7 +1,7 @@
 //! `soak`: many lifecycles at once under injected faults, and the invariants
 //! that must hold anyway.
 //!
-//! Each lifecycle is [`crate::lifecycle::run`] with a quiet [`Reporter`] that
+//! Each lifecycle is [`crate::lifecycle::run_without_sync`] with a quiet [`Reporter`] that
 //! feeds a shared [`Tally`]. At the end: lifecycles succeeded and failed (by
 //! the kind of their first error), latency percentiles per hook, API requests
 //! and 429s and leaked sandboxes (when the simulator is embedded), and the
@@ -165,7 +165,7 @@ pub fn run(
             unconfirmed_known: false,
         };
         let started = Instant::now();
-        let ok = lifecycle::run(&host, &mut watcher);
+        let ok = lifecycle::run_without_sync(&host, &mut watcher);
         let duration = started.elapsed();
         let first_error =
             watcher.steps.iter().find_map(|step| step.error.clone().map(|error| (step.step, error)));

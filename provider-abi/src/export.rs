@@ -9,8 +9,9 @@ use crate::{
     provider::Provider,
     recorder::CreationRecorder,
     sink::OutputSink,
+    sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_4},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -51,7 +52,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_2 {
+    let extension = if abi >= ABI_1_4 {
+        extensions_to_1_4::<P>
+    } else if abi >= ABI_1_2 {
         extensions_to_1_2::<P>
     } else if abi >= ABI_1_1 {
         extensions_to_1_1::<P>
@@ -144,6 +147,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
+/// The extension tables of a library built for ABI 1.4.
+extern "C" fn extensions_to_1_4<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        4 => RSome(Extension::of(Tables::<P>::V1_4)),
+        _ => extensions_to_1_2::<P>(minor),
+    }
+}
+
 /// Generates one `extern "C"` shim per hook, each forwarding to the trait
 /// method of the same name inside [`guard`].
 macro_rules! hook_shims {
@@ -172,6 +183,8 @@ hook_shims! {
     acquire_lease_recording: AcquireLeaseRecording(params: &AcquireParams, recorder: &mut CreationRecorder<'_>) -> Lease;
     probe_recording: ProbeRecording(params: &EnvironmentParams, recorder: &mut CreationRecorder<'_>) -> ProbeReport;
     release_lease_reporting: ReleaseLeaseReporting(params: &LeaseParams) -> ReleaseReport;
+    sync_in: SyncIn(params: &SyncParams) -> SyncResult;
+    sync_out: SyncOut(params: &SyncParams) -> SyncResult;
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -202,6 +215,7 @@ impl<P: Provider> Tables<P> {
         probe_recording: probe_recording::<P>,
         release_lease_reporting: release_lease_reporting::<P>,
     };
+    const V1_4: &'static HookTableV1_4 = &HookTableV1_4 { sync_in: sync_in::<P>, sync_out: sync_out::<P> };
 }
 
 #[cfg(test)]

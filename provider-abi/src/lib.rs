@@ -22,6 +22,7 @@ pub mod module;
 mod provider;
 mod recorder;
 mod sink;
+mod sync;
 mod types;
 mod version;
 
@@ -32,5 +33,6 @@ pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
 pub use recorder::CreationRecorder;
 pub use sink::{OutputSink, OutputStream};
+pub use sync::*;
 pub use types::*;
-pub use version::{AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_VERSION};
+pub use version::{AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4, ABI_VERSION};

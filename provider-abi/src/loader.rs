@@ -10,8 +10,9 @@ use crate::{
     provider::{unsupported, Provider},
     recorder::CreationRecorder,
     sink::OutputSink,
+    sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_4, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -160,6 +161,7 @@ pub struct LoadedProvider {
     hooks: HookTableV1_0,
     hooks_v1_1: Option<&'static HookTableV1_1>,
     hooks_v1_2: Option<&'static HookTableV1_2>,
+    hooks_v1_4: Option<&'static HookTableV1_4>,
     manifest: Manifest,
 }
 
@@ -201,6 +203,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_4 = if host_abi >= ABI_1_4 {
+            extension_table::<HookTableV1_4>(&path, module, image, 4)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -210,6 +217,7 @@ impl LoadedProvider {
             hooks: module.hooks(),
             hooks_v1_1,
             hooks_v1_2,
+            hooks_v1_4,
             manifest: empty_manifest(),
             path,
         };
@@ -238,6 +246,7 @@ impl LoadedProvider {
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => {
                 self.hooks_v1_2.is_some()
             }
+            Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
             _ => true,
         }
     }
@@ -459,6 +468,20 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_2 {
             Some(table) => (table.release_lease_reporting)(self.instance, params).into(),
             None => Err(unsupported(Hook::ReleaseLeaseReporting)),
+        }
+    }
+
+    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        match self.hooks_v1_4 {
+            Some(table) => (table.sync_in)(self.instance, params).into(),
+            None => Err(unsupported(Hook::SyncIn)),
+        }
+    }
+
+    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        match self.hooks_v1_4 {
+            Some(table) => (table.sync_out)(self.instance, params).into(),
+            None => Err(unsupported(Hook::SyncOut)),
         }
     }
 }

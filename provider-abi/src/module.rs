@@ -34,7 +34,12 @@
 //!    into the new host, and the new fixture loads into a 1.0 host.
 
 use crate::{
-    error::ProviderError, recorder::CreationRecorder, sink::OutputSink, types::*, version::AbiVersion,
+    error::ProviderError,
+    recorder::CreationRecorder,
+    sink::OutputSink,
+    sync::{SyncParams, SyncResult},
+    types::*,
+    version::AbiVersion,
 };
 use abi_stable::{
     declare_root_module_statics,
@@ -98,6 +103,14 @@ pub struct HookTableV1_2 {
     pub(crate) probe_recording:
         extern "C" fn(InstancePtr, &EnvironmentParams, &mut CreationRecorder<'_>) -> FfiResult<ProbeReport>,
     pub(crate) release_lease_reporting: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<ReleaseReport>,
+}
+
+/// The hooks ABI 1.4 added: file sync. Frozen once 1.4 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_4 {
+    pub(crate) sync_in: extern "C" fn(InstancePtr, &SyncParams) -> FfiResult<SyncResult>,
+    pub(crate) sync_out: extern "C" fn(InstancePtr, &SyncParams) -> FfiResult<SyncResult>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -205,5 +218,11 @@ impl CodeAddresses for HookTableV1_2 {
             self.probe_recording as *const c_void,
             self.release_lease_reporting as *const c_void,
         ]
+    }
+}
+
+impl CodeAddresses for HookTableV1_4 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.sync_in as *const c_void, self.sync_out as *const c_void]
     }
 }

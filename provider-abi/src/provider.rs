@@ -4,6 +4,7 @@ use crate::{
     error::{HookResult, ProviderError},
     recorder::CreationRecorder,
     sink::OutputSink,
+    sync::{SyncParams, SyncResult},
     types::*,
     version::Hook,
 };
@@ -85,6 +86,19 @@ pub trait Provider: Send + Sync + 'static {
     /// deleted (ABI 1.2). A host never resumes a lease reported deleted.
     fn release_lease_reporting(&self, _params: &LeaseParams) -> HookResult<ReleaseReport> {
         Err(unsupported(Hook::ReleaseLeaseReporting))
+    }
+
+    /// Copies host files and directories into the lease, then runs each
+    /// operation's post-upload commands (ABI 1.4). Every mapping is checked
+    /// before anything moves.
+    fn sync_in(&self, _params: &SyncParams) -> HookResult<SyncResult> {
+        Err(unsupported(Hook::SyncIn))
+    }
+
+    /// Copies lease files and directories to the host (ABI 1.4). Every
+    /// mapping is checked before anything moves.
+    fn sync_out(&self, _params: &SyncParams) -> HookResult<SyncResult> {
+        Err(unsupported(Hook::SyncOut))
     }
 }
 

@@ -34,8 +34,11 @@ pub const ABI_1_1: AbiVersion = AbiVersion::new(1, 1);
 /// ABI 1.2: adds `acquire_lease_recording` and `probe_recording` (write-ahead
 /// records of created leases) and `release_lease_reporting` (kept or deleted).
 pub const ABI_1_2: AbiVersion = AbiVersion::new(1, 2);
+/// ABI 1.4: adds `sync_in` and `sync_out` (file sync). (1.3 is another
+/// change's; a 1.4 library exports no 1.3 table of its own.)
+pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_2;
+pub const ABI_VERSION: AbiVersion = ABI_1_4;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,11 +73,15 @@ pub enum Hook {
     ProbeRecording,
     /// `release_lease_reporting` (ABI 1.2): release, saying if the lease was kept.
     ReleaseLeaseReporting,
+    /// `sync_in` (ABI 1.4): copies host files into a lease.
+    SyncIn,
+    /// `sync_out` (ABI 1.4): copies lease files to the host.
+    SyncOut,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 15] = [
+    pub const ALL: [Hook; 17] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -90,6 +97,8 @@ impl Hook {
         Hook::AcquireLeaseRecording,
         Hook::ProbeRecording,
         Hook::ReleaseLeaseReporting,
+        Hook::SyncIn,
+        Hook::SyncOut,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -110,6 +119,8 @@ impl Hook {
             Hook::AcquireLeaseRecording => "acquire_lease_recording",
             Hook::ProbeRecording => "probe_recording",
             Hook::ReleaseLeaseReporting => "release_lease_reporting",
+            Hook::SyncIn => "sync_in",
+            Hook::SyncOut => "sync_out",
         }
     }
 
@@ -118,6 +129,7 @@ impl Hook {
         match self {
             Hook::InspectLease => ABI_1_1,
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => ABI_1_2,
+            Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             _ => ABI_1_0,
         }
     }

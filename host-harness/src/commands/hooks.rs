@@ -1,5 +1,5 @@
 //! The hook commands, for scripting: `acquire`, `resume`, `release`,
-//! `destroy`, `probe`, `exec`. They read and print lease JSON (see
+//! `destroy`, `probe`, `exec`, `sync`. They read and print lease JSON (see
 //! [`host_harness::lease_file`]) and record every lease in the ledger.
 
 use super::{read_config, Failure, Session};
@@ -9,7 +9,10 @@ use host_harness::{
     ledger::Owner,
     render,
 };
-use provider_abi::{ExecuteParams, Lease, OutputSink, OutputStream};
+use provider_abi::{
+    ExecuteParams, Lease, OutputSink, OutputStream, PostUploadCommand, SyncMapping, SyncOperation,
+    SyncParams, SyncResult,
+};
 use std::{io::Write, path::Path};
 
 /// The run id the hook commands pass.
@@ -112,4 +115,132 @@ pub fn exec(session: &Session, config: &Path, lease: &Path, command: &[String]) 
     } else {
         Err(Failure::Exit(code))
     }
+}
+
+/// What `sync` moves: `--in LOCAL:REMOTE` and `--out REMOTE:LOCAL` pairs
+/// (split at the first `:`), the `--exclude` globs and `--mode` of every
+/// mapping, and the `--then` commands run after the inbound files.
+pub struct SyncRequest<'a> {
+    /// `LOCAL:REMOTE` pairs.
+    pub inbound: &'a [String],
+    /// `REMOTE:LOCAL` pairs; a `REMOTE` ending in `/` is a directory.
+    pub outbound: &'a [String],
+    /// Exclude globs.
+    pub exclude: &'a [String],
+    /// Octal mode.
+    pub mode: Option<&'a str>,
+    /// Post-upload commands.
+    pub then: &'a [String],
+}
+
+/// `sync`: copies files into the lease (then runs `--then`), then out of
+/// it, printing what each operation moved; exit 1 with one line when a
+/// transfer is refused or fails.
+pub fn sync(
+    session: &Session,
+    config: &Path,
+    lease: &Path,
+    request: &SyncRequest<'_>,
+) -> Result<(), Failure> {
+    if request.inbound.is_empty() && request.outbound.is_empty() {
+        return Err(Failure::Usage("give at least one --in LOCAL:REMOTE or --out REMOTE:LOCAL".into()));
+    }
+    if !request.then.is_empty() && request.inbound.is_empty() {
+        return Err(Failure::Usage("--then runs after --in transfers only".into()));
+    }
+    let mode = request
+        .mode
+        .map(|mode| {
+            u32::from_str_radix(mode.trim_start_matches("0o"), 8)
+                .map_err(|_| Failure::Usage(format!("--mode {mode:?} is not an octal mode")))
+        })
+        .transpose()?;
+    let inbound = sync_mappings(request.inbound, true, mode, request.exclude)?;
+    let outbound = sync_mappings(request.outbound, false, mode, request.exclude)?;
+    let host = host(session, config)?;
+    let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
+    let mut results: Vec<SyncResult> = Vec::new();
+    if !inbound.is_empty() {
+        let commands = request
+            .then
+            .iter()
+            .map(|command| PostUploadCommand { command: command.as_str().into(), ..Default::default() });
+        let params = sync_params("in", inbound, commands.collect());
+        results.push(host.sync_in(&held, params)?);
+    }
+    if !outbound.is_empty() {
+        results.push(host.sync_out(&held, sync_params("out", outbound, Vec::new()))?);
+    }
+    let operations: Vec<_> = results.iter().flat_map(|result| result.operations.iter()).collect();
+    let json = serde_json::json!({"operations": operations
+        .iter()
+        .map(|operation| serde_json::json!({
+            "id": operation.id.as_str(),
+            "filesTransferred": operation.files_transferred,
+            "bytesTransferred": operation.bytes_transferred,
+        }))
+        .collect::<Vec<_>>()});
+    session.out.value(&json, || {
+        operations
+            .iter()
+            .map(|operation| {
+                format!(
+                    "{}: {} files, {} bytes",
+                    operation.id, operation.files_transferred, operation.bytes_transferred
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    Ok(())
+}
+
+fn sync_params(id: &str, mappings: Vec<SyncMapping>, commands: Vec<PostUploadCommand>) -> SyncParams {
+    SyncParams {
+        lease: Default::default(),
+        operations: vec![SyncOperation {
+            id: id.into(),
+            mappings: mappings.into(),
+            post_upload_commands: commands.into(),
+        }]
+        .into(),
+    }
+}
+
+/// Parses `--in`/`--out` pairs into mappings; local paths are made absolute,
+/// an inbound local directory is a directory mapping.
+fn sync_mappings(
+    pairs: &[String],
+    inbound: bool,
+    mode: Option<u32>,
+    exclude: &[String],
+) -> Result<Vec<SyncMapping>, Failure> {
+    pairs
+        .iter()
+        .map(|pair| {
+            let (first, second) =
+                pair.split_once(':').filter(|(a, b)| !a.is_empty() && !b.is_empty()).ok_or_else(|| {
+                    Failure::Usage(format!(
+                        "{pair:?} is not {}",
+                        if inbound { "LOCAL:REMOTE" } else { "REMOTE:LOCAL" }
+                    ))
+                })?;
+            let (local, remote) = if inbound { (first, second) } else { (second, first) };
+            let local = std::path::absolute(local)
+                .map_err(|error| Failure::Usage(format!("{local:?}: {error}")))?
+                .to_string_lossy()
+                .into_owned();
+            let directory = if inbound { Path::new(&local).is_dir() } else { remote.ends_with('/') };
+            let (source, target) =
+                if inbound { (local, remote.to_owned()) } else { (remote.to_owned(), local) };
+            Ok(SyncMapping {
+                kind: if directory { "directory" } else { "file" }.into(),
+                source_path: source.into(),
+                target_path: target.into(),
+                mode: mode.into(),
+                exclude: exclude.iter().map(|glob| glob.as_str().into()).collect(),
+                follow_symlinks: false,
+            })
+        })
+        .collect()
 }

@@ -39,7 +39,8 @@ pub enum FaultKind {
     MalformedJson,
     /// Act, then reply with a different id in `data.id` (or `data.process_id`).
     WrongId,
-    /// `connect` only: send part of a frame line, then end the body with an error.
+    /// `connect`: send part of a frame line, then end the body with an error;
+    /// `GET /files`: send half the file, then end the body with an error.
     CutStream,
     /// Act, then the host force-stops the sandbox: it vanishes (GET answers
     /// 404, processes killed, files removed). On `pause` this models a

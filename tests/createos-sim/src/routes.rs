@@ -399,11 +399,16 @@ fn check_parent(sb: &Sandbox, host: &std::path::Path) -> Result<(), ApiError> {
     }
 }
 
+/// Bytes read from disk at a time when a file is served.
+const FILE_CHUNK: usize = 256 << 10;
+
+/// Writes the request body to the file as it arrives: any size, bounded
+/// memory (one chunk at a time).
 async fn put_file(
     State(sh): State<Arc<Shared>>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    body: Bytes,
+    body: Body,
 ) -> Reply {
     let sb = lookup(&sh, &id)?;
     let host = file_path(&sb, &q)?;
@@ -414,45 +419,81 @@ async fn put_file(
             .map_err(|e| err(StatusCode::BAD_REQUEST, &format!("cannot create parent: {e}")))?;
     }
     check_parent(&sb, &host)?;
-    use std::io::Write;
+    use futures_util::StreamExt;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
+    use tokio::io::AsyncWriteExt;
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&host)
         .map_err(|e| err(StatusCode::BAD_REQUEST, &format!("cannot write file: {e}")))?;
-    f.write_all(&body).map_err(|e| {
-        tracing::error!("createos-sim: write failed: {e}");
-        err(StatusCode::INTERNAL_SERVER_ERROR, "write failed")
-    })?;
+    let mut file = tokio::io::BufWriter::with_capacity(FILE_CHUNK, tokio::fs::File::from_std(file));
+    let mut stream = body.into_data_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| err(StatusCode::BAD_REQUEST, "request body interrupted"))?;
+        file.write_all(&chunk).await.map_err(|e| {
+            tracing::error!("createos-sim: write failed: {e}");
+            err(StatusCode::INTERNAL_SERVER_ERROR, "write failed")
+        })?;
+    }
+    file.flush().await.map_err(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "write failed"))?;
     Ok(ok(json!({})))
 }
 
+/// Streams the file from disk, one chunk at a time. With the `cut_stream`
+/// fault, half the file is sent and then the body ends with an error.
 async fn get_file(
     State(sh): State<Arc<Shared>>,
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
+    Extension(fired): Extension<Fired>,
 ) -> Reply {
     let sb = lookup(&sh, &id)?;
     let host = file_path(&sb, &q)?;
     require_running(&sb)?;
     check_parent(&sb, &host)?;
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&host).map_err(
+    use tokio::io::AsyncReadExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&host).map_err(
         |e| match e.kind() {
             io::ErrorKind::NotFound => err(StatusCode::NOT_FOUND, "no such file"),
             _ => err(StatusCode::BAD_REQUEST, &format!("cannot read file: {e}")),
         },
     )?;
-    if f.metadata().map(|m| !m.is_file()).unwrap_or(true) {
-        return Err(err(StatusCode::BAD_REQUEST, "not a regular file"));
+    let len = match f.metadata() {
+        Ok(meta) if meta.is_file() => meta.len(),
+        _ => return Err(err(StatusCode::BAD_REQUEST, "not a regular file")),
+    };
+    let left = if fired.has(FaultKind::CutStream) { len / 2 } else { len };
+    let cut = fired.has(FaultKind::CutStream);
+    let file = tokio::fs::File::from_std(f);
+    let chunks =
+        futures_util::stream::unfold((file, left, false), move |(mut file, left, done)| async move {
+            if done {
+                return None;
+            }
+            if left == 0 {
+                return cut
+                    .then(|| (Err(io::Error::new(io::ErrorKind::ConnectionReset, "cut")), (file, 0, true)));
+            }
+            let mut buf = vec![0u8; FILE_CHUNK.min(left as usize)];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(Bytes::from(buf)), (file, left - n as u64, false)))
+                }
+                Err(e) => Some((Err(e), (file, 0, true))),
+            }
+        });
+    let mut response = Response::new(Body::from_stream(chunks));
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    if !cut {
+        response.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf).map_err(|e| err(StatusCode::BAD_REQUEST, &format!("cannot read file: {e}")))?;
-    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], buf).into_response())
+    Ok(response)
 }
 
 async fn create_process(State(sh): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Reply {

@@ -4,7 +4,8 @@
 use e2e::library;
 use provider_abi::{
     AbiVersion, AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
-    LeaseParams, LoadError, LoadedProvider, OutputSink, OutputStream, Provider, ABI_1_0, ABI_1_1, ABI_1_2,
+    LeaseParams, LoadError, LoadedProvider, OutputSink, OutputStream, Provider, SyncMapping, SyncOperation,
+    SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4,
 };
 use std::{path::Path, sync::Arc};
 
@@ -30,18 +31,24 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 2] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 3] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
+    (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
 ];
 
 #[test]
 fn version_matrix_within_major_1() {
     // Every fixture library into every host: a hook is callable exactly when
     // both the library and the host have its minor version.
-    let libraries = [("fixture_v1_0", ABI_1_0), ("fixture_v1_1", ABI_1_1), ("fixture_v1_2", ABI_1_2)];
+    let libraries = [
+        ("fixture_v1_0", ABI_1_0),
+        ("fixture_v1_1", ABI_1_1),
+        ("fixture_v1_2", ABI_1_2),
+        ("fixture_v1_4", ABI_1_4),
+    ];
     for (name, library_abi) in libraries {
-        for host in [ABI_1_0, ABI_1_1, ABI_1_2] {
+        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4] {
             let provider = load(name, host);
             assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
             let manifest = provider.manifest();
@@ -98,14 +105,52 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
         Hook::ReleaseLeaseReporting => {
             provider.release_lease_reporting(&lease_params()).map(|report| assert!(!report.kept))
         }
+        Hook::SyncIn => provider.sync_in(&sync_params("in", "/matrix/in.txt")).map(|result| {
+            assert_eq!(result.operations.len(), 1);
+            assert_eq!(result.operations[0].files_transferred, 1);
+        }),
+        Hook::SyncOut => {
+            // What comes out is what the matrix's `sync_in` put in.
+            let _ = provider.sync_in(&sync_params("in", "/matrix/in.txt"));
+            let out = tempfile::tempdir().unwrap();
+            let target = out.path().join("out.txt");
+            let mut params = sync_params("out", target.to_str().unwrap());
+            params.operations[0].mappings[0].source_path = "/matrix/in.txt".into();
+            provider.sync_out(&params).map(|result| {
+                assert_eq!(result.operations[0].bytes_transferred, 6);
+                assert_eq!(std::fs::read(&target).unwrap(), b"matrix");
+            })
+        }
         other => panic!("{other} was not added by a minor version"),
     };
     result
 }
 
+/// Sync parameters of one file mapping: a host file holding `matrix` into
+/// `target` (for `sync_out` the caller swaps the source in).
+fn sync_params(id: &str, target: &str) -> SyncParams {
+    let source = std::env::temp_dir().join(format!("abi-matrix-{}.txt", std::process::id()));
+    std::fs::write(&source, b"matrix").unwrap();
+    SyncParams {
+        lease: lease_params(),
+        operations: vec![SyncOperation {
+            id: id.into(),
+            mappings: vec![SyncMapping {
+                kind: "file".into(),
+                source_path: source.to_str().unwrap().into(),
+                target_path: target.into(),
+                ..Default::default()
+            }]
+            .into(),
+            post_upload_commands: Default::default(),
+        }]
+        .into(),
+    }
+}
+
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1, ABI_1_2] {
+    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4] {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();

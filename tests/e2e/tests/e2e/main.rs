@@ -6,4 +6,5 @@ mod execute;
 mod lease;
 mod pacing;
 mod support;
+mod sync;
 mod worker;

@@ -1,0 +1,304 @@
+//! The `sync_in` and `sync_out` hooks: files between the host and a lease.
+//!
+//! # Order of events
+//!
+//! 1. Ownership check, then every mapping and command of every operation is
+//!    checked ([`plan`]): sandbox paths lexically confined to the workspace,
+//!    host paths absolute, modes, timeouts, the inbound directories walked
+//!    (no host link may leave its source). Any failure sends no request and
+//!    writes nothing, even when earlier mappings were valid.
+//! 2. The sync registers on its lease like a command
+//!    ([`Registry::start_command`]): refused while the lease is closing or
+//!    unconfirmed, cancelled by release or shutdown.
+//! 3. Each mapping stages through a scratch file
+//!    `/tmp/paperclip-createos-transfer-<uuid>` in the sandbox, moved with
+//!    `PUT`/`GET /files` streamed from or to disk (never the process journal,
+//!    never base64, never the whole file in memory); one `exec` command
+//!    re-checks the sandbox path with `realpath` right before it is used
+//!    ([`paths::guard`]) and does the sandbox side:
+//!    - inbound file: `mkdir -p` the parent, `chmod`, `mv -f` into place;
+//!    - inbound directory: a tar of the walk (the `tar` crate) extracted under
+//!      the target, whose mode is then set;
+//!    - outbound file: hard-linked (else copied) to scratch, downloaded into a temporary file
+//!      beside the host target, its mode set, then renamed over the target;
+//!    - outbound directory: `tar -c` (`-h` only with `followSymlinks`) to
+//!      scratch, downloaded into a temporary file, validated whole
+//!      ([`archive::validate`]), then extracted ([`archive::extract`]).
+//!
+//!    The scratch file is removed afterwards in every case (by the inbound
+//!    command itself, else with `rm -f`, errors ignored).
+//! 4. Inbound, each post-upload command then runs (`bash -lc COMMAND`
+//!    verbatim, through [`crate::execute`]) in its working directory, checked
+//!    in the sandbox the same way; the first failure stops the rest.
+
+mod archive;
+mod paths;
+mod plan;
+
+use std::fs;
+use std::io::{BufWriter, Seek};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use provider_abi::{ExecuteParams, SyncOperationResult, SyncParams, SyncResult};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{CallOptions, CreateosClient};
+use crate::error::Error;
+use crate::lease::{Context, OwnedLease};
+use crate::pacer::Priority;
+use crate::registry::Refusal;
+use crate::script::quote;
+pub use archive::MAX_EXTRACTED_BYTES;
+pub use plan::Direction;
+use plan::{Operation, Step};
+
+/// Prefix of the scratch file in the sandbox; a random UUID follows.
+pub const SCRATCH_PREFIX: &str = "/tmp/paperclip-createos-transfer-";
+/// The fresh deadline of scratch removal after a failure or cancellation.
+pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest archive downloaded: the extraction limit plus tar's own headers.
+const MAX_ARCHIVE_DOWNLOAD: u64 = MAX_EXTRACTED_BYTES + (1 << 30);
+
+/// `sync_in`: host files into the lease; see the module docs.
+pub async fn sync_in(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Error> {
+    sync(ctx, params, Direction::In).await
+}
+
+/// `sync_out`: lease files to the host; see the module docs.
+pub async fn sync_out(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Error> {
+    sync(ctx, params, Direction::Out).await
+}
+
+async fn sync(ctx: &Context, params: &SyncParams, direction: Direction) -> Result<SyncResult, Error> {
+    let lease = ctx.own_required(&params.lease)?;
+    let operations = plan::plan(params, direction)?;
+    let client = ctx.client(&lease.config)?;
+    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
+        Refusal::Closing => Error::CleanupInProgress,
+        Refusal::Unconfirmed => Error::CleanupUnconfirmed,
+    })?;
+    let transfer = Transfer {
+        ctx,
+        params,
+        client: &client,
+        lease: &lease,
+        cancel: guard.cancel.clone(),
+        timeout: Duration::from_millis(lease.config.timeout_ms),
+    };
+    let mut results = Vec::with_capacity(operations.len());
+    let mut outcome = Ok(());
+    for operation in &operations {
+        match transfer.operation(operation).await {
+            Ok(result) => results.push(result),
+            Err(error) => {
+                outcome = Err(error);
+                break;
+            }
+        }
+    }
+    // Only now, with every scratch file removed, may a waiting release go on.
+    drop(guard);
+    outcome.map(|()| SyncResult { operations: results.into() })
+}
+
+struct Transfer<'a> {
+    ctx: &'a Context,
+    params: &'a SyncParams,
+    client: &'a CreateosClient,
+    lease: &'a OwnedLease,
+    cancel: CancellationToken,
+    timeout: Duration,
+}
+
+impl Transfer<'_> {
+    fn sandbox(&self) -> &str {
+        &self.lease.sandbox_id
+    }
+
+    fn options(&self) -> CallOptions {
+        CallOptions::new(Instant::now() + self.timeout, Priority::InFlight)
+    }
+
+    /// Runs `step` unless the sync is cancelled first.
+    async fn race<T>(&self, step: impl std::future::Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Error::Cancelled),
+            result = step => result,
+        }
+    }
+
+    async fn operation(&self, operation: &Operation) -> Result<SyncOperationResult, Error> {
+        let mut result = SyncOperationResult { id: operation.id.as_str().into(), ..Default::default() };
+        for step in &operation.steps {
+            let scratch = format!("{SCRATCH_PREFIX}{}", uuid::Uuid::new_v4());
+            let mut staged = false;
+            let moved = self.step(step, &scratch, &mut staged).await;
+            if staged {
+                self.remove_scratch(&scratch).await;
+            }
+            let (files, bytes) = moved?;
+            result.files_transferred += files;
+            result.bytes_transferred += bytes;
+        }
+        for command in &operation.commands {
+            self.post_upload(command).await?;
+        }
+        Ok(result)
+    }
+
+    /// Moves one mapping; sets `staged` while the scratch file may exist.
+    async fn step(&self, step: &Step, scratch: &str, staged: &mut bool) -> Result<(u64, u64), Error> {
+        let q_scratch = quote(scratch);
+        match step {
+            Step::InFile { source, len, target, mode } => {
+                *staged = true;
+                self.race(self.client.put_file_from(self.sandbox(), scratch, source, *len, self.options()))
+                    .await?;
+                let script = format!(
+                    "trap 'rm -f -- {q_scratch}' EXIT\n{}mkdir -p -- \"$(dirname -- \"$t\")\" && chmod {mode:o} -- {q_scratch} && mv -f -T -- {q_scratch} \"$t\"",
+                    paths::guard("t", target, false)
+                );
+                self.run_script(&script).await?;
+                *staged = false;
+                Ok((1, *len))
+            }
+            Step::InDirectory { source, entries, target, mode } => {
+                let mut archive = tempfile::NamedTempFile::new().map_err(|e| Error::host_io("write", &e))?;
+                archive::write(source, entries, archive.as_file_mut())?;
+                let len = archive.as_file_mut().stream_position().map_err(|e| Error::host_io("write", &e))?;
+                *staged = true;
+                self.race(self.client.put_file_from(
+                    self.sandbox(),
+                    scratch,
+                    archive.path(),
+                    len,
+                    self.options(),
+                ))
+                .await?;
+                drop(archive);
+                let script = format!(
+                    "trap 'rm -f -- {q_scratch}' EXIT\n{}mkdir -p -- \"$t\" && tar -x --no-same-owner -f {q_scratch} -C \"$t\" && chmod {mode:o} -- \"$t\"",
+                    paths::guard("t", target, false)
+                );
+                self.run_script(&script).await?;
+                *staged = false;
+                let (files, bytes) = entries.iter().fold((0, 0), |(files, bytes), entry| match entry.kind {
+                    archive::Kind::File(len) => (files + 1, bytes + len),
+                    _ => (files, bytes),
+                });
+                Ok((files, bytes))
+            }
+            Step::OutFile { source, target, mode } => {
+                *staged = true;
+                let script =
+                    format!(
+                    "{}[ -f \"$s\" ] && {{ ln -- \"$s\" {q_scratch} 2>/dev/null || cp -- \"$s\" {q_scratch}; }}",
+                    paths::guard("s", source, true)
+                );
+                self.run_script(&script).await?;
+                let parent = paths::host_parent(target)?;
+                fs::create_dir_all(parent).map_err(|e| Error::host_io("write", &e))?;
+                let temporary = tempfile::Builder::new()
+                    .prefix(".paperclip-createos-")
+                    .tempfile_in(parent)
+                    .map_err(|e| Error::host_io("write", &e))?;
+                let bytes = self.download(scratch, temporary.as_file(), u64::MAX).await?;
+                fs::set_permissions(temporary.path(), fs::Permissions::from_mode(*mode))
+                    .map_err(|e| Error::host_io("write", &e))?;
+                temporary.persist(target).map_err(|e| Error::host_io("write", &e.error))?;
+                Ok((1, bytes))
+            }
+            Step::OutDirectory { source, target, mode, exclude, follow_symlinks } => {
+                *staged = true;
+                let dereference = if *follow_symlinks { "-h " } else { "" };
+                let script = format!(
+                    "{}[ -d \"$s\" ] && tar -c {dereference}-f {q_scratch} -C \"$s\" .",
+                    paths::guard("s", source, true)
+                );
+                self.run_script(&script).await?;
+                let parent = paths::host_parent(target)?;
+                fs::create_dir_all(parent).map_err(|e| Error::host_io("write", &e))?;
+                let mut archive = tempfile::tempfile_in(parent).map_err(|e| Error::host_io("write", &e))?;
+                self.download(scratch, &archive, MAX_ARCHIVE_DOWNLOAD).await?;
+                let rewind = |archive: &mut fs::File| {
+                    archive.rewind().map_err(|e| Error::host_io("read", &e))?;
+                    Ok::<_, Error>(std::io::BufReader::with_capacity(
+                        1 << 20,
+                        archive.try_clone().map_err(|e| Error::host_io("read", &e))?,
+                    ))
+                };
+                archive::validate(rewind(&mut archive)?, MAX_EXTRACTED_BYTES)?;
+                match fs::symlink_metadata(target) {
+                    Ok(meta) if !meta.is_dir() => {
+                        return Err(Error::invalid_input(
+                            "CreateOS transfer destination may not be a symbolic link.",
+                        ))
+                    }
+                    Ok(_) => {}
+                    Err(_) => fs::create_dir(target).map_err(|e| Error::host_io("write", &e))?,
+                }
+                let summary = archive::extract(rewind(&mut archive)?, target, exclude)?;
+                if let Some(mode) = mode {
+                    fs::set_permissions(target, fs::Permissions::from_mode(*mode))
+                        .map_err(|e| Error::host_io("write", &e))?;
+                }
+                Ok((summary.files, summary.bytes))
+            }
+        }
+    }
+
+    /// Streams the scratch file into `file`; returns its size.
+    async fn download(&self, scratch: &str, file: &fs::File, cap: u64) -> Result<u64, Error> {
+        let mut writer = BufWriter::with_capacity(1 << 20, file);
+        self.race(self.client.get_file_into(self.sandbox(), scratch, &mut writer, cap, self.options())).await
+    }
+
+    /// Runs a transfer script with `bash -c` through `exec`: exit 0 is
+    /// success, [`paths::ESCAPE_STATUS`] a path that resolved outside the
+    /// workspace, anything else a failed transfer command. Returns stdout.
+    async fn run_script(&self, script: &str) -> Result<String, Error> {
+        let args = ["-c".to_owned(), script.to_owned()];
+        let ran = self.race(self.client.exec(self.sandbox(), "/bin/bash", &args, self.options())).await?;
+        match ran.exit_code {
+            0 => Ok(ran.stdout),
+            paths::ESCAPE_STATUS => Err(Error::PathEscapes),
+            _ => Err(Error::TransferFailed),
+        }
+    }
+
+    /// Runs one post-upload command in its checked working directory.
+    async fn post_upload(&self, command: &plan::Command) -> Result<(), Error> {
+        let resolved =
+            self.run_script(&format!("{}printf '%s' \"$c\"", paths::guard("c", &command.cwd, true))).await?;
+        let params = ExecuteParams {
+            lease: self.params.lease.clone(),
+            command: "/bin/bash".into(),
+            args: vec!["-lc".into(), command.command.as_str().into()].into(),
+            cwd: Some(resolved.into()).into(),
+            env: Default::default(),
+            stdin: None.into(),
+            timeout_ms: command.timeout_ms.into(),
+        };
+        // Not raced: the command registers on the lease itself, so a release
+        // cancels it through its own token and it terminates its process
+        // tree before returning (dropping it instead would leave the tree
+        // unconfirmed).
+        let ran = crate::execute::execute_with(self.ctx, &params, &mut |_, _| {}).await?;
+        match ran.exit_code.into_option() {
+            Some(0) => Ok(()),
+            exit_code => Err(Error::PostUploadFailed { exit_code }),
+        }
+    }
+
+    /// Removes the scratch file under a fresh deadline; errors are ignored.
+    async fn remove_scratch(&self, scratch: &str) {
+        let options = CallOptions::new(Instant::now() + CLEANUP_TIMEOUT, Priority::Cleanup);
+        let args = ["-f".to_owned(), "--".to_owned(), scratch.to_owned()];
+        if let Err(error) = self.client.exec(self.sandbox(), "/bin/rm", &args, options).await {
+            tracing::debug!(sandbox = %self.sandbox(), error = %error, "CreateOS scratch file removal failed");
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! FFI-safe parameters and results of the file-sync hooks (ABI 1.4):
+//! `sync_in` (host → lease) and `sync_out` (lease → host).
+//!
+//! Frozen once 1.4 shipped, like every type of a landed minor version.
+
+use crate::types::LeaseParams;
+use abi_stable::{
+    std_types::{ROption, RString, RVec},
+    StableAbi,
+};
+
+/// One file or directory to move.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncMapping {
+    /// `file` or `directory`.
+    pub kind: RString,
+    /// Where the bytes come from: a host path for `sync_in`, a lease path
+    /// for `sync_out`.
+    pub source_path: RString,
+    /// Where they go: a lease path for `sync_in`, a host path for `sync_out`.
+    pub target_path: RString,
+    /// The target's permission bits (0..=0o777); the provider's default when `None`.
+    pub mode: ROption<u32>,
+    /// Globs of paths (relative to a directory source) left out.
+    pub exclude: RVec<RString>,
+    /// Follow symbolic links in the source (refused for inbound directories).
+    pub follow_symlinks: bool,
+}
+
+/// A command run in the lease after an inbound operation's uploads.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PostUploadCommand {
+    /// A shell command line, run verbatim.
+    pub command: RString,
+    /// Its working directory in the lease; the workspace when `None`.
+    pub cwd: ROption<RString>,
+    /// Its deadline in milliseconds; the configuration's when `None`.
+    pub timeout_ms: ROption<u64>,
+}
+
+/// A group of mappings reported together under `id`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncOperation {
+    /// The caller's name for the operation, echoed in the result.
+    pub id: RString,
+    /// What to move, in order.
+    pub mappings: RVec<SyncMapping>,
+    /// Inbound only: commands run after the mappings, stopping at the first failure.
+    pub post_upload_commands: RVec<PostUploadCommand>,
+}
+
+/// Parameters of `sync_in` and `sync_out`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncParams {
+    /// The lease to move files into or out of.
+    pub lease: LeaseParams,
+    /// The operations, in order; every mapping is checked before the first moves.
+    pub operations: RVec<SyncOperation>,
+}
+
+/// What one operation moved.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncOperationResult {
+    /// The operation's `id`.
+    pub id: RString,
+    /// Regular files written at the destination.
+    pub files_transferred: u64,
+    /// Bytes of those files.
+    pub bytes_transferred: u64,
+}
+
+/// The outcome of `sync_in` and `sync_out`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncResult {
+    /// One entry per operation, in order.
+    pub operations: RVec<SyncOperationResult>,
+}
