@@ -64,6 +64,16 @@ for file in "${files[@]}"; do
     fi
 done
 
+# proptest records the failures a mutant causes; in place, those records
+# would land in the tree: remove the ones this run creates.
+preexisting=$(find . -path ./target -prune -o -type d -name proptest-regressions -print)
+cleanup() {
+    find . -path ./target -prune -o -type d -name proptest-regressions -print | while read -r dir; do
+        grep -qxF "$dir" <<<"$preexisting" || rm -rf "$dir"
+    done
+}
+trap cleanup EXIT
+
 # One cargo-mutants run per kind of test suite (cargo-mutants exits non-zero
 # when a mutant survives; the scores below say which).
 rm -rf "$out_root/unit" "$out_root/e2e"

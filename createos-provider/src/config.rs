@@ -531,8 +531,14 @@ mod tests {
             (json!({"apiKey": KEY}), "shape is required"),
             (json!({"apiKey": KEY, "shape": "huge"}), "published CreateOS shapes"),
             (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}), "https"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}), "https"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}),
+                "apiUrl must use https (plain http only on loopback)",
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}),
+                "apiUrl must use https",
+            ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "example.com"}), "absolute URL"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://u:p@example.com"}),
@@ -546,7 +552,7 @@ mod tests {
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/v1/x"}), "path"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://127.0.0.1.example.com"}),
-                "https",
+                "apiUrl must use https (plain http only on loopback)",
             ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": 3}), "apiUrl must be a string"),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": ""}), "rootfs must not be empty"),
@@ -669,10 +675,43 @@ mod tests {
         assert!(!n.to_string().contains(KEY));
         assert!(!format!("{c:?}").contains(KEY));
         assert_eq!(c.api_key.to_string(), "[redacted]");
+        assert_eq!(format!("{:?}", c.api_key), "[redacted]");
         // Normalising is idempotent.
         let mut again = n.clone();
         again["apiKey"] = json!(KEY);
         assert_eq!(parse(again).unwrap().0, c);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_only_when_short_and_plain() {
+        let sixty_four = "k".repeat(64);
+        let sixty_five = "k".repeat(65);
+        let with_key = format!("x-{KEY}");
+        // (unknown key, named in the warning)
+        let cases: [(&str, bool); 11] = [
+            ("colour", true),
+            ("my_key", true),
+            ("x-y", true),
+            ("Timeout2", true),
+            (&sixty_four, true),
+            (&sixty_five, false),
+            (&with_key, false),
+            ("", false),
+            ("a b", false),
+            ("a.b", false),
+            ("clé", false),
+        ];
+        for (name, named) in cases {
+            let mut config = json!({"apiKey": KEY, "shape": "s-1vcpu-1gb"});
+            config[name] = json!(1);
+            let (_, warnings) = parse(config).unwrap();
+            let expected = if named {
+                format!("unknown config key {name} is ignored")
+            } else {
+                "an unknown config key is ignored".into()
+            };
+            assert_eq!(warnings, [expected], "{name:?}");
+        }
     }
 
     #[test]

@@ -539,8 +539,10 @@ mod tests {
         ]
         .concat();
         let after = data(4, "stdout", b"ignored") + "garbage\n";
+        assert_eq!(decoder.exit(), None);
         let (seen, result) = collect(&mut decoder, &[body.as_bytes(), after.as_bytes()]);
         assert_eq!(result.unwrap(), Some(ExitStatus::Code(3)));
+        assert_eq!(decoder.exit(), Some(&ExitStatus::Code(3)));
         assert_eq!(seen, vec![(OutputStream::Stdout, "€".into()), (OutputStream::Stderr, "\u{FFFD}".into())]);
         let output = decoder.finish();
         assert_eq!(output.stdout, "€");
@@ -610,6 +612,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_tail_never_holds_more_than_a_quarter_over_its_limit() {
+        // A tail of 8 characters may hold 10 between trims, whatever the
+        // size of the pieces pushed into it.
+        let mut tail = Tail::new(8);
+        let mut pushed = String::new();
+        for piece in ["abc", "defghijklmno", "p", "qr", "stuvwxyzABCDEFGHIJKL", "é日", "MNOPQRSTU"] {
+            tail.push(piece);
+            pushed.push_str(piece);
+            let held = tail.text.chars().count();
+            assert!(held <= 10, "{held} characters held after {pushed:?}");
+            assert!(pushed.ends_with(&tail.text), "the tail is the end of the stream");
+        }
+        assert_eq!(tail.finish(), ("NOPQRSTU".to_string(), true));
     }
 
     #[test]
