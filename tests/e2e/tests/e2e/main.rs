@@ -1,6 +1,7 @@
 //! End-to-end tests through real shared libraries, one binary with modules.
 
 mod abi;
+mod commands;
 mod execute;
 mod lease;
 mod support;
