@@ -94,6 +94,10 @@ fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_
         let lease = bed.acquire(&config);
         std::thread::scope(|scope| {
             let (commands, pids) = start_trees(scope, &bed, &config, &vec![&lease; n]);
+            // One more command on the lease finishes meanwhile: the others
+            // stay registered.
+            let (quick, _) = bed.execute(&bed.command(&config, &lease, "/bin/true", &[]));
+            assert_eq!(quick.unwrap().exit_code.into_option(), Some(0));
             bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
             let left: Vec<&u32> = pids.iter().filter(|pid| running(**pid)).collect();
             assert!(left.is_empty(), "{n} commands: processes {left:?} outlived the release");
@@ -109,7 +113,7 @@ fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_
                     && createos_sim::path_matches("/v1/sandboxes/*/processes/*", &request.path)
             })
             .collect();
-        assert_eq!(kills.len(), n, "one termination per command");
+        assert_eq!(kills.len(), n, "one termination per running command");
         assert!(kills.iter().all(|&i| ledger.requests[i].status == 200));
         let pause = ledger
             .requests
