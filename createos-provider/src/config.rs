@@ -138,11 +138,19 @@ pub fn validate(value: &Value) -> Result<(ProviderConfig, Vec<String>), Vec<Stri
     parse_with_env(value, |name| std::env::var(name).ok())
 }
 
+/// The reference's message when neither `apiKey` nor `CREATEOS_API_KEY`
+/// holds a key (users search for this wording).
+pub const MISSING_API_KEY: &str =
+    "CreateOS requires an API key in the environment config or CREATEOS_API_KEY.";
+
 /// Validates a config with an injectable environment lookup.
 ///
 /// Rules: a JSON object (`null` counts as `{}`); a key whose value is `null`
-/// counts as absent; `apiKey` `""` counts as absent too (falls back to the
-/// environment). Unknown keys are warnings.
+/// counts as absent; an `apiKey` that is empty or only whitespace counts as
+/// absent too (falls back to the environment); like the reference, the key
+/// is used with surrounding whitespace trimmed, and an empty or blank
+/// `CREATEOS_API_KEY` is no key ([`MISSING_API_KEY`]). Unknown keys are
+/// warnings.
 pub fn parse_with_env(
     value: &Value,
     env: impl Fn(&str) -> Option<String>,
@@ -159,11 +167,11 @@ pub fn parse_with_env(
 
     // apiKey first: later messages must not contain it.
     let api_key = match field("apiKey") {
-        Some(Value::String(s)) if !s.is_empty() => check_api_key(s, "apiKey", &mut errors),
+        Some(Value::String(s)) if !s.trim().is_empty() => check_api_key(s.trim(), "apiKey", &mut errors),
         Some(Value::String(_)) | None => match env(API_KEY_ENV) {
-            Some(s) if !s.is_empty() => check_api_key(&s, API_KEY_ENV, &mut errors),
+            Some(s) if !s.trim().is_empty() => check_api_key(s.trim(), API_KEY_ENV, &mut errors),
             _ => {
-                errors.push(format!("apiKey is required (or set {API_KEY_ENV})"));
+                errors.push(MISSING_API_KEY.to_string());
                 None
             }
         },
@@ -515,8 +523,8 @@ mod tests {
         let cases: Vec<(Value, &str)> = vec![
             (json!([]), "must be a JSON object"),
             (json!("x"), "must be a JSON object"),
-            (json!({"shape": "s-1vcpu-1gb"}), "apiKey is required"),
-            (json!({"shape": "s-1vcpu-1gb", "apiKey": ""}), "apiKey is required"),
+            (json!({"shape": "s-1vcpu-1gb"}), "CreateOS requires an API key"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": ""}), "CreateOS requires an API key"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": 5}), "apiKey must be a string"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\nb"}), "control characters"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\rb"}), "control characters"),
@@ -524,8 +532,14 @@ mod tests {
             (json!({"apiKey": KEY}), "shape is required"),
             (json!({"apiKey": KEY, "shape": "huge"}), "published CreateOS shapes"),
             (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}), "https"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}), "https"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}),
+                "apiUrl must use https (plain http only on loopback)",
+            ),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}),
+                "apiUrl must use https",
+            ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "example.com"}), "absolute URL"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://u:p@example.com"}),
@@ -539,7 +553,7 @@ mod tests {
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/v1/x"}), "path"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://127.0.0.1.example.com"}),
-                "https",
+                "apiUrl must use https (plain http only on loopback)",
             ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": 3}), "apiUrl must be a string"),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": ""}), "rootfs must not be empty"),
@@ -592,6 +606,62 @@ mod tests {
         assert!(errors[0].contains(API_KEY_ENV));
     }
 
+    /// The reference provider's wording (`resolveApiKey`).
+    const REFERENCE_MISSING_KEY: &str =
+        "CreateOS requires an API key in the environment config or CREATEOS_API_KEY.";
+
+    #[test]
+    fn an_empty_or_blank_key_anywhere_gives_the_reference_missing_key_message() {
+        // (apiKey in the config, CREATEOS_API_KEY)
+        let cases: [(Value, Option<&str>); 8] = [
+            (Value::Null, None),
+            (Value::Null, Some("")),
+            (Value::Null, Some("   ")),
+            (Value::Null, Some("\n")),
+            (json!(""), None),
+            (json!(""), Some("")),
+            (json!(" \t "), None),
+            (json!(" "), Some(" ")),
+        ];
+        for (api_key, from_env) in cases {
+            let env = |name: &str| from_env.filter(|_| name == "CREATEOS_API_KEY").map(str::to_string);
+            let config = json!({"shape": "s-1vcpu-1gb", "apiKey": api_key});
+            let errors = parse_with_env(&config, env).unwrap_err();
+            assert_eq!(errors, [REFERENCE_MISSING_KEY], "{config} with CREATEOS_API_KEY={from_env:?}");
+        }
+    }
+
+    #[test]
+    fn keys_are_used_trimmed_like_the_reference() {
+        // (apiKey in the config, CREATEOS_API_KEY, the key used)
+        let cases: [(Value, Option<&str>, &str); 4] = [
+            (json!(" k1 "), None, "k1"),
+            (Value::Null, Some("k2\n"), "k2"),
+            (Value::Null, Some("  k3"), "k3"),
+            (json!("  "), Some("k4"), "k4"),
+        ];
+        for (api_key, from_env, used) in cases {
+            let env = |name: &str| from_env.filter(|_| name == "CREATEOS_API_KEY").map(str::to_string);
+            let config = json!({"shape": "s-1vcpu-1gb", "apiKey": api_key});
+            let (parsed, _) = parse_with_env(&config, env).unwrap();
+            assert_eq!(parsed.api_key.expose(), used, "{config} with CREATEOS_API_KEY={from_env:?}");
+        }
+    }
+
+    #[test]
+    fn a_null_config_counts_as_an_empty_object() {
+        let env = |_: &str| Some(KEY.to_string());
+        let null = parse_with_env(&Value::Null, env).unwrap_err();
+        assert_eq!(null, ["shape is required"]);
+        assert_eq!(null, parse_with_env(&json!({}), env).unwrap_err());
+        let errors = parse(Value::Null).unwrap_err();
+        assert_eq!(errors, [REFERENCE_MISSING_KEY, "shape is required"]);
+        // Any other non-object is refused.
+        for not_an_object in [json!(false), json!(0), json!("{}"), json!([{}])] {
+            assert_eq!(parse_with_env(&not_an_object, env).unwrap_err(), ["config must be a JSON object"]);
+        }
+    }
+
     #[test]
     fn normalized_json_omits_the_key_and_secret_is_redacted() {
         let (c, _) = parse(json!({"apiKey": KEY, "shape": "s-1vcpu-1gb",
@@ -606,10 +676,43 @@ mod tests {
         assert!(!n.to_string().contains(KEY));
         assert!(!format!("{c:?}").contains(KEY));
         assert_eq!(c.api_key.to_string(), "[redacted]");
+        assert_eq!(format!("{:?}", c.api_key), "[redacted]");
         // Normalising is idempotent.
         let mut again = n.clone();
         again["apiKey"] = json!(KEY);
         assert_eq!(parse(again).unwrap().0, c);
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_only_when_short_and_plain() {
+        let sixty_four = "k".repeat(64);
+        let sixty_five = "k".repeat(65);
+        let with_key = format!("x-{KEY}");
+        // (unknown key, named in the warning)
+        let cases: [(&str, bool); 11] = [
+            ("colour", true),
+            ("my_key", true),
+            ("x-y", true),
+            ("Timeout2", true),
+            (&sixty_four, true),
+            (&sixty_five, false),
+            (&with_key, false),
+            ("", false),
+            ("a b", false),
+            ("a.b", false),
+            ("clé", false),
+        ];
+        for (name, named) in cases {
+            let mut config = json!({"apiKey": KEY, "shape": "s-1vcpu-1gb"});
+            config[name] = json!(1);
+            let (_, warnings) = parse(config).unwrap();
+            let expected = if named {
+                format!("unknown config key {name} is ignored")
+            } else {
+                "an unknown config key is ignored".into()
+            };
+            assert_eq!(warnings, [expected], "{name:?}");
+        }
     }
 
     #[test]

@@ -486,6 +486,11 @@ mod tests {
             br#"{"type":"exit","exit_code":1.5}"#,
             br#"{"type":"exit","exit_code":"1"}"#,
             br#"{"type":"exit","exit_code":4294967296}"#,
+            br#"{"type":"exit","signal":-9}"#,
+            br#"{"type":"exit","signal":1.5}"#,
+            br#"{"type":"exit","signal":-0.5}"#,
+            br#"{"type":"exit","signal":true}"#,
+            br#"{"type":"exit","signal":["SIGKILL"]}"#,
             br#"{"type":"data","stream":"stdout","data_base64":""}"#,
             br#"{"type":"data","seq":-1,"stream":"stdout","data_base64":""}"#,
             br#"{"type":"data","seq":1,"stream":"stdin","data_base64":""}"#,
@@ -534,8 +539,10 @@ mod tests {
         ]
         .concat();
         let after = data(4, "stdout", b"ignored") + "garbage\n";
+        assert_eq!(decoder.exit(), None);
         let (seen, result) = collect(&mut decoder, &[body.as_bytes(), after.as_bytes()]);
         assert_eq!(result.unwrap(), Some(ExitStatus::Code(3)));
+        assert_eq!(decoder.exit(), Some(&ExitStatus::Code(3)));
         assert_eq!(seen, vec![(OutputStream::Stdout, "€".into()), (OutputStream::Stderr, "\u{FFFD}".into())]);
         let output = decoder.finish();
         assert_eq!(output.stdout, "€");
@@ -567,6 +574,91 @@ mod tests {
         // Blank lines and CRLF are tolerated.
         let body = format!("\n  \r\n{}\r\n", json!({"type": "heartbeat"}));
         assert_eq!(OutputDecoder::new().feed(body.as_bytes(), &mut |_, _| {}).unwrap(), None);
+    }
+
+    /// The API's limit: "a line over 1 MiB is a protocol error".
+    const API_LINE_LIMIT: usize = 1_048_576;
+
+    #[test]
+    fn the_line_limit_is_the_apis_1_mib_in_any_chunking() {
+        // (line length without its `\n`, accepted)
+        let cases = [(API_LINE_LIMIT - 1, true), (API_LINE_LIMIT, true), (API_LINE_LIMIT + 1, false)];
+        for (len, accepted) in cases {
+            // A valid frame padded with JSON whitespace: only its length can fail it.
+            let mut line = br#"{"type":"heartbeat"}"#.to_vec();
+            line.resize(len, b' ');
+            let body = [&line[..], b"\n", exit(0).as_bytes()].concat();
+            // The line alone, its `\n` not arrived yet: refused as soon as it is too long.
+            let partial = OutputDecoder::new().feed(&line, &mut |_, _| {});
+            let after_blank = [&b"\n"[..], &body[..]].concat();
+            assert_eq!(partial.is_ok(), accepted, "{len} bytes without a newline: {partial:?}");
+            let chunkings: [(&str, Vec<&[u8]>); 5] = [
+                ("the whole body as the first chunk", vec![&body]),
+                ("after a blank line in the same chunk", vec![&after_blank]),
+                ("the line, then its newline", vec![&body[..len], &body[len..]]),
+                ("ten bytes, then the rest", vec![&body[..10], &body[10..]]),
+                ("one byte short, then the rest", vec![&body[..len - 1], &body[len - 1..]]),
+            ];
+            for (how, chunks) in chunkings {
+                let (_, result) = collect(&mut OutputDecoder::new(), &chunks);
+                if accepted {
+                    assert_eq!(result.unwrap(), Some(ExitStatus::Code(0)), "{len} bytes, {how}");
+                } else {
+                    assert_eq!(
+                        result.unwrap_err(),
+                        Error::protocol(op::OUTPUT_CONNECTION),
+                        "{len} bytes, {how}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tail_never_holds_more_than_a_quarter_over_its_limit() {
+        // A tail of 8 characters may hold 10 between trims, whatever the
+        // size of the pieces pushed into it.
+        let mut tail = Tail::new(8);
+        let mut pushed = String::new();
+        for piece in ["abc", "defghijklmno", "p", "qr", "stuvwxyzABCDEFGHIJKL", "é日", "MNOPQRSTU"] {
+            tail.push(piece);
+            pushed.push_str(piece);
+            let held = tail.text.chars().count();
+            assert!(held <= 10, "{held} characters held after {pushed:?}");
+            assert!(pushed.ends_with(&tail.text), "the tail is the end of the stream");
+        }
+        assert_eq!(tail.finish(), ("NOPQRSTU".to_string(), true));
+    }
+
+    #[test]
+    fn a_chatty_command_holds_a_bounded_tail_while_it_streams() {
+        // The reference keeps 4 Mi characters of tail per stream; trimming is
+        // amortised, so between trims a stream may hold a quarter more.
+        const REFERENCE_TAIL: usize = 4 * 1024 * 1024;
+        const HELD_AT_MOST: usize = 5 * 1024 * 1024;
+        const FRAME: usize = 64 * 1024;
+        const FRAMES: u64 = 256; // 16 MiB: four times the tail
+        let frame_text = |seq: u64| -> String { format!("{seq:>7}\n").repeat(FRAME / 8) };
+        let mut decoder = OutputDecoder::new();
+        let mut emitted = 0;
+        for seq in 1..=FRAMES {
+            let frame = data(seq, "stdout", frame_text(seq).as_bytes());
+            let result = decoder.feed(frame.as_bytes(), &mut |_, text| emitted += text.len());
+            assert_eq!(result.unwrap(), None);
+            // ASCII: bytes are characters.
+            let held = &decoder.stdout.tail.text;
+            assert!(held.len() <= HELD_AT_MOST, "{} held after {emitted} streamed", held.len());
+            assert!(held.capacity() <= 2 * HELD_AT_MOST, "{} allocated after {emitted}", held.capacity());
+        }
+        assert_eq!(emitted, 16 * 1024 * 1024, "every character reached the sink");
+        assert_eq!(decoder.feed(exit(0).as_bytes(), &mut |_, _| {}).unwrap(), Some(ExitStatus::Code(0)));
+        let output = decoder.finish();
+        assert_eq!(output.stdout.len(), REFERENCE_TAIL);
+        assert!(output.stdout_truncated);
+        // The tail is the last 64 frames, in order.
+        let last: String = (FRAMES - 63..=FRAMES).map(frame_text).collect();
+        assert!(output.stdout == last, "the tail is not the end of the stream");
+        assert_eq!((output.stderr.as_str(), output.stderr_truncated), ("", false));
     }
 
     #[test]

@@ -233,6 +233,92 @@ mod tests {
         assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Refusal::Closing));
     }
 
+    #[test]
+    fn a_confirmed_destroy_clears_the_flag_and_the_scope_takes_work_again() {
+        let registry = Registry::default();
+        let root = CancellationToken::new();
+        registry.mark_unconfirmed(&scope("a"));
+        registry.mark_unconfirmed(&scope("b"));
+        assert_eq!(registry.refusal(&scope("a")), Some(Refusal::Unconfirmed));
+        registry.clear_unconfirmed(&scope("a"));
+        assert!(!registry.is_unconfirmed(&scope("a")));
+        assert_eq!(registry.refusal(&scope("a")), None);
+        assert!(registry.start_command(&scope("a"), &root).is_ok());
+        // Only that lease: another keeps its flag.
+        assert!(registry.is_unconfirmed(&scope("b")));
+        assert_eq!(registry.start_command(&scope("b"), &root).err(), Some(Refusal::Unconfirmed));
+    }
+
+    /// Starts `n` commands on lease `a`, each of which, once cancelled,
+    /// records its number and then finishes (drops its guard).
+    fn commands_that_finish_when_cancelled(
+        registry: &Registry,
+        n: usize,
+        finished: &Arc<Mutex<Vec<usize>>>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let root = CancellationToken::new();
+        (0..n)
+            .map(|i| {
+                let guard = registry.start_command(&scope("a"), &root).expect("the lease takes work");
+                let finished = Arc::clone(finished);
+                tokio::spawn(async move {
+                    guard.cancel.cancelled().await;
+                    finished.lock().unwrap().push(i);
+                    drop(guard);
+                })
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn each_of_many_commands_on_one_lease_is_tracked_until_it_finishes() {
+        for n in [2, 16] {
+            let registry = Registry::default();
+            let root = CancellationToken::new();
+            let finished = Arc::new(Mutex::new(Vec::new()));
+            let early = registry.start_command(&scope("a"), &root).unwrap();
+            let tasks = commands_that_finish_when_cancelled(&registry, n, &finished);
+            assert_eq!(registry.active_commands(), n + 1);
+            // One command ending leaves the others registered.
+            drop(early);
+            assert_eq!(registry.active_commands(), n, "{n} commands");
+            // Release stops every one of them and returns only when each finished.
+            registry.stop_commands(&scope("a")).await;
+            let mut done = finished.lock().unwrap().clone();
+            done.sort_unstable();
+            assert_eq!(done, (0..n).collect::<Vec<_>>(), "{n} commands");
+            for task in tasks {
+                task.await.unwrap();
+            }
+            assert_eq!(registry.active_commands(), 0);
+            assert_eq!(registry.refusal(&scope("a")), None);
+        }
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_the_commands_of_every_lease_and_waits_for_them() {
+        let registry = Registry::default();
+        let root = CancellationToken::new();
+        let finished = Arc::new(Mutex::new(Vec::new()));
+        let tasks = commands_that_finish_when_cancelled(&registry, 3, &finished);
+        let other = registry.start_command(&scope("b"), &root).unwrap();
+        let other_cancel = other.cancel.clone();
+        let other_finished = Arc::clone(&finished);
+        let other_task = tokio::spawn(async move {
+            other_cancel.cancelled().await;
+            other_finished.lock().unwrap().push(100);
+            drop(other);
+        });
+        registry.stop_all_commands().await;
+        let mut done = finished.lock().unwrap().clone();
+        done.sort_unstable();
+        assert_eq!(done, [0, 1, 2, 100]);
+        for task in tasks.into_iter().chain([other_task]) {
+            task.await.unwrap();
+        }
+        assert_eq!(registry.active_commands(), 0);
+    }
+
     #[tokio::test]
     async fn stop_commands_cancels_and_waits_for_each_command() {
         let registry = Registry::default();

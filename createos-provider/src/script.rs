@@ -220,18 +220,105 @@ mod tests {
         assert!(validate(&spec("/w", "true", &["", "x"], &[("A", "")])).is_ok());
     }
 
+    /// Linux's `MAX_ARG_STRLEN` (`include/uapi/linux/binfmts.h`: 32 pages of
+    /// 4 KiB): the longest single `execve` argument, its NUL included. The
+    /// script travels as one such argument (`bash -lc SCRIPT`).
+    const LINUX_MAX_ARG_STRLEN: usize = 131_072;
+
+    /// A spec whose script is exactly `len` bytes: `echo` and one plain
+    /// argument padded to fit.
+    fn script_of_len(len: usize) -> String {
+        let overhead = build(&spec("/", "echo", &[""], &[])).len();
+        "a".repeat(len - overhead)
+    }
+
     #[test]
-    fn oversized_scripts_are_refused_before_any_request() {
-        let big = "'".repeat(MAX_SCRIPT_BYTES / 5);
-        let err = render(&spec("/w", "echo", &[&big], &[])).unwrap_err();
+    fn the_script_limit_is_linuxs_argument_limit() {
+        // (script bytes, fits in one execve argument)
+        let cases = [
+            (LINUX_MAX_ARG_STRLEN - 2, true),
+            (LINUX_MAX_ARG_STRLEN - 1, true),
+            (LINUX_MAX_ARG_STRLEN, false),
+            (LINUX_MAX_ARG_STRLEN + 1, false),
+        ];
+        for (len, fits) in cases {
+            let filler = script_of_len(len);
+            let args = [filler.as_str()];
+            let spec = spec("/", "echo", &args, &[]);
+            let script = build(&spec);
+            assert_eq!(script.len(), len);
+            match render(&spec) {
+                Ok(rendered) => {
+                    assert!(fits, "a {len}-byte script must be refused before any request");
+                    assert_eq!(rendered, script);
+                }
+                Err(err) => {
+                    assert!(!fits, "a {len}-byte script fits: {err}");
+                    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+                    assert!(err.to_string().contains(&format!("take {len} bytes")), "{err}");
+                }
+            }
+            // The kernel draws the same line: bash runs the longest script
+            // render accepts and execve refuses the shortest it refuses.
+            let ran = Command::new("/bin/bash").arg("-c").arg(&script).env_clear().output();
+            match ran {
+                Ok(out) => {
+                    assert!(fits, "execve took a {len}-byte argument");
+                    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+                    assert_eq!(out.stdout.len(), filler.len() + 1);
+                }
+                Err(err) => {
+                    assert!(!fits, "{len}: {err}");
+                    assert_eq!(err.kind(), std::io::ErrorKind::ArgumentListTooLong, "{len}: {err}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quoting_counts_toward_the_limit() {
+        // 30,000 quotes are 30,000 bytes of argument but 150,000 of script.
+        let quotes = "'".repeat(30_000);
+        let err = render(&spec("/w", "echo", &[&quotes], &[])).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput);
-        let fits = "a".repeat(MAX_SCRIPT_BYTES - 100);
-        let script = render(&spec("/", "echo", &[&fits], &[])).unwrap();
-        assert!(script.len() <= MAX_SCRIPT_BYTES);
-        // The limit is real: bash runs a script just under it.
-        let (stdout, stderr, code) = run(&script);
-        assert_eq!(code, Some(0), "{}", String::from_utf8_lossy(&stderr));
-        assert_eq!(stdout.len(), fits.len() + 1);
+        assert!(err.to_string().contains("pass large data through stdin"), "{err}");
+    }
+
+    #[test]
+    fn an_invalid_env_name_is_shown_only_when_short_and_printable() {
+        let hidden_tail =
+            "CreateOS environment variable name is invalid: names must match ^[A-Za-z_][A-Za-z0-9_]*$.";
+        let sixty_four = format!("-{}", "A".repeat(63));
+        let sixty_five = format!("-{}", "A".repeat(64));
+        // (invalid name, shown in the message)
+        let cases: [(&str, bool); 14] = [
+            ("1A", true),
+            ("A-B", true),
+            ("X=Y", true),
+            ("$(id)", true),
+            ("\"quoted\"", true),
+            ("", true),
+            (&sixty_four, true),
+            (&sixty_five, false),
+            ("A B", false),
+            ("A\n", false),
+            ("A\t", false),
+            ("\x1b[31mred", false),
+            ("\u{7f}", false),
+            ("É", false),
+        ];
+        for (name, shown) in cases {
+            let env = [(name, "v")];
+            let message = validate(&spec("/w", "true", &[], &env)).unwrap_err().to_string();
+            let expected = if shown {
+                format!(
+                    "CreateOS environment variable name {name:?} is invalid: names must match ^[A-Za-z_][A-Za-z0-9_]*$."
+                )
+            } else {
+                hidden_tail.to_string()
+            };
+            assert_eq!(message, expected, "{name:?}");
+        }
     }
 
     /// Runs the script with the real bash and returns what `printf '%s\0'`

@@ -2,6 +2,7 @@
 
 mod abi;
 mod binding;
+mod commands;
 mod execute;
 mod lease;
 mod pacing;

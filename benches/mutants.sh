@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Mutation testing of createos-provider and provider-abi with cargo-mutants,
+# then the score of each source file.
+#
+#   bash benches/mutants.sh                  # every file listed below
+#   bash benches/mutants.sh createos-provider/src/script.rs ...
+#
+# Slow (each mutant is a build and a test run), so not in CI: run it before
+# resolving an issue that touches these crates, and put the scores in the
+# README. Mutants that cannot change behaviour are excluded, each with its
+# reason, in .cargo/mutants.toml.
+#
+# Environment:
+#   MUTANTS_IN_PLACE=1   mutate the working tree itself and reuse its warm
+#                        target/ (much faster; do not edit files meanwhile).
+#                        Default: a scratch copy of the tree and of target/.
+#   MUTANTS_TIMEOUT=S    test timeout per mutant in seconds (default 300).
+#   MUTANTS_OUT=DIR      where the reports go (default target/mutants).
+#   MUTANTS_RE=REGEX     only the mutants whose name matches (e.g. a rerun of
+#                        the ones a previous run missed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
+
+# Modules with unit tests: their crate's own tests judge them.
+own_tests=(
+    createos-provider/src/script.rs
+    createos-provider/src/config.rs
+    createos-provider/src/ndjson.rs
+    createos-provider/src/registry.rs
+    createos-provider/src/pacer.rs
+)
+# Modules exercised through the loaded library: the end-to-end tests too.
+with_e2e=(
+    createos-provider/src/lease.rs
+    provider-abi/src/*.rs
+)
+
+if (($#)); then files=("$@"); else files=("${own_tests[@]}" "${with_e2e[@]}"); fi
+
+timeout_s=${MUTANTS_TIMEOUT:-300}
+out_root=${MUTANTS_OUT:-target/mutants}
+common=(--baseline=skip --timeout "$timeout_s" --copy-target=true)
+[[ ${MUTANTS_IN_PLACE:-0} == 1 ]] && common=(--baseline=skip --timeout "$timeout_s" --in-place)
+[[ -n ${MUTANTS_RE:-} ]] && common+=(--re "$MUTANTS_RE")
+
+needs_e2e() {
+    local file=$1 pattern
+    for pattern in "${with_e2e[@]}"; do
+        # shellcheck disable=SC2053 # the list holds globs
+        [[ $file == $pattern ]] && return 0
+    done
+    return 1
+}
+
+unit_files=() e2e_files=() e2e_packages=()
+for file in "${files[@]}"; do
+    if needs_e2e "$file"; then
+        e2e_files+=(--file "$file")
+        e2e_packages+=(--test-package "${file%%/*}")
+    else
+        unit_files+=(--file "$file")
+    fi
+done
+
+# proptest records the failures a mutant causes; in place, those records
+# would land in the tree: remove the ones this run creates.
+preexisting=$(find . -path ./target -prune -o -type d -name proptest-regressions -print)
+cleanup() {
+    find . -path ./target -prune -o -type d -name proptest-regressions -print | while read -r dir; do
+        grep -qxF "$dir" <<<"$preexisting" || rm -rf "$dir"
+    done
+}
+trap cleanup EXIT
+
+# One cargo-mutants run per kind of test suite (cargo-mutants exits non-zero
+# when a mutant survives; the scores below say which).
+rm -rf "$out_root/unit" "$out_root/e2e"
+mkdir -p "$out_root/unit" "$out_root/e2e"
+if ((${#unit_files[@]})); then
+    cargo mutants "${common[@]}" "${unit_files[@]}" --output "$out_root/unit" -- --lib || true
+fi
+if ((${#e2e_files[@]})); then
+    mapfile -t e2e_packages < <(printf '%s\n' "${e2e_packages[@]}" | awk '!seen[$0]++')
+    cargo mutants "${common[@]}" "${e2e_files[@]}" "${e2e_packages[@]}" --test-package e2e \
+        --output "$out_root/e2e" || true
+fi
+
+count() { # count FILE OUTCOME: mutants of FILE with that outcome, both runs
+    cat "$out_root"/{unit,e2e}/mutants.out/"$2".txt 2>/dev/null | grep -c "^$1:" || true
+}
+
+echo
+echo "Mutation score per file (exclusions: .cargo/mutants.toml)"
+for file in "${files[@]}"; do
+    caught=$(count "$file" caught) timeout=$(count "$file" timeout)
+    missed=$(count "$file" missed) unviable=$(count "$file" unviable)
+    printf '%-40s %4d / %-4d caught+timeout / viable  (%d missed, %d unviable)\n' \
+        "$file" $((caught + timeout)) $((caught + timeout + missed)) "$missed" "$unviable"
+done
+missed_lists=("$out_root"/{unit,e2e}/mutants.out/missed.txt)
+if cat "${missed_lists[@]}" 2>/dev/null | grep -q .; then
+    echo
+    echo "Missed:"
+    cat "${missed_lists[@]}" 2>/dev/null | sed 's/^/  /'
+fi
