@@ -9,9 +9,9 @@ use crate::{
     registry::Registry,
 };
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
-    HookResult, Lease, LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport, Provider, ProviderError,
-    ReleaseReport, ValidationReport, Workspace, ABI_VERSION,
+    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport,
+    Hook, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, ProbeReport,
+    Provider, ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace, ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -75,6 +75,7 @@ pub fn to_abi(error: Error) -> ProviderError {
         ErrorKind::Cancelled => provider_abi::ErrorKind::CANCELLED,
         ErrorKind::Unsupported => provider_abi::ErrorKind::UNSUPPORTED,
         ErrorKind::Internal => provider_abi::ErrorKind::INTERNAL,
+        ErrorKind::Unauthorized => provider_abi::ErrorKind::UNAUTHORIZED,
     };
     ProviderError::new(kind, error.to_string()).with_http(error.http_status(), error.operation())
 }
@@ -92,9 +93,14 @@ impl Provider for CreateosProvider {
         }
     }
 
-    fn setup(&self, _params: &provider_abi::SetupParams) -> HookResult<()> {
+    fn setup(&self, _params: &SetupParams) -> HookResult<()> {
         self.runtime();
         self.context().map(|_| ())
+    }
+
+    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        crate::logs::install(logs, max_level);
+        self.setup(params)
     }
 
     fn shutdown(&self) -> HookResult<()> {
@@ -178,6 +184,10 @@ impl Provider for CreateosProvider {
 
     fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
         self.run(|context| crate::execute::execute(context, params, output))
+    }
+
+    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
+        self.run(|context| crate::execute::execute_bytes(context, params, output))
     }
 
     fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {

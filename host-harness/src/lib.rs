@@ -16,6 +16,7 @@ pub mod lease_file;
 pub mod ledger;
 pub mod lifecycle;
 pub mod plugin;
+pub mod provider_log;
 pub mod render;
 pub mod request;
 pub mod resources;

@@ -37,9 +37,21 @@ pub struct Global {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    /// More logging (-v info, -vv debug), the provider's included; RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Log format on stderr: text (coloured only on a terminal) or json, one object a line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// `--config FILE`, required.
@@ -88,6 +100,25 @@ pub struct SoakArgs {
     config: Option<PathBuf>,
 }
 
+/// `exec` options.
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Feed FILE to the command's standard input (`-`: ours). Without it,
+    /// our own standard input is forwarded when it is not a terminal.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
+    /// Set an environment variable for the command (repeatable); names
+    /// must match ^[A-Za-z_][A-Za-z0-9_]*$.
+    #[arg(long = "env", value_name = "K=V", value_parser = commands::hooks::parse_env)]
+    env: Vec<(String, String)>,
+    /// Working directory of the command (relative: inside the workspace).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Deadline of the command, e.g. 30s, 2m, 1h30m (default: the configuration's).
+    #[arg(long, value_name = "DURATION", value_parser = commands::hooks::parse_timeout)]
+    timeout: Option<std::time::Duration>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print the provider's manifest: id, version, ABI version, hooks and config schema.
@@ -129,6 +160,8 @@ enum Command {
     Exec {
         #[command(flatten)]
         lease: LeaseArgs,
+        #[command(flatten)]
+        options: ExecArgs,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -179,7 +212,7 @@ fn limit_malloc_arenas() {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
     match run(&cli, out) {
         Ok(()) => ExitCode::SUCCESS,
@@ -187,7 +220,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, format: LogFormat) {
+    use std::io::IsTerminal;
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -195,7 +229,11 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
@@ -217,6 +255,13 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         };
         return commands::shut_down(&provider, result);
     }
+    if let Some(lease) = lease_args(&cli.command) {
+        if lease.config.config == std::path::Path::new("-") && lease.lease == std::path::Path::new("-") {
+            return Err(Failure::Usage(
+                "--config - and --lease - cannot both read stdin; give one of them as a file".into(),
+            ));
+        }
+    }
     let session = commands::Session::open(global.plugin.as_deref(), global.ledger.as_deref(), out)?;
     let shut_down = || {
         if let Err(error) = session.provider.shutdown() {
@@ -235,6 +280,15 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
 }
 
+/// The `--config FILE --lease FILE` pair of a command that takes one.
+fn lease_args(command: &Command) -> Option<&LeaseArgs> {
+    match command {
+        Command::Resume(lease) | Command::Destroy(lease) => Some(lease),
+        Command::Release { lease, .. } | Command::Exec { lease, .. } => Some(lease),
+        _ => None,
+    }
+}
+
 /// Runs a command that acts on leases (with the provider and the ledger).
 fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
     use commands::{hooks, ledger, runs};
@@ -248,7 +302,15 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         }
         Command::Destroy(args) => hooks::release(session, &args.config.config, &args.lease, true),
         Command::Probe(args) => hooks::probe(session, &args.config),
-        Command::Exec { lease, command } => hooks::exec(session, &lease.config.config, &lease.lease, command),
+        Command::Exec { lease, options, command } => {
+            let options = hooks::ExecOptions {
+                stdin: options.stdin.clone(),
+                env: options.env.clone(),
+                cwd: options.cwd.clone(),
+                timeout: options.timeout,
+            };
+            hooks::exec(session, &lease.config.config, &lease.lease, &options, command)
+        }
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }

@@ -5,12 +5,13 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    log::{LogLevel, LogSink},
     module::*,
     provider::Provider,
     recorder::CreationRecorder,
-    sink::OutputSink,
+    sink::{ByteSink, OutputSink},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -51,7 +52,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_2 {
+    let extension = if abi >= ABI_1_3 {
+        extensions_to_1_3::<P>
+    } else if abi >= ABI_1_2 {
         extensions_to_1_2::<P>
     } else if abi >= ABI_1_1 {
         extensions_to_1_1::<P>
@@ -86,7 +89,7 @@ pub fn guard<T>(hook: Hook, call: impl FnOnce() -> HookResult<T>) -> FfiResult<T
 /// Drops a caught panic payload without letting a second panic escape: a
 /// payload whose `Drop` panics would otherwise unwind out of an `extern "C"`
 /// function and abort the process. The second payload is leaked, not dropped.
-pub(crate) fn drop_panic_payload(payload: Box<dyn Any + Send>) {
+pub fn drop_panic_payload(payload: Box<dyn Any + Send>) {
     if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         std::mem::forget(second);
     }
@@ -144,6 +147,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
+/// The extension tables of a library built for ABI 1.3.
+extern "C" fn extensions_to_1_3<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        3 => RSome(Extension::of(Tables::<P>::V1_3)),
+        _ => extensions_to_1_2::<P>(minor),
+    }
+}
+
 /// Generates one `extern "C"` shim per hook, each forwarding to the trait
 /// method of the same name inside [`guard`].
 macro_rules! hook_shims {
@@ -172,6 +183,8 @@ hook_shims! {
     acquire_lease_recording: AcquireLeaseRecording(params: &AcquireParams, recorder: &mut CreationRecorder<'_>) -> Lease;
     probe_recording: ProbeRecording(params: &EnvironmentParams, recorder: &mut CreationRecorder<'_>) -> ProbeReport;
     release_lease_reporting: ReleaseLeaseReporting(params: &LeaseParams) -> ReleaseReport;
+    execute_bytes: ExecuteBytes(params: &ExecuteParams, output: &mut ByteSink<'_>) -> ExecuteResult;
+    setup_with_logs: SetupWithLogs(params: &SetupParams, logs: LogSink, max_level: LogLevel) -> ();
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -202,6 +215,8 @@ impl<P: Provider> Tables<P> {
         probe_recording: probe_recording::<P>,
         release_lease_reporting: release_lease_reporting::<P>,
     };
+    const V1_3: &'static HookTableV1_3 =
+        &HookTableV1_3 { execute_bytes: execute_bytes::<P>, setup_with_logs: setup_with_logs::<P> };
 }
 
 #[cfg(test)]

@@ -34,8 +34,11 @@ pub const ABI_1_1: AbiVersion = AbiVersion::new(1, 1);
 /// ABI 1.2: adds `acquire_lease_recording` and `probe_recording` (write-ahead
 /// records of created leases) and `release_lease_reporting` (kept or deleted).
 pub const ABI_1_2: AbiVersion = AbiVersion::new(1, 2);
+/// ABI 1.3: adds `execute_bytes` (output as raw bytes) and `setup_with_logs`
+/// (the provider's log events forwarded to the host).
+pub const ABI_1_3: AbiVersion = AbiVersion::new(1, 3);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_2;
+pub const ABI_VERSION: AbiVersion = ABI_1_3;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,11 +73,15 @@ pub enum Hook {
     ProbeRecording,
     /// `release_lease_reporting` (ABI 1.2): release, saying if the lease was kept.
     ReleaseLeaseReporting,
+    /// `execute_bytes` (ABI 1.3): execute, streaming output as raw bytes.
+    ExecuteBytes,
+    /// `setup_with_logs` (ABI 1.3): setup, with a sink for the provider's logs.
+    SetupWithLogs,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 15] = [
+    pub const ALL: [Hook; 17] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -90,6 +97,8 @@ impl Hook {
         Hook::AcquireLeaseRecording,
         Hook::ProbeRecording,
         Hook::ReleaseLeaseReporting,
+        Hook::ExecuteBytes,
+        Hook::SetupWithLogs,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -110,6 +119,8 @@ impl Hook {
             Hook::AcquireLeaseRecording => "acquire_lease_recording",
             Hook::ProbeRecording => "probe_recording",
             Hook::ReleaseLeaseReporting => "release_lease_reporting",
+            Hook::ExecuteBytes => "execute_bytes",
+            Hook::SetupWithLogs => "setup_with_logs",
         }
     }
 
@@ -118,6 +129,7 @@ impl Hook {
         match self {
             Hook::InspectLease => ABI_1_1,
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => ABI_1_2,
+            Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             _ => ABI_1_0,
         }
     }
