@@ -119,7 +119,9 @@ impl Provider for CreateosProvider {
     }
 
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
-        let parsed = serde_json::from_str::<serde_json::Value>(&params.config_json)
+        let value = serde_json::from_str::<serde_json::Value>(&params.config_json);
+        let unknown = value.as_ref().map(config::unknown_key_warnings).unwrap_or_default();
+        let parsed = value
             .map_err(|_| vec!["the configuration is not valid JSON.".to_owned()])
             .and_then(|value| config::validate(&value));
         Ok(match parsed {
@@ -133,7 +135,7 @@ impl Provider for CreateosProvider {
                 ok: false,
                 normalized_config_json: None.into(),
                 errors: errors.into_iter().map(Into::into).collect(),
-                warnings: Default::default(),
+                warnings: unknown.into_iter().map(Into::into).collect(),
             },
         })
     }
