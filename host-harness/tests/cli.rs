@@ -115,3 +115,30 @@ fn a_hostile_soak_of_200_leases_holds_every_invariant() {
     assert!(summary["latency"]["acquire"]["p99Ms"].as_f64().unwrap() > 0.0);
     assert_eq!(lines.len(), 201, "one progress line per lifecycle, then the summary");
 }
+
+#[test]
+fn a_soak_where_no_lifecycle_succeeds_exits_non_zero() {
+    // `requestsPerMinute` 0 is an invalid configuration: every lifecycle fails.
+    let output =
+        harness(&["soak", "--leases", "3", "--concurrency", "3", "--requests-per-minute", "0", "--json"], "");
+    let summary = json_lines(&output).pop().expect("a summary");
+    assert_eq!(summary["succeeded"], 0, "{summary}");
+    assert_eq!(output.status.code(), Some(1), "{summary}");
+    assert!(
+        summary["broken"].as_array().unwrap().iter().any(|line| line == "no lifecycle succeeded"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_soak_scans_the_providers_log_lines_for_secrets() {
+    let output =
+        harness(&["-vv", "soak", "--leases", "2", "--concurrency", "2", "--no-rate-limit", "--json"], "");
+    let summary = json_lines(&output).pop().expect("a summary");
+    assert_eq!(output.status.code(), Some(0), "{summary}");
+    assert!(
+        summary["logLinesScanned"].as_u64().unwrap() > 0,
+        "the provider's logs reached the scan: {summary}"
+    );
+    assert_eq!(summary["secretsSeen"], 0, "{summary}");
+}

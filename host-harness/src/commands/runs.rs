@@ -115,6 +115,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         return Err(Failure::Usage("--leases and --concurrency must be at least 1".into()));
     }
     let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
+    let faults_injected = !faults.is_empty();
     if options.config.is_some() && !faults.is_empty() {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
     }
@@ -212,6 +213,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         unswept,
         resources,
         concurrency: options.concurrency,
+        faults_injected,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {
