@@ -11,6 +11,10 @@ pub fn serve(listen: std::net::SocketAddr, rate_limit: bool, out: Printer) -> Re
         rate_limit: rate_limit.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
     };
+    // Watch before the URL is printed: a signal right after it must still
+    // stop the simulator through its `Drop` (processes, then files).
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+        .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let sim = createos_sim::Simulator::start(config)
         .map_err(|error| Failure::Usage(format!("cannot start the simulator: {error}")))?;
     out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key()}), || {
@@ -20,5 +24,7 @@ pub fn serve(listen: std::net::SocketAddr, rate_limit: bool, out: Printer) -> Re
             sim.api_key()
         )
     });
-    sim.serve_until_ctrl_c().map_err(|error| Failure::Usage(format!("simulator failed: {error}")))
+    signals.forever().next();
+    drop(sim);
+    Ok(())
 }
