@@ -122,15 +122,25 @@ pub struct ExecArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Print the provider's manifest: id, version, ABI version, hooks and config schema.
+    #[command(
+        after_help = "Examples:\n  host-harness inspect\n  host-harness --plugin ./libmy_provider.so inspect --json"
+    )]
     Inspect,
     /// Call the provider's `health` hook (no remote request).
+    #[command(after_help = "Examples:\n  host-harness health")]
     Health,
     /// Validate a provider configuration and print the normalised result.
+    #[command(
+        after_help = "Examples:\n  host-harness validate --config createos.json\n  echo '{\"shape\":\"s-1vcpu-1gb\"}' | host-harness validate --config -"
+    )]
     Validate(ConfigArg),
     /// Run a whole lease lifecycle: validate, probe, acquire, realize, execute,
     /// release for reuse, resume, execute again, destroy. Without --config it
     /// runs against an embedded CreateOS simulator (offline, no account).
     /// Sweeps leases left behind by earlier runs first.
+    #[command(
+        after_help = "Examples:\n  host-harness lifecycle\n  host-harness -v lifecycle --config createos.json --json"
+    )]
     Lifecycle {
         /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
         #[arg(long, value_name = "FILE")]
@@ -138,12 +148,22 @@ enum Command {
     },
     /// Run many lifecycles at once against the embedded simulator under a
     /// fault profile and check the invariants (exit 1 if one broke).
+    #[command(
+        after_help = "Examples:\n  host-harness soak --leases 200 --concurrency 25 --faults hostile --seed 11 --no-rate-limit"
+    )]
     Soak(SoakArgs),
     /// Acquire a lease and print it as lease JSON.
+    #[command(after_help = "Examples:\n  host-harness acquire --config createos.json > lease.json")]
     Acquire(ConfigArg),
     /// Resume a released lease; prints the lease (expired: acquire a new one).
+    #[command(
+        after_help = "Examples:\n  host-harness resume --config createos.json --lease lease.json > lease.json.new"
+    )]
     Resume(LeaseArgs),
     /// Release a lease for reuse (or destroy it); prints the lease to keep.
+    #[command(
+        after_help = "Examples:\n  host-harness release --config createos.json --lease lease.json > lease.json.new"
+    )]
     Release {
         #[command(flatten)]
         lease: LeaseArgs,
@@ -152,11 +172,16 @@ enum Command {
         destroy: bool,
     },
     /// Destroy a lease.
+    #[command(after_help = "Examples:\n  host-harness destroy --config createos.json --lease lease.json")]
     Destroy(LeaseArgs),
     /// Acquire a lease, run a real command in it and destroy it.
+    #[command(after_help = "Examples:\n  host-harness probe --config createos.json")]
     Probe(ConfigArg),
     /// Run a command in a lease, streaming its output; exits with its exit code
     /// (124 on timeout, 125 when it ended without one).
+    #[command(
+        after_help = "Examples:\n  host-harness exec --config createos.json --lease lease.json -- uname -a\n  echo hello | host-harness exec --config c.json --lease lease.json -- cat\n  host-harness exec --config c.json --lease lease.json --env MODE=ci --cwd src --timeout 2m -- make test\n  host-harness exec --config c.json --lease lease.json --stdin data.bin -- sha256sum"
+    )]
     Exec {
         #[command(flatten)]
         lease: LeaseArgs,
@@ -170,6 +195,9 @@ enum Command {
     /// the hook commands left active or paused are held on purpose and are
     /// kept unless --include-held. Exits 1 when a destroy failed or a row
     /// names no sandbox (a creation was in flight when its run died).
+    #[command(
+        after_help = "Examples:\n  host-harness sweep\n  host-harness sweep --config createos.json --include-held"
+    )]
     Sweep {
         /// Configuration whose secrets are used for leases of the same
         /// account (else the provider's own fallback).
@@ -183,8 +211,12 @@ enum Command {
         forget_unresolvable: bool,
     },
     /// List the lease ledger.
+    #[command(
+        after_help = "Examples:\n  host-harness leases\n  host-harness leases --json | jq -r .providerLeaseId"
+    )]
     Leases,
     /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
+    #[command(after_help = "Examples:\n  host-harness sim --listen 127.0.0.1:8080")]
     Sim {
         /// Loopback address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -193,6 +225,19 @@ enum Command {
         #[arg(long)]
         no_rate_limit: bool,
     },
+    /// Print shell completions for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  host-harness completions bash > ~/.local/share/bash-completion/completions/host-harness\n  host-harness completions zsh > ~/.zfunc/_host-harness"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), generated from these definitions.
+    #[command(
+        after_help = "Examples:\n  host-harness man > ~/.local/share/man/man1/host-harness.1 && man host-harness"
+    )]
+    Man,
 }
 
 /// Hooks block their calling thread, so `soak` runs one thread per lifecycle
@@ -239,6 +284,17 @@ fn init_logging(verbose: u8, format: LogFormat) {
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     use commands::{info, ledger};
     let global = &cli.global;
+    if let Command::Completions { shell } = &cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut command, "host-harness", &mut std::io::stdout());
+        return Ok(());
+    }
+    if let Command::Man = &cli.command {
+        let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+        return page
+            .render(&mut std::io::stdout())
+            .map_err(|error| Failure::Usage(format!("cannot write the man page: {error}")));
+    }
     if let Command::Sim { listen, no_rate_limit } = &cli.command {
         return commands::sim::serve(*listen, !no_rate_limit, out);
     }
@@ -314,7 +370,13 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }
-        Command::Inspect | Command::Health | Command::Validate(_) | Command::Leases | Command::Sim { .. } => {
+        Command::Inspect
+        | Command::Health
+        | Command::Validate(_)
+        | Command::Leases
+        | Command::Sim { .. }
+        | Command::Completions { .. }
+        | Command::Man => {
             unreachable!("handled before opening the ledger")
         }
     }
