@@ -243,3 +243,51 @@ fn the_providers_logs_reach_the_harness_at_its_level() {
     assert_eq!(event["level"], "INFO");
     assert_eq!(event["fields"]["shape"], "s-1vcpu-1gb");
 }
+
+/// The shared library cargo built for fixture crate `name` (`fixture_v1_2`).
+fn fixture(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    deps.join(provider_abi::library_file_name(name))
+}
+
+#[test]
+fn older_providers_still_deliver_text_and_only_1_3_forwards_logs() {
+    for (library, logs) in [("fixture_v1_2", false), ("fixture_v1_3", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let plugin = fixture(library);
+        let run = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_host-harness"))
+                .env_remove("RUST_LOG")
+                .arg("--plugin")
+                .arg(&plugin)
+                .arg("--ledger")
+                .arg(dir.path().join("ledger.sqlite3"))
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let config = dir.path().join("config.json");
+        std::fs::write(&config, r#"{"passphrase": "p"}"#).unwrap();
+        let config = config.to_str().unwrap();
+        let acquired = run(&["acquire", "--config", config]);
+        assert_eq!(acquired.status.code(), Some(0), "{library}: {}", stderr(&acquired));
+        let lease = dir.path().join("lease.json");
+        std::fs::write(&lease, &acquired.stdout).unwrap();
+        let lease = lease.to_str().unwrap();
+        let output = run(&[
+            "-v",
+            "exec",
+            "--config",
+            config,
+            "--lease",
+            lease,
+            "--",
+            "/bin/sh",
+            "-c",
+            "printf 'hi\\n'",
+        ]);
+        assert_eq!((output.status.code(), output.stdout.as_slice()), (Some(0), &b"hi\n"[..]), "{library}");
+        assert_eq!(stderr(&output).contains("fixture set up"), logs, "{library}: {}", stderr(&output));
+    }
+}
