@@ -124,6 +124,7 @@ impl Provider for CreateosProvider {
         let parsed = value
             .map_err(|_| vec!["the configuration is not valid JSON.".to_owned()])
             .and_then(|value| config::validate(&value));
+        tracing::debug!(valid = parsed.is_ok(), "CreateOS configuration checked");
         Ok(match parsed {
             Ok((config, warnings)) => ValidationReport {
                 ok: true,
