@@ -71,6 +71,9 @@ fn provider_logs(c: &mut Criterion) {
         config_json: json!({"apiKey": "bench-key", "shape": "s-1vcpu-1gb"}).to_string().into(),
         ..Default::default()
     };
+    // The plain setup starts the provider's runtime, as `setup_with_logs`
+    // does: the three cases differ only in the log sink.
+    loaded.setup(&SetupParams::default()).expect("setup");
     let mut group = c.benchmark_group("provider_logs");
     group.bench_function("validate_no_sink", |b| {
         b.iter(|| black_box(loaded.validate_config(&params).unwrap()))
