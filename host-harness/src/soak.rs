@@ -466,6 +466,32 @@ mod tests {
     }
 
     #[test]
+    fn failed_lifecycles_break_the_soak_unless_faults_were_injected() {
+        let summary = |succeeded: usize, failed: usize, faults_injected: bool| {
+            let mut tally = Tally { succeeded, ..Default::default() };
+            if failed > 0 {
+                tally.failed.insert("api".into(), failed);
+            }
+            let summary = Summary {
+                leases: succeeded + failed,
+                elapsed: Duration::from_secs(1),
+                tally,
+                sim: None,
+                unswept: 0,
+                resources: Default::default(),
+                concurrency: 1,
+                faults_injected,
+            };
+            summary.broken()
+        };
+        assert!(summary(10, 0, false).is_empty());
+        assert!(summary(9, 1, true).is_empty(), "faults make some failures expected");
+        assert_eq!(summary(9, 1, false), ["1 lifecycles failed without a fault profile"]);
+        assert_eq!(summary(0, 5, true), ["no lifecycle succeeded"]);
+        assert_eq!(summary(0, 5, false), ["no lifecycle succeeded"]);
+    }
+
+    #[test]
     fn fault_profiles_by_name() {
         assert!(fault_profile("none", 1).unwrap().is_empty());
         assert!(fault_profile("hostile", 1).unwrap().len() > fault_profile("flaky", 1).unwrap().len());
