@@ -93,3 +93,26 @@ fn every_problem_is_reported_at_once_and_unknown_keys_are_named() {
     let stderr = String::from_utf8_lossy(&harness_level.stderr);
     assert!(stderr.contains("unknown key companyID in the harness configuration is ignored"), "{stderr}");
 }
+
+#[test]
+fn lifecycle_names_an_unknown_key_once_before_its_steps() {
+    let sim =
+        createos_sim::Simulator::start(createos_sim::SimConfig { rate_limit: None, ..Default::default() })
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut provider = sim.provider_config(true);
+    provider["reuselease"] = serde_json::json!(true);
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, serde_json::json!({"config": provider}).to_string()).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env_remove("RUST_LOG")
+        .arg("--ledger")
+        .arg(dir.path().join("ledger.sqlite3"))
+        .args(["lifecycle", "--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("unknown config key reuselease is ignored.").count(), 1, "{stderr}");
+}

@@ -70,6 +70,12 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
         "harness-lifecycle",
         target.sim.is_some(),
     );
+    // The provider's remarks (an unknown key...) once, before the steps.
+    if let Ok(report) = host.validate() {
+        for warning in report.warnings.iter() {
+            tracing::warn!("configuration: {warning}");
+        }
+    }
     let mut print = |step: &StepReport| print_step(out, step);
     if lifecycle::run(&host, &mut print) {
         Ok(())
