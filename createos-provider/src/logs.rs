@@ -69,7 +69,11 @@ struct Forward;
 
 impl<S: Subscriber> Layer<S> for Forward {
     fn enabled(&self, metadata: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {
-        wanted() >= *metadata.level()
+        // The libraries underneath (HTTP, TLS) log requests and frames at
+        // DEBUG and TRACE; only their warnings and errors leave the provider,
+        // so no header or body of theirs can reach the host's logs.
+        let ours = metadata.target().starts_with(env!("CARGO_CRATE_NAME"));
+        wanted() >= *metadata.level() && (ours || *metadata.level() <= Level::INFO)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
