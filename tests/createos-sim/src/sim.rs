@@ -202,7 +202,14 @@ fn live_temp_dirs() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
 /// a process about to exit without dropping them (a second Ctrl-C).
 pub fn remove_temp_dirs() {
     for dir in live_temp_dirs().drain(..) {
-        let _ = std::fs::remove_dir_all(dir);
+        // Sandboxes still running may add a file between the listing and the
+        // last `rmdir`; a few passes get past that (nothing recreates the
+        // directory itself once it is gone).
+        for _ in 0..10 {
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                break;
+            }
+        }
     }
 }
 
