@@ -126,9 +126,20 @@ impl ProviderConfig {
     }
 }
 
+/// The reference's words for an empty API URL.
+const MISSING_API_URL: &str = "CreateOS requires an API URL.";
+/// The reference's words for an API URL that does not parse.
+const INVALID_API_URL: &str = "CreateOS API URL is invalid.";
+/// The reference's words for every rule an API URL breaks; the rule that
+/// failed follows in parentheses.
+const API_URL_RULE: &str =
+    "CreateOS API URL must be an HTTPS origin (optionally ending in /v1); HTTP is allowed on loopback only.";
+/// The reference's words for a missing or unknown shape.
+const MISSING_SHAPE: &str = "CreateOS requires a shape from its shape catalog.";
+
 /// Joins validation errors into one line.
 pub fn join_errors(errors: &[String]) -> String {
-    format!("Invalid CreateOS config: {}", errors.join("; "))
+    format!("Invalid CreateOS config: {}", errors.join(" "))
 }
 
 /// Validates a config, reading `CREATEOS_API_KEY` from the process
@@ -159,7 +170,7 @@ pub fn parse_with_env(
     let map = match value {
         Value::Object(map) => map,
         Value::Null => &empty,
-        _ => return Err(vec!["config must be a JSON object".to_string()]),
+        _ => return Err(vec!["CreateOS config must be a JSON object.".to_string()]),
     };
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
@@ -176,7 +187,7 @@ pub fn parse_with_env(
             }
         },
         Some(_) => {
-            errors.push("apiKey must be a string".to_string());
+            errors.push("apiKey must be a non-empty string.".to_string());
             None
         }
     };
@@ -191,24 +202,26 @@ pub fn parse_with_env(
             }
         },
         Some(_) => {
-            errors.push("apiUrl must be a string".to_string());
+            errors.push(format!("{INVALID_API_URL} (apiUrl must be a string)"));
             None
         }
     };
 
     let shape = match field("shape") {
         None => {
-            errors.push("shape is required".to_string());
+            errors.push(MISSING_SHAPE.to_string());
             None
         }
         Some(Value::String(s)) if SHAPES.contains(&s.as_str()) => Some(s.clone()),
         Some(Value::String(_)) => {
-            errors
-                .push(format!("shape must be one of the published CreateOS shapes ({})", SHAPES.join(", ")));
+            errors.push(format!(
+                "{MISSING_SHAPE} (it is not one of the published CreateOS shapes: {})",
+                SHAPES.join(", ")
+            ));
             None
         }
         Some(_) => {
-            errors.push("shape must be a string".to_string());
+            errors.push(format!("{MISSING_SHAPE} (shape must be a string)"));
             None
         }
     };
@@ -230,7 +243,7 @@ pub fn parse_with_env(
         None => Some(false),
         Some(Value::Bool(b)) => Some(*b),
         Some(_) => {
-            errors.push("reuseLease must be a boolean".to_string());
+            errors.push("reuseLease must be a boolean.".to_string());
             None
         }
     };
@@ -266,7 +279,7 @@ pub fn parse_with_env(
         )),
         _ => {
             if errors.is_empty() {
-                errors.push("config is invalid".to_string());
+                errors.push("CreateOS config is invalid.".to_string());
             }
             Err(errors)
         }
@@ -277,7 +290,7 @@ fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Se
     // A header value cannot carry control characters other than TAB; CR, LF
     // and NUL would also allow header injection.
     if key.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
-        errors.push(format!("{source} must not contain control characters (CR, LF, NUL)"));
+        errors.push(format!("{source} must not contain control characters (CR, LF, NUL)."));
         None
     } else {
         Some(Secret::new(key))
@@ -285,48 +298,54 @@ fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Se
 }
 
 fn parse_api_url(s: &str) -> Result<Url, String> {
-    let url = Url::parse(s).map_err(|_| "apiUrl must be an absolute URL".to_string())?;
+    if s.trim().is_empty() {
+        return Err(MISSING_API_URL.to_string());
+    }
+    let url = Url::parse(s).map_err(|_| format!("{INVALID_API_URL} (it is not an absolute URL)"))?;
+    let origin_rule = |detail: &str| format!("{API_URL_RULE} ({detail})");
     let loopback = match url.host() {
         Some(Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
         Some(Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        None => return Err("apiUrl must name a host".to_string()),
+        None => return Err(format!("{INVALID_API_URL} (it names no host)")),
     };
     match url.scheme() {
         "https" => {}
         "http" if loopback => {}
-        "http" => return Err("apiUrl must use https (plain http only on loopback)".to_string()),
-        _ => return Err("apiUrl must use https".to_string()),
+        "http" => return Err(origin_rule("it uses http on a host that is not loopback; use https")),
+        _ => return Err(origin_rule("its scheme must be https")),
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("apiUrl must not contain user info".to_string());
+        return Err(origin_rule("it must not contain user info"));
     }
     if url.query().is_some() {
-        return Err("apiUrl must not contain a query".to_string());
+        return Err(origin_rule("it must not contain a query"));
     }
     if url.fragment().is_some() {
-        return Err("apiUrl must not contain a fragment".to_string());
+        return Err(origin_rule("it must not contain a fragment"));
     }
     if !matches!(url.path(), "" | "/" | "/v1" | "/v1/") {
-        return Err("apiUrl path must be empty, / or /v1".to_string());
+        return Err(origin_rule("its path must be empty, / or /v1"));
     }
-    Url::parse(&url.origin().ascii_serialization()).map_err(|_| "apiUrl must be an absolute URL".to_string())
+    Url::parse(&url.origin().ascii_serialization())
+        .map_err(|_| format!("{INVALID_API_URL} (it is not an absolute URL)"))
 }
 
 fn optional_name(value: Option<&Value>, name: &str, errors: &mut Vec<String>) -> Option<Option<String>> {
     match value {
         None => Some(None),
         Some(Value::String(s)) if s.is_empty() => {
-            errors.push(format!("{name} must not be empty"));
+            errors.push(format!("{name} must be a non-empty string."));
             None
         }
         Some(Value::String(s)) if s.chars().any(char::is_control) => {
-            errors.push(format!("{name} must not contain control characters"));
+            errors
+                .push(format!("{name} must be a non-empty string. (it must not contain control characters)"));
             None
         }
         Some(Value::String(s)) => Some(Some(s.clone())),
         Some(_) => {
-            errors.push(format!("{name} must be a string"));
+            errors.push(format!("{name} must be a non-empty string."));
             None
         }
     }
@@ -345,15 +364,32 @@ fn integer_in(
         Some(Value::Number(n)) => match n.as_u64() {
             Some(v) if (min..=max).contains(&v) => Some(v),
             _ => {
-                errors.push(format!("{name} must be an integer from {min} to {max}"));
+                errors.push(format!("{name} must be an integer between {min} and {max}."));
                 None
             }
         },
         Some(_) => {
-            errors.push(format!("{name} must be an integer from {min} to {max}"));
+            errors.push(format!("{name} must be an integer between {min} and {max}."));
             None
         }
     }
+}
+
+/// The warnings of a configuration that may also have errors: one per
+/// unknown key, naming it (unless the name is not plain or holds the key).
+pub fn unknown_key_warnings(value: &Value) -> Vec<String> {
+    let Value::Object(map) = value else { return Vec::new() };
+    let api_key = map
+        .get("apiKey")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .filter(|key| !key.is_empty())
+        .or_else(|| std::env::var(API_KEY_ENV).ok())
+        .map(Secret::new);
+    map.keys()
+        .filter(|name| !KNOWN_KEYS.contains(&name.as_str()))
+        .map(|name| unknown_key_warning(name, api_key.as_ref()))
+        .collect()
 }
 
 fn unknown_key_warning(name: &str, api_key: Option<&Secret>) -> String {
@@ -362,9 +398,9 @@ fn unknown_key_warning(name: &str, api_key: Option<&Secret>) -> String {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     let has_key = api_key.is_some_and(|k| name.contains(k.expose()));
     if plain && !has_key {
-        format!("unknown config key {name} is ignored")
+        format!("unknown config key {name} is ignored.")
     } else {
-        "an unknown config key is ignored".to_string()
+        "an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key).".to_string()
     }
 }
 
@@ -525,11 +561,11 @@ mod tests {
             (json!("x"), "must be a JSON object"),
             (json!({"shape": "s-1vcpu-1gb"}), "CreateOS requires an API key"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": ""}), "CreateOS requires an API key"),
-            (json!({"shape": "s-1vcpu-1gb", "apiKey": 5}), "apiKey must be a string"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": 5}), "apiKey must be a non-empty string."),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\nb"}), "control characters"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\rb"}), "control characters"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\0b"}), "control characters"),
-            (json!({"apiKey": KEY}), "shape is required"),
+            (json!({"apiKey": KEY}), "CreateOS requires a shape from its shape catalog."),
             (json!({"apiKey": KEY, "shape": "huge"}), "published CreateOS shapes"),
             (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),
             (
@@ -556,9 +592,15 @@ mod tests {
                 "apiUrl must use https (plain http only on loopback)",
             ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": 3}), "apiUrl must be a string"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": ""}), "rootfs must not be empty"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": "a\tb"}), "rootfs must not contain"),
-            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "region": 1}), "region must be a string"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": ""}),
+                "rootfs must be a non-empty string.",
+            ),
+            (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "rootfs": "a\tb"}), "must not contain control"),
+            (
+                json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "region": 1}),
+                "region must be a non-empty string.",
+            ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 0}), "timeoutMs must be an integer"),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 86_400_001}), "timeoutMs"),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "timeoutMs": 1.5}), "timeoutMs"),

@@ -40,6 +40,8 @@ pub enum ErrorKind {
     Unsupported,
     /// A bug or an impossible state inside the provider.
     Internal,
+    /// CreateOS rejected the API key (HTTP 401 or 403).
+    Unauthorized,
 }
 
 /// Fixed operation labels used in API, connection, timeout and protocol
@@ -160,8 +162,9 @@ pub enum Error {
         /// The message.
         message: String,
     },
-    /// A non-2xx reply. The body was never read.
-    #[error("CreateOS {operation} failed with HTTP {status}.")]
+    /// A non-2xx reply. The body was never read. A rejected key, and a
+    /// command sent to a paused or deleted sandbox, say what to do.
+    #[error("{}", api_message(operation, *status))]
     Api {
         /// The fixed operation label.
         operation: &'static str,
@@ -274,6 +277,7 @@ impl Error {
             | Error::PauseUnconfirmed { .. } => ErrorKind::CleanupUnconfirmed,
             Error::WorkspaceCommandFailed { .. } => ErrorKind::Api,
             Error::CreationUnconfirmed { .. } => ErrorKind::CreationUnconfirmed,
+            Error::Api { status: 401 | 403, .. } => ErrorKind::Unauthorized,
             Error::Api { .. } | Error::DidNotReach { .. } => ErrorKind::Api,
             Error::Protocol { .. } => ErrorKind::Protocol,
             Error::Connection { .. } => ErrorKind::Connection,
@@ -431,6 +435,24 @@ impl Error {
     }
 }
 
+/// The operations that act inside a sandbox on behalf of a command.
+const COMMAND_OPERATIONS: [&str; 4] =
+    [op::PROCESS_CREATION, op::FILE_TRANSFER, op::WORKSPACE_COMMAND, op::STDIN_CLOSE];
+
+/// The message of an HTTP error reply.
+fn api_message(operation: &str, status: u16) -> String {
+    match status {
+        401 | 403 => format!("CreateOS rejected the API key (HTTP {status})."),
+        409 if COMMAND_OPERATIONS.contains(&operation) => format!(
+            "CreateOS sandbox is paused (HTTP 409 on {operation}); resume the lease before running commands in it."
+        ),
+        404 if COMMAND_OPERATIONS.contains(&operation) => format!(
+            "CreateOS sandbox no longer exists (HTTP 404 on {operation}); the lease was destroyed or expired, acquire a new one."
+        ),
+        _ => format!("CreateOS {operation} failed with HTTP {status}."),
+    }
+}
+
 /// Messages are one line: control characters become spaces.
 fn one_line(message: String) -> String {
     if message.chars().any(char::is_control) {
@@ -526,6 +548,41 @@ mod tests {
                 Some("output connection"),
             ),
             (Error::Cancelled, "CreateOS command was cancelled.", ErrorKind::Cancelled, None, None),
+            (
+                Error::api(op::SANDBOX_LIFECYCLE, 401),
+                "CreateOS rejected the API key (HTTP 401).",
+                ErrorKind::Unauthorized,
+                Some(401),
+                Some("sandbox lifecycle"),
+            ),
+            (
+                Error::api(op::PROCESS_CREATION, 403),
+                "CreateOS rejected the API key (HTTP 403).",
+                ErrorKind::Unauthorized,
+                Some(403),
+                Some("process creation"),
+            ),
+            (
+                Error::api(op::PROCESS_CREATION, 409),
+                "CreateOS sandbox is paused (HTTP 409 on process creation); resume the lease before running commands in it.",
+                ErrorKind::Api,
+                Some(409),
+                Some("process creation"),
+            ),
+            (
+                Error::api(op::FILE_TRANSFER, 404),
+                "CreateOS sandbox no longer exists (HTTP 404 on file transfer); the lease was destroyed or expired, acquire a new one.",
+                ErrorKind::Api,
+                Some(404),
+                Some("file transfer"),
+            ),
+            (
+                Error::api(op::SANDBOX_LIFECYCLE, 409),
+                "CreateOS sandbox lifecycle failed with HTTP 409.",
+                ErrorKind::Api,
+                Some(409),
+                Some("sandbox lifecycle"),
+            ),
         ];
         for (err, message, kind, status, operation) in cases {
             assert_eq!(err.to_string(), message);

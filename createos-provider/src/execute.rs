@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use provider_abi::{ExecuteParams, ExecuteResult, OutputSink, OutputStream};
+use provider_abi::{ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -64,7 +64,7 @@ use crate::config::{ProviderConfig, MAX_TIMEOUT_MS};
 use crate::error::{op, Error, ErrorKind};
 use crate::lease::{Context, OwnedLease};
 use crate::metadata::REMOTE_CWD;
-use crate::ndjson::{DecodedOutput, ExitStatus, OutputDecoder};
+use crate::ndjson::{ByteEmit, DecodedOutput, Emit, ExitStatus, OutputDecoder, TextEmit};
 use crate::pacer::{Admission, Priority};
 use crate::registry::{Refusal, Registry};
 use crate::script::{self, ScriptSpec};
@@ -106,11 +106,31 @@ pub async fn execute(
     execute_with(ctx, params, &mut |stream, text| sink.write(stream, text)).await
 }
 
+/// [`execute`], streaming the raw bytes the command wrote (ABI 1.3); the
+/// result keeps the text tails.
+pub async fn execute_bytes(
+    ctx: &Context,
+    params: &ExecuteParams,
+    sink: &mut ByteSink<'_>,
+) -> Result<ExecuteResult, Error> {
+    execute_to(ctx, params, &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)))
+        .await
+}
+
 /// [`execute`] with any output callback.
 pub async fn execute_with(
     ctx: &Context,
     params: &ExecuteParams,
     emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+) -> Result<ExecuteResult, Error> {
+    execute_to(ctx, params, &mut TextEmit(emit)).await
+}
+
+/// [`execute`] with any [`Emit`].
+async fn execute_to(
+    ctx: &Context,
+    params: &ExecuteParams,
+    emit: &mut (impl Emit + Send),
 ) -> Result<ExecuteResult, Error> {
     let lease = ctx.own_required(&params.lease)?;
     let timeout = command_timeout(params.timeout_ms.into_option(), &lease.config)?;
@@ -221,7 +241,7 @@ impl Run<'_> {
         &mut self,
         script: &str,
         stdin: Option<(Bytes, &str)>,
-        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+        emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         if self.cancel.is_cancelled() {
             return Err(Error::Cancelled);
@@ -238,7 +258,7 @@ impl Run<'_> {
         &mut self,
         script: &str,
         stdin: Option<(Bytes, &str)>,
-        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+        emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
@@ -294,7 +314,7 @@ impl Run<'_> {
         &mut self,
         script: &str,
         admission: Admission,
-        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+        emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         let (created, cancelled) = self.create_process(script).await;
         drop(admission);
@@ -328,7 +348,7 @@ impl Run<'_> {
             Ok(exit) => return Ok(self.result(Some(&pid), Some(exit), false, decoder.finish())),
             Err(stop) => stop,
         };
-        decoder.flush(&mut |stream, text| emit(stream, text));
+        decoder.flush_to(emit);
         if !self.terminate(&pid).await {
             self.registry.mark_unconfirmed(&self.lease.scope);
             return Err(Error::CommandCleanupUnconfirmed);
@@ -346,7 +366,7 @@ impl Run<'_> {
         &mut self,
         pid: &str,
         decoder: &mut OutputDecoder,
-        emit: &mut (dyn FnMut(OutputStream, &str) + Send),
+        emit: &mut (impl Emit + Send),
     ) -> Result<ExitStatus, Stop> {
         loop {
             let attempt = async {
@@ -354,7 +374,7 @@ impl Run<'_> {
                 let mut body = self.client.connect(self.sandbox(), pid, decoder.cursor(), options).await?;
                 decoder.reconnect();
                 while let Some(chunk) = body.next().await {
-                    if let Some(exit) = decoder.feed(&chunk?, &mut |stream, text| emit(stream, text))? {
+                    if let Some(exit) = decoder.feed_to(&chunk?, emit)? {
                         return Ok(exit);
                     }
                 }

@@ -138,6 +138,7 @@ async fn create_lease(
     let _admission = admit(client, config).await?;
     let metadata = LeaseMetadata::new(env, config);
     let id = create_sandbox(client, config).await?;
+    tracing::info!(sandbox = %id, shape = %config.shape, "CreateOS sandbox created");
     let prepared = match recorder.record(&lease_of(&id, &metadata, config)) {
         Ok(()) => {
             let estimates = Estimates::shared(&config.origin());
@@ -347,7 +348,10 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
     )
     .await;
     match paused {
-        Ok(()) => Ok(ReleaseReport { kept: true }),
+        Ok(()) => {
+            tracing::info!(sandbox = %lease.sandbox_id, "CreateOS sandbox paused for reuse");
+            Ok(ReleaseReport { kept: true })
+        }
         Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(DELETED),
         Err(error) => {
             ctx.registry.mark_unconfirmed(&lease.scope);

@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 pub mod execute;
 pub mod lease;
+mod logs;
 pub mod metadata;
 pub mod ndjson;
 pub mod pacer;

@@ -237,20 +237,51 @@ impl StreamState {
     }
 
     /// Decodes, emits and keeps `bytes` (`None`: flush the end of stream).
-    fn take(
-        &mut self,
-        stream: OutputStream,
-        bytes: Option<&[u8]>,
-        emit: &mut impl FnMut(OutputStream, &str),
-    ) {
+    /// A byte emitter gets the raw bytes; the tail always keeps the text.
+    fn take(&mut self, stream: OutputStream, bytes: Option<&[u8]>, emit: &mut impl Emit) {
         self.scratch.clear();
         match bytes {
-            Some(bytes) => self.utf8.decode(bytes, &mut self.scratch),
+            Some(bytes) => {
+                emit.bytes(stream, bytes);
+                self.utf8.decode(bytes, &mut self.scratch)
+            }
             None => self.utf8.flush(&mut self.scratch),
         }
         if !self.scratch.is_empty() {
-            emit(stream, &self.scratch);
+            emit.text(stream, &self.scratch);
             self.tail.push(&self.scratch);
+        }
+    }
+}
+
+/// Where decoded output goes: text (U+FFFD for invalid UTF-8) or raw bytes.
+pub trait Emit {
+    /// A piece of decoded text.
+    fn text(&mut self, stream: OutputStream, text: &str);
+    /// The bytes of a data frame, exactly as the command wrote them.
+    fn bytes(&mut self, stream: OutputStream, bytes: &[u8]);
+}
+
+/// An [`Emit`] handing text to a closure.
+pub struct TextEmit<F>(pub F);
+
+impl<F: FnMut(OutputStream, &str)> Emit for TextEmit<F> {
+    fn text(&mut self, stream: OutputStream, text: &str) {
+        (self.0)(stream, text)
+    }
+
+    fn bytes(&mut self, _stream: OutputStream, _bytes: &[u8]) {}
+}
+
+/// An [`Emit`] handing raw bytes to a closure.
+pub struct ByteEmit<F>(pub F);
+
+impl<F: FnMut(OutputStream, &[u8])> Emit for ByteEmit<F> {
+    fn text(&mut self, _stream: OutputStream, _text: &str) {}
+
+    fn bytes(&mut self, stream: OutputStream, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            (self.0)(stream, bytes)
         }
     }
 }
@@ -326,6 +357,12 @@ impl OutputDecoder {
         chunk: &[u8],
         emit: &mut impl FnMut(OutputStream, &str),
     ) -> Result<Option<ExitStatus>, Error> {
+        self.feed_to(chunk, &mut TextEmit(emit))
+    }
+
+    /// [`Self::feed`], handing each data frame to `emit` as text or as raw
+    /// bytes (the tails keep the text either way).
+    pub fn feed_to(&mut self, chunk: &[u8], emit: &mut impl Emit) -> Result<Option<ExitStatus>, Error> {
         let mut rest = chunk;
         while self.exit.is_none() {
             let Some(newline) = rest.iter().position(|b| *b == b'\n') else {
@@ -354,7 +391,7 @@ impl OutputDecoder {
         Ok(self.exit.clone())
     }
 
-    fn line_done(&mut self, line: &[u8], emit: &mut impl FnMut(OutputStream, &str)) -> Result<(), Error> {
+    fn line_done(&mut self, line: &[u8], emit: &mut impl Emit) -> Result<(), Error> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -370,7 +407,7 @@ impl OutputDecoder {
                 Ok(())
             }
             Frame::Exit(status) => {
-                self.flush(emit);
+                self.flush_to(emit);
                 self.exit = Some(status);
                 Ok(())
             }
@@ -390,6 +427,12 @@ impl OutputDecoder {
     /// U+FFFD, emitted). Called by the exit frame; call it when the output
     /// ends otherwise (timeout) before [`Self::finish`].
     pub fn flush(&mut self, emit: &mut impl FnMut(OutputStream, &str)) {
+        self.flush_to(&mut TextEmit(emit))
+    }
+
+    /// [`Self::flush`] to any [`Emit`] (a byte emitter gets nothing: the
+    /// bytes went out as they arrived).
+    pub fn flush_to(&mut self, emit: &mut impl Emit) {
         self.stdout.take(OutputStream::Stdout, None, emit);
         self.stderr.take(OutputStream::Stderr, None, emit);
     }

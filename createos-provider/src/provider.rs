@@ -9,9 +9,10 @@ use crate::{
     registry::Registry,
 };
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
-    HookResult, Lease, LeaseParams, LeaseStatus, Manifest, OutputSink, ProbeReport, Provider, ProviderError,
-    ReleaseReport, SyncParams, SyncResult, ValidationReport, Workspace, ABI_VERSION,
+    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport,
+    Hook, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, ProbeReport,
+    Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
+    ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -75,6 +76,7 @@ pub fn to_abi(error: Error) -> ProviderError {
         ErrorKind::Cancelled => provider_abi::ErrorKind::CANCELLED,
         ErrorKind::Unsupported => provider_abi::ErrorKind::UNSUPPORTED,
         ErrorKind::Internal => provider_abi::ErrorKind::INTERNAL,
+        ErrorKind::Unauthorized => provider_abi::ErrorKind::UNAUTHORIZED,
     };
     ProviderError::new(kind, error.to_string()).with_http(error.http_status(), error.operation())
 }
@@ -92,9 +94,14 @@ impl Provider for CreateosProvider {
         }
     }
 
-    fn setup(&self, _params: &provider_abi::SetupParams) -> HookResult<()> {
+    fn setup(&self, _params: &SetupParams) -> HookResult<()> {
         self.runtime();
         self.context().map(|_| ())
+    }
+
+    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        crate::logs::install(logs, max_level);
+        self.setup(params)
     }
 
     fn shutdown(&self) -> HookResult<()> {
@@ -113,9 +120,12 @@ impl Provider for CreateosProvider {
     }
 
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
-        let parsed = serde_json::from_str::<serde_json::Value>(&params.config_json)
+        let value = serde_json::from_str::<serde_json::Value>(&params.config_json);
+        let unknown = value.as_ref().map(config::unknown_key_warnings).unwrap_or_default();
+        let parsed = value
             .map_err(|_| vec!["the configuration is not valid JSON.".to_owned()])
             .and_then(|value| config::validate(&value));
+        tracing::debug!(valid = parsed.is_ok(), "CreateOS configuration checked");
         Ok(match parsed {
             Ok((config, warnings)) => ValidationReport {
                 ok: true,
@@ -127,7 +137,7 @@ impl Provider for CreateosProvider {
                 ok: false,
                 normalized_config_json: None.into(),
                 errors: errors.into_iter().map(Into::into).collect(),
-                warnings: Default::default(),
+                warnings: unknown.into_iter().map(Into::into).collect(),
             },
         })
     }
@@ -178,6 +188,10 @@ impl Provider for CreateosProvider {
 
     fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
         self.run(|context| crate::execute::execute(context, params, output))
+    }
+
+    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
+        self.run(|context| crate::execute::execute_bytes(context, params, output))
     }
 
     fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {

@@ -19,9 +19,9 @@ use crate::{
     secrets::SecretFields,
 };
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
-    HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, ProbeReport, Provider, ProviderError,
-    SyncParams, SyncResult, Workspace,
+    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult,
+    Hook, HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, OutputStream, ProbeReport, Provider,
+    ProviderError, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 
@@ -417,8 +417,42 @@ impl<'a> Host<'a> {
     pub fn execute(
         &self,
         held: &HeldLease,
-        mut params: ExecuteParams,
+        params: ExecuteParams,
         output: &mut OutputSink<'_>,
+    ) -> HookResult<ExecuteResult> {
+        self.execute_via(held, params, |params| self.provider.execute(params, output))
+    }
+
+    /// [`Self::execute`], handing `output` the raw bytes the command wrote:
+    /// through `execute_bytes` (ABI 1.3) when the provider has it, else
+    /// through `execute` (a 1.0–1.2 provider delivers text, as its UTF-8).
+    pub fn execute_bytes(
+        &self,
+        held: &HeldLease,
+        params: ExecuteParams,
+        output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
+    ) -> HookResult<ExecuteResult> {
+        if self.provider.supports(Hook::ExecuteBytes) {
+            self.execute_via(held, params, |params| {
+                self.provider.execute_bytes(
+                    params,
+                    &mut ByteSink::new(&mut |stream, bytes: &[u8]| output(stream, bytes)),
+                )
+            })
+        } else {
+            let mut text = |stream: OutputStream, chunk: &str| output(stream, chunk.as_bytes());
+            self.execute_via(held, params, |params| {
+                self.provider.execute(params, &mut OutputSink::new(&mut text))
+            })
+        }
+    }
+
+    /// Runs an execute hook through `call` under the ledger's policy.
+    fn execute_via(
+        &self,
+        held: &HeldLease,
+        mut params: ExecuteParams,
+        call: impl FnOnce(&ExecuteParams) -> HookResult<ExecuteResult>,
     ) -> HookResult<ExecuteResult> {
         if self.state(held)? == Some(LeaseState::Unconfirmed) {
             return Err(ProviderError::new(
@@ -427,7 +461,7 @@ impl<'a> Host<'a> {
             ));
         }
         params.lease = self.params(&held.lease);
-        let outcome = self.provider.execute(&params, output);
+        let outcome = call(&params);
         let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
         if let Err(error) = &outcome {
             let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED

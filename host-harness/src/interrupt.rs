@@ -60,6 +60,8 @@ pub fn watch<T>(on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io
                     on_first();
                 } else {
                     eprintln!("{}: exiting at once; run `host-harness sweep` to clean up", name(Some(signal)));
+                    // The embedded simulator's sandboxes die with us: so do their files.
+                    createos_sim::remove_temp_dirs();
                     std::process::exit(i32::from(exit_code(signal)));
                 }
             }

@@ -20,6 +20,7 @@ pub mod ledger;
 pub mod lifecycle;
 pub mod lock;
 pub mod plugin;
+pub mod provider_log;
 pub mod provider_set;
 pub mod providers;
 pub mod render;

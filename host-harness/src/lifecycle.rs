@@ -113,7 +113,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         let validation = self.step("validate", "", || host.validate())?;
         if !validation.ok {
-            let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join("; ");
+            let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join(" ");
             self.fail("validate", ProviderError::new(ErrorKind::INVALID_CONFIG, message));
             return Err(());
         }

@@ -61,9 +61,21 @@ pub struct Global {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
-    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    /// More logging (-v info, -vv debug), the provider's included; RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Log format on stderr: text (coloured only on a terminal) or json, one object a line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// `--config FILE`, required.
@@ -112,18 +124,47 @@ pub struct SoakArgs {
     config: Option<PathBuf>,
 }
 
+/// `exec` options.
+#[derive(Args)]
+pub struct ExecArgs {
+    /// Feed FILE to the command's standard input (`-`: ours). Without it,
+    /// our own standard input is forwarded when it is not a terminal.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
+    /// Set an environment variable for the command (repeatable); names
+    /// must match ^[A-Za-z_][A-Za-z0-9_]*$.
+    #[arg(long = "env", value_name = "K=V", value_parser = commands::hooks::parse_env)]
+    env: Vec<(String, String)>,
+    /// Working directory of the command (relative: inside the workspace).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Deadline of the command, e.g. 30s, 2m, 1h30m (default: the configuration's).
+    #[arg(long, value_name = "DURATION", value_parser = commands::hooks::parse_timeout)]
+    timeout: Option<std::time::Duration>,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Print the provider's manifest: id, version, ABI version, hooks and config schema.
+    #[command(
+        after_help = "Examples:\n  host-harness inspect\n  host-harness --plugin ./libmy_provider.so inspect --json"
+    )]
     Inspect,
     /// Call the provider's `health` hook (no remote request).
+    #[command(after_help = "Examples:\n  host-harness health")]
     Health,
     /// Validate a provider configuration and print the normalised result.
+    #[command(
+        after_help = "Examples:\n  host-harness validate --config createos.json\n  echo '{\"shape\":\"s-1vcpu-1gb\"}' | host-harness validate --config -"
+    )]
     Validate(ConfigArg),
     /// Run a whole lease lifecycle: validate, probe, acquire, realize, execute,
     /// release for reuse, resume, execute again, destroy. Without --config it
     /// runs against an embedded CreateOS simulator (offline, no account).
     /// Sweeps leases left behind by earlier runs first.
+    #[command(
+        after_help = "Examples:\n  host-harness lifecycle\n  host-harness -v lifecycle --config createos.json --json"
+    )]
     Lifecycle {
         /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
         #[arg(long, value_name = "FILE")]
@@ -131,12 +172,22 @@ enum Command {
     },
     /// Run many lifecycles at once against the embedded simulator under a
     /// fault profile and check the invariants (exit 1 if one broke).
+    #[command(
+        after_help = "Examples:\n  host-harness soak --leases 200 --concurrency 25 --faults hostile --seed 11 --no-rate-limit"
+    )]
     Soak(SoakArgs),
     /// Acquire a lease and print it as lease JSON.
+    #[command(after_help = "Examples:\n  host-harness acquire --config createos.json > lease.json")]
     Acquire(ConfigArg),
     /// Resume a released lease; prints the lease (expired: acquire a new one).
+    #[command(
+        after_help = "Examples:\n  host-harness resume --config createos.json --lease lease.json > lease.json.new"
+    )]
     Resume(LeaseArgs),
     /// Release a lease for reuse (or destroy it); prints the lease to keep.
+    #[command(
+        after_help = "Examples:\n  host-harness release --config createos.json --lease lease.json > lease.json.new"
+    )]
     Release {
         #[command(flatten)]
         lease: LeaseArgs,
@@ -145,14 +196,21 @@ enum Command {
         destroy: bool,
     },
     /// Destroy a lease.
+    #[command(after_help = "Examples:\n  host-harness destroy --config createos.json --lease lease.json")]
     Destroy(LeaseArgs),
     /// Acquire a lease, run a real command in it and destroy it.
+    #[command(after_help = "Examples:\n  host-harness probe --config createos.json")]
     Probe(ConfigArg),
     /// Run a command in a lease, streaming its output; exits with its exit code
     /// (124 on timeout, 125 when it ended without one).
+    #[command(
+        after_help = "Examples:\n  host-harness exec --config createos.json --lease lease.json -- uname -a\n  echo hello | host-harness exec --config c.json --lease lease.json -- cat\n  host-harness exec --config c.json --lease lease.json --env MODE=ci --cwd src --timeout 2m -- make test\n  host-harness exec --config c.json --lease lease.json --stdin data.bin -- sha256sum"
+    )]
     Exec {
         #[command(flatten)]
         lease: LeaseArgs,
+        #[command(flatten)]
+        options: ExecArgs,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -185,6 +243,9 @@ enum Command {
     /// the hook commands left active or paused are held on purpose and are
     /// kept unless --include-held. Exits 1 when a destroy failed or a row
     /// names no sandbox (a creation was in flight when its run died).
+    #[command(
+        after_help = "Examples:\n  host-harness sweep\n  host-harness sweep --config createos.json --include-held"
+    )]
     Sweep {
         /// Configuration whose secrets are used for leases of the same
         /// account (else the provider's own fallback).
@@ -198,6 +259,9 @@ enum Command {
         forget_unresolvable: bool,
     },
     /// List the lease ledger.
+    #[command(
+        after_help = "Examples:\n  host-harness leases\n  host-harness leases --json | jq -r .providerLeaseId"
+    )]
     Leases,
     /// Check the provider against the lease contract: one line per check, a
     /// summary, exit 1 if a check failed. Without --config it runs against an
@@ -208,6 +272,7 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Serve the CreateOS simulator until Ctrl-C, printing its URL and API key.
+    #[command(after_help = "Examples:\n  host-harness sim --listen 127.0.0.1:8080")]
     Sim {
         /// Loopback address to listen on.
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -221,11 +286,30 @@ enum Command {
         token_bucket: Option<u32>,
     },
     /// Manage installed provider libraries (the providers directory).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  host-harness providers install target/release/libcreateos_provider.so\n  host-harness providers list\n  host-harness providers use createos@0.1.0"
+    )]
     Providers(ProvidersCommand),
     /// Pin provider libraries by SHA-256 in the lock file (see --locked).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  host-harness lock add target/release/libcreateos_provider.so\n  host-harness --locked lifecycle"
+    )]
     Lock(LockCommand),
+    /// Print shell completions for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  host-harness completions bash > ~/.local/share/bash-completion/completions/host-harness\n  host-harness completions zsh > ~/.zfunc/_host-harness"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), generated from these definitions.
+    #[command(
+        after_help = "Examples:\n  host-harness man > ~/.local/share/man/man1/host-harness.1 && man host-harness"
+    )]
+    Man,
 }
 
 /// `lock` subcommands.
@@ -292,7 +376,7 @@ fn limit_malloc_arenas() {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
-    init_logging(cli.global.verbose);
+    init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
     match run(&cli, out) {
         Ok(()) => ExitCode::SUCCESS,
@@ -300,7 +384,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, format: LogFormat) {
+    use std::io::IsTerminal;
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -308,12 +393,27 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+    }
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     use commands::{info, ledger};
     let global = &cli.global;
+    if let Command::Completions { shell } = &cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut command, "host-harness", &mut std::io::stdout());
+        return Ok(());
+    }
+    if let Command::Man = &cli.command {
+        let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+        return page
+            .render(&mut std::io::stdout())
+            .map_err(|error| Failure::Usage(format!("cannot write the man page: {error}")));
+    }
     if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
         let limit = match (no_rate_limit, token_bucket) {
             (true, _) => None,
@@ -361,6 +461,13 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         };
         return commands::shut_down(&provider, result);
     }
+    if let Some(lease) = lease_args(&cli.command) {
+        if lease.config.config == std::path::Path::new("-") && lease.lease == std::path::Path::new("-") {
+            return Err(Failure::Usage(
+                "--config - and --lease - cannot both read stdin; give one of them as a file".into(),
+            ));
+        }
+    }
     let session = commands::Session::open(plugin, global.ledger.as_deref(), out)?;
     let shut_down = || {
         if let Err(error) = session.provider.shutdown() {
@@ -379,6 +486,15 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
 }
 
+/// The `--config FILE --lease FILE` pair of a command that takes one.
+fn lease_args(command: &Command) -> Option<&LeaseArgs> {
+    match command {
+        Command::Resume(lease) | Command::Destroy(lease) => Some(lease),
+        Command::Release { lease, .. } | Command::Exec { lease, .. } => Some(lease),
+        _ => None,
+    }
+}
+
 /// Runs a command that acts on leases (with the provider and the ledger).
 fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
     use commands::{hooks, ledger, runs};
@@ -392,7 +508,15 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         }
         Command::Destroy(args) => hooks::release(session, &args.config.config, &args.lease, true),
         Command::Probe(args) => hooks::probe(session, &args.config),
-        Command::Exec { lease, command } => hooks::exec(session, &lease.config.config, &lease.lease, command),
+        Command::Exec { lease, options, command } => {
+            let options = hooks::ExecOptions {
+                stdin: options.stdin.clone(),
+                env: options.env.clone(),
+                cwd: options.cwd.clone(),
+                timeout: options.timeout,
+            };
+            hooks::exec(session, &lease.config.config, &lease.lease, &options, command)
+        }
         Command::Sync { lease, inbound, outbound, exclude, mode, then } => {
             let request = hooks::SyncRequest { inbound, outbound, exclude, mode: mode.as_deref(), then };
             hooks::sync(session, &lease.config.config, &lease.lease, &request)
@@ -407,7 +531,9 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         | Command::Sim { .. }
         | Command::Providers(_)
         | Command::Lock(_)
-        | Command::Conform { .. } => unreachable!("handled before opening the ledger"),
+        | Command::Conform { .. }
+        | Command::Completions { .. }
+        | Command::Man => unreachable!("handled before opening the ledger"),
     }
 }
 

@@ -5,7 +5,7 @@
 //! next to the binary (where `cargo build` leaves it).
 
 use crate::providers::ProvidersDir;
-use provider_abi::{LoadError, LoadedProvider, Provider, SetupParams};
+use provider_abi::{Hook, LoadError, LoadedProvider, Provider, SetupParams};
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming a provider library (search step 2).
@@ -70,15 +70,22 @@ pub fn default_plugin_path() -> PathBuf {
         .unwrap_or_else(|| exe_dir.join(name))
 }
 
-/// Loads the provider at `path` (the default when `None`) and runs `setup`.
+/// Loads the provider at `path` (the default when `None`) and runs `setup`:
+/// `setup_with_logs` (ABI 1.3) when the provider has it and the host's
+/// subscriber wants any level, so the provider's events reach the host's.
 pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = LoadedProvider::load(&path)?;
-    provider
-        .setup(&SetupParams {
-            host_name: env!("CARGO_PKG_NAME").into(),
-            host_version: env!("CARGO_PKG_VERSION").into(),
-        })
-        .map_err(|error| LoadError::ProviderFailed { path, error })?;
+    let params = SetupParams {
+        host_name: env!("CARGO_PKG_NAME").into(),
+        host_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let set_up = match crate::provider_log::host_max_level() {
+        Some(level) if provider.supports(Hook::SetupWithLogs) => {
+            provider.setup_with_logs(&params, crate::provider_log::sink(), level)
+        }
+        _ => provider.setup(&params),
+    };
+    set_up.map_err(|error| LoadError::ProviderFailed { path, error })?;
     Ok(provider)
 }

@@ -17,6 +17,9 @@ pub struct HarnessConfig {
     pub config: Value,
 }
 
+/// The keys of a harness configuration file around the provider's `config`.
+pub const HARNESS_KEYS: [&str; 4] = ["companyId", "environmentId", "driverKey", "config"];
+
 /// Company used when the configuration file names none.
 pub const DEFAULT_COMPANY: &str = "harness-company";
 /// Environment used when the configuration file names none.
@@ -59,6 +62,15 @@ impl HarnessConfig {
                     Some(_) => Err(format!("`{key}` must be a non-empty string")),
                 }
             };
+        for key in object.keys().filter(|key| !HARNESS_KEYS.contains(&key.as_str())) {
+            let plain =
+                key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            let shown = if plain { key.as_str() } else { "(not a plain name)" };
+            tracing::warn!(
+                "unknown key {shown} in the harness configuration is ignored (known: {})",
+                HARNESS_KEYS.join(", ")
+            );
+        }
         Ok(Self {
             driver_key: text_field(&object, "driverKey")?,
             company_id: text_field(&object, "companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),

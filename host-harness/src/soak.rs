@@ -24,7 +24,7 @@ use std::{
     path::Path,
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Mutex,
+        Arc, Mutex,
     },
     time::{Duration, Instant},
 };
@@ -83,6 +83,8 @@ pub struct Tally {
     pub secrets_seen: usize,
     /// Internal errors mentioning a panic.
     pub panics: usize,
+    /// Provider log lines scanned for secrets.
+    pub log_lines_scanned: usize,
 }
 
 /// The per-lifecycle reporter: checks every step and every output chunk.
@@ -146,6 +148,19 @@ pub fn run(
     let done = AtomicUsize::new(0);
     // The configuration's secrets, by the provider's own schema.
     let secrets = SecretFields::of(&provider.manifest()).values(&plan.config.config);
+    // The provider's log lines are output too.
+    let log_lines = Arc::new(AtomicUsize::new(0));
+    let log_secrets = Arc::new(AtomicUsize::new(0));
+    let _scan_logs = {
+        let owned: Vec<String> = secrets.iter().map(|secret| (*secret).to_owned()).collect();
+        let (lines, seen) = (Arc::clone(&log_lines), Arc::clone(&log_secrets));
+        crate::provider_log::observe(Arc::new(move |line: &str| {
+            lines.fetch_add(1, Ordering::Relaxed);
+            if owned.iter().any(|secret| line.contains(secret.as_str())) {
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }))
+    };
     let worker = || loop {
         if crate::interrupt::requested().is_some() {
             return; // no new lifecycle after an interruption
@@ -201,6 +216,8 @@ pub fn run(
         }
     });
     let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    tally.log_lines_scanned = log_lines.load(Ordering::Relaxed);
+    tally.secrets_seen += log_secrets.load(Ordering::Relaxed);
     // The ledger is output too: no row may hold the key.
     for secret in &secrets {
         let rows = ledger.list().unwrap_or_default();
@@ -260,6 +277,9 @@ pub struct Summary {
     pub resources: ResourceFigures,
     /// Lifecycles in flight at once.
     pub concurrency: usize,
+    /// True when a fault profile injected failures (else any failed
+    /// lifecycle fails the soak).
+    pub faults_injected: bool,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).
@@ -293,6 +313,12 @@ impl Summary {
         }
         if self.tally.panics > 0 {
             broken.push(format!("{} panics", self.tally.panics));
+        }
+        let failed: usize = self.tally.failed.values().sum();
+        if self.tally.succeeded == 0 && self.leases > 0 {
+            broken.push("no lifecycle succeeded".to_owned());
+        } else if failed > 0 && !self.faults_injected {
+            broken.push(format!("{failed} lifecycles failed without a fault profile"));
         }
         broken
     }
@@ -333,6 +359,7 @@ impl Summary {
             "unswept": self.unswept,
             "unconfirmedReused": self.tally.unconfirmed_reused,
             "secretsSeen": self.tally.secrets_seen,
+            "logLinesScanned": self.tally.log_lines_scanned,
             "panics": self.tally.panics,
             "lifecyclesPerS": self.lifecycles_per_second(),
             "peakRssBytes": self.resources.peak_rss,
@@ -410,7 +437,10 @@ impl Summary {
         ));
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
         lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));
-        lines.push(format!("secrets seen in output: {}", tally.secrets_seen));
+        lines.push(format!(
+            "secrets seen in output, the ledger and {} provider log lines: {}",
+            tally.log_lines_scanned, tally.secrets_seen
+        ));
         lines.push(format!("panics: {}", tally.panics));
         let broken = self.broken();
         lines.push(if broken.is_empty() {
@@ -433,6 +463,32 @@ mod tests {
         assert_eq!(percentile(&values, 99.0), Duration::from_millis(99));
         assert_eq!(percentile(&[Duration::from_millis(7)], 99.0), Duration::from_millis(7));
         assert_eq!(percentile(&[], 50.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn failed_lifecycles_break_the_soak_unless_faults_were_injected() {
+        let summary = |succeeded: usize, failed: usize, faults_injected: bool| {
+            let mut tally = Tally { succeeded, ..Default::default() };
+            if failed > 0 {
+                tally.failed.insert("api".into(), failed);
+            }
+            let summary = Summary {
+                leases: succeeded + failed,
+                elapsed: Duration::from_secs(1),
+                tally,
+                sim: None,
+                unswept: 0,
+                resources: Default::default(),
+                concurrency: 1,
+                faults_injected,
+            };
+            summary.broken()
+        };
+        assert!(summary(10, 0, false).is_empty());
+        assert!(summary(9, 1, true).is_empty(), "faults make some failures expected");
+        assert_eq!(summary(9, 1, false), ["1 lifecycles failed without a fault profile"]);
+        assert_eq!(summary(0, 5, true), ["no lifecycle succeeded"]);
+        assert_eq!(summary(0, 5, false), ["no lifecycle succeeded"]);
     }
 
     #[test]

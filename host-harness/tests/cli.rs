@@ -133,3 +133,78 @@ fn the_embedding_example_runs_a_lease_with_live_output() {
     assert!(stdout.contains("exit code Some(0)"), "{stdout}");
     assert!(stdout.ends_with("released\n"), "{stdout}");
 }
+
+#[test]
+fn a_soak_where_no_lifecycle_succeeds_exits_non_zero() {
+    // `requestsPerMinute` 0 is an invalid configuration: every lifecycle fails.
+    let output =
+        harness(&["soak", "--leases", "3", "--concurrency", "3", "--requests-per-minute", "0", "--json"], "");
+    let summary = json_lines(&output).pop().expect("a summary");
+    assert_eq!(summary["succeeded"], 0, "{summary}");
+    assert_eq!(output.status.code(), Some(1), "{summary}");
+    assert!(
+        summary["broken"].as_array().unwrap().iter().any(|line| line == "no lifecycle succeeded"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_soak_scans_the_providers_log_lines_for_secrets() {
+    let output =
+        harness(&["-vv", "soak", "--leases", "2", "--concurrency", "2", "--no-rate-limit", "--json"], "");
+    let summary = json_lines(&output).pop().expect("a summary");
+    assert_eq!(output.status.code(), Some(0), "{summary}");
+    assert!(
+        summary["logLinesScanned"].as_u64().unwrap() > 0,
+        "the provider's logs reached the scan: {summary}"
+    );
+    assert_eq!(summary["secretsSeen"], 0, "{summary}");
+}
+
+/// The subcommands `--help` lists.
+fn subcommands() -> Vec<String> {
+    let help = harness(&["--help"], "");
+    let text = String::from_utf8(help.stdout).unwrap();
+    let listed = text.split("Commands:\n").nth(1).expect("a command list");
+    listed
+        .lines()
+        .take_while(|line| line.starts_with("  "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_subcommands_help_has_an_example() {
+    let names = subcommands();
+    assert!(names.len() >= 16, "{names:?}");
+    for name in names {
+        let help = harness(&[&name, "--help"], "");
+        let text = String::from_utf8_lossy(&help.stdout);
+        let examples =
+            text.split("Examples:\n").nth(1).unwrap_or_else(|| panic!("{name} --help has no example"));
+        assert!(examples.lines().next().unwrap_or("").contains("host-harness"), "{name}: {examples}");
+    }
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_clap_definitions() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = harness(&["completions", shell], "");
+        assert_eq!(output.status.code(), Some(0), "{shell}");
+        let script = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            script.contains("host-harness") && script.contains("exec") && script.contains("stdin"),
+            "{shell}"
+        );
+    }
+    let man = harness(&["man"], "");
+    assert_eq!(man.status.code(), Some(0));
+    let page = String::from_utf8(man.stdout).unwrap();
+    assert!(page.contains(".TH host-harness 1"), "{page}");
+    assert!(
+        subcommands().iter().all(|name| page.contains(&name.replace('-', "\\-"))),
+        "every subcommand is in the page"
+    );
+}

@@ -214,3 +214,44 @@ fn a_missing_ledger_directory_is_created_and_said_so() {
     assert_eq!(second.status.code(), Some(0), "{}", stderr(&second));
     assert_eq!(stderr(&second), "", "said once, when created");
 }
+
+#[test]
+fn leases_escapes_control_characters_shortens_long_ids_and_aligns_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite3");
+    {
+        let ledger = Ledger::open(&path).unwrap();
+        let hostile = "sb-\u{1b}[31mred\nline";
+        let long = format!("sb-{}", "0123456789".repeat(8));
+        for id in [hostile, long.as_str(), "sb-short"] {
+            let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+            let lease =
+                provider_abi::Lease { provider_lease_id: Some(id.into()).into(), ..Default::default() };
+            ledger.set_lease(row, host_harness::ledger::LeaseState::Active, "acquire_lease", &lease).unwrap();
+        }
+    }
+    let output = harness(&["--ledger", path.to_str().unwrap(), "leases"], dir.path(), false);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(!text.contains('\u{1b}'), "no raw escape reaches the terminal: {text:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "a header and one line per row, the newline escaped: {text}");
+    assert!(text.contains(r"sb-\u{1b}[31mred\nline"), "{text}");
+    assert!(
+        text.contains("sb-01234567890123456…1234567890123456789"),
+        "long ids shortened in the middle: {text}"
+    );
+    let column = |line: &str| line.find("command").expect("owner column");
+    assert!(lines[1..].iter().all(|line| column(line) == column(lines[1])), "aligned: {text}");
+    let state = lines[0].find("state").unwrap();
+    assert!(lines[1..].iter().all(|line| line[state..].starts_with("active")), "{text}");
+
+    let json = harness(&["--ledger", path.to_str().unwrap(), "leases", "--json"], dir.path(), false);
+    let rows: Vec<Value> = String::from_utf8(json.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["providerLeaseId"], "sb-\u{1b}[31mred\nline", "JSON keeps the exact id");
+}

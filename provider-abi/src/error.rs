@@ -58,6 +58,8 @@ error_kinds! {
     UNSUPPORTED = 12, "unsupported";
     /// A bug: a panic inside a hook, a broken invariant.
     INTERNAL = 13, "internal";
+    /// The remote API rejected the credentials (HTTP 401/403): fix the key, do not retry.
+    UNAUTHORIZED = 14, "unauthorized";
 }
 
 impl fmt::Debug for ErrorKind {

@@ -5,13 +5,14 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    log::{LogLevel, LogSink},
     module::*,
     provider::Provider,
     recorder::CreationRecorder,
-    sink::OutputSink,
+    sink::{ByteSink, OutputSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_4},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -54,6 +55,8 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
     );
     let extension = if abi >= ABI_1_4 {
         extensions_to_1_4::<P>
+    } else if abi >= ABI_1_3 {
+        extensions_to_1_3::<P>
     } else if abi >= ABI_1_2 {
         extensions_to_1_2::<P>
     } else if abi >= ABI_1_1 {
@@ -89,7 +92,7 @@ pub fn guard<T>(hook: Hook, call: impl FnOnce() -> HookResult<T>) -> FfiResult<T
 /// Drops a caught panic payload without letting a second panic escape: a
 /// payload whose `Drop` panics would otherwise unwind out of an `extern "C"`
 /// function and abort the process. The second payload is leaked, not dropped.
-pub(crate) fn drop_panic_payload(payload: Box<dyn Any + Send>) {
+pub fn drop_panic_payload(payload: Box<dyn Any + Send>) {
     if let Err(second) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         std::mem::forget(second);
     }
@@ -151,6 +154,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
 extern "C" fn extensions_to_1_4<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
         4 => RSome(Extension::of(Tables::<P>::V1_4)),
+        _ => extensions_to_1_3::<P>(minor),
+    }
+}
+
+/// The extension tables of a library built for ABI 1.3.
+extern "C" fn extensions_to_1_3<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        3 => RSome(Extension::of(Tables::<P>::V1_3)),
         _ => extensions_to_1_2::<P>(minor),
     }
 }
@@ -183,6 +194,8 @@ hook_shims! {
     acquire_lease_recording: AcquireLeaseRecording(params: &AcquireParams, recorder: &mut CreationRecorder<'_>) -> Lease;
     probe_recording: ProbeRecording(params: &EnvironmentParams, recorder: &mut CreationRecorder<'_>) -> ProbeReport;
     release_lease_reporting: ReleaseLeaseReporting(params: &LeaseParams) -> ReleaseReport;
+    execute_bytes: ExecuteBytes(params: &ExecuteParams, output: &mut ByteSink<'_>) -> ExecuteResult;
+    setup_with_logs: SetupWithLogs(params: &SetupParams, logs: LogSink, max_level: LogLevel) -> ();
     sync_in: SyncIn(params: &SyncParams) -> SyncResult;
     sync_out: SyncOut(params: &SyncParams) -> SyncResult;
 }
@@ -215,6 +228,8 @@ impl<P: Provider> Tables<P> {
         probe_recording: probe_recording::<P>,
         release_lease_reporting: release_lease_reporting::<P>,
     };
+    const V1_3: &'static HookTableV1_3 =
+        &HookTableV1_3 { execute_bytes: execute_bytes::<P>, setup_with_logs: setup_with_logs::<P> };
     const V1_4: &'static HookTableV1_4 = &HookTableV1_4 { sync_in: sync_in::<P>, sync_out: sync_out::<P> };
 }
 

@@ -6,13 +6,14 @@ use crate::{
     checked::CheckedFile,
     error::{HookResult, ProviderError},
     image::LoadedImage,
+    log::{LogLevel, LogSink},
     module::*,
     provider::{unsupported, Provider},
     recorder::CreationRecorder,
-    sink::OutputSink,
+    sink::{ByteSink, OutputSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_4, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -161,6 +162,7 @@ pub struct LoadedProvider {
     hooks: HookTableV1_0,
     hooks_v1_1: Option<&'static HookTableV1_1>,
     hooks_v1_2: Option<&'static HookTableV1_2>,
+    hooks_v1_3: Option<&'static HookTableV1_3>,
     hooks_v1_4: Option<&'static HookTableV1_4>,
     manifest: Manifest,
 }
@@ -203,6 +205,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_3 = if host_abi >= ABI_1_3 {
+            extension_table::<HookTableV1_3>(&path, module, image, 3)?
+        } else {
+            None
+        };
         let hooks_v1_4 = if host_abi >= ABI_1_4 {
             extension_table::<HookTableV1_4>(&path, module, image, 4)?
         } else {
@@ -217,6 +224,7 @@ impl LoadedProvider {
             hooks: module.hooks(),
             hooks_v1_1,
             hooks_v1_2,
+            hooks_v1_3,
             hooks_v1_4,
             manifest: empty_manifest(),
             path,
@@ -246,6 +254,7 @@ impl LoadedProvider {
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => {
                 self.hooks_v1_2.is_some()
             }
+            Hook::ExecuteBytes | Hook::SetupWithLogs => self.hooks_v1_3.is_some(),
             Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
             _ => true,
         }
@@ -468,6 +477,20 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_2 {
             Some(table) => (table.release_lease_reporting)(self.instance, params).into(),
             None => Err(unsupported(Hook::ReleaseLeaseReporting)),
+        }
+    }
+
+    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
+        match self.hooks_v1_3 {
+            Some(table) => (table.execute_bytes)(self.instance, params, output).into(),
+            None => Err(unsupported(Hook::ExecuteBytes)),
+        }
+    }
+
+    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        match self.hooks_v1_3 {
+            Some(table) => (table.setup_with_logs)(self.instance, params, logs, max_level).into(),
+            None => Err(unsupported(Hook::SetupWithLogs)),
         }
     }
 

@@ -35,8 +35,9 @@
 
 use crate::{
     error::ProviderError,
+    log::{LogLevel, LogSink},
     recorder::CreationRecorder,
-    sink::OutputSink,
+    sink::{ByteSink, OutputSink},
     sync::{SyncParams, SyncResult},
     types::*,
     version::AbiVersion,
@@ -103,6 +104,15 @@ pub struct HookTableV1_2 {
     pub(crate) probe_recording:
         extern "C" fn(InstancePtr, &EnvironmentParams, &mut CreationRecorder<'_>) -> FfiResult<ProbeReport>,
     pub(crate) release_lease_reporting: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<ReleaseReport>,
+}
+
+/// The hooks ABI 1.3 added. Frozen once 1.3 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_3 {
+    pub(crate) execute_bytes:
+        extern "C" fn(InstancePtr, &ExecuteParams, &mut ByteSink<'_>) -> FfiResult<ExecuteResult>,
+    pub(crate) setup_with_logs: extern "C" fn(InstancePtr, &SetupParams, LogSink, LogLevel) -> FfiResult<()>,
 }
 
 /// The hooks ABI 1.4 added: file sync. Frozen once 1.4 shipped.
@@ -218,6 +228,12 @@ impl CodeAddresses for HookTableV1_2 {
             self.probe_recording as *const c_void,
             self.release_lease_reporting as *const c_void,
         ]
+    }
+}
+
+impl CodeAddresses for HookTableV1_3 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.execute_bytes as *const c_void, self.setup_with_logs as *const c_void]
     }
 }
 

@@ -2,8 +2,9 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    log::{LogLevel, LogSink},
     recorder::CreationRecorder,
-    sink::OutputSink,
+    sink::{ByteSink, OutputSink},
     sync::{SyncParams, SyncResult},
     types::*,
     version::Hook,
@@ -86,6 +87,23 @@ pub trait Provider: Send + Sync + 'static {
     /// deleted (ABI 1.2). A host never resumes a lease reported deleted.
     fn release_lease_reporting(&self, _params: &LeaseParams) -> HookResult<ReleaseReport> {
         Err(unsupported(Hook::ReleaseLeaseReporting))
+    }
+
+    /// `execute`, streaming the output to `output` as the raw bytes the
+    /// command wrote (ABI 1.3). The result keeps the text tails.
+    fn execute_bytes(
+        &self,
+        _params: &ExecuteParams,
+        _output: &mut ByteSink<'_>,
+    ) -> HookResult<ExecuteResult> {
+        Err(unsupported(Hook::ExecuteBytes))
+    }
+
+    /// `setup`, also forwarding the provider's log events at `max_level` or
+    /// more severe to `logs` for the rest of the process (ABI 1.3). Called
+    /// instead of `setup`, not after it.
+    fn setup_with_logs(&self, _params: &SetupParams, _logs: LogSink, _max_level: LogLevel) -> HookResult<()> {
+        Err(unsupported(Hook::SetupWithLogs))
     }
 
     /// Copies host files and directories into the lease, then runs each

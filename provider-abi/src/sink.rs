@@ -1,6 +1,10 @@
-//! The output sink `execute` streams chunks to while a command runs.
+//! The output sinks `execute` (text, [`OutputSink`]) and `execute_bytes`
+//! (raw bytes, [`ByteSink`], ABI 1.3) stream chunks to while a command runs.
 
-use abi_stable::{std_types::RStr, StableAbi};
+use abi_stable::{
+    std_types::{RSlice, RStr},
+    StableAbi,
+};
 use std::{
     ffi::c_void,
     marker::PhantomData,
@@ -74,9 +78,73 @@ impl<'a> OutputSink<'a> {
     }
 }
 
+/// An FFI-safe callback receiving output chunks as raw bytes, exactly as the
+/// command wrote them (ABI 1.3, `execute_bytes`).
+///
+/// The same contract as [`OutputSink`]: chunks in order, never from two
+/// threads at once, and a panic in the host's closure is caught at the
+/// boundary and the chunk dropped.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct ByteSink<'a> {
+    context: *mut c_void,
+    write_chunk: unsafe extern "C" fn(*mut c_void, OutputStream, RSlice<'_, u8>),
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+// SAFETY: as for `OutputSink`: `Send` closures only, `write` needs `&mut self`.
+unsafe impl Send for ByteSink<'_> {}
+
+impl<'a> ByteSink<'a> {
+    /// A sink calling `callback(stream, bytes)` for every chunk.
+    pub fn new<F>(callback: &'a mut F) -> Self
+    where
+        F: FnMut(OutputStream, &[u8]) + Send,
+    {
+        unsafe extern "C" fn trampoline<F>(context: *mut c_void, stream: OutputStream, chunk: RSlice<'_, u8>)
+        where
+            F: FnMut(OutputStream, &[u8]) + Send,
+        {
+            // SAFETY: `context` is the `&'a mut F` given to `new`, alive for 'a;
+            // `write` takes `&mut self`, so no other reference to it is live.
+            let callback = unsafe { &mut *context.cast::<F>() };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
+                crate::export::drop_panic_payload(payload);
+            }
+        }
+        Self { context: (callback as *mut F).cast(), write_chunk: trampoline::<F>, _borrow: PhantomData }
+    }
+
+    /// Delivers one chunk to the host.
+    pub fn write(&mut self, stream: OutputStream, chunk: &[u8]) {
+        // SAFETY: `context` and `write_chunk` were paired by `new` (private
+        // fields), and `chunk` outlives the call.
+        unsafe { (self.write_chunk)(self.context, stream, RSlice::from_slice(chunk)) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_reach_the_closure_unchanged_and_panics_stay_on_the_host_side() {
+        let mut seen = Vec::new();
+        let mut callback = |stream: OutputStream, chunk: &[u8]| {
+            if chunk == b"boom" {
+                std::panic::panic_any(PanicsWhenDropped);
+            }
+            seen.push((stream, chunk.to_vec()));
+        };
+        let mut sink = ByteSink::new(&mut callback);
+        sink.write(OutputStream::Stdout, b"\xff\xfeA\0B\n");
+        sink.write(OutputStream::Stderr, b"boom");
+        sink.write(OutputStream::Stderr, b"\x80");
+        assert_eq!(
+            seen,
+            [(OutputStream::Stdout, b"\xff\xfeA\0B\n".to_vec()), (OutputStream::Stderr, b"\x80".to_vec())]
+        );
+    }
 
     #[test]
     fn chunks_reach_the_closure_in_order_and_panics_stay_on_the_host_side() {

@@ -34,8 +34,10 @@ pub const ABI_1_1: AbiVersion = AbiVersion::new(1, 1);
 /// ABI 1.2: adds `acquire_lease_recording` and `probe_recording` (write-ahead
 /// records of created leases) and `release_lease_reporting` (kept or deleted).
 pub const ABI_1_2: AbiVersion = AbiVersion::new(1, 2);
-/// ABI 1.4: adds `sync_in` and `sync_out` (file sync). (1.3 is another
-/// change's; a 1.4 library exports no 1.3 table of its own.)
+/// ABI 1.3: adds `execute_bytes` (output as raw bytes) and `setup_with_logs`
+/// (the provider's log events forwarded to the host).
+pub const ABI_1_3: AbiVersion = AbiVersion::new(1, 3);
+/// ABI 1.4: adds `sync_in` and `sync_out` (file sync).
 pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
 pub const ABI_VERSION: AbiVersion = ABI_1_4;
@@ -73,6 +75,10 @@ pub enum Hook {
     ProbeRecording,
     /// `release_lease_reporting` (ABI 1.2): release, saying if the lease was kept.
     ReleaseLeaseReporting,
+    /// `execute_bytes` (ABI 1.3): execute, streaming output as raw bytes.
+    ExecuteBytes,
+    /// `setup_with_logs` (ABI 1.3): setup, with a sink for the provider's logs.
+    SetupWithLogs,
     /// `sync_in` (ABI 1.4): copies host files into a lease.
     SyncIn,
     /// `sync_out` (ABI 1.4): copies lease files to the host.
@@ -81,7 +87,7 @@ pub enum Hook {
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 17] = [
+    pub const ALL: [Hook; 19] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -97,6 +103,8 @@ impl Hook {
         Hook::AcquireLeaseRecording,
         Hook::ProbeRecording,
         Hook::ReleaseLeaseReporting,
+        Hook::ExecuteBytes,
+        Hook::SetupWithLogs,
         Hook::SyncIn,
         Hook::SyncOut,
     ];
@@ -119,6 +127,8 @@ impl Hook {
             Hook::AcquireLeaseRecording => "acquire_lease_recording",
             Hook::ProbeRecording => "probe_recording",
             Hook::ReleaseLeaseReporting => "release_lease_reporting",
+            Hook::ExecuteBytes => "execute_bytes",
+            Hook::SetupWithLogs => "setup_with_logs",
             Hook::SyncIn => "sync_in",
             Hook::SyncOut => "sync_out",
         }
@@ -129,6 +139,7 @@ impl Hook {
         match self {
             Hook::InspectLease => ABI_1_1,
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => ABI_1_2,
+            Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             _ => ABI_1_0,
         }

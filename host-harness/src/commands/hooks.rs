@@ -10,10 +10,14 @@ use host_harness::{
     render,
 };
 use provider_abi::{
-    ExecuteParams, Lease, OutputSink, OutputStream, PostUploadCommand, SyncMapping, SyncOperation,
-    SyncParams, SyncResult,
+    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, SyncMapping, SyncOperation, SyncParams,
+    SyncResult,
 };
-use std::{io::Write, path::Path};
+use std::{
+    io::{IsTerminal, Read, Write},
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 /// The run id the hook commands pass.
 const RUN_ID: &str = "harness-cli";
@@ -79,28 +83,111 @@ pub fn probe(session: &Session, config: &Path) -> Result<(), Failure> {
     }
 }
 
-/// `exec`: runs `command` in the lease, streaming its output to our stdout
-/// and stderr, and exits with its exit code (124 on timeout, 125 when it
-/// ended without one).
-pub fn exec(session: &Session, config: &Path, lease: &Path, command: &[String]) -> Result<(), Failure> {
+/// What `exec` passes besides the command.
+#[derive(Default)]
+pub struct ExecOptions {
+    /// `--stdin FILE` (`-`: our stdin).
+    pub stdin: Option<PathBuf>,
+    /// `--env K=V`, checked by [`parse_env`].
+    pub env: Vec<(String, String)>,
+    /// `--cwd DIR`.
+    pub cwd: Option<String>,
+    /// `--timeout DURATION`.
+    pub timeout: Option<Duration>,
+}
+
+/// Parses `--env K=V`, refusing a name the provider would refuse, before any
+/// request.
+pub fn parse_env(text: &str) -> Result<(String, String), String> {
+    let (name, value) =
+        text.split_once('=').ok_or_else(|| format!("`{text}` is not K=V: give the variable a value"))?;
+    let mut chars = name.chars();
+    let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!("`{name}` is not a variable name: names must match ^[A-Za-z_][A-Za-z0-9_]*$"));
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// Parses `--timeout DURATION` (`30s`, `2m`, `1h30m`, `500ms`).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|error| format!("`{text}` is not a duration like 30s, 2m or 1h30m ({error})"))?;
+    if duration.as_millis() == 0 {
+        return Err("the timeout must be at least 1ms".into());
+    }
+    Ok(duration)
+}
+
+/// The bytes for the command's stdin: `--stdin FILE`, else our own stdin
+/// when it is neither a terminal nor already read for `--config -`/`--lease -`.
+fn command_stdin(options: &ExecOptions, stdin_taken: bool) -> Result<Option<Vec<u8>>, Failure> {
+    let read_ours = || {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|error| Failure::Usage(format!("cannot read stdin: {error}")))?;
+        Ok::<_, Failure>(bytes)
+    };
+    let bytes = match options.stdin.as_deref() {
+        Some(path) if path == Path::new("-") => read_ours()?,
+        Some(path) => std::fs::read(path)
+            .map_err(|error| Failure::Usage(format!("cannot read {}: {error}", path.display())))?,
+        None if stdin_taken || std::io::stdin().is_terminal() => return Ok(None),
+        None => read_ours()?,
+    };
+    Ok((!bytes.is_empty() || options.stdin.is_some()).then_some(bytes))
+}
+
+/// `exec`: runs `command` in the lease, streaming its output byte for byte
+/// to our stdout and stderr, and exits with its exit code (124 on timeout,
+/// 125 when it ended without one).
+pub fn exec(
+    session: &Session,
+    config: &Path,
+    lease: &Path,
+    options: &ExecOptions,
+    command: &[String],
+) -> Result<(), Failure> {
+    let stdin_taken = config == Path::new("-") || lease == Path::new("-");
+    if stdin_taken && options.stdin.as_deref() == Some(Path::new("-")) {
+        return Err(Failure::Usage(
+            "--stdin - cannot share stdin with --config - or --lease -; give the command's input as a file"
+                .into(),
+        ));
+    }
     let host = host(session, config)?;
     if !host.can_execute() {
         return Err(Failure::Usage("the provider does not implement `execute`".into()));
     }
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
+    let stdin = command_stdin(options, stdin_taken)?;
     let params = ExecuteParams {
         command: program.as_str().into(),
         args: args.iter().map(|arg| arg.as_str().into()).collect(),
+        cwd: options.cwd.as_deref().map(Into::into).into(),
+        env: options
+            .env
+            .iter()
+            .map(|(name, value)| EnvVar { name: name.as_str().into(), value: value.as_str().into() })
+            .collect(),
+        stdin: stdin.map(Into::into).into(),
+        timeout_ms: options
+            .timeout
+            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+            .into(),
         ..Default::default()
     };
-    let mut live = |stream: OutputStream, chunk: &str| {
+    let mut live = |stream: OutputStream, chunk: &[u8]| {
         let _ = match stream {
-            OutputStream::Stdout => std::io::stdout().write_all(chunk.as_bytes()),
-            OutputStream::Stderr => std::io::stderr().write_all(chunk.as_bytes()),
+            OutputStream::Stdout => std::io::stdout().write_all(chunk),
+            OutputStream::Stderr => std::io::stderr().write_all(chunk),
         };
     };
-    let result = host.execute(&held, params, &mut OutputSink::new(&mut live))?;
+    let result = host.execute_bytes(&held, params, &mut live)?;
     let _ = std::io::stdout().flush();
     let code = match (result.exit_code.into_option(), result.timed_out) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),

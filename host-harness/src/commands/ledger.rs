@@ -1,7 +1,15 @@
 //! `sweep` and `leases`: the lease ledger.
 
 use super::{open_ledger_read_only, read_config, Failure, Printer, Session};
-use host_harness::sweep::{self, Outcome, Scope, SweepSecrets};
+use host_harness::{
+    render::{cell, table},
+    sweep::{self, Outcome, Scope, SweepSecrets},
+};
+
+/// The widest lease id `leases` shows; longer ones are shortened in the middle.
+const LEASE_WIDTH: usize = 40;
+/// The widest company/environment `leases` shows.
+const ENV_WIDTH: usize = 40;
 use std::path::Path;
 
 /// `sweep`: destroys every lease a crashed or interrupted run left behind
@@ -76,25 +84,28 @@ pub fn leases(ledger: Option<&Path>, out: Printer) -> Result<(), Failure> {
         Some(ledger) => ledger.list().map_err(|error| Failure::Usage(error.to_string()))?,
         None => Vec::new(),
     };
-    if !out.json {
-        println!(
-            "{:>5}  {:<14} {:<9} {:<40} {:<24} {:<24} last error",
-            "row", "state", "owner", "lease", "company/environment", "updated"
-        );
+    if out.json {
+        for record in &records {
+            out.value(&record.to_json(), String::new);
+        }
+        return Ok(());
     }
-    for record in &records {
-        out.value(&record.to_json(), || {
-            format!(
-                "{:>5}  {:<14} {:<9} {:<40} {:<24} {:<24} {}",
-                record.id,
-                record.state.as_str(),
-                record.owner.as_str(),
-                record.provider_lease_id.as_deref().unwrap_or("-"),
-                format!("{}/{}", record.env.company_id, record.env.environment_id),
-                record.updated_at,
-                record.last_error.as_ref().and_then(|error| error["kind"].as_str()).unwrap_or("")
-            )
-        });
+    let header = ["row", "state", "owner", "lease", "company/environment", "updated", "last error"];
+    let rows = std::iter::once(header.iter().map(|title| (*title).to_owned()).collect())
+        .chain(records.iter().map(|record| {
+            vec![
+                record.id.to_string(),
+                record.state.as_str().to_owned(),
+                record.owner.as_str().to_owned(),
+                cell(record.provider_lease_id.as_deref().unwrap_or("-"), LEASE_WIDTH),
+                cell(&format!("{}/{}", record.env.company_id, record.env.environment_id), ENV_WIDTH),
+                cell(&record.updated_at.to_string(), ENV_WIDTH),
+                cell(record.last_error.as_ref().and_then(|error| error["kind"].as_str()).unwrap_or(""), 32),
+            ]
+        }))
+        .collect::<Vec<Vec<String>>>();
+    for line in table(&rows) {
+        out.value(&serde_json::Value::Null, || line.trim_end().to_owned());
     }
     Ok(())
 }

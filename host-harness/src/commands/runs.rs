@@ -70,6 +70,12 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
         "harness-lifecycle",
         target.sim.is_some(),
     );
+    // The provider's remarks (an unknown key...) once, before the steps.
+    if let Ok(report) = host.validate() {
+        for warning in report.warnings.iter() {
+            tracing::warn!("configuration: {warning}");
+        }
+    }
     let mut print = |step: &StepReport| print_step(out, step);
     if lifecycle::run(&host, &mut print) {
         Ok(())
@@ -115,6 +121,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         return Err(Failure::Usage("--leases and --concurrency must be at least 1".into()));
     }
     let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
+    let faults_injected = !faults.is_empty();
     if options.config.is_some() && !faults.is_empty() {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
     }
@@ -212,6 +219,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         unswept,
         resources,
         concurrency: options.concurrency,
+        faults_injected,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {

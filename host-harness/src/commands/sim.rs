@@ -10,6 +10,10 @@ pub fn serve(
     out: Printer,
 ) -> Result<(), Failure> {
     let config = createos_sim::SimConfig { listen, rate_limit, ..Default::default() };
+    // Watch before the URL is printed: a signal right after it must still
+    // stop the simulator through its `Drop` (processes, then files).
+    let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
+        .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let sim = createos_sim::Simulator::start(config)
         .map_err(|error| Failure::Usage(format!("cannot start the simulator: {error}")))?;
     out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key()}), || {
@@ -19,5 +23,7 @@ pub fn serve(
             sim.api_key()
         )
     });
-    sim.serve_until_ctrl_c().map_err(|error| Failure::Usage(format!("simulator failed: {error}")))
+    signals.forever().next();
+    drop(sim);
+    Ok(())
 }

@@ -34,11 +34,18 @@ impl SandboxDirs {
         self.root.join("tmp")
     }
 
-    /// Create `workspace/` and a world-writable sticky `tmp/`.
+    /// Create `workspace/` and a world-writable sticky `tmp/`. Never the
+    /// state directory above the root: once the simulator removed it (on
+    /// its way out), a late creation fails instead of bringing it back.
     pub(crate) fn create(&self) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::create_dir_all(self.workspace())?;
-        std::fs::create_dir_all(self.tmp())?;
+        let existing_ok = |result: io::Result<()>| match result {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        };
+        existing_ok(std::fs::create_dir(&self.root))?;
+        existing_ok(std::fs::create_dir(self.workspace()))?;
+        existing_ok(std::fs::create_dir(self.tmp()))?;
         std::fs::set_permissions(self.tmp(), std::fs::Permissions::from_mode(0o1777))?;
         Ok(())
     }

@@ -25,5 +25,5 @@ pub use config::{Algorithm, RateLimit, SimConfig, SHAPES, SMALL_BURST};
 pub use faults::{parse_rules, FaultId, FaultKind, FaultProfile, FaultRule, FaultTrigger};
 pub use isolation::WORKSPACE;
 pub use ledger::{path_matches, Ledger, ProcessRecord, RequestRecord, SandboxRecord, TransitionRecord};
-pub use sim::Simulator;
+pub use sim::{remove_stale_temp_dirs, remove_temp_dirs, Simulator};
 pub use state::SandboxStatus;

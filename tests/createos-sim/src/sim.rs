@@ -49,8 +49,11 @@ impl Simulator {
                 (None, d.clone())
             }
             None => {
-                let t = tempfile::Builder::new().prefix("createos-sim-").tempdir()?;
+                remove_stale_temp_dirs(&std::env::temp_dir());
+                let prefix = format!("{TEMP_PREFIX}{}-", std::process::id());
+                let t = tempfile::Builder::new().prefix(&prefix).tempdir()?;
                 let p = t.path().to_path_buf();
+                live_temp_dirs().push(p.clone());
                 (Some(t), p)
             }
         };
@@ -181,7 +184,61 @@ impl Drop for Simulator {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(temp) = &self._temp {
+            live_temp_dirs().retain(|dir| dir != temp.path());
+        }
     }
+}
+
+/// Prefix of a simulator's temporary directory: `createos-sim-<pid>-<random>`.
+const TEMP_PREFIX: &str = "createos-sim-";
+
+fn live_temp_dirs() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+    static LIVE: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    LIVE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Removes the temporary directories of every simulator of this process, for
+/// a process about to exit without dropping them (a second Ctrl-C).
+pub fn remove_temp_dirs() {
+    for dir in live_temp_dirs().drain(..) {
+        // Sandboxes still running may add a file between the listing and the
+        // last `rmdir`; a few passes get past that (nothing recreates the
+        // directory itself once it is gone).
+        for _ in 0..10 {
+            if std::fs::remove_dir_all(&dir).is_ok() || !dir.exists() {
+                break;
+            }
+        }
+    }
+}
+
+/// Removes the temporary directories in `parent` of simulators whose process
+/// is gone (killed before it could clean up). A directory whose process
+/// still runs, or whose name carries no process id, is left alone.
+pub fn remove_stale_temp_dirs(parent: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_exists(pid) && entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// True unless `pid` names no process (`kill(pid, 0)` fails with ESRCH).
+fn process_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 impl std::fmt::Debug for Simulator {

@@ -1,17 +1,20 @@
 //! Hook round trips: the CreateOS provider's hooks called directly on the
 //! provider type, through the loaded shared library, and through an
 //! out-of-process worker answering JSON lines over pipes
-//! (`provider-worker`), in one run; and the cost of loading a library.
+//! (`provider-worker`), in one run; the cost of loading a library; and what
+//! the provider's log forwarding (ABI 1.3) costs a hook whose event is
+//! below the host's level, and one whose event is forwarded.
 //!
 //! Target (issue 7): loaded ≤ 2 × direct + 50 ns; out-of-process for comparison.
 
 use createos_provider::CreateosProvider;
 use criterion::{criterion_group, criterion_main, Criterion};
 use e2e::worker::Worker;
-use provider_abi::{EnvironmentParams, LoadedProvider, Provider};
+use provider_abi::{EnvironmentParams, LoadedProvider, LogLevel, LogRecord, LogSink, Provider, SetupParams};
 use serde_json::json;
 use std::hint::black_box;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The same provider three ways.
 fn providers() -> (CreateosProvider, LoadedProvider, Worker) {
@@ -58,5 +61,37 @@ fn load(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, round_trips, load);
+/// `validate_config` through the loaded library (it logs one DEBUG event):
+/// before any log sink was installed, with the host's level at WARN (the
+/// event is disabled) and at DEBUG (the event crosses to a sink that counts
+/// it). Target (issue 11): a disabled level costs almost nothing.
+fn provider_logs(c: &mut Criterion) {
+    let loaded = LoadedProvider::load(e2e::library("createos_provider")).expect("load the provider");
+    let params = EnvironmentParams {
+        config_json: json!({"apiKey": "bench-key", "shape": "s-1vcpu-1gb"}).to_string().into(),
+        ..Default::default()
+    };
+    // The plain setup starts the provider's runtime, as `setup_with_logs`
+    // does: the three cases differ only in the log sink.
+    loaded.setup(&SetupParams::default()).expect("setup");
+    let mut group = c.benchmark_group("provider_logs");
+    group.bench_function("validate_no_sink", |b| {
+        b.iter(|| black_box(loaded.validate_config(&params).unwrap()))
+    });
+    static FORWARDED: AtomicU64 = AtomicU64::new(0);
+    let sink = LogSink::new(|record: &LogRecord<'_>| {
+        black_box(record.message.len());
+        FORWARDED.fetch_add(1, Ordering::Relaxed);
+    });
+    for (name, level) in
+        [("validate_level_disabled", LogLevel::Warn), ("validate_level_enabled", LogLevel::Debug)]
+    {
+        loaded.setup_with_logs(&SetupParams::default(), sink, level).expect("setup_with_logs");
+        group.bench_function(name, |b| b.iter(|| black_box(loaded.validate_config(&params).unwrap())));
+    }
+    group.finish();
+    assert!(FORWARDED.load(Ordering::Relaxed) > 0, "the enabled level forwarded events");
+}
+
+criterion_group!(benches, round_trips, load, provider_logs);
 criterion_main!(benches);

@@ -3,9 +3,9 @@
 
 use e2e::library;
 use provider_abi::{
-    AbiVersion, AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
-    LeaseParams, LoadError, LoadedProvider, OutputSink, OutputStream, Provider, SyncMapping, SyncOperation,
-    SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4,
+    AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
+    LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream, Provider,
+    SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4,
 };
 use std::{path::Path, sync::Arc};
 
@@ -31,9 +31,10 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 3] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 4] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
+    (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
     (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
 ];
 
@@ -45,10 +46,11 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_0", ABI_1_0),
         ("fixture_v1_1", ABI_1_1),
         ("fixture_v1_2", ABI_1_2),
+        ("fixture_v1_3", ABI_1_3),
         ("fixture_v1_4", ABI_1_4),
     ];
     for (name, library_abi) in libraries {
-        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4] {
+        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4] {
             let provider = load(name, host);
             assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
             let manifest = provider.manifest();
@@ -105,6 +107,31 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
         Hook::ReleaseLeaseReporting => {
             provider.release_lease_reporting(&lease_params()).map(|report| assert!(!report.kept))
         }
+        Hook::ExecuteBytes => {
+            let mut bytes = Vec::new();
+            let mut collect = |_: OutputStream, chunk: &[u8]| bytes.extend_from_slice(chunk);
+            let params = ExecuteParams {
+                command: "echo".into(),
+                args: vec!["a".into(), "b".into()].into(),
+                ..Default::default()
+            };
+            let result = provider.execute_bytes(&params, &mut ByteSink::new(&mut collect));
+            result.map(|result| {
+                assert_eq!(bytes, b"ab");
+                assert_eq!(result.stdout, "ab", "the text tail stays in the result");
+            })
+        }
+        Hook::SetupWithLogs => {
+            let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let kept = Arc::clone(&seen);
+            let sink = LogSink::new(move |record: &LogRecord<'_>| {
+                kept.lock().unwrap().push(format!("{} {}", record.level.name(), record.message));
+            });
+            let params = SetupParams { host_name: "matrix".into(), ..Default::default() };
+            provider.setup_with_logs(&params, sink, LogLevel::Info).map(|()| {
+                assert_eq!(*seen.lock().unwrap(), ["INFO fixture set up"]);
+            })
+        }
         Hook::SyncIn => provider.sync_in(&sync_params("in", "/matrix/in.txt")).map(|result| {
             assert_eq!(result.operations.len(), 1);
             assert_eq!(result.operations[0].files_transferred, 1);
@@ -150,7 +177,7 @@ fn sync_params(id: &str, target: &str) -> SyncParams {
 
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_4] {
+    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4] {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();

@@ -1,0 +1,184 @@
+//! The provider's log events in the host's subscriber (ABI 1.3).
+//!
+//! [`sink`] builds the [`LogSink`] the host passes to `setup_with_logs`: each
+//! record the provider forwards is re-emitted as a `tracing` event of the
+//! host, with the provider's level, target, message and fields, so the
+//! host's filter (`-v`, `RUST_LOG=createos_provider=debug`) and format apply
+//! to it as to the host's own events.
+//!
+//! `tracing` wants `'static` metadata, and a provider's targets and field
+//! names arrive at run time, so each distinct (level, target, field names)
+//! gets one leaked callsite, registered once; at most [`MAX_CALLSITES`] of
+//! them, after which events go to the `provider` target with their fields
+//! in the message. Hand-written because `tracing-log`'s bridge keeps the
+//! target in a field, which `EnvFilter` directives do not match.
+
+use provider_abi::{LogLevel, LogRecord, LogSink};
+use std::{
+    collections::HashMap,
+    fmt::Write,
+    sync::{Arc, Mutex, OnceLock, RwLock},
+};
+use tracing::{field::Value, level_filters::LevelFilter, Level, Metadata};
+use tracing_core::{
+    callsite::{Callsite, Identifier},
+    field::FieldSet,
+    metadata::Kind,
+    subscriber::Interest,
+    Event,
+};
+
+/// Distinct callsites kept before events fall back to the `provider` target.
+pub const MAX_CALLSITES: usize = 1024;
+/// Fields re-emitted as fields; more go into the message.
+const MAX_FIELDS: usize = 8;
+
+/// The most verbose level the host's subscriber wants, `None` when it wants
+/// none: what `setup_with_logs` passes so disabled levels cost nothing.
+pub fn host_max_level() -> Option<LogLevel> {
+    let current = LevelFilter::current();
+    [
+        (LevelFilter::TRACE, LogLevel::Trace),
+        (LevelFilter::DEBUG, LogLevel::Debug),
+        (LevelFilter::INFO, LogLevel::Info),
+        (LevelFilter::WARN, LogLevel::Warn),
+        (LevelFilter::ERROR, LogLevel::Error),
+    ]
+    .into_iter()
+    .find(|(filter, _)| current >= *filter)
+    .map(|(_, level)| level)
+}
+
+/// The sink that re-emits provider records into the host's subscriber.
+pub fn sink() -> LogSink {
+    LogSink::new(emit)
+}
+
+/// A watcher of every provider record that reaches the host (the soak's
+/// secret scan): called with the record's target, message and fields as one
+/// line of text.
+pub type Observer = Arc<dyn Fn(&str) + Send + Sync>;
+
+fn observers() -> &'static RwLock<Vec<Observer>> {
+    static OBSERVERS: RwLock<Vec<Observer>> = RwLock::new(Vec::new());
+    &OBSERVERS
+}
+
+/// Calls `observer` with every provider record from now on until the
+/// returned guard is dropped.
+pub fn observe(observer: Observer) -> ObserverGuard {
+    observers().write().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(&observer));
+    ObserverGuard(observer)
+}
+
+/// Stops an observer when dropped.
+pub struct ObserverGuard(Observer);
+
+impl Drop for ObserverGuard {
+    fn drop(&mut self) {
+        observers().write().unwrap_or_else(|p| p.into_inner()).retain(|kept| !Arc::ptr_eq(kept, &self.0));
+    }
+}
+
+/// Re-emits one provider record as a host event.
+pub fn emit(record: &LogRecord<'_>) {
+    {
+        let observers = observers().read().unwrap_or_else(|p| p.into_inner());
+        if !observers.is_empty() {
+            let mut line = format!("{} {}", record.target, record.message);
+            for field in record.fields.iter() {
+                let _ = write!(line, " {}={}", field.name, field.value);
+            }
+            observers.iter().for_each(|observer| observer(&line));
+        }
+    }
+    let level = match record.level {
+        LogLevel::Error => Level::ERROR,
+        LogLevel::Warn => Level::WARN,
+        LogLevel::Info => Level::INFO,
+        LogLevel::Debug => Level::DEBUG,
+        LogLevel::Trace => Level::TRACE,
+    };
+    if LevelFilter::current() < level {
+        return;
+    }
+    let names: Vec<&str> = record.fields.iter().take(MAX_FIELDS).map(|field| field.name.as_str()).collect();
+    let (callsite, fielded) = match callsite(level, record.target.as_str(), &names) {
+        Some(callsite) => (callsite, names.len()),
+        None => (callsite(level, "provider", &[]).expect("the fallback callsite always fits"), 0),
+    };
+    let metadata = callsite.metadata();
+    if !tracing::dispatcher::get_default(|dispatch| dispatch.enabled(metadata)) {
+        return;
+    }
+    let mut message = record.message.to_string();
+    for field in record.fields.iter().skip(fielded) {
+        let _ = write!(message, " {}={}", field.name, field.value);
+    }
+    let fields = metadata.fields();
+    let mut iter = fields.iter();
+    let message_field = iter.next().expect("every provider callsite has a message field");
+    let named: Vec<_> = iter.collect();
+    let values: Vec<_> = record
+        .fields
+        .iter()
+        .take(fielded)
+        .map(|field| tracing::field::display(field.value.as_str()))
+        .collect();
+    let padding: (&tracing_core::Field, Option<&dyn Value>) = (&message_field, None);
+    let mut pairs: [(&tracing_core::Field, Option<&dyn Value>); MAX_FIELDS + 1] = [padding; MAX_FIELDS + 1];
+    pairs[0] = (&message_field, Some(&message as &dyn Value));
+    for (slot, (field, value)) in pairs[1..].iter_mut().zip(named.iter().zip(values.iter())) {
+        *slot = (field, Some(value as &dyn Value));
+    }
+    Event::dispatch(metadata, &fields.value_set(&pairs));
+}
+
+/// A callsite made at run time for one (level, target, field names).
+struct ProviderCallsite {
+    metadata: OnceLock<Metadata<'static>>,
+}
+
+impl Callsite for ProviderCallsite {
+    fn set_interest(&self, _interest: Interest) {}
+
+    fn metadata(&self) -> &Metadata<'_> {
+        self.metadata.get().expect("the metadata is set before the callsite is registered")
+    }
+}
+
+type Key = (Level, String, Vec<String>);
+
+/// The callsite of `(level, target, names)`, made and registered on first
+/// use; `None` once [`MAX_CALLSITES`] exist.
+fn callsite(level: Level, target: &str, names: &[&str]) -> Option<&'static ProviderCallsite> {
+    static CALLSITES: OnceLock<Mutex<HashMap<Key, &'static ProviderCallsite>>> = OnceLock::new();
+    let mut callsites = CALLSITES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let key: Key = (level, target.to_owned(), names.iter().map(|name| (*name).to_owned()).collect());
+    if let Some(callsite) = callsites.get(&key) {
+        return Some(callsite);
+    }
+    if callsites.len() >= MAX_CALLSITES && target != "provider" {
+        return None;
+    }
+    let callsite: &'static ProviderCallsite =
+        Box::leak(Box::new(ProviderCallsite { metadata: OnceLock::new() }));
+    let leak = |text: &str| -> &'static str { Box::leak(text.to_owned().into_boxed_str()) };
+    let field_names: Vec<&'static str> =
+        std::iter::once("message").chain(names.iter().map(|name| leak(name))).collect();
+    let field_names: &'static [&'static str] = Box::leak(field_names.into_boxed_slice());
+    let metadata = Metadata::new(
+        "provider event",
+        leak(target),
+        level,
+        None,
+        None,
+        None,
+        FieldSet::new(field_names, Identifier(callsite)),
+        Kind::EVENT,
+    );
+    let _ = callsite.metadata.set(metadata);
+    tracing_core::callsite::register(callsite);
+    callsites.insert(key, callsite);
+    Some(callsite)
+}
