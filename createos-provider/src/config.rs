@@ -570,11 +570,11 @@ mod tests {
             (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://example.com"}),
-                "apiUrl must use https (plain http only on loopback)",
+                "it uses http on a host that is not loopback; use https",
             ),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "ftp://example.com"}),
-                "apiUrl must use https",
+                "its scheme must be https",
             ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "example.com"}), "absolute URL"),
             (
@@ -589,7 +589,7 @@ mod tests {
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "https://example.com/v1/x"}), "path"),
             (
                 json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": "http://127.0.0.1.example.com"}),
-                "apiUrl must use https (plain http only on loopback)",
+                "it uses http on a host that is not loopback; use https",
             ),
             (json!({"apiKey": KEY, "shape": "s-1vcpu-1gb", "apiUrl": 3}), "apiUrl must be a string"),
             (
@@ -694,13 +694,16 @@ mod tests {
     fn a_null_config_counts_as_an_empty_object() {
         let env = |_: &str| Some(KEY.to_string());
         let null = parse_with_env(&Value::Null, env).unwrap_err();
-        assert_eq!(null, ["shape is required"]);
+        assert_eq!(null, ["CreateOS requires a shape from its shape catalog."]);
         assert_eq!(null, parse_with_env(&json!({}), env).unwrap_err());
         let errors = parse(Value::Null).unwrap_err();
-        assert_eq!(errors, [REFERENCE_MISSING_KEY, "shape is required"]);
+        assert_eq!(errors, [REFERENCE_MISSING_KEY, "CreateOS requires a shape from its shape catalog."]);
         // Any other non-object is refused.
         for not_an_object in [json!(false), json!(0), json!("{}"), json!([{}])] {
-            assert_eq!(parse_with_env(&not_an_object, env).unwrap_err(), ["config must be a JSON object"]);
+            assert_eq!(
+                parse_with_env(&not_an_object, env).unwrap_err(),
+                ["CreateOS config must be a JSON object."]
+            );
         }
     }
 
@@ -749,9 +752,9 @@ mod tests {
             config[name] = json!(1);
             let (_, warnings) = parse(config).unwrap();
             let expected = if named {
-                format!("unknown config key {name} is ignored")
+                format!("unknown config key {name} is ignored.")
             } else {
-                "an unknown config key is ignored".into()
+                "an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key).".into()
             };
             assert_eq!(warnings, [expected], "{name:?}");
         }
