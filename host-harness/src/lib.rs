@@ -6,12 +6,15 @@
 //! policy), [`ledger`] (SQLite), [`lifecycle`], [`soak`], [`sweep`],
 //! [`lease_file`] (the lease JSON of the hook commands), [`resources`]
 //! (what a soak costs the process), [`plugin`]
-//! (loading), [`request`] (the configuration file), [`embedded`] (the
+//! (loading), [`hosted`] and [`isolation`] (a provider in process or in a
+//! worker process), [`request`] (the configuration file), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
 pub mod embedded;
 pub mod host;
+pub mod hosted;
 pub mod interrupt;
+pub mod isolation;
 pub mod lease_file;
 pub mod ledger;
 pub mod lifecycle;

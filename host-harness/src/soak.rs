@@ -8,6 +8,7 @@
 //! invariants: no sandbox leaked that the host could name, no unconfirmed
 //! lease paused or resumed, the API key in no output, no panic.
 
+use crate::hosted::HookSupport;
 use crate::{
     host::Host,
     ledger::{Ledger, Owner},
@@ -17,7 +18,7 @@ use crate::{
     secrets::SecretFields,
 };
 use createos_sim::{FaultProfile, FaultRule};
-use provider_abi::{ErrorKind, LoadedProvider, OutputStream, Provider, ProviderError};
+use provider_abi::{ErrorKind, OutputStream, ProviderError};
 use serde_json::{json, Value};
 use std::{
     collections::BTreeMap,
@@ -136,7 +137,7 @@ impl Reporter for Watcher<'_> {
 /// Runs `plan.leases` lifecycles, `plan.concurrency` at a time, on scoped
 /// threads; `progress` is called after each.
 pub fn run(
-    provider: &LoadedProvider,
+    provider: &dyn HookSupport,
     ledger: &Ledger,
     plan: &SoakPlan<'_>,
     progress: &(dyn Fn(&Finished) + Sync),
