@@ -208,10 +208,13 @@ impl IsolatedProvider {
                 Ok(event) => event,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let how =
-                        format!("was killed after the `{hook}` hook passed its deadline of {deadline:?}");
+                        format!("was killed when the `{hook}` hook passed its deadline of {deadline:?}");
                     connection.unregister(id);
-                    connection.kill(Some(how.clone()));
-                    return Err(crash_error(connection.pid, &how, hook));
+                    connection.kill(Some(how));
+                    return Err(worker_error(format!(
+                        "The `{hook}` hook passed its deadline of {deadline:?}: its provider worker (pid {}) was killed; the next call starts a new worker.",
+                        connection.pid
+                    )));
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => Event::Died("ended without a reply".to_owned()),
             };
@@ -370,8 +373,10 @@ impl Connection {
         io::Write::write_all(&mut *lock(&self.writer), &frame)
     }
 
-    /// Kills the worker (`because`: why, for the calls still in flight).
+    /// Kills the worker (`because`: why, for the calls still in flight);
+    /// calls from now on start a new one.
     fn kill(&self, because: Option<String>) {
+        self.dead.store(true, Ordering::SeqCst);
         if let Some(because) = because {
             lock(&self.calls).killed_because.get_or_insert(because);
         }

@@ -47,10 +47,12 @@ pub fn serve_worker(library: &Path) -> ExitCode {
     // this process alone; nothing else in the process owns it.
     let socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
     match Worker::start(library, socket) {
-        Ok((worker, reader)) => {
+        Ok(Some((worker, reader))) => {
             worker.serve(reader);
             ExitCode::SUCCESS
         }
+        // The host got the load error in the hello and reports it.
+        Ok(None) => ExitCode::from(2),
         Err(error) => {
             eprintln!("host-harness __worker: {error}");
             ExitCode::from(2)
@@ -72,15 +74,16 @@ struct Worker {
 }
 
 impl Worker {
-    /// Loads the library, says hello and runs the handshake.
-    fn start(library: &Path, socket: UnixStream) -> io::Result<(Arc<Worker>, BufReader<UnixStream>)> {
+    /// Loads the library, says hello and runs the handshake; `None` when
+    /// the library did not load (the hello told the host why).
+    fn start(library: &Path, socket: UnixStream) -> io::Result<Option<(Arc<Worker>, BufReader<UnixStream>)>> {
         let mut writer = socket.try_clone()?;
         let mut reader = BufReader::new(socket.try_clone()?);
         let provider = match LoadedProvider::load(library) {
             Ok(provider) => provider,
             Err(error) => {
                 protocol::write(&mut writer, &ToHost::Hello(Err(error.to_string())))?;
-                return Err(io::Error::other(error.to_string()));
+                return Ok(None);
             }
         };
         let supported = Hook::ALL.iter().filter(|hook| provider.supports(**hook)).map(|h| h.name().into());
@@ -108,7 +111,7 @@ impl Worker {
             jobs: Mutex::new(jobs),
             queue,
         };
-        Ok((Arc::new(worker), reader))
+        Ok(Some((Arc::new(worker), reader)))
     }
 
     fn send(&self, message: &ToHost) -> io::Result<()> {
