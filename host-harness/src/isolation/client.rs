@@ -31,10 +31,18 @@ use std::{
 /// the calls in flight (see [`is_worker_failure`]).
 pub const WORKER_OPERATION: &str = "provider worker";
 
+/// How the message of every error a worker's death gives begins.
+pub const WORKER_FAILURE_PREFIX: &str = "The provider worker (pid ";
+
 /// True for the error of a call whose worker died or was killed under it:
 /// what the hook did before is unknown (a command it ran may still run).
 pub fn is_worker_failure(error: &ProviderError) -> bool {
     error.operation() == Some(WORKER_OPERATION)
+}
+
+/// True for the message of such an error, as a ledger row keeps it.
+pub fn is_worker_failure_message(message: &str) -> bool {
+    message.starts_with(WORKER_FAILURE_PREFIX)
 }
 
 /// How isolated providers start and watch their workers.
@@ -212,7 +220,7 @@ impl IsolatedProvider {
                     connection.unregister(id);
                     connection.kill(Some(how));
                     return Err(worker_error(format!(
-                        "The `{hook}` hook passed its deadline of {deadline:?}: its provider worker (pid {}) was killed; the next call starts a new worker.",
+                        "{WORKER_FAILURE_PREFIX}{}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker.",
                         connection.pid
                     )));
                 }
@@ -259,7 +267,7 @@ fn worker_error(message: String) -> ProviderError {
 /// The one line a call gets when its worker ended under it.
 fn crash_error(pid: u32, how: &str, hook: Hook) -> ProviderError {
     worker_error(format!(
-        "The provider worker (pid {pid}) {how} during the `{hook}` hook; the next call starts a new worker."
+        "{WORKER_FAILURE_PREFIX}{pid}) {how} during the `{hook}` hook; the next call starts a new worker."
     ))
 }
 

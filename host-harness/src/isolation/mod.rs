@@ -20,6 +20,9 @@ pub mod protocol;
 pub mod spawn;
 pub mod worker;
 
-pub use client::{is_worker_failure, IsolatedProvider, IsolationError, IsolationOptions, WORKER_OPERATION};
+pub use client::{
+    is_worker_failure, is_worker_failure_message, IsolatedProvider, IsolationError, IsolationOptions,
+    WORKER_OPERATION,
+};
 pub use spawn::Limits;
 pub use worker::serve_worker;
