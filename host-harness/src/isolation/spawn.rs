@@ -4,7 +4,8 @@
 //! `/dev/null` as stdin, the host's stderr as stdout and stderr (a provider
 //! printing cannot corrupt the host's output), an empty environment (the
 //! variables the provider needs come in the handshake), resource limits
-//! (`setrlimit`) and `PR_SET_PDEATHSIG`, so it dies with the host.
+//! (`setrlimit`; no core dumps: a provider's memory may hold secrets) and
+//! `PR_SET_PDEATHSIG`, so it dies with the host.
 //!
 //! The parent-death signal fires when the *thread* that forked the worker
 //! ends, not the process; hooks run on whatever thread the host calls them
@@ -117,6 +118,8 @@ fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
             set_limit(libc::RLIMIT_AS, limits.address_space)?;
             set_limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
             set_limit(libc::RLIMIT_NOFILE, limits.open_files)?;
+            // No core dump: a crashed provider's memory may hold secrets.
+            set_limit(libc::RLIMIT_CORE, Some(0))?;
             Ok(())
         });
     }
