@@ -202,9 +202,12 @@ impl IsolatedProvider {
         let deadline = self.deadline(&call);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (events, incoming) = mpsc::channel();
-        let connection = self.connection()?;
-        if let Err(how) = connection.register(id, hook, events) {
-            return Err(crash_error(connection.pid, &how, hook));
+        // A worker that died between `connection` and `register` is
+        // replaced once.
+        let mut connection = self.connection()?;
+        if let Err(how) = connection.register(id, hook, events.clone()) {
+            connection = self.connection()?;
+            connection.register(id, hook, events).map_err(|_| crash_error(connection.pid, &how, hook))?;
         }
         if connection.send(&ToWorker::Call { id, call }).is_err() {
             // The reader sees the broken connection and reports the death.
@@ -212,7 +215,7 @@ impl IsolatedProvider {
         }
         let until = Instant::now() + deadline;
         loop {
-            let event = match incoming.recv_timeout(until.saturating_duration_since(Instant::now())) {
+            let event = match next_event(&incoming, until) {
                 Ok(event) => event,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     let how =
@@ -255,6 +258,23 @@ impl Drop for IsolatedProvider {
         }
     }
 }
+
+/// The next event of a call: polled for a few microseconds first (a
+/// cheap hook's reply is usually that close, and a thread put to sleep
+/// costs more to wake than the poll), then waited for until `until`.
+fn next_event(incoming: &mpsc::Receiver<Event>, until: Instant) -> Result<Event, mpsc::RecvTimeoutError> {
+    for _ in 0..SPIN_POLLS {
+        match incoming.try_recv() {
+            Ok(event) => return Ok(event),
+            Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(mpsc::TryRecvError::Disconnected) => return Err(mpsc::RecvTimeoutError::Disconnected),
+        }
+    }
+    incoming.recv_timeout(until.saturating_duration_since(Instant::now()))
+}
+
+/// How many times a caller polls for its reply before it sleeps.
+const SPIN_POLLS: usize = 50;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -4,8 +4,9 @@
 //! `/dev/null` as stdin, the host's stderr as stdout and stderr (a provider
 //! printing cannot corrupt the host's output), an empty environment (the
 //! variables the provider needs come in the handshake), resource limits
-//! (`setrlimit`; no core dumps: a provider's memory may hold secrets) and
-//! `PR_SET_PDEATHSIG`, so it dies with the host.
+//! (`setrlimit`; no core dumps: a provider's memory may hold secrets), a
+//! process group of its own (a terminal's Ctrl-C is the host's to handle)
+//! and `PR_SET_PDEATHSIG`, so it dies with the host.
 //!
 //! The parent-death signal fires when the *thread* that forked the worker
 //! ends, not the process; hooks run on whatever thread the host calls them
@@ -96,8 +97,8 @@ fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
     command.args(&spec.args).env_clear().stdin(Stdio::null()).stdout(stdout).stderr(Stdio::inherit());
     let fd = socket.as_raw_fd();
     let limits = spec.limits.clone();
-    // SAFETY: async-signal-safe calls only (getpid-free prctl, getppid,
-    // dup2, fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
+    // SAFETY: async-signal-safe calls only (prctl, getppid, setpgid, dup2,
+    // fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
     let parent = unsafe { libc::getpid() };
     unsafe {
         command.pre_exec(move || {
@@ -106,6 +107,11 @@ fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
             }
             if libc::getppid() != parent {
                 return Err(io::Error::other("the host exited while its worker started"));
+            }
+            // Its own process group: a terminal's Ctrl-C reaches the host,
+            // which cleans up through the worker, never the worker itself.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
             }
             if fd == WORKER_FD {
                 let flags = libc::fcntl(fd, libc::F_GETFD);

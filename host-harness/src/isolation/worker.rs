@@ -1,9 +1,10 @@
 //! The worker's side: load the library, say hello, serve hooks until the
 //! host closes the socket.
 //!
-//! One reader thread reads frames; `health` runs on it (a cheap check that
-//! sends no request, so its round trip is one hop shorter), every other hook
-//! on a thread of a pool that grows to the number of hooks in flight. A
+//! One reader thread reads frames; `health` and `validate_config` run on it
+//! (checks that send no request, so their round trip is one thread hop
+//! shorter; they delay the dispatch of other calls only while they run),
+//! every other hook on a thread of a pool that grows to the number of hooks in flight. A
 //! recording hook's thread sends the created lease and blocks until the
 //! reader hands it the host's answer, so a write-ahead record still commits
 //! before the provider goes on.
@@ -125,8 +126,8 @@ impl Worker {
         let mut buffer = Vec::new();
         while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
             match message {
-                ToWorker::Call { id, call: Call::Health } => {
-                    let result = self.provider.health().map(Reply::Health);
+                ToWorker::Call { id, call: call @ (Call::Health | Call::ValidateConfig(_)) } => {
+                    let result = self.run(id, call);
                     if self.send(&ToHost::Reply { id, result }).is_err() {
                         break;
                     }
