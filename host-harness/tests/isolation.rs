@@ -301,6 +301,17 @@ fn the_worker_dies_with_the_host() {
 /// name: the API has no idempotency key).
 #[test]
 fn a_soak_where_one_call_in_a_hundred_aborts_its_worker_keeps_the_invariants() {
+    // The fixture links the CreateOS provider, which exports a root module
+    // too: the library must export its own.
+    let inspect = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .args(["--json", "--plugin"])
+        .arg(fixture("crashy_createos"))
+        .arg("inspect")
+        .output()
+        .unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(manifest["id"], "crashy-createos", "{manifest}");
+
     let dir = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
         .env("CRASHY_CRASH_SHARE", "0.01")
