@@ -32,8 +32,8 @@ fn fixture(name: &str) -> PathBuf {
 fn options() -> IsolationOptions {
     IsolationOptions {
         program: Some(env!("CARGO_BIN_EXE_host-harness").into()),
-        // Small enough that a runaway allocation ends quickly.
-        limits: Limits { address_space: Some(4 << 30), ..Limits::default() },
+        // Small enough that a runaway allocation or a spin ends quickly.
+        limits: Limits { address_space: Some(4 << 30), cpu_seconds: Some(1), open_files: Some(64) },
         ..IsolationOptions::default()
     }
 }
@@ -77,6 +77,8 @@ fn each_crash_fails_the_call_in_flight_in_one_line_and_the_next_call_starts_a_ne
         ("crash:abort", "SIGABRT"),
         ("crash:stack", "SIGABRT"),
         ("crash:oom", "SIGABRT"),
+        // The CPU-time limit (one second here) ends a worker that spins.
+        ("crash:spin", "SIGXCPU"),
     ];
     for (command, signal) in cases {
         let provider = start(options());
@@ -121,6 +123,7 @@ fn the_worker_inherits_no_stdin_and_only_the_variables_the_schema_names() {
     assert!(stdout.contains("env=FIXTURE_GREETING\n"), "{stdout}");
     assert!(stdout.contains("stdin=/dev/null\n"), "{stdout}");
     assert!(stdout.contains("greeting=hello from the host\n"), "{stdout}");
+    assert!(stdout.contains("open_files=64\n"), "the open-files limit applies: {stdout}");
 }
 
 #[test]

@@ -121,11 +121,13 @@ fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
             } else if libc::dup2(fd, WORKER_FD) < 0 {
                 return Err(io::Error::last_os_error());
             }
-            set_limit(libc::RLIMIT_AS, limits.address_space)?;
-            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
-            set_limit(libc::RLIMIT_NOFILE, limits.open_files)?;
+            set_limit(libc::RLIMIT_AS, limits.address_space, 0)?;
+            // A second more of hard limit: the soft one's SIGXCPU names the
+            // cause; the hard one's is a plain SIGKILL.
+            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds, 1)?;
+            set_limit(libc::RLIMIT_NOFILE, limits.open_files, 0)?;
             // No core dump: a crashed provider's memory may hold secrets.
-            set_limit(libc::RLIMIT_CORE, Some(0))?;
+            set_limit(libc::RLIMIT_CORE, Some(0), 0)?;
             Ok(())
         });
     }
@@ -134,17 +136,20 @@ fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
     child
 }
 
-/// Lowers `resource`'s soft and hard limits to `value` (never above the
-/// current hard limit, which an unprivileged process cannot raise).
-fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>) -> io::Result<()> {
+/// Lowers `resource`'s soft limit to `value` and its hard limit to `value +
+/// headroom` (never above the current hard limit, which an unprivileged
+/// process cannot raise).
+fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>, headroom: u64) -> io::Result<()> {
     let Some(value) = value else { return Ok(()) };
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: `limit` is a valid, writable rlimit.
     if unsafe { libc::getrlimit(resource, &mut limit) } != 0 {
         return Err(io::Error::last_os_error());
     }
-    let value = value.min(limit.rlim_max);
-    let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+    let limit = libc::rlimit {
+        rlim_cur: value.min(limit.rlim_max),
+        rlim_max: value.saturating_add(headroom).min(limit.rlim_max),
+    };
     // SAFETY: `limit` is a valid rlimit.
     if unsafe { libc::setrlimit(resource, &limit) } != 0 {
         return Err(io::Error::last_os_error());
