@@ -422,6 +422,7 @@ pub fn config_schema() -> Value {
                 "type": "string",
                 "writeOnly": true,
                 "x-secret-scope": ["apiUrl"],
+                "x-env": API_KEY_ENV,
                 "description": "CreateOS API key; falls back to the CREATEOS_API_KEY environment variable. No CR, LF or NUL."
             },
             "shape": {

@@ -14,20 +14,22 @@
 //! provider reports it (`acquire_lease_recording`), before the provider goes on.
 
 use crate::{
+    hosted::HookSupport,
+    isolation::is_worker_failure,
     ledger::{LeaseEnv, LeaseState, Ledger, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
 };
 use provider_abi::{
     AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult,
-    Hook, HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, OutputStream, ProbeReport, Provider,
-    ProviderError, SyncParams, SyncResult, Workspace,
+    Hook, HookResult, Lease, LeaseParams, OutputSink, OutputStream, ProbeReport, ProviderError, SyncParams,
+    SyncResult, Workspace,
 };
 use serde_json::Value;
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
-    provider: &'a LoadedProvider,
+    provider: &'a dyn HookSupport,
     ledger: &'a Ledger,
     env: EnvironmentParams,
     lease_env: LeaseEnv,
@@ -93,7 +95,7 @@ fn may_have_left_a_sandbox(error: &ProviderError) -> bool {
 /// What the ledger stores of `config`: the provider's normalised form when it
 /// validates (its own spelling of every value), else `config` as given, and
 /// in either case without the properties the provider's schema marks secret.
-pub fn storable_config(provider: &LoadedProvider, env: &EnvironmentParams, config: &Value) -> Value {
+pub fn storable_config(provider: &dyn HookSupport, env: &EnvironmentParams, config: &Value) -> Value {
     let normalized = provider
         .validate_config(env)
         .ok()
@@ -112,7 +114,7 @@ impl<'a> Host<'a> {
     /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
     /// `embedded_sim` marks an API served by a simulator inside this process.
     pub fn new(
-        provider: &'a LoadedProvider,
+        provider: &'a dyn HookSupport,
         ledger: &'a Ledger,
         config: &HarnessConfig,
         owner: Owner,
@@ -131,7 +133,7 @@ impl<'a> Host<'a> {
     }
 
     /// The provider.
-    pub fn provider(&self) -> &'a LoadedProvider {
+    pub fn provider(&self) -> &'a dyn HookSupport {
         self.provider
     }
 
@@ -464,7 +466,10 @@ impl<'a> Host<'a> {
         let outcome = call(&params);
         let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
         if let Err(error) = &outcome {
+            // A worker that died under the command took its cleanup with it:
+            // the command's processes may still run.
             let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
+                || is_worker_failure(error)
                 || (self.provider.supports(Hook::InspectLease)
                     && self.provider.inspect_lease(&params.lease).is_ok_and(|status| status.unconfirmed));
             if unconfirmed {

@@ -7,14 +7,17 @@
 //! [`lease_file`] (the lease JSON of the hook commands), [`conform`] (the
 //! provider-agnostic lease-contract checks), [`resources`]
 //! (what a soak costs the process), [`plugin`]
-//! (loading), [`request`] (the configuration file), [`embedded`] (the
+//! (loading), [`hosted`] and [`isolation`] (a provider in process or in a
+//! worker process), [`request`] (the configuration file), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
 pub mod async_host;
 pub mod conform;
 pub mod embedded;
 pub mod host;
+pub mod hosted;
 pub mod interrupt;
+pub mod isolation;
 pub mod lease_file;
 pub mod ledger;
 pub mod lifecycle;

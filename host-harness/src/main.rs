@@ -8,12 +8,13 @@ use clap::{Args, Parser, Subcommand};
 use commands::{Failure, Printer};
 use host_harness::{
     interrupt,
+    isolation::{IsolationOptions, Limits},
     lock::{check_signature, LockFile},
     plugin::find_plugin,
     providers::ProvidersDir,
 };
 use provider_abi::Provider;
-use std::{path::PathBuf, process::ExitCode};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 /// Load a sandbox provider library and drive its hooks.
 ///
@@ -67,6 +68,8 @@ pub struct Global {
     /// Log format on stderr: text (coloured only on a terminal) or json, one object a line.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     log_format: LogFormat,
+    #[command(flatten)]
+    isolation: IsolationArgs,
 }
 
 /// `--log-format`.
@@ -76,6 +79,58 @@ enum LogFormat {
     Text,
     /// One JSON object a line.
     Json,
+}
+
+/// `--isolate` and the worker's limits, on every command that loads a provider.
+#[derive(Args)]
+pub struct IsolationArgs {
+    /// Run the provider in a worker process: a crash in it (segmentation
+    /// fault, abort, stack overflow, runaway allocation) fails the calls in
+    /// flight, not the harness, and the next call starts a new worker.
+    /// Costs microseconds a call instead of nanoseconds.
+    #[arg(long, global = true)]
+    isolate: bool,
+    /// With --isolate: seconds a hook may run before its worker is killed
+    /// and restarted [default: 900].
+    #[arg(long, global = true, value_name = "SECONDS")]
+    hook_deadline: Option<u64>,
+    /// With --isolate: the worker's address space in MiB, 0 for the
+    /// harness's own limit [default: 16384].
+    #[arg(long, global = true, value_name = "MIB")]
+    worker_memory: Option<u64>,
+    /// With --isolate: the worker's CPU time in seconds, 0 for no limit
+    /// [default: 3600].
+    #[arg(long, global = true, value_name = "SECONDS")]
+    worker_cpu: Option<u64>,
+    /// With --isolate: the worker's open files, 0 for the harness's own
+    /// limit [default: 8192].
+    #[arg(long, global = true, value_name = "N")]
+    worker_files: Option<u64>,
+}
+
+impl IsolationArgs {
+    /// The isolation options, when `--isolate` was given.
+    fn options(&self) -> Option<IsolationOptions> {
+        if !self.isolate {
+            return None;
+        }
+        let defaults = IsolationOptions::default();
+        let limit = |value: Option<u64>, default: Option<u64>, scale: u64| match value {
+            Some(0) => None,
+            Some(value) => Some(value.saturating_mul(scale)),
+            None => default,
+        };
+        let limits = Limits::default();
+        Some(IsolationOptions {
+            deadline: self.hook_deadline.map_or(defaults.deadline, Duration::from_secs),
+            limits: Limits {
+                address_space: limit(self.worker_memory, limits.address_space, 1 << 20),
+                cpu_seconds: limit(self.worker_cpu, limits.cpu_seconds, 1),
+                open_files: limit(self.worker_files, limits.open_files, 1),
+            },
+            ..defaults
+        })
+    }
 }
 
 /// `--config FILE`, required.
@@ -310,6 +365,13 @@ enum Command {
         after_help = "Examples:\n  host-harness man > ~/.local/share/man/man1/host-harness.1 && man host-harness"
     )]
     Man,
+    /// The worker process of --isolate: serves the library's hooks on the
+    /// socket the harness hands it (file descriptor 3).
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        /// The provider library.
+        library: PathBuf,
+    },
 }
 
 /// `lock` subcommands.
@@ -376,6 +438,9 @@ fn limit_malloc_arenas() {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     let cli = Cli::parse();
+    if let Command::Worker { library } = &cli.command {
+        return host_harness::isolation::serve_worker(library);
+    }
     init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
     match run(&cli, out) {
@@ -451,9 +516,10 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         // Calls the provider directly and destroys what it acquires: no ledger.
         return commands::conform::run(plugin, config.as_deref(), out);
     }
+    let isolation = global.isolation.options();
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
-        let provider = commands::load(plugin)?;
+        let provider = commands::load(plugin, isolation.as_ref())?;
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
@@ -468,7 +534,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             ));
         }
     }
-    let session = commands::Session::open(plugin, global.ledger.as_deref(), out)?;
+    let session = commands::Session::open(plugin, isolation.as_ref(), global.ledger.as_deref(), out)?;
     let shut_down = || {
         if let Err(error) = session.provider.shutdown() {
             tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
@@ -533,7 +599,8 @@ fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
         | Command::Lock(_)
         | Command::Conform { .. }
         | Command::Completions { .. }
-        | Command::Man => unreachable!("handled before opening the ledger"),
+        | Command::Man
+        | Command::Worker { .. } => unreachable!("handled before opening the ledger"),
     }
 }
 

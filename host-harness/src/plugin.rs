@@ -4,7 +4,11 @@
 //! of the providers directory ([`crate::providers`]); the CreateOS provider
 //! next to the binary (where `cargo build` leaves it).
 
-use crate::providers::ProvidersDir;
+use crate::{
+    hosted::HostedProvider,
+    isolation::{IsolatedProvider, IsolationOptions},
+    providers::ProvidersDir,
+};
 use provider_abi::{Hook, LoadError, LoadedProvider, Provider, SetupParams};
 use std::path::{Path, PathBuf};
 
@@ -76,10 +80,7 @@ pub fn default_plugin_path() -> PathBuf {
 pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = LoadedProvider::load(&path)?;
-    let params = SetupParams {
-        host_name: env!("CARGO_PKG_NAME").into(),
-        host_version: env!("CARGO_PKG_VERSION").into(),
-    };
+    let params = setup_params();
     let set_up = match crate::provider_log::host_max_level() {
         Some(level) if provider.supports(Hook::SetupWithLogs) => {
             provider.setup_with_logs(&params, crate::provider_log::sink(), level)
@@ -88,4 +89,24 @@ pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     };
     set_up.map_err(|error| LoadError::ProviderFailed { path, error })?;
     Ok(provider)
+}
+
+/// Loads the provider at `path` (the default when `None`) and runs `setup`:
+/// in this process, or with `isolation` in a worker process. Errors are one line.
+pub fn load_hosted(
+    path: Option<&Path>,
+    isolation: Option<&IsolationOptions>,
+) -> Result<HostedProvider, String> {
+    let Some(options) = isolation else {
+        return load_provider(path).map(HostedProvider::Loaded).map_err(|error| error.to_string());
+    };
+    let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
+    let provider = IsolatedProvider::start(&path, options.clone()).map_err(|error| error.to_string())?;
+    provider.setup(&setup_params()).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
+    Ok(HostedProvider::Isolated(provider))
+}
+
+/// What this host tells a provider's `setup` about itself.
+fn setup_params() -> SetupParams {
+    SetupParams { host_name: env!("CARGO_PKG_NAME").into(), host_version: env!("CARGO_PKG_VERSION").into() }
 }

@@ -16,6 +16,7 @@ use provider_abi::{
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
+use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
 use std::{
     fmt,
     path::PathBuf,
@@ -335,5 +336,27 @@ impl Provider for ProviderSet {
 
     fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
         self.call(|provider| provider.release_lease_reporting(params))
+    }
+
+    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
+        self.call(|provider| provider.execute_bytes(params, output))
+    }
+
+    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        self.call(|provider| provider.setup_with_logs(params, logs, max_level))
+    }
+
+    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.call(|provider| provider.sync_in(params))
+    }
+
+    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.call(|provider| provider.sync_out(params))
+    }
+}
+
+impl crate::hosted::HookSupport for ProviderSet {
+    fn supports(&self, hook: Hook) -> bool {
+        ProviderSet::supports(self, hook)
     }
 }

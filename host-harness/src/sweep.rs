@@ -12,13 +12,14 @@
 //! without a lease id (an `acquire` or `probe` whose creation reply was still
 //! in flight) cannot be acted on and is reported.
 
+use crate::hosted::HookSupport;
 use crate::{
     host::{storable_config, HeldLease, Host},
     ledger::{LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
 };
-use provider_abi::{LoadedProvider, Provider, ProviderError};
+use provider_abi::ProviderError;
 use serde_json::{json, Value};
 
 /// Which rows to sweep.
@@ -65,7 +66,7 @@ pub struct SweepSecrets {
 
 impl SweepSecrets {
     /// The secrets of `config`, as `provider` describes them.
-    pub fn from_config(provider: &LoadedProvider, config: &HarnessConfig) -> Self {
+    pub fn from_config(provider: &dyn HookSupport, config: &HarnessConfig) -> Self {
         let env = config.environment(&provider.manifest().driver_key);
         Self {
             current: config.config.clone(),
@@ -123,7 +124,7 @@ impl Swept {
 
 /// Sweeps the rows of `scope`.
 pub fn sweep(
-    provider: &LoadedProvider,
+    provider: &dyn HookSupport,
     ledger: &Ledger,
     scope: Scope,
     secrets: &SweepSecrets,
@@ -155,7 +156,7 @@ pub fn sweep(
 }
 
 fn sweep_one(
-    provider: &LoadedProvider,
+    provider: &dyn HookSupport,
     ledger: &Ledger,
     record: &LeaseRecord,
     fields: &SecretFields,

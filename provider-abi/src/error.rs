@@ -9,6 +9,7 @@ use std::fmt;
 /// return a kind an older host does not know without undefined behaviour;
 /// such a kind displays as `unknown(N)`.
 #[repr(transparent)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, PartialEq, Eq, Hash)]
 pub struct ErrorKind(pub u16);
 
@@ -80,6 +81,7 @@ impl fmt::Display for ErrorKind {
 /// An error returned by a hook: a kind, an optional HTTP status and
 /// operation label, and a one-line message.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, PartialEq, Eq)]
 pub struct ProviderError {
     /// What went wrong.

@@ -7,6 +7,11 @@
 //!
 //! Versioning: see [`module`] for why the root module is frozen within a major
 //! version and how minor versions add hooks.
+//!
+//! With the optional `serde` feature, the hook parameter and result types
+//! (and [`ProviderError`], [`OutputStream`], [`AbiVersion`]) implement
+//! serde's traits, for hosts that carry hooks to another process; layouts
+//! are unchanged.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

@@ -13,6 +13,7 @@ use std::{
 
 /// Which stream a chunk came from.
 #[repr(u8)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum OutputStream {
     /// Standard output.

@@ -11,6 +11,7 @@ use abi_stable::{
 
 /// Who the host is; passed to `setup`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SetupParams {
     /// The host's name, for provider logs.
@@ -21,6 +22,7 @@ pub struct SetupParams {
 
 /// The provider's identity and capabilities.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct Manifest {
     /// Stable identifier, e.g. `createos`.
@@ -41,6 +43,7 @@ pub struct Manifest {
 
 /// Health of a loaded provider.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct HealthReport {
     /// `ok`, `degraded` or `error`.
@@ -51,6 +54,7 @@ pub struct HealthReport {
 
 /// The environment a hook acts for: who asks and with which configuration.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct EnvironmentParams {
     /// The environment driver, e.g. `createos`.
@@ -65,6 +69,7 @@ pub struct EnvironmentParams {
 
 /// The outcome of `validate_config`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct ValidationReport {
     /// True when the configuration can be used.
@@ -79,6 +84,7 @@ pub struct ValidationReport {
 
 /// The outcome of `probe`: can this environment run work?
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct ProbeReport {
     /// True when a real command ran and cleanup was confirmed.
@@ -91,6 +97,7 @@ pub struct ProbeReport {
 
 /// Parameters of `acquire_lease`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct AcquireParams {
     /// The environment.
@@ -103,6 +110,7 @@ pub struct AcquireParams {
 
 /// A lease on a remote sandbox, as returned by `acquire_lease` and `resume_lease`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Lease {
     /// The remote resource id; `None` when the lease has expired.
@@ -117,6 +125,7 @@ pub struct Lease {
 
 /// Parameters of the hooks that act on an existing lease.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LeaseParams {
     /// The environment.
@@ -131,6 +140,7 @@ pub struct LeaseParams {
 
 /// Where work runs inside a lease.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct Workspace {
     /// The working directory inside the sandbox.
@@ -141,6 +151,7 @@ pub struct Workspace {
 
 /// What `inspect_lease` (ABI 1.1) reports about a lease, without changing it.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct LeaseStatus {
     /// True while the remote resource exists.
@@ -153,6 +164,7 @@ pub struct LeaseStatus {
 
 /// One environment variable for `execute`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
 pub struct EnvVar {
     /// The variable name.
@@ -163,6 +175,7 @@ pub struct EnvVar {
 
 /// Parameters of `execute`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecuteParams {
     /// The lease to run in.
@@ -183,6 +196,7 @@ pub struct ExecuteParams {
 
 /// The outcome of `execute`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecuteResult {
     /// The exit code; `None` after a timeout or a signal.
@@ -201,6 +215,7 @@ pub struct ExecuteResult {
 
 /// What `release_lease_reporting` (ABI 1.2) did with the lease.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ReleaseReport {
     /// True when the lease was kept (paused) and may be resumed; false when

@@ -6,6 +6,7 @@ use std::fmt;
 /// A provider ABI version. Providers and hosts of the same `major` load each
 /// other in both directions; `minor` says which hooks exist.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct AbiVersion {
     /// Incompatible changes bump this; a host refuses every other major.

@@ -2,7 +2,7 @@
 //! [`host_harness::conform`]), one line per check and a summary; exit 1 when
 //! a check failed.
 
-use super::{load, read_config, Failure, Printer};
+use super::{read_config, Failure, Printer};
 use host_harness::{conform, embedded, interrupt};
 use provider_abi::Provider;
 use std::{path::Path, sync::Arc};
@@ -15,7 +15,10 @@ const EMBEDDED_REQUESTS_PER_MINUTE: u32 = 100_000;
 /// Runs every check against the provider at `plugin` with the configuration
 /// in `config`, or against the embedded CreateOS simulator without one.
 pub fn run(plugin: Option<&Path>, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
-    let provider = Arc::new(load(plugin)?);
+    // In process: the checks read the library's own ABI and hooks.
+    let provider = Arc::new(
+        host_harness::plugin::load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))?,
+    );
     let (sim, config) = match config {
         Some(path) => (None, read_config(path)?),
         None => {

@@ -2,13 +2,13 @@
 //! without a ledger (a read-only home directory is no obstacle).
 
 use super::{read_config, Failure, Printer};
-use host_harness::{lock::Signature, render};
-use provider_abi::{LoadedProvider, Provider};
+use host_harness::{hosted::HostedProvider, lock::Signature, render};
+use provider_abi::Provider;
 use serde_json::json;
 use std::path::Path;
 
 /// Prints the provider's manifest, and what its detached signature says.
-pub fn inspect(provider: &LoadedProvider, out: Printer, signature: &Signature) -> Result<(), Failure> {
+pub fn inspect(provider: &HostedProvider, out: Printer, signature: &Signature) -> Result<(), Failure> {
     let manifest = provider.manifest();
     let mut value = render::manifest(&manifest);
     value["signature"] = match signature {
@@ -37,14 +37,14 @@ pub fn inspect(provider: &LoadedProvider, out: Printer, signature: &Signature) -
 }
 
 /// Calls `health`.
-pub fn health(provider: &LoadedProvider, out: Printer) -> Result<(), Failure> {
+pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
     let report = provider.health()?;
     out.value(&render::health(&report), || format!("{}: {}", report.status, report.message));
     Ok(())
 }
 
 /// Calls `validate_config` on the configuration at `path`.
-pub fn validate(provider: &LoadedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
+pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
     let config = read_config(path)?;
     let report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
     out.value(&render::validation(&report), || {

@@ -12,8 +12,11 @@ pub mod providers;
 pub mod runs;
 pub mod sim;
 
-use host_harness::{ledger::Ledger, plugin::load_provider, render, request::HarnessConfig};
-use provider_abi::{LoadedProvider, Provider, ProviderError};
+use host_harness::{
+    hosted::HostedProvider, isolation::IsolationOptions, ledger::Ledger, plugin::load_hosted, render,
+    request::HarnessConfig,
+};
+use provider_abi::{Provider, ProviderError};
 use serde_json::Value;
 use std::{io::Write, path::Path, process::ExitCode};
 
@@ -70,13 +73,14 @@ pub fn open_ledger_read_only(path: Option<&Path>) -> Result<Option<Ledger>, Fail
     Ledger::open_read_only(&path).map_err(|error| Failure::Usage(error.to_string()))
 }
 
-/// Loads the provider (`--plugin`, else the default) and runs `setup`.
-pub fn load(plugin: Option<&Path>) -> Result<LoadedProvider, Failure> {
-    load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))
+/// Loads the provider (`--plugin`, else the default), in a worker process
+/// with `isolation` (`--isolate`), and runs `setup`.
+pub fn load(plugin: Option<&Path>, isolation: Option<&IsolationOptions>) -> Result<HostedProvider, Failure> {
+    load_hosted(plugin, isolation).map_err(Failure::Usage)
 }
 
 /// Shuts `provider` down after a command; the command's own failure comes first.
-pub fn shut_down(provider: &LoadedProvider, result: Result<(), Failure>) -> Result<(), Failure> {
+pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Result<(), Failure> {
     let shutdown = provider.shutdown();
     result?;
     Ok(shutdown?)
@@ -90,7 +94,7 @@ pub fn read_config(path: &Path) -> Result<HarnessConfig, Failure> {
 /// What a command runs with: the loaded provider, the ledger, the printer.
 pub struct Session {
     /// The provider, after `setup`.
-    pub provider: LoadedProvider,
+    pub provider: HostedProvider,
     /// The lease ledger.
     pub ledger: Ledger,
     /// Where results go.
@@ -99,8 +103,13 @@ pub struct Session {
 
 impl Session {
     /// Loads the provider and opens the ledger.
-    pub fn open(plugin: Option<&Path>, ledger: Option<&Path>, out: Printer) -> Result<Session, Failure> {
-        let provider = load(plugin)?;
+    pub fn open(
+        plugin: Option<&Path>,
+        isolation: Option<&IsolationOptions>,
+        ledger: Option<&Path>,
+        out: Printer,
+    ) -> Result<Session, Failure> {
+        let provider = load(plugin, isolation)?;
         let ledger = open_ledger(ledger)?;
         Ok(Session { provider, ledger, out })
     }

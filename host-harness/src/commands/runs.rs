@@ -5,6 +5,7 @@ use super::{read_config, Failure, Printer, Session};
 use host_harness::{
     embedded,
     host::Host,
+    isolation::is_worker_failure_message,
     ledger::Owner,
     lifecycle::{self, StepReport},
     render,
@@ -206,17 +207,26 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
             break;
         }
     }
-    let unswept = session
+    let left_behind = session
         .ledger
         .left_behind(Some(session.ledger.pid()))
-        .map_err(|error| Failure::Usage(error.to_string()))?
-        .len();
+        .map_err(|error| Failure::Usage(error.to_string()))?;
+    let cut_short_by_crash = left_behind
+        .iter()
+        .filter(|record| record.provider_lease_id.is_none())
+        .filter(|record| {
+            let message = record.last_error.as_ref().and_then(|error| error["message"].as_str());
+            message.is_some_and(is_worker_failure_message)
+        })
+        .count();
+    let unswept = left_behind.len();
     let summary = Summary {
         leases: options.leases,
         elapsed: started.elapsed(),
         tally,
         sim: target.sim.as_ref().map(SimFigures::collect),
         unswept,
+        cut_short_by_crash,
         resources,
         concurrency: options.concurrency,
         faults_injected,

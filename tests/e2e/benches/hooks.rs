@@ -1,35 +1,56 @@
 //! Hook round trips: the CreateOS provider's hooks called directly on the
-//! provider type, through the loaded shared library, and through an
-//! out-of-process worker answering JSON lines over pipes
-//! (`provider-worker`), in one run; the cost of loading a library; and what
-//! the provider's log forwarding (ABI 1.3) costs a hook whose event is
-//! below the host's level, and one whose event is forwarded.
+//! provider type, through the loaded shared library, through the isolated
+//! provider's worker process (postcard frames over a Unix socket pair), and
+//! through an out-of-process worker answering JSON lines over pipes
+//! (`provider-worker`), in one run; the cost of loading a library; how long
+//! an isolated provider takes from a detected worker crash to a new worker
+//! answering its first call; and what the provider's log forwarding (ABI 1.3)
+//! costs a hook whose event is below the host's level, and one whose event is
+//! forwarded.
 //!
-//! Target (issue 7): loaded ≤ 2 × direct + 50 ns; out-of-process for comparison.
+//! Targets: loaded ≤ 2 × direct + 50 ns (issue 7); isolated `health` ≤ 20 µs
+//! and crash → new worker answering < 50 ms (issue 16).
 
 use createos_provider::CreateosProvider;
 use criterion::{criterion_group, criterion_main, Criterion};
 use e2e::worker::Worker;
-use provider_abi::{EnvironmentParams, LoadedProvider, LogLevel, LogRecord, LogSink, Provider, SetupParams};
+use host_harness::isolation::{IsolatedProvider, IsolationOptions};
+use provider_abi::{
+    EnvironmentParams, ExecuteParams, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream,
+    Provider, SetupParams,
+};
 use serde_json::json;
-use std::hint::black_box;
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::{
+    hint::black_box,
+    path::Path,
+    sync::atomic::{AtomicU64, Ordering},
+    time::{Duration, Instant},
+};
 
-/// The same provider three ways.
-fn providers() -> (CreateosProvider, LoadedProvider, Worker) {
+/// The isolated provider's options: the benches' own worker binary.
+fn isolation() -> IsolationOptions {
+    IsolationOptions {
+        program: Some(env!("CARGO_BIN_EXE_isolated-worker").into()),
+        ..IsolationOptions::default()
+    }
+}
+
+/// The same provider four ways.
+fn providers() -> (CreateosProvider, LoadedProvider, IsolatedProvider, Worker) {
     let library = e2e::library("createos_provider");
     let loaded = LoadedProvider::load(&library).expect("load the CreateOS provider");
+    let isolated = IsolatedProvider::start(&library, isolation()).expect("start the isolated provider");
     let worker = Worker::spawn(Path::new(env!("CARGO_BIN_EXE_provider-worker")), &library)
         .expect("start the provider worker");
-    (CreateosProvider::default(), loaded, worker)
+    (CreateosProvider::default(), loaded, isolated, worker)
 }
 
 fn round_trips(c: &mut Criterion) {
-    let (direct, loaded, mut worker) = providers();
+    let (direct, loaded, isolated, mut worker) = providers();
     let mut health = c.benchmark_group("health");
     health.bench_function("direct", |b| b.iter(|| black_box(direct.health().unwrap())));
     health.bench_function("loaded", |b| b.iter(|| black_box(loaded.health().unwrap())));
+    health.bench_function("isolated", |b| b.iter(|| black_box(isolated.health().unwrap())));
     health.bench_function("out_of_process", |b| b.iter(|| black_box(worker.health().unwrap())));
     health.finish();
 
@@ -43,6 +64,7 @@ fn round_trips(c: &mut Criterion) {
     let mut validate = c.benchmark_group("validate_config");
     validate.bench_function("direct", |b| b.iter(|| black_box(direct.validate_config(&params).unwrap())));
     validate.bench_function("loaded", |b| b.iter(|| black_box(loaded.validate_config(&params).unwrap())));
+    validate.bench_function("isolated", |b| b.iter(|| black_box(isolated.validate_config(&params).unwrap())));
     validate
         .bench_function("out_of_process", |b| b.iter(|| black_box(worker.validate_config(&config).unwrap())));
     validate.finish();
@@ -93,5 +115,31 @@ fn provider_logs(c: &mut Criterion) {
     assert!(FORWARDED.load(Ordering::Relaxed) > 0, "the enabled level forwarded events");
 }
 
-criterion_group!(benches, round_trips, load, provider_logs);
+/// A worker crash (the fixture aborts in `execute`) detected, then the
+/// time until a new worker answers its first `health`: spawn, load,
+/// handshake, call. The crash itself is outside the measured time.
+fn crash_recovery(c: &mut Criterion) {
+    let provider =
+        IsolatedProvider::start(e2e::library("fixture_v1_2"), isolation()).expect("start the fixture");
+    let crash = ExecuteParams { command: "crash:abort".into(), ..Default::default() };
+    let mut group = c.benchmark_group("isolated_crash");
+    group.sample_size(20).measurement_time(Duration::from_secs(10));
+    group.bench_function("detected_to_new_worker_answering", |b| {
+        b.iter_custom(|iterations| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iterations {
+                let mut ignore = |_: OutputStream, _: &str| {};
+                let error = provider.execute(&crash, &mut OutputSink::new(&mut ignore)).unwrap_err();
+                black_box(error);
+                let detected = Instant::now();
+                black_box(provider.health().unwrap());
+                total += detected.elapsed();
+            }
+            total
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, round_trips, load, crash_recovery, provider_logs);
 criterion_main!(benches);

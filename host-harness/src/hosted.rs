@@ -1,0 +1,153 @@
+//! A provider as the host holds it: loaded into this process or served by
+//! a worker process ([`crate::isolation`]); the same [`Provider`] trait and
+//! the same question, which hooks this host can call on it.
+
+use crate::isolation::IsolatedProvider;
+use provider_abi::{
+    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
+    HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
+    ReleaseReport, SetupParams, ValidationReport, Workspace,
+};
+use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
+
+/// A provider the host can ask which hooks it can call ([`crate::host::Host`]
+/// falls back to older hooks when a newer one is missing).
+pub trait HookSupport: Provider {
+    /// True when this host can call `hook` on the provider.
+    fn supports(&self, hook: Hook) -> bool;
+}
+
+impl HookSupport for LoadedProvider {
+    fn supports(&self, hook: Hook) -> bool {
+        LoadedProvider::supports(self, hook)
+    }
+}
+
+impl HookSupport for IsolatedProvider {
+    fn supports(&self, hook: Hook) -> bool {
+        IsolatedProvider::supports(self, hook)
+    }
+}
+
+/// A provider in process or in a worker process, chosen at run time
+/// (`--isolate`).
+pub enum HostedProvider {
+    /// Loaded into this process: nanoseconds a call; a crash is the host's.
+    Loaded(LoadedProvider),
+    /// Served by a worker process: microseconds a call; a crash is the worker's.
+    Isolated(IsolatedProvider),
+}
+
+impl HostedProvider {
+    /// The library file the provider came from.
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            HostedProvider::Loaded(provider) => provider.path(),
+            HostedProvider::Isolated(provider) => provider.library(),
+        }
+    }
+
+    /// The provider behind the enum.
+    fn inner(&self) -> &dyn HookSupport {
+        match self {
+            HostedProvider::Loaded(provider) => provider,
+            HostedProvider::Isolated(provider) => provider,
+        }
+    }
+}
+
+impl HookSupport for HostedProvider {
+    fn supports(&self, hook: Hook) -> bool {
+        self.inner().supports(hook)
+    }
+}
+
+impl Provider for HostedProvider {
+    fn manifest(&self) -> Manifest {
+        self.inner().manifest()
+    }
+
+    fn setup(&self, params: &SetupParams) -> HookResult<()> {
+        self.inner().setup(params)
+    }
+
+    fn shutdown(&self) -> HookResult<()> {
+        self.inner().shutdown()
+    }
+
+    fn health(&self) -> HookResult<HealthReport> {
+        self.inner().health()
+    }
+
+    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
+        self.inner().validate_config(params)
+    }
+
+    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
+        self.inner().probe(params)
+    }
+
+    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
+        self.inner().acquire_lease(params)
+    }
+
+    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
+        self.inner().resume_lease(params)
+    }
+
+    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        self.inner().release_lease(params)
+    }
+
+    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
+        self.inner().destroy_lease(params)
+    }
+
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
+        self.inner().realize_workspace(params)
+    }
+
+    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
+        self.inner().execute(params, output)
+    }
+
+    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
+        self.inner().inspect_lease(params)
+    }
+
+    fn acquire_lease_recording(
+        &self,
+        params: &AcquireParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<Lease> {
+        self.inner().acquire_lease_recording(params, recorder)
+    }
+
+    fn probe_recording(
+        &self,
+        params: &EnvironmentParams,
+        recorder: &mut CreationRecorder<'_>,
+    ) -> HookResult<ProbeReport> {
+        self.inner().probe_recording(params, recorder)
+    }
+
+    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
+        self.inner().release_lease_reporting(params)
+    }
+
+    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
+        self.inner().execute_bytes(params, output)
+    }
+
+    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        self.inner().setup_with_logs(params, logs, max_level)
+    }
+
+    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.inner().sync_in(params)
+    }
+
+    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
+        self.inner().sync_out(params)
+    }
+}

@@ -1,0 +1,28 @@
+//! Isolation mode: the same provider in a worker process, so a crashing
+//! provider cannot take the host down.
+//!
+//! - [`protocol`]: the messages and their framing (postcard over
+//!   length-prefixed frames on a Unix socket pair);
+//! - [`spawn`]: starting a worker (what it inherits, its limits);
+//! - [`client`]: [`IsolatedProvider`], the host's side, implementing
+//!   [`provider_abi::Provider`];
+//! - [`worker`]: the worker's loop ([`serve_worker`]), which the harness
+//!   binary runs in its hidden `__worker` subcommand.
+//!
+//! Why postcard and a hand-written frame loop rather than an RPC framework:
+//! the hooks are blocking calls on host threads, the provider owns its own
+//! async runtime, and a round trip must cost microseconds; a length prefix,
+//! a call id and serde's compact encoding of the ABI's own types (behind
+//! `provider-abi`'s `serde` feature) is all the protocol needs.
+
+pub mod client;
+pub mod protocol;
+pub mod spawn;
+pub mod worker;
+
+pub use client::{
+    is_worker_failure, is_worker_failure_message, IsolatedProvider, IsolationError, IsolationOptions,
+    WORKER_OPERATION,
+};
+pub use spawn::Limits;
+pub use worker::serve_worker;

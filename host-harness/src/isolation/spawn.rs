@@ -1,0 +1,158 @@
+//! Starting a worker process: what it inherits and the limits it runs under.
+//!
+//! The worker gets its end of a Unix socket pair as file descriptor 3,
+//! `/dev/null` as stdin, the host's stderr as stdout and stderr (a provider
+//! printing cannot corrupt the host's output), an empty environment (the
+//! variables the provider needs come in the handshake), resource limits
+//! (`setrlimit`; no core dumps: a provider's memory may hold secrets), a
+//! process group of its own (a terminal's Ctrl-C is the host's to handle)
+//! and `PR_SET_PDEATHSIG`, so it dies with the host.
+//!
+//! The parent-death signal fires when the *thread* that forked the worker
+//! ends, not the process; hooks run on whatever thread the host calls them
+//! from (a soak's lifecycle threads come and go), so every worker is forked
+//! by one spawner thread that lives as long as the process.
+
+use std::{
+    ffi::OsString,
+    io,
+    os::{fd::AsRawFd, unix::net::UnixStream, unix::process::CommandExt},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::{mpsc, Mutex, OnceLock},
+};
+
+/// The file descriptor the worker finds its socket on.
+pub const WORKER_FD: i32 = 3;
+
+/// Resource limits of a worker process; `None` leaves the host's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Address space in bytes (`RLIMIT_AS`): a runaway allocation fails
+    /// (and the worker aborts) instead of exhausting the machine.
+    pub address_space: Option<u64>,
+    /// CPU time in seconds (`RLIMIT_CPU`), over the worker's whole life; past
+    /// it the worker is killed (`SIGXCPU`) and the next call starts another.
+    pub cpu_seconds: Option<u64>,
+    /// Open file descriptors (`RLIMIT_NOFILE`), capped at the host's hard limit.
+    pub open_files: Option<u64>,
+}
+
+impl Default for Limits {
+    /// 16 GiB of address space (a provider's runtime reserves far more
+    /// virtual memory than it touches: thread stacks, malloc arenas), one
+    /// hour of CPU, 8192 open files.
+    fn default() -> Self {
+        Limits { address_space: Some(16 << 30), cpu_seconds: Some(3600), open_files: Some(8192) }
+    }
+}
+
+/// How to start one worker.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// The program (the harness binary, or another serving
+    /// [`crate::isolation::serve_worker`]).
+    pub program: PathBuf,
+    /// Its arguments (e.g. `__worker LIBRARY`).
+    pub args: Vec<OsString>,
+    /// Resource limits.
+    pub limits: Limits,
+}
+
+struct Job {
+    spec: SpawnSpec,
+    socket: UnixStream,
+    reply: mpsc::Sender<io::Result<Child>>,
+}
+
+/// Starts a worker with `socket` as its file descriptor 3.
+pub fn spawn(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, incoming) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("provider-worker-spawner".into())
+            .spawn(move || {
+                for job in incoming {
+                    let _ = job.reply.send(spawn_here(&job.spec, job.socket));
+                }
+            })
+            .expect("start the worker spawner thread");
+        Mutex::new(jobs)
+    });
+    let (reply, answer) = mpsc::channel();
+    let job = Job { spec: spec.clone(), socket, reply };
+    spawner
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .send(job)
+        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
+    answer.recv().map_err(|_| io::Error::other("the worker spawner thread is gone"))?
+}
+
+fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
+    let stderr = std::io::stderr();
+    let stdout: Stdio = std::os::fd::AsFd::as_fd(&stderr).try_clone_to_owned()?.into();
+    let mut command = Command::new(&spec.program);
+    command.args(&spec.args).env_clear().stdin(Stdio::null()).stdout(stdout).stderr(Stdio::inherit());
+    let fd = socket.as_raw_fd();
+    let limits = spec.limits.clone();
+    // SAFETY: async-signal-safe calls only (prctl, getppid, setpgid, dup2,
+    // fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(io::Error::other("the host exited while its worker started"));
+            }
+            // Its own process group: a terminal's Ctrl-C reaches the host,
+            // which cleans up through the worker, never the worker itself.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if fd == WORKER_FD {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if libc::dup2(fd, WORKER_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            set_limit(libc::RLIMIT_AS, limits.address_space, 0)?;
+            // A second more of hard limit: the soft one's SIGXCPU names the
+            // cause; the hard one's is a plain SIGKILL.
+            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds, 1)?;
+            set_limit(libc::RLIMIT_NOFILE, limits.open_files, 0)?;
+            // No core dump: a crashed provider's memory may hold secrets.
+            set_limit(libc::RLIMIT_CORE, Some(0), 0)?;
+            Ok(())
+        });
+    }
+    let child = command.spawn();
+    drop(socket);
+    child
+}
+
+/// Lowers `resource`'s soft limit to `value` and its hard limit to `value +
+/// headroom` (never above the current hard limit, which an unprivileged
+/// process cannot raise).
+fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>, headroom: u64) -> io::Result<()> {
+    let Some(value) = value else { return Ok(()) };
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `limit` is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(resource, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let limit = libc::rlimit {
+        rlim_cur: value.min(limit.rlim_max),
+        rlim_max: value.saturating_add(headroom).min(limit.rlim_max),
+    };
+    // SAFETY: `limit` is a valid rlimit.
+    if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
