@@ -274,6 +274,9 @@ enum Command {
     /// directory) and out of it (`--out REMOTE:LOCAL`, a `REMOTE` ending in
     /// `/` as a directory); prints what each operation moved. The first `:`
     /// separates the two paths.
+    #[command(
+        after_help = "Examples:\n  host-harness sync --config c.json --lease l.json --in ./src:/paperclip-workspace/src --then 'make test'\n  host-harness sync --config c.json --lease l.json --out /paperclip-workspace/report.txt:./report.txt"
+    )]
     Sync {
         #[command(flatten)]
         lease: LeaseArgs,
@@ -321,6 +324,9 @@ enum Command {
     /// Check the provider against the lease contract: one line per check, a
     /// summary, exit 1 if a check failed. Without --config it runs against an
     /// embedded CreateOS simulator. Commands run in leases through `/bin/sh`.
+    #[command(
+        after_help = "Examples:\n  host-harness conform\n  host-harness --plugin target/debug/libhello_provider.so conform --json"
+    )]
     Conform {
         /// Harness configuration (JSON): {"companyId", "environmentId", "config": {...}}.
         #[arg(long, value_name = "FILE")]

@@ -81,9 +81,14 @@ pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = LoadedProvider::load(&path)?;
     let params = setup_params();
+    // A library may carry the 1.3 table without implementing this hook:
+    // `unsupported` falls back to the plain setup.
     let set_up = match crate::provider_log::host_max_level() {
         Some(level) if provider.supports(Hook::SetupWithLogs) => {
-            provider.setup_with_logs(&params, crate::provider_log::sink(), level)
+            match provider.setup_with_logs(&params, crate::provider_log::sink(), level) {
+                Err(error) if error.kind == provider_abi::ErrorKind::UNSUPPORTED => provider.setup(&params),
+                outcome => outcome,
+            }
         }
         _ => provider.setup(&params),
     };

@@ -220,6 +220,11 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         })
         .count();
     let unswept = left_behind.len();
+    // A worker that crashed is a fault too: lifecycles it cut short are expected to fail.
+    let worker_crashed = match &session.provider {
+        host_harness::hosted::HostedProvider::Isolated(provider) => provider.crashes() > 0,
+        host_harness::hosted::HostedProvider::Loaded(_) => false,
+    };
     let summary = Summary {
         leases: options.leases,
         elapsed: started.elapsed(),
@@ -229,7 +234,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         cut_short_by_crash,
         resources,
         concurrency: options.concurrency,
-        faults_injected,
+        faults_injected: faults_injected || worker_crashed,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {
