@@ -135,11 +135,11 @@ impl LockFile {
         Ok(pin)
     }
 
-    /// Hashes the file at `library` (without loading it) and returns its pin.
+    /// Hashes the file at `library` (without loading it, in 64 KiB reads)
+    /// and returns its pin.
     pub fn verify(&self, library: &Path) -> Result<&Pin, LockError> {
-        let bytes = fs::read(library)
+        let actual = file_sha256(library)
             .map_err(|error| LockError::Library(format!("cannot read {}: {error}", library.display())))?;
-        let actual = sha256_hex(&bytes);
         if let Some(pin) = self.pins.iter().find(|pin| pin.sha256 == actual) {
             return Ok(pin);
         }
@@ -169,6 +169,22 @@ impl LockFile {
             .map_err(|error| fail(error.to_string()))?;
         staging.persist(&self.path).map_err(|error| fail(error.error.to_string()))?;
         Ok(())
+    }
+}
+
+/// SHA-256 of the file at `path`, lowercase hex, read in 64 KiB pieces (no
+/// copy of the whole library in memory).
+pub fn file_sha256(path: &Path) -> io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut buffer)? {
+            0 => return Ok(format!("{:x}", hasher.finalize())),
+            read => hasher.update(&buffer[..read]),
+        }
     }
 }
 
