@@ -32,6 +32,10 @@
 //! 5. Add a fixture library exported at `1.N` and grow the version-matrix
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
+//! 6. Forward the new hooks where a host wraps a provider by hand
+//!    (`host-harness`'s `HostedProvider` and `ProviderSet`), and either carry
+//!    them in the isolation protocol or keep `IsolatedProvider::supports`
+//!    false for them, so a host falls back as for an older provider.
 
 use crate::{
     error::ProviderError,
