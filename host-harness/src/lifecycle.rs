@@ -16,8 +16,7 @@ use crate::{
     interrupt,
 };
 use provider_abi::{
-    ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError, SyncMapping,
-    SyncOperation, SyncParams,
+    ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError, SyncParams,
 };
 use serde_json::{json, Value};
 use std::{
@@ -323,21 +322,7 @@ impl Lifecycle<'_, '_> {
 
 /// One operation of one mapping.
 fn sync_params(id: &str, kind: &str, source: &str, target: &str) -> SyncParams {
-    SyncParams {
-        lease: Default::default(),
-        operations: vec![SyncOperation {
-            id: id.into(),
-            mappings: vec![SyncMapping {
-                kind: kind.into(),
-                source_path: source.into(),
-                target_path: target.into(),
-                ..Default::default()
-            }]
-            .into(),
-            post_upload_commands: Default::default(),
-        }]
-        .into(),
-    }
+    SyncParams::single(Default::default(), id, kind, source, target)
 }
 
 /// "N files, M bytes" of a sync's outcome.

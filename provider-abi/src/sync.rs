@@ -62,6 +62,28 @@ pub struct SyncParams {
     pub operations: RVec<SyncOperation>,
 }
 
+impl SyncParams {
+    /// One operation `id` with one mapping of `kind` (`file` or `directory`)
+    /// from `source` to `target`, on `lease`; no post-upload commands.
+    pub fn single(lease: LeaseParams, id: &str, kind: &str, source: &str, target: &str) -> Self {
+        SyncParams {
+            lease,
+            operations: vec![SyncOperation {
+                id: id.into(),
+                mappings: vec![SyncMapping {
+                    kind: kind.into(),
+                    source_path: source.into(),
+                    target_path: target.into(),
+                    ..Default::default()
+                }]
+                .into(),
+                post_upload_commands: Default::default(),
+            }]
+            .into(),
+        }
+    }
+}
+
 /// What one operation moved.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@
 
 use e2e::bed::Bed;
 use futures_util::StreamExt;
-use provider_abi::{Lease, Provider, SyncMapping, SyncOperation, SyncParams};
+use provider_abi::{Lease, Provider, SyncParams};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -122,21 +122,7 @@ fn write_tree(root: &Path) -> u64 {
 }
 
 fn sync(bed: &Bed, config: &Value, lease: &Lease, inbound: bool, kind: &str, source: &str, target: &str) {
-    let params = SyncParams {
-        lease: bed.lease_params(config, lease),
-        operations: vec![SyncOperation {
-            id: "bench".into(),
-            mappings: vec![SyncMapping {
-                kind: kind.into(),
-                source_path: source.into(),
-                target_path: target.into(),
-                ..Default::default()
-            }]
-            .into(),
-            post_upload_commands: Default::default(),
-        }]
-        .into(),
-    };
+    let params = SyncParams::single(bed.lease_params(config, lease), "bench", kind, source, target);
     let result = if inbound { bed.provider.sync_in(&params) } else { bed.provider.sync_out(&params) };
     result.unwrap_or_else(|error| panic!("sync failed: {error}"));
 }
