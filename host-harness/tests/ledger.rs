@@ -145,7 +145,7 @@ fn a_lease_the_ledger_knows_as_unconfirmed_is_destroyed_never_reused() {
 ///
 /// Write-ahead: the provider hands the host each sandbox the moment the
 /// creation reply arrives, and the host commits it before the provider goes
-/// on. Sandbox creation here takes 400 ms, so before write-ahead every
+/// on. Sandbox creation here takes 1.5 s, so before write-ahead every
 /// lifecycle killed while its sandbox was `creating` leaked a sandbox the
 /// ledger could not name. Now a sandbox still live after the sweep must have
 /// been created within moments of a kill (its reply in flight, or read but
@@ -155,12 +155,13 @@ fn a_lease_the_ledger_knows_as_unconfirmed_is_destroyed_never_reused() {
 fn after_sigkill_sweep_leaves_no_sandbox_whose_creation_reply_was_read() {
     const CONCURRENCY: usize = 6;
     /// How long before a kill a sandbox may have been created and still
-    /// escape the ledger: the reply's trip and one SQLite commit, with room
-    /// for a loaded machine. Far below the 400 ms a sandbox spends creating.
-    const IN_FLIGHT: Duration = Duration::from_millis(150);
+    /// escape the ledger: the reply's trip and one synchronous SQLite commit,
+    /// with room for a loaded CI machine whose fsyncs queue behind other
+    /// tests. Far below the 1.5 s a sandbox spends creating.
+    const IN_FLIGHT: Duration = Duration::from_millis(400);
     let sim = Simulator::start(SimConfig {
         rate_limit: None,
-        create_delay: Duration::from_millis(400),
+        create_delay: Duration::from_millis(1500),
         ..Default::default()
     })
     .expect("start the simulator");
