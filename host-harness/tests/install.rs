@@ -50,7 +50,17 @@ impl Home {
         if let Some(path) = plugin_variable {
             command.env("HOST_HARNESS_PLUGIN", path);
         }
-        command.output().unwrap()
+        // Another test thread's fork may still hold the just-copied binary
+        // open for writing (Linux's ETXTBSY race): that exec is retried.
+        for _ in 0..100 {
+            match command.output() {
+                Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                outcome => return outcome.unwrap(),
+            }
+        }
+        panic!("{} stayed busy", binary.display())
     }
 
     fn run(&self, args: &[&str]) -> Output {
