@@ -108,7 +108,7 @@ pub fn load_hosted(
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = IsolatedProvider::start(&path, options.clone()).map_err(|error| error.to_string())?;
     provider.setup(&setup_params()).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
-    Ok(HostedProvider::Isolated(provider))
+    Ok(HostedProvider::Isolated(Box::new(provider)))
 }
 
 /// What this host tells a provider's `setup` about itself.

@@ -38,14 +38,7 @@ pub fn validation(report: &ValidationReport) -> Value {
 }
 
 /// A hook error as JSON.
-pub fn error(error: &ProviderError) -> Value {
-    json!({
-        "kind": error.kind.to_string(),
-        "message": error.message.as_str(),
-        "httpStatus": error.status(),
-        "operation": error.operation(),
-    })
-}
+pub use provider_host::error_json as error;
 
 /// A hook error as one human-readable line.
 pub fn error_line(error: &ProviderError) -> String {

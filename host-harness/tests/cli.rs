@@ -119,22 +119,6 @@ fn a_hostile_soak_of_200_leases_holds_every_invariant() {
 }
 
 #[test]
-fn the_embedding_example_runs_a_lease_with_live_output() {
-    // Built by `cargo test` beside the test binaries (target/<profile>/examples).
-    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let example = deps.join("../examples/embed");
-    assert!(example.exists(), "{} is built by `cargo test -p host-harness`", example.display());
-    let library = e2e::library("createos_provider");
-    let output =
-        Command::new(&example).env("HOST_HARNESS_PLUGIN", library).stdin(Stdio::null()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("line 1\nline 2\nline 3\n"), "{stdout}");
-    assert!(stdout.contains("exit code Some(0)"), "{stdout}");
-    assert!(stdout.ends_with("released\n"), "{stdout}");
-}
-
-#[test]
 fn a_soak_where_no_lifecycle_succeeds_exits_non_zero() {
     // `requestsPerMinute` 0 is an invalid configuration: every lifecycle fails.
     let output =

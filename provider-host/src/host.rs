@@ -1,5 +1,5 @@
 //! The host's side of each lease hook: every call is recorded in the
-//! [`Ledger`] before and after it, and the seed's defensive policy applies.
+//! [`LeaseStore`] before and after it, and the seed's defensive policy applies.
 //!
 //! The policy ("CreateOS process cleanup is unconfirmed; destroy this lease
 //! before reusing it."): a release that fails with
@@ -15,10 +15,10 @@
 
 use crate::{
     hosted::HookSupport,
-    isolation::is_worker_failure,
-    ledger::{LeaseEnv, LeaseState, Ledger, LedgerError, Owner},
+    ledger::{LeaseEnv, LeaseState, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
+    store::LeaseStore,
 };
 use provider_abi::{
     AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult,
@@ -30,7 +30,7 @@ use serde_json::Value;
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
     provider: &'a dyn HookSupport,
-    ledger: &'a Ledger,
+    ledger: &'a dyn LeaseStore,
     env: EnvironmentParams,
     lease_env: LeaseEnv,
     owner: Owner,
@@ -115,7 +115,7 @@ impl<'a> Host<'a> {
     /// `embedded_sim` marks an API served by a simulator inside this process.
     pub fn new(
         provider: &'a dyn HookSupport,
-        ledger: &'a Ledger,
+        ledger: &'a dyn LeaseStore,
         config: &HarnessConfig,
         owner: Owner,
         run_id: &str,
@@ -138,7 +138,7 @@ impl<'a> Host<'a> {
     }
 
     /// The ledger.
-    pub fn ledger(&self) -> &'a Ledger {
+    pub fn ledger(&self) -> &'a dyn LeaseStore {
         self.ledger
     }
 
@@ -469,7 +469,7 @@ impl<'a> Host<'a> {
             // A worker that died under the command took its cleanup with it:
             // the command's processes may still run.
             let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
-                || is_worker_failure(error)
+                || self.provider.is_transport_failure(error)
                 || (self.provider.supports(Hook::InspectLease)
                     && self.provider.inspect_lease(&params.lease).is_ok_and(|status| status.unconfirmed));
             if unconfirmed {

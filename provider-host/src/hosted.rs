@@ -1,20 +1,28 @@
-//! A provider as the host holds it: loaded into this process or served by
-//! a worker process ([`crate::isolation`]); the same [`Provider`] trait and
-//! the same question, which hooks this host can call on it.
+//! A provider as the host holds it: loaded into this process, or served
+//! elsewhere (a worker process the embedder plugs in behind
+//! [`OutOfProcess`]); the same [`Provider`] trait and the same question,
+//! which hooks this host can call on it.
 
-use crate::isolation::IsolatedProvider;
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
-    ReleaseReport, SetupParams, ValidationReport, Workspace,
+    ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
 use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
+use std::path::Path;
 
 /// A provider the host can ask which hooks it can call ([`crate::host::Host`]
 /// falls back to older hooks when a newer one is missing).
 pub trait HookSupport: Provider {
     /// True when this host can call `hook` on the provider.
     fn supports(&self, hook: Hook) -> bool;
+
+    /// True when `error` says the way to the provider failed (a worker
+    /// process died under the call), not the provider: whatever the hook
+    /// had started, its cleanup is unknown.
+    fn is_transport_failure(&self, _error: &ProviderError) -> bool {
+        false
+    }
 }
 
 impl HookSupport for LoadedProvider {
@@ -23,24 +31,33 @@ impl HookSupport for LoadedProvider {
     }
 }
 
-impl HookSupport for IsolatedProvider {
-    fn supports(&self, hook: Hook) -> bool {
-        IsolatedProvider::supports(self, hook)
-    }
+/// A provider served outside this process (host-harness plugs in its
+/// worker-process isolation here).
+pub trait OutOfProcess: HookSupport {
+    /// The library file the provider came from.
+    fn library(&self) -> &Path;
+
+    /// How many times the process serving it crashed.
+    fn crashes(&self) -> u64;
+
+    /// The provider as the host calls it (`self`).
+    fn hooks(&self) -> &dyn HookSupport;
 }
 
-/// A provider in process or in a worker process, chosen at run time
-/// (`--isolate`).
+/// A provider in process or out of process, chosen at run time.
+// One per host, held for its whole run: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum HostedProvider {
     /// Loaded into this process: nanoseconds a call; a crash is the host's.
     Loaded(LoadedProvider),
-    /// Served by a worker process: microseconds a call; a crash is the worker's.
-    Isolated(IsolatedProvider),
+    /// Served by another process (a worker): microseconds a call; a crash is
+    /// that process's.
+    Isolated(Box<dyn OutOfProcess>),
 }
 
 impl HostedProvider {
     /// The library file the provider came from.
-    pub fn path(&self) -> &std::path::Path {
+    pub fn path(&self) -> &Path {
         match self {
             HostedProvider::Loaded(provider) => provider.path(),
             HostedProvider::Isolated(provider) => provider.library(),
@@ -51,7 +68,7 @@ impl HostedProvider {
     fn inner(&self) -> &dyn HookSupport {
         match self {
             HostedProvider::Loaded(provider) => provider,
-            HostedProvider::Isolated(provider) => provider,
+            HostedProvider::Isolated(provider) => provider.hooks(),
         }
     }
 }
@@ -59,6 +76,10 @@ impl HostedProvider {
 impl HookSupport for HostedProvider {
     fn supports(&self, hook: Hook) -> bool {
         self.inner().supports(hook)
+    }
+
+    fn is_transport_failure(&self, error: &ProviderError) -> bool {
+        self.inner().is_transport_failure(error)
     }
 }
 

@@ -1,6 +1,6 @@
 //! `sweep`: destroys every lease a crashed or interrupted run left behind.
 //!
-//! The rows come from [`Ledger::left_behind`], narrowed by [`Scope`]: a
+//! The rows come from [`LeaseStore::left_behind`], narrowed by [`Scope`]: a
 //! lease the scripting `acquire` command (or `resume`/`release`) left active
 //! or paused is *held* on purpose and is swept only when the user says so.
 //! Each row is destroyed through the provider with the configuration the
@@ -15,9 +15,10 @@
 use crate::hosted::HookSupport;
 use crate::{
     host::{storable_config, HeldLease, Host},
-    ledger::{LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
+    ledger::{LeaseRecord, LeaseState, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
+    store::LeaseStore,
 };
 use provider_abi::ProviderError;
 use serde_json::{json, Value};
@@ -109,7 +110,7 @@ impl Swept {
             Outcome::Destroyed => ("destroyed", None),
             Outcome::GoneWithSimulator => ("gone_with_simulator", None),
             Outcome::Unresolvable => ("unresolvable", None),
-            Outcome::Failed(error) => ("failed", Some(crate::render::error(error))),
+            Outcome::Failed(error) => ("failed", Some(crate::error_json(error))),
         };
         json!({
             "row": self.record.id,
@@ -125,7 +126,7 @@ impl Swept {
 /// Sweeps the rows of `scope`.
 pub fn sweep(
     provider: &dyn HookSupport,
-    ledger: &Ledger,
+    ledger: &dyn LeaseStore,
     scope: Scope,
     secrets: &SweepSecrets,
 ) -> Result<Vec<Swept>, LedgerError> {
@@ -157,7 +158,7 @@ pub fn sweep(
 
 fn sweep_one(
     provider: &dyn HookSupport,
-    ledger: &Ledger,
+    ledger: &dyn LeaseStore,
     record: &LeaseRecord,
     fields: &SecretFields,
     secrets: &SweepSecrets,
