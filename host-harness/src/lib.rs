@@ -14,6 +14,7 @@
 
 pub mod conform;
 pub mod embedded;
+pub mod hangup;
 pub mod interrupt;
 pub mod isolated;
 pub mod isolation;
@@ -24,6 +25,7 @@ pub mod provider_log;
 pub mod render;
 pub mod resources;
 pub mod soak;
+pub mod swap;
 
 pub use provider_host::{
     async_host, host, hosted, ledger, lock, provider_set, providers, request, secrets, store, sweep,

@@ -14,7 +14,7 @@ pub mod sim;
 
 use host_harness::{
     hosted::HostedProvider, isolation::IsolationOptions, ledger::Ledger, plugin::load_hosted, render,
-    request::HarnessConfig,
+    request::HarnessConfig, swap::Swapper,
 };
 use provider_abi::{Provider, ProviderError};
 use serde_json::Value;
@@ -99,6 +99,8 @@ pub struct Session {
     pub ledger: Ledger,
     /// Where results go.
     pub out: Printer,
+    /// Swaps the provider on request (`soak --swap-to`, `SIGHUP`).
+    pub swapper: Swapper,
 }
 
 impl Session {
@@ -111,7 +113,13 @@ impl Session {
     ) -> Result<Session, Failure> {
         let provider = load(plugin, isolation)?;
         let ledger = open_ledger(ledger)?;
-        Ok(Session { provider, ledger, out })
+        Ok(Session { provider, ledger, out, swapper: Swapper::default() })
+    }
+
+    /// The same session with its provider swappable (in process: a
+    /// provider set; a worker-process provider stays as it is).
+    pub fn swappable(self) -> Session {
+        Session { provider: self.provider.swappable(), ..self }
     }
 
     /// Shuts the provider down; the command's own failure comes first.
