@@ -198,6 +198,10 @@ impl Provider for CreateosProvider {
         self.run(|context| lease::inspect(context, params))
     }
 
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.context().and_then(|context| lease::import_unconfirmed(context, params).map_err(to_abi))
+    }
+
     fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.run(|context| crate::sync::sync_in(context, params))
     }

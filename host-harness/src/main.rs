@@ -612,7 +612,7 @@ fn swap_on_hangup(session: &commands::Session, library: &Path, lock_path: &Path)
         },
         false => None,
     };
-    session.swapper.swap(CAUSE, set, library, lock.as_ref());
+    session.swapper.swap(CAUSE, set, library, lock.as_ref(), &session.ledger);
 }
 
 /// Runs a command that acts on leases (with the provider and the ledger);

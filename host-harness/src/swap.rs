@@ -10,9 +10,13 @@
 //! and swapping back to a build already loaded reuses its copy.
 
 use crate::plugin::load_provider;
+use provider_abi::LeaseParams;
 use provider_host::{
+    handover::unconfirmed_leases,
     lock::{file_sha256, LockFile},
     provider_set::{ProviderSet, SwapReport},
+    store::LeaseStore,
+    sweep::SweepSecrets,
 };
 use std::{
     path::{Path, PathBuf},
@@ -54,12 +58,13 @@ impl Staging {
 /// Swaps `set` to the library at `library`: refused, in one line and with
 /// the active version left in place, when `lock` does not pin it, when it
 /// does not load (another ABI major version, not a provider...) or when it is
-/// another provider.
+/// another provider. The new version takes over `unconfirmed` first.
 pub fn swap_to_library(
     set: &ProviderSet,
     library: &Path,
     staging: &Staging,
     lock: Option<&LockFile>,
+    unconfirmed: &[LeaseParams],
 ) -> Result<SwapReport, String> {
     let pinned = match lock {
         Some(lock) => Some(lock.verify(library).map_err(|error| error.to_string())?.sha256.clone()),
@@ -72,12 +77,13 @@ pub fn swap_to_library(
     let next = load_provider(Some(&staged)).map_err(|error| {
         error.to_string().replace(&staged.display().to_string(), &library.display().to_string())
     })?;
-    set.swap_to(next).map_err(|error| error.to_string())
+    set.swap_to_importing(next, unconfirmed).map_err(|error| error.to_string())
 }
 
 /// Swaps a run's provider set on request and keeps what the swaps did.
 #[derive(Default)]
 pub struct Swapper {
+    secrets: Mutex<SweepSecrets>,
     staging: Mutex<Option<Staging>>,
     reports: Mutex<Vec<SwapReport>>,
     refused: AtomicUsize,
@@ -97,24 +103,43 @@ pub struct SwapFigures {
 }
 
 impl Swapper {
-    /// Swaps `set` to `library` ([`swap_to_library`]) and says the outcome
+    /// The configuration whose secrets the unconfirmed leases handed to a new
+    /// version are lent (rows of the same account only), once the run knows it.
+    pub fn lend_secrets(&self, secrets: SweepSecrets) {
+        *self.secrets.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = secrets;
+    }
+
+    /// Swaps `set` to `library` ([`swap_to_library`]), handing the new
+    /// version the leases `store` knows as unconfirmed, and says the outcome
     /// in one line on stderr, naming what asked for it (`SIGHUP`, `--swap-to`).
-    pub fn swap(&self, cause: &str, set: &ProviderSet, library: &Path, lock: Option<&LockFile>) {
+    pub fn swap(
+        &self,
+        cause: &str,
+        set: &ProviderSet,
+        library: &Path,
+        lock: Option<&LockFile>,
+        store: &dyn LeaseStore,
+    ) {
         let outcome = {
+            let secrets = self.secrets.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+            let unconfirmed = unconfirmed_leases(store, set, &secrets).map_err(|error| error.to_string());
             let mut staging = self.staging.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             if staging.is_none() {
                 *staging = Staging::new().ok();
             }
-            match staging.as_ref() {
-                Some(staging) => swap_to_library(set, library, staging, lock),
-                None => Err("cannot create a directory for the new build's copy".to_owned()),
+            match (staging.as_ref(), unconfirmed) {
+                (Some(staging), Ok(unconfirmed)) => {
+                    swap_to_library(set, library, staging, lock, &unconfirmed)
+                }
+                (None, _) => Err("cannot create a directory for the new build's copy".to_owned()),
+                (_, Err(error)) => Err(error),
             }
         };
         match outcome {
             Ok(report) => {
                 eprintln!(
-                    "{cause}: swapped provider version {} -> {} ({} calls draining on the old one)",
-                    report.from, report.to, report.draining
+                    "{cause}: swapped provider version {} -> {} ({} calls draining on the old one; {} unconfirmed leases handed over)",
+                    report.from, report.to, report.draining, report.imported
                 );
                 self.reports.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(report);
             }

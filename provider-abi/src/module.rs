@@ -127,6 +127,14 @@ pub struct HookTableV1_4 {
     pub(crate) sync_out: extern "C" fn(InstancePtr, &SyncParams) -> FfiResult<SyncResult>,
 }
 
+/// The hooks ABI 1.5 added: state a host hands over between provider
+/// versions. Frozen once 1.5 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_5 {
+    pub(crate) import_unconfirmed: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
+}
+
 /// An extension table as the library hands it over: its type layout, checked
 /// by the host before use, and the table itself.
 #[repr(C)]
@@ -244,5 +252,11 @@ impl CodeAddresses for HookTableV1_3 {
 impl CodeAddresses for HookTableV1_4 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.sync_in as *const c_void, self.sync_out as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_5 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.import_unconfirmed as *const c_void]
     }
 }

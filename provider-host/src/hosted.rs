@@ -194,4 +194,8 @@ impl Provider for HostedProvider {
     fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.inner().sync_out(params)
     }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.inner().import_unconfirmed(params)
+    }
 }

@@ -79,6 +79,23 @@ impl Version {
         Arc::clone(guard.as_ref().expect("a version is dropped only once drained, after its last call"))
     }
 
+    /// Hands `leases` to this version as unconfirmed; returns how many it took.
+    fn import(&self, leases: &[LeaseParams]) -> usize {
+        let provider = self.loaded();
+        if leases.is_empty() || !provider.supports(Hook::ImportUnconfirmed) {
+            return 0;
+        }
+        let taken = |lease: &&LeaseParams| match provider.import_unconfirmed(lease) {
+            Ok(()) => true,
+            Err(error) => {
+                let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
+                tracing::warn!(version = %self.manifest.version, lease = ?id, kind = %error.kind, "the new version did not take an unconfirmed lease");
+                false
+            }
+        };
+        leases.iter().filter(taken).count()
+    }
+
     /// Shuts a retired version down once nothing runs on it, exactly once.
     fn drain_if_idle(&self) {
         if !self.is_retired() || self.in_flight() > 0 {
@@ -141,6 +158,9 @@ pub struct SwapReport {
     pub draining: usize,
     /// How long the swap held the lock new calls wait on.
     pub blocked_for: Duration,
+    /// Unconfirmed leases the new version took over before its first call
+    /// (`import_unconfirmed`; 0 when it lacks the hook).
+    pub imported: usize,
 }
 
 /// The loaded versions of one provider, one of them active.
@@ -192,6 +212,19 @@ impl ProviderSet {
     /// when `next` is another provider, or when too many versions are still
     /// draining.
     pub fn swap_to(&self, next: LoadedProvider) -> Result<SwapReport, SwapError> {
+        self.swap_to_importing(next, &[])
+    }
+
+    /// Like [`ProviderSet::swap_to`], first handing `unconfirmed` (the
+    /// leases the host knows as unconfirmed, see [`crate::handover`]) to the
+    /// new version through `import_unconfirmed`, before it takes any call,
+    /// so the version itself refuses to reuse them. A lease the new version
+    /// does not accept is logged; the host's own ledger check still stands.
+    pub fn swap_to_importing(
+        &self,
+        next: LoadedProvider,
+        unconfirmed: &[LeaseParams],
+    ) -> Result<SwapReport, SwapError> {
         let next = Arc::new(Version::new(next));
         let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         retained.retain(|version| !version.is_drained());
@@ -205,6 +238,7 @@ impl ProviderSet {
         if retained.len() >= self.limit {
             return Err(SwapError::TooManyVersions { limit: self.limit });
         }
+        let imported = next.import(unconfirmed);
         retained.push(Arc::clone(&next));
         drop(retained);
         let started = Instant::now();
@@ -223,6 +257,7 @@ impl ProviderSet {
             to: next.manifest.version.to_string(),
             draining,
             blocked_for,
+            imported,
         })
     }
 
@@ -352,6 +387,10 @@ impl Provider for ProviderSet {
 
     fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.call(|provider| provider.sync_out(params))
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.call(|provider| provider.import_unconfirmed(params))
     }
 }
 

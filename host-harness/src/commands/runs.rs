@@ -36,6 +36,11 @@ impl Target {
         }
     }
 
+    /// Lends this run's secrets to the leases a swap hands to a new version.
+    fn lend_secrets(&self, session: &Session) {
+        session.swapper.lend_secrets(SweepSecrets::from_config(&session.provider, &self.config));
+    }
+
     /// Sweeps the leases of earlier dead runs (their secrets: this run's,
     /// for the same account); held leases are left alone.
     fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
@@ -62,6 +67,7 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
             println!("embedded CreateOS simulator at {}", sim.url());
         }
     }
+    target.lend_secrets(session);
     target.sweep_orphans(session)?;
     let out = session.out;
     let host = Host::new(
@@ -156,6 +162,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     if let Some(sim) = &target.sim {
         sim.add_faults(faults);
     }
+    target.lend_secrets(session);
     target.sweep_orphans(session)?;
 
     let out = session.out;
@@ -171,7 +178,8 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     let progress = |finished: &Finished| {
         if let Some(set) = swap_set.filter(|_| finished.done.is_multiple_of(options.swap_every)) {
             let turn = finished.done / options.swap_every - 1;
-            session.swapper.swap("--swap-to", set, &options.swap_to[turn % options.swap_to.len()], lock);
+            let library = &options.swap_to[turn % options.swap_to.len()];
+            session.swapper.swap("--swap-to", set, library, lock, &session.ledger);
         }
         if !finished.ok {
             failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
