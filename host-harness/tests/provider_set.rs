@@ -1,5 +1,6 @@
 //! Versions side by side, hot swap and drain, through real fixture libraries
-//! of ABI 1.0, 1.1 and 1.2 (one provider id, three versions).
+//! of ABI 1.0 up to the newest (one provider id, a version each), and the
+//! CreateOS provider across a swap.
 
 use host_harness::provider_set::{ProviderSet, SwapError};
 use provider_abi::{ExecuteParams, Hook, LoadedProvider, OutputSink, OutputStream, Provider};
@@ -15,25 +16,40 @@ fn health(set: &ProviderSet) -> String {
     set.health().unwrap().message.to_string()
 }
 
+/// The version matrix through swaps: a 1.0 provider active, swapped to 1.1,
+/// to the newest, and back down; after each swap the set answers with the
+/// active version's own hooks, exactly those of its ABI, and a hook the
+/// active version lacks is `unsupported`.
 #[test]
 fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
-    let set = ProviderSet::new(load("fixture_v1_0"));
-    assert_eq!(health(&set), "fixture 1.0.0");
-    assert!(!set.supports(Hook::InspectLease));
-    // (library, version, inspect_lease, the 1.2 hooks)
-    let steps = [
-        ("fixture_v1_1", "fixture 1.1.0", true, false),
-        ("fixture_v1_2", "fixture 1.2.0", true, true),
-        ("fixture_v1_0", "fixture 1.0.0", false, false),
+    use provider_abi::{AbiVersion, ErrorKind, LeaseParams, ABI_1_0, ABI_1_1, ABI_VERSION};
+    let newest = format!("fixture_v{}_{}", ABI_VERSION.major, ABI_VERSION.minor);
+    let steps: [(&str, AbiVersion); 5] = [
+        ("fixture_v1_0", ABI_1_0),
+        ("fixture_v1_1", ABI_1_1),
+        (&newest, ABI_VERSION),
+        ("fixture_v1_1", ABI_1_1),
+        ("fixture_v1_0", ABI_1_0),
     ];
-    for (library, message, inspect, recording) in steps {
-        let report = set.swap_to(load(library)).unwrap();
-        assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
-        assert_eq!(health(&set), message);
-        assert_eq!(set.supports(Hook::InspectLease), inspect, "{library}");
-        assert_eq!(set.supports(Hook::ReleaseLeaseReporting), recording, "{library}");
+    let set = ProviderSet::new(load(steps[0].0));
+    let lease = LeaseParams { provider_lease_id: Some("matrix".into()).into(), ..Default::default() };
+    for (index, (library, abi)) in steps.into_iter().enumerate() {
+        if index > 0 {
+            let report = set.swap_to(load(library)).unwrap();
+            assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
+        }
+        assert_eq!(health(&set), format!("fixture {}.{}.0", abi.major, abi.minor), "{library}");
+        assert_eq!(set.manifest().abi_version, abi, "{library}");
+        for hook in Hook::ALL {
+            assert_eq!(set.supports(hook), hook.since() <= abi, "{library}: {hook}");
+        }
+        // The newest hook answers only on the newest version.
+        match set.import_unconfirmed(&lease) {
+            Ok(()) => assert_eq!(abi, ABI_VERSION, "{library}"),
+            Err(error) => assert_eq!((error.kind, abi < ABI_VERSION), (ErrorKind::UNSUPPORTED, true)),
+        }
     }
-    assert_eq!(set.swaps(), 3);
+    assert_eq!(set.swaps(), 4);
     assert!(set.versions().iter().filter(|version| !version.is_drained()).count() == 1);
 }
 

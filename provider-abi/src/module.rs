@@ -33,9 +33,11 @@
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
 //! 6. Forward the new hooks where a host wraps a provider by hand
-//!    (`host-harness`'s `HostedProvider` and `ProviderSet`), and either carry
-//!    them in the isolation protocol or keep `IsolatedProvider::supports`
-//!    false for them, so a host falls back as for an older provider.
+//!    (`provider-host`'s `HostedProvider` and `ProviderSet`), and either carry
+//!    them in the isolation protocol or keep `supports` false for them in
+//!    `host-harness`'s `isolated.rs`, so a host falls back as for an older
+//!    provider. Grow the swap matrix (`host-harness/tests/provider_set.rs`)
+//!    with the new fixture as the newest.
 
 use crate::{
     error::ProviderError,
