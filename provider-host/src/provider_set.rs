@@ -4,8 +4,9 @@
 //! version, and is itself a [`Provider`]: each hook call goes to the version
 //! active when the call starts and finishes there. [`ProviderSet::swap_to`]
 //! makes a newly loaded version active at once; the old version is *retired*,
-//! and once its last call in flight returns it gets `shutdown` and its
-//! instance is dropped (its library stays mapped: abi_stable never unloads).
+//! and once its last call in flight returns it gets `shutdown` (on a thread
+//! of its own, so that call returns at once) and its instance is dropped
+//! (its library stays mapped: abi_stable never unloads).
 //!
 //! The active version sits behind a `RwLock<Arc<_>>`: a call holds the read
 //! lock only to clone the `Arc`, a swap holds the write lock only to replace
@@ -105,11 +106,22 @@ impl Version {
             return;
         }
         let provider = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        if let Some(provider) = provider {
-            if let Err(error) = provider.shutdown() {
-                tracing::warn!(version = %self.manifest.version, kind = %error.kind, "a drained version's shutdown failed");
-            }
+        let Some(provider) = provider else { return };
+        // Off the path of the call that drained it, which returns at once;
+        // in place only when no thread can be started.
+        let (background, version) = (Arc::clone(&provider), self.manifest.version.to_string());
+        let spawned =
+            std::thread::Builder::new().name("drain".into()).spawn(move || shut_down(&background, &version));
+        if spawned.is_err() {
+            shut_down(&provider, &self.manifest.version);
         }
+    }
+}
+
+/// Shuts a drained version down, logging a failure.
+fn shut_down(provider: &LoadedProvider, version: &str) {
+    if let Err(error) = provider.shutdown() {
+        tracing::warn!(%version, kind = %error.kind, "a drained version's shutdown failed");
     }
 }
 
