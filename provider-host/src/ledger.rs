@@ -252,9 +252,17 @@ enum Problem {
     Foreign(String),
     #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
     Newer(i64),
+    #[error("{0}")]
+    Store(String),
 }
 
 impl LedgerError {
+    /// An error of another [`crate::store::LeaseStore`] (a database server):
+    /// `location` names it (never with credentials), `problem` is one line.
+    pub fn other(location: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
+        LedgerError { path: location.into(), problem: Problem::Store(problem.into()) }
+    }
+
     fn new(path: &Path, problem: impl Into<Problem>) -> Self {
         let problem = match problem.into() {
             Problem::Sqlite(error)
