@@ -402,7 +402,9 @@ pub fn realize(ctx: &Context, params: &LeaseParams) -> Result<Workspace, Error> 
 /// only be destroyed, as if this version had marked it. Sends no request.
 pub fn import_unconfirmed(ctx: &Context, params: &LeaseParams) -> Result<(), Error> {
     let lease = ctx.own_required(params)?;
-    ctx.registry.mark_unconfirmed(&lease.scope);
+    if !ctx.registry.is_unconfirmed(&lease.scope) {
+        ctx.registry.mark_unconfirmed(&lease.scope);
+    }
     Ok(())
 }
 

@@ -193,3 +193,62 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     assert!(sim.live_sandboxes().is_empty());
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Destroyed);
 }
+
+/// The seed across a swap, the other way round: the command is still running
+/// on v1 when the swap happens (nothing is unconfirmed yet, so nothing is
+/// handed over), and its cleanup fails afterwards, on v1. The host records
+/// it and tells the version now active, which itself refuses reuse.
+#[test]
+fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one() {
+    use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
+    use host_harness::{
+        host::Host,
+        ledger::{LeaseState, Ledger, Owner},
+        request::HarnessConfig,
+    };
+    use provider_abi::ErrorKind;
+
+    let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = two_createos_builds(dir.path());
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+    let config = HarnessConfig::for_config(sim.provider_config(true));
+    let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
+    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "drain-swap", true);
+    let held = host.acquire().unwrap();
+    let params = host.params(&held.lease);
+
+    let (started_tx, started) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let command = scope.spawn(|| {
+            // Runs until its deadline; its tree's termination then fails.
+            let script = "echo started; exec sleep 60";
+            let command = ExecuteParams {
+                command: "/bin/sh".into(),
+                args: vec!["-c".into(), script.into()].into(),
+                timeout_ms: Some(4_000).into(),
+                ..Default::default()
+            };
+            let mut first = |_: OutputStream, _: &str| {
+                let _ = started_tx.send(());
+            };
+            host.execute(&held, command, &mut OutputSink::new(&mut first))
+        });
+        started.recv().unwrap();
+        sim.add_fault(FaultRule::new(
+            "DELETE /v1/sandboxes/*/processes/*",
+            FaultTrigger::from_nth(1),
+            FaultKind::Status(500),
+        ));
+        let report = set.swap_to_importing(LoadedProvider::load(&v2).unwrap(), &[]).unwrap();
+        assert_eq!(report.draining, 1, "the command runs on v1");
+        let error = command.join().unwrap().unwrap_err();
+        assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
+    });
+    assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
+    let error = set.release_lease(&params).unwrap_err();
+    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+    sim.clear_faults();
+    host.destroy(&held).unwrap();
+    assert!(sim.live_sandboxes().is_empty());
+}

@@ -467,8 +467,11 @@ impl<'a> Host<'a> {
         let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
         if let Err(error) = &outcome {
             // A worker that died under the command took its cleanup with it:
-            // the command's processes may still run.
+            // the command's processes may still run. So may a process whose
+            // creation is unknown. (After a swap, `inspect_lease` asks the
+            // version now active, which may not be the one that ran the call.)
             let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
+                || error.kind == ErrorKind::CREATION_UNCONFIRMED
                 || self.provider.is_transport_failure(error)
                 || (self.provider.supports(Hook::InspectLease)
                     && self.provider.inspect_lease(&params.lease).is_ok_and(|status| status.unconfirmed));
@@ -478,9 +481,24 @@ impl<'a> Host<'a> {
                     "command cleanup is unconfirmed on the lease"
                 );
                 self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error))?;
+                self.hand_over_unconfirmed(&params.lease);
             }
         }
         outcome
+    }
+
+    /// Tells the provider version answering new calls that `lease`'s cleanup
+    /// is unconfirmed (`import_unconfirmed`, ABI 1.5): a call still running on
+    /// a version a swap retired marks the lease there only, so the version
+    /// now active learns it from the host and itself refuses reuse.
+    fn hand_over_unconfirmed(&self, lease: &LeaseParams) {
+        if !self.provider.supports(Hook::ImportUnconfirmed) {
+            return;
+        }
+        if let Err(error) = self.provider.import_unconfirmed(lease) {
+            let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
+            tracing::warn!(lease = ?id, kind = %error.kind, "the provider did not take an unconfirmed lease");
+        }
     }
 
     /// Whether the provider implements file sync (`sync_in` and `sync_out`, ABI 1.4).
