@@ -26,5 +26,6 @@ pub mod resources;
 pub mod soak;
 
 pub use provider_host::{
-    async_host, host, hosted, ledger, lock, provider_set, providers, request, secrets, store, sweep,
+    async_host, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers, request, secrets,
+    store, sweep,
 };

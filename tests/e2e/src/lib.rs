@@ -1,10 +1,11 @@
 //! Helpers for the end-to-end tests and benchmarks: locating the shared
-//! libraries cargo built, the simulator test bed, and the out-of-process
-//! worker baseline.
+//! libraries cargo built, the simulator test bed, the out-of-process
+//! worker baseline, and a private PostgreSQL cluster ([`pg`]).
 
 use std::path::PathBuf;
 
 pub mod bed;
+pub mod pg;
 pub mod worker;
 
 /// The directory holding this build's shared libraries (`target/<profile>/deps`).
