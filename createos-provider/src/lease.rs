@@ -397,6 +397,15 @@ pub fn realize(ctx: &Context, params: &LeaseParams) -> Result<Workspace, Error> 
     })
 }
 
+/// `import_unconfirmed` (ABI 1.5): the host hands over a lease whose cleanup
+/// another version of this provider could not confirm; from now on it can
+/// only be destroyed, as if this version had marked it. Sends no request.
+pub fn import_unconfirmed(ctx: &Context, params: &LeaseParams) -> Result<(), Error> {
+    let lease = ctx.own_required(params)?;
+    ctx.registry.mark_unconfirmed(&lease.scope);
+    Ok(())
+}
+
 /// `inspect_lease` (ABI 1.1): the sandbox's state, without changing it.
 pub async fn inspect(ctx: &Context, params: &LeaseParams) -> Result<LeaseStatus, Error> {
     let lease = ctx.own_required(params)?;

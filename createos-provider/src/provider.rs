@@ -60,6 +60,16 @@ impl CreateosProvider {
     }
 }
 
+/// The provider's version: the crate's, with `+TAG` for a build made with
+/// `CREATEOS_PROVIDER_BUILD_TAG=TAG` (a second build to swap to, in tests and
+/// benchmarks of hot swap).
+fn version() -> String {
+    match option_env!("CREATEOS_PROVIDER_BUILD_TAG") {
+        Some(tag) if !tag.is_empty() => format!("{}+{tag}", env!("CARGO_PKG_VERSION")),
+        _ => env!("CARGO_PKG_VERSION").to_owned(),
+    }
+}
+
 /// The one conversion from the provider's errors to the ABI's.
 pub fn to_abi(error: Error) -> ProviderError {
     let kind = match error.kind() {
@@ -85,7 +95,7 @@ impl Provider for CreateosProvider {
     fn manifest(&self) -> Manifest {
         Manifest {
             id: "createos".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
+            version: version().into(),
             display_name: "CreateOS sandboxes".into(),
             driver_key: "createos".into(),
             abi_version: ABI_VERSION,
@@ -196,6 +206,10 @@ impl Provider for CreateosProvider {
 
     fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
         self.run(|context| lease::inspect(context, params))
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.context().and_then(|context| lease::import_unconfirmed(context, params).map_err(to_abi))
     }
 
     fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {

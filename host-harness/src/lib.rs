@@ -14,6 +14,7 @@
 
 pub mod conform;
 pub mod embedded;
+pub mod hangup;
 pub mod interrupt;
 pub mod isolated;
 pub mod isolation;
@@ -24,8 +25,9 @@ pub mod provider_log;
 pub mod render;
 pub mod resources;
 pub mod soak;
+pub mod swap;
 
 pub use provider_host::{
-    async_host, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers, request, secrets,
-    store, sweep,
+    async_host, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers, request,
+    secrets, store, sweep,
 };

@@ -7,7 +7,7 @@ mod commands;
 use clap::{Args, Parser, Subcommand};
 use commands::{Failure, Printer};
 use host_harness::{
-    interrupt,
+    hangup, interrupt,
     isolation::{IsolationOptions, Limits},
     lock::{check_signature, LockFile},
     plugin::find_plugin,
@@ -15,7 +15,11 @@ use host_harness::{
     store::{LedgerLocation, StoreOptions},
 };
 use provider_abi::Provider;
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
 
 /// Load a sandbox provider library and drive its hooks.
 ///
@@ -185,6 +189,13 @@ pub struct SoakArgs {
     /// Run against this API instead of the embedded simulator (no faults injected).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Swap the provider to this library every --swap-every lifecycles;
+    /// given twice, alternate between the two (pinned with --locked).
+    #[arg(long, value_name = "PATH")]
+    swap_to: Vec<PathBuf>,
+    /// Completed lifecycles between two swaps (with --swap-to).
+    #[arg(long, value_name = "N", default_value_t = 100, requires = "swap_to")]
+    swap_every: usize,
 }
 
 /// `exec` options.
@@ -522,10 +533,15 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return commands::lock::run(&mut lock()?, command.into(), out);
     }
     let (plugin, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
-    if global.locked {
-        lock()?.verify(&plugin).map_err(|error| Failure::Usage(error.to_string()))?;
+    let lock_for_swaps = match global.locked {
+        true => Some(lock()?),
+        false => None,
+    };
+    if let Some(lock) = &lock_for_swaps {
+        lock.verify(&plugin).map_err(|error| Failure::Usage(error.to_string()))?;
     }
     let signature = check_signature(&plugin, &global.trusted_keys);
+    let plugin_path = plugin.clone();
     let plugin = Some(plugin.as_path());
     if let Command::Conform { config } = &cli.command {
         // Calls the provider directly and destroys what it acquires: no ledger.
@@ -550,13 +566,25 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         }
     }
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
-    let session = commands::Session::open(plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
+    let mut session =
+        commands::Session::open(plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
+    // The daemon-like commands swap the provider on SIGHUP.
+    let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
+    if swaps_on_hangup {
+        session = session.swappable();
+    }
     let shut_down = || {
         if let Err(error) = session.provider.shutdown() {
             tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
         }
     };
-    let result = interrupt::watch(shut_down, || dispatch(cli, &session))
+    let on_hangup = || swap_on_hangup(&session, &plugin_path, &lock_path);
+    let work = || match swaps_on_hangup {
+        true => hangup::watch(on_hangup, || dispatch(cli, &session, &lock_for_swaps)),
+        false => Ok(dispatch(cli, &session, &lock_for_swaps)),
+    };
+    let result = interrupt::watch(shut_down, work)
+        .and_then(|result| result)
         .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let result = session.finish(result);
     match interrupt::requested() {
@@ -594,12 +622,34 @@ fn lease_args(command: &Command) -> Option<&LeaseArgs> {
     }
 }
 
-/// Runs a command that acts on leases (with the provider and the ledger).
-fn dispatch(cli: &Cli, session: &commands::Session) -> Result<(), Failure> {
+/// SIGHUP: swaps the provider to the library at `library` (the plugin
+/// path), pinned by the lock file at `lock_path` when one exists.
+fn swap_on_hangup(session: &commands::Session, library: &Path, lock_path: &Path) {
+    const CAUSE: &str = "SIGHUP";
+    let Some(set) = session.provider.provider_set() else {
+        eprintln!("{CAUSE}: swap refused: the provider runs in a worker process (--isolate); the active version stays");
+        return;
+    };
+    let lock = match lock_path.exists() {
+        true => match LockFile::open(lock_path) {
+            Ok(lock) => Some(lock),
+            Err(error) => {
+                eprintln!("{CAUSE}: swap refused: {error}; the active version stays");
+                return;
+            }
+        },
+        false => None,
+    };
+    session.swapper.swap(CAUSE, set, library, lock.as_ref(), session.ledger.as_ref());
+}
+
+/// Runs a command that acts on leases (with the provider and the ledger);
+/// `lock` pins the libraries `soak --swap-to` swaps to (with `--locked`).
+fn dispatch(cli: &Cli, session: &commands::Session, lock: &Option<LockFile>) -> Result<(), Failure> {
     use commands::{hooks, ledger, runs};
     match &cli.command {
         Command::Lifecycle { config } => runs::lifecycle(session, config.as_deref()),
-        Command::Soak(args) => runs::soak(session, &runs::SoakOptions::from(args)),
+        Command::Soak(args) => runs::soak(session, &runs::SoakOptions::from(args), lock.as_ref()),
         Command::Acquire(args) => hooks::acquire(session, &args.config),
         Command::Resume(args) => hooks::resume(session, &args.config.config, &args.lease),
         Command::Release { lease, destroy } => {
@@ -670,6 +720,8 @@ impl From<&SoakArgs> for commands::runs::SoakOptions {
             rate_limit: !args.no_rate_limit,
             requests_per_minute: args.requests_per_minute,
             config: args.config.clone(),
+            swap_to: args.swap_to.clone(),
+            swap_every: args.swap_every,
         }
     }
 }

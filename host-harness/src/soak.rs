@@ -17,6 +17,7 @@ use crate::{
     resources::ResourceFigures,
     secrets::SecretFields,
     store::LeaseStore,
+    swap::SwapFigures,
 };
 use createos_sim::{FaultProfile, FaultRule};
 use provider_abi::{ErrorKind, OutputStream, ProviderError};
@@ -292,6 +293,8 @@ pub struct Summary {
     /// True when a fault profile injected failures (else any failed
     /// lifecycle fails the soak).
     pub faults_injected: bool,
+    /// What the swaps of the provider during the soak did.
+    pub swaps: SwapFigures,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).
@@ -381,6 +384,10 @@ impl Summary {
             "peakThreads": self.resources.peak_threads,
             "peakProviderThreads": self.resources.peak_provider_threads,
             "cpuPerLifecycleMs": self.cpu_per_lifecycle_ms(),
+            "swaps": self.swaps.done,
+            "swapsRefused": self.swaps.refused,
+            "drainedPerSwap": self.swaps.drained,
+            "longestSwapWaitMs": self.swaps.longest_wait.as_secs_f64() * 1e3,
             "invariantsHeld": self.broken().is_empty(),
             "broken": self.broken(),
         })
@@ -459,6 +466,15 @@ impl Summary {
                 self.cut_short_by_crash
             ));
         }
+        if self.swaps.done + self.swaps.refused > 0 {
+            lines.push(format!(
+                "swaps: {} done, {} refused; calls drained per swap: {:?}; longest wait of a new call: {:.3} ms",
+                self.swaps.done,
+                self.swaps.refused,
+                self.swaps.drained,
+                self.swaps.longest_wait.as_secs_f64() * 1e3
+            ));
+        }
         lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));
         lines.push(format!(
             "secrets seen in output, the ledger and {} provider log lines: {}",
@@ -506,6 +522,7 @@ mod tests {
                 concurrency: 1,
                 faults_injected,
                 cut_short_by_crash: 0,
+                swaps: Default::default(),
             };
             summary.broken()
         };

@@ -1,5 +1,6 @@
 //! Versions side by side, hot swap and drain, through real fixture libraries
-//! of ABI 1.0, 1.1 and 1.2 (one provider id, three versions).
+//! of ABI 1.0 up to the newest (one provider id, a version each), and the
+//! CreateOS provider across a swap.
 
 use host_harness::provider_set::{ProviderSet, SwapError};
 use provider_abi::{ExecuteParams, Hook, LoadedProvider, OutputSink, OutputStream, Provider};
@@ -15,25 +16,40 @@ fn health(set: &ProviderSet) -> String {
     set.health().unwrap().message.to_string()
 }
 
+/// The version matrix through swaps: a 1.0 provider active, swapped to 1.1,
+/// to the newest, and back down; after each swap the set answers with the
+/// active version's own hooks, exactly those of its ABI, and a hook the
+/// active version lacks is `unsupported`.
 #[test]
 fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
-    let set = ProviderSet::new(load("fixture_v1_0"));
-    assert_eq!(health(&set), "fixture 1.0.0");
-    assert!(!set.supports(Hook::InspectLease));
-    // (library, version, inspect_lease, the 1.2 hooks)
-    let steps = [
-        ("fixture_v1_1", "fixture 1.1.0", true, false),
-        ("fixture_v1_2", "fixture 1.2.0", true, true),
-        ("fixture_v1_0", "fixture 1.0.0", false, false),
+    use provider_abi::{AbiVersion, ErrorKind, LeaseParams, ABI_1_0, ABI_1_1, ABI_VERSION};
+    let newest = format!("fixture_v{}_{}", ABI_VERSION.major, ABI_VERSION.minor);
+    let steps: [(&str, AbiVersion); 5] = [
+        ("fixture_v1_0", ABI_1_0),
+        ("fixture_v1_1", ABI_1_1),
+        (&newest, ABI_VERSION),
+        ("fixture_v1_1", ABI_1_1),
+        ("fixture_v1_0", ABI_1_0),
     ];
-    for (library, message, inspect, recording) in steps {
-        let report = set.swap_to(load(library)).unwrap();
-        assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
-        assert_eq!(health(&set), message);
-        assert_eq!(set.supports(Hook::InspectLease), inspect, "{library}");
-        assert_eq!(set.supports(Hook::ReleaseLeaseReporting), recording, "{library}");
+    let set = ProviderSet::new(load(steps[0].0));
+    let lease = LeaseParams { provider_lease_id: Some("matrix".into()).into(), ..Default::default() };
+    for (index, (library, abi)) in steps.into_iter().enumerate() {
+        if index > 0 {
+            let report = set.swap_to(load(library)).unwrap();
+            assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
+        }
+        assert_eq!(health(&set), format!("fixture {}.{}.0", abi.major, abi.minor), "{library}");
+        assert_eq!(set.manifest().abi_version, abi, "{library}");
+        for hook in Hook::ALL {
+            assert_eq!(set.supports(hook), hook.since() <= abi, "{library}: {hook}");
+        }
+        // The newest hook answers only on the newest version.
+        match set.import_unconfirmed(&lease) {
+            Ok(()) => assert_eq!(abi, ABI_VERSION, "{library}"),
+            Err(error) => assert_eq!((error.kind, abi < ABI_VERSION), (ErrorKind::UNSUPPORTED, true)),
+        }
     }
-    assert_eq!(set.swaps(), 3);
+    assert_eq!(set.swaps(), 4);
     assert!(set.versions().iter().filter(|version| !version.is_drained()).count() == 1);
 }
 
@@ -102,4 +118,78 @@ fn a_swap_to_another_provider_or_past_the_bound_is_refused_and_changes_nothing()
     });
     set.swap_to(load("fixture_v1_0")).expect("once 1.1 drained, the bound has room");
     assert_eq!(health(&set), "fixture 1.0.0");
+}
+
+const SEED_MESSAGE: &str = "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
+
+/// Two builds of the CreateOS provider, each a file of its own.
+fn two_createos_builds(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let builds = ["v1", "v2"].map(|name| {
+        let path = dir.join(name).join(provider_abi::library_file_name("createos_provider"));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::copy(library("createos_provider"), &path).unwrap();
+        path
+    });
+    let [v1, v2] = builds;
+    (v1, v2)
+}
+
+/// The seed across a swap: the command's cleanup is unconfirmed on v1 (known
+/// to v1 only in memory, and to the host's ledger), the swap happens, and v2
+/// itself refuses to release the lease for reuse with the seed's message
+/// until a destroy on v2 clears it.
+#[test]
+fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
+    use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
+    use host_harness::{
+        handover::unconfirmed_leases,
+        host::Host,
+        ledger::{LeaseState, Ledger, Owner},
+        request::HarnessConfig,
+        sweep::SweepSecrets,
+    };
+    use provider_abi::ErrorKind;
+
+    let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = two_createos_builds(dir.path());
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+    let config = HarnessConfig::for_config(sim.provider_config(true));
+    let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
+    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "seed-swap", true);
+
+    // On v1: the command's process creation fails ambiguously, so its
+    // cleanup cannot be confirmed.
+    let held = host.acquire().unwrap();
+    sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/processes",
+        FaultTrigger::nth(1),
+        FaultKind::Status(503),
+    ));
+    let command = ExecuteParams { command: "/bin/true".into(), ..Default::default() };
+    let mut ignore = |_: OutputStream, _: &str| {};
+    host.execute(&held, command, &mut OutputSink::new(&mut ignore)).unwrap_err();
+    assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
+    let params = host.params(&held.lease);
+    assert!(set.inspect_lease(&params).unwrap().unconfirmed, "v1 knows it in memory");
+
+    // The swap hands v2 what the ledger knows.
+    let unconfirmed = unconfirmed_leases(&ledger, &set, &SweepSecrets::from_config(&set, &config)).unwrap();
+    let report = set.swap_to_importing(LoadedProvider::load(&v2).unwrap(), &unconfirmed).unwrap();
+    assert_eq!(report.imported, 1, "{report:?}");
+    assert_eq!(set.active().path(), v2.canonicalize().unwrap());
+
+    // On v2, the provider itself (not the host's ledger check) refuses reuse.
+    let pauses = sim.ledger().count("POST", "/v1/sandboxes/*/pause");
+    let error = set.release_lease(&params).unwrap_err();
+    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+    let error = set.resume_lease(&params).unwrap_err();
+    assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
+    assert_eq!(sim.ledger().count("POST", "/v1/sandboxes/*/pause"), pauses, "nothing paused");
+
+    // Destroy on v2 clears it.
+    host.destroy(&held).unwrap();
+    assert!(!set.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(sim.live_sandboxes().is_empty());
+    assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Destroyed);
 }

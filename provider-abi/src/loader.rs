@@ -13,7 +13,7 @@ use crate::{
     sink::{ByteSink, OutputSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -164,6 +164,7 @@ pub struct LoadedProvider {
     hooks_v1_2: Option<&'static HookTableV1_2>,
     hooks_v1_3: Option<&'static HookTableV1_3>,
     hooks_v1_4: Option<&'static HookTableV1_4>,
+    hooks_v1_5: Option<&'static HookTableV1_5>,
     manifest: Manifest,
 }
 
@@ -215,6 +216,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_5 = if host_abi >= ABI_1_5 {
+            extension_table::<HookTableV1_5>(&path, module, image, 5)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -226,6 +232,7 @@ impl LoadedProvider {
             hooks_v1_2,
             hooks_v1_3,
             hooks_v1_4,
+            hooks_v1_5,
             manifest: empty_manifest(),
             path,
         };
@@ -256,6 +263,7 @@ impl LoadedProvider {
             }
             Hook::ExecuteBytes | Hook::SetupWithLogs => self.hooks_v1_3.is_some(),
             Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
+            Hook::ImportUnconfirmed => self.hooks_v1_5.is_some(),
             _ => true,
         }
     }
@@ -505,6 +513,13 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_4 {
             Some(table) => (table.sync_out)(self.instance, params).into(),
             None => Err(unsupported(Hook::SyncOut)),
+        }
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        match self.hooks_v1_5 {
+            Some(table) => (table.import_unconfirmed)(self.instance, params).into(),
+            None => Err(unsupported(Hook::ImportUnconfirmed)),
         }
     }
 }

@@ -33,9 +33,11 @@
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
 //! 6. Forward the new hooks where a host wraps a provider by hand
-//!    (`host-harness`'s `HostedProvider` and `ProviderSet`), and either carry
-//!    them in the isolation protocol or keep `IsolatedProvider::supports`
-//!    false for them, so a host falls back as for an older provider.
+//!    (`provider-host`'s `HostedProvider` and `ProviderSet`), and either carry
+//!    them in the isolation protocol or keep `supports` false for them in
+//!    `host-harness`'s `isolated.rs`, so a host falls back as for an older
+//!    provider. Grow the swap matrix (`host-harness/tests/provider_set.rs`)
+//!    with the new fixture as the newest.
 
 use crate::{
     error::ProviderError,
@@ -125,6 +127,14 @@ pub struct HookTableV1_3 {
 pub struct HookTableV1_4 {
     pub(crate) sync_in: extern "C" fn(InstancePtr, &SyncParams) -> FfiResult<SyncResult>,
     pub(crate) sync_out: extern "C" fn(InstancePtr, &SyncParams) -> FfiResult<SyncResult>,
+}
+
+/// The hooks ABI 1.5 added: state a host hands over between provider
+/// versions. Frozen once 1.5 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_5 {
+    pub(crate) import_unconfirmed: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -244,5 +254,11 @@ impl CodeAddresses for HookTableV1_3 {
 impl CodeAddresses for HookTableV1_4 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.sync_in as *const c_void, self.sync_out as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_5 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.import_unconfirmed as *const c_void]
     }
 }

@@ -118,6 +118,15 @@ pub trait Provider: Send + Sync + 'static {
     fn sync_out(&self, _params: &SyncParams) -> HookResult<SyncResult> {
         Err(unsupported(Hook::SyncOut))
     }
+
+    /// Learns that the cleanup of `params`' lease is unconfirmed (ABI 1.5):
+    /// what another version of this provider knew only in memory, handed
+    /// over by the host when this version becomes active. From then on the
+    /// lease must be refused reuse (release for reuse, resume, execute) until
+    /// it is destroyed, exactly as if this version had marked it itself.
+    fn import_unconfirmed(&self, _params: &LeaseParams) -> HookResult<()> {
+        Err(unsupported(Hook::ImportUnconfirmed))
+    }
 }
 
 /// The error a hook the provider lacks returns.

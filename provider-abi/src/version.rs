@@ -40,8 +40,11 @@ pub const ABI_1_2: AbiVersion = AbiVersion::new(1, 2);
 pub const ABI_1_3: AbiVersion = AbiVersion::new(1, 3);
 /// ABI 1.4: adds `sync_in` and `sync_out` (file sync).
 pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
+/// ABI 1.5: adds `import_unconfirmed` (a lease whose cleanup is unconfirmed,
+/// handed by the host to a newly active provider version).
+pub const ABI_1_5: AbiVersion = AbiVersion::new(1, 5);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_4;
+pub const ABI_VERSION: AbiVersion = ABI_1_5;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -84,11 +87,14 @@ pub enum Hook {
     SyncIn,
     /// `sync_out` (ABI 1.4): copies lease files to the host.
     SyncOut,
+    /// `import_unconfirmed` (ABI 1.5): learns that a lease's cleanup is
+    /// unconfirmed (known to the host from another provider version).
+    ImportUnconfirmed,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 19] = [
+    pub const ALL: [Hook; 20] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -108,6 +114,7 @@ impl Hook {
         Hook::SetupWithLogs,
         Hook::SyncIn,
         Hook::SyncOut,
+        Hook::ImportUnconfirmed,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -132,6 +139,7 @@ impl Hook {
             Hook::SetupWithLogs => "setup_with_logs",
             Hook::SyncIn => "sync_in",
             Hook::SyncOut => "sync_out",
+            Hook::ImportUnconfirmed => "import_unconfirmed",
         }
     }
 
@@ -142,6 +150,7 @@ impl Hook {
             Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => ABI_1_2,
             Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
+            Hook::ImportUnconfirmed => ABI_1_5,
             _ => ABI_1_0,
         }
     }

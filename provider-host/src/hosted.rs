@@ -3,13 +3,14 @@
 //! [`OutOfProcess`]); the same [`Provider`] trait and the same question,
 //! which hooks this host can call on it.
 
+use crate::provider_set::ProviderSet;
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
 use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A provider the host can ask which hooks it can call ([`crate::host::Host`]
 /// falls back to older hooks when a newer one is missing).
@@ -53,14 +54,35 @@ pub enum HostedProvider {
     /// Served by another process (a worker): microseconds a call; a crash is
     /// that process's.
     Isolated(Box<dyn OutOfProcess>),
+    /// Loaded into this process, versions side by side and one active: a
+    /// running host swaps between them.
+    Set(ProviderSet),
 }
 
 impl HostedProvider {
-    /// The library file the provider came from.
-    pub fn path(&self) -> &Path {
+    /// The library file the provider (its active version) came from.
+    pub fn path(&self) -> PathBuf {
         match self {
-            HostedProvider::Loaded(provider) => provider.path(),
-            HostedProvider::Isolated(provider) => provider.library(),
+            HostedProvider::Loaded(provider) => provider.path().to_path_buf(),
+            HostedProvider::Isolated(provider) => provider.library().to_path_buf(),
+            HostedProvider::Set(set) => set.active().path().to_path_buf(),
+        }
+    }
+
+    /// The same provider, swappable: a loaded one becomes the first version
+    /// of a [`ProviderSet`]; one out of process stays as it is.
+    pub fn swappable(self) -> HostedProvider {
+        match self {
+            HostedProvider::Loaded(provider) => HostedProvider::Set(ProviderSet::new(provider)),
+            other => other,
+        }
+    }
+
+    /// The provider set, when the provider is swappable.
+    pub fn provider_set(&self) -> Option<&ProviderSet> {
+        match self {
+            HostedProvider::Set(set) => Some(set),
+            _ => None,
         }
     }
 
@@ -69,6 +91,7 @@ impl HostedProvider {
         match self {
             HostedProvider::Loaded(provider) => provider,
             HostedProvider::Isolated(provider) => provider.hooks(),
+            HostedProvider::Set(set) => set,
         }
     }
 }
@@ -170,5 +193,9 @@ impl Provider for HostedProvider {
 
     fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.inner().sync_out(params)
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.inner().import_unconfirmed(params)
     }
 }

@@ -8,11 +8,13 @@
 //! [`heartbeat`]; [`sweep`] destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or plugged in by the embedder behind a trait object);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
-//! [`async_host`] is the tokio facade; [`lock`] and [`providers`] pin and
+//! [`handover`] tells a newly active version which leases it must refuse
+//! to reuse; [`async_host`] is the tokio facade; [`lock`] and [`providers`] pin and
 //! install provider libraries; [`secrets`] keeps secrets out of the ledger;
 //! [`request`] is the environment a host acts for.
 
 pub mod async_host;
+pub mod handover;
 pub mod heartbeat;
 pub mod host;
 pub mod hosted;

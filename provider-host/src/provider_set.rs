@@ -4,8 +4,9 @@
 //! version, and is itself a [`Provider`]: each hook call goes to the version
 //! active when the call starts and finishes there. [`ProviderSet::swap_to`]
 //! makes a newly loaded version active at once; the old version is *retired*,
-//! and once its last call in flight returns it gets `shutdown` and its
-//! instance is dropped (its library stays mapped: abi_stable never unloads).
+//! and once its last call in flight returns it gets `shutdown` (on a thread
+//! of its own, so that call returns at once) and its instance is dropped
+//! (its library stays mapped: abi_stable never unloads).
 //!
 //! The active version sits behind a `RwLock<Arc<_>>`: a call holds the read
 //! lock only to clone the `Arc`, a swap holds the write lock only to replace
@@ -79,6 +80,23 @@ impl Version {
         Arc::clone(guard.as_ref().expect("a version is dropped only once drained, after its last call"))
     }
 
+    /// Hands `leases` to this version as unconfirmed; returns how many it took.
+    fn import(&self, leases: &[LeaseParams]) -> usize {
+        let provider = self.loaded();
+        if leases.is_empty() || !provider.supports(Hook::ImportUnconfirmed) {
+            return 0;
+        }
+        let taken = |lease: &&LeaseParams| match provider.import_unconfirmed(lease) {
+            Ok(()) => true,
+            Err(error) => {
+                let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
+                tracing::warn!(version = %self.manifest.version, lease = ?id, kind = %error.kind, "the new version did not take an unconfirmed lease");
+                false
+            }
+        };
+        leases.iter().filter(taken).count()
+    }
+
     /// Shuts a retired version down once nothing runs on it, exactly once.
     fn drain_if_idle(&self) {
         if !self.is_retired() || self.in_flight() > 0 {
@@ -88,11 +106,22 @@ impl Version {
             return;
         }
         let provider = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        if let Some(provider) = provider {
-            if let Err(error) = provider.shutdown() {
-                tracing::warn!(version = %self.manifest.version, kind = %error.kind, "a drained version's shutdown failed");
-            }
+        let Some(provider) = provider else { return };
+        // Off the path of the call that drained it, which returns at once;
+        // in place only when no thread can be started.
+        let (background, version) = (Arc::clone(&provider), self.manifest.version.to_string());
+        let spawned =
+            std::thread::Builder::new().name("drain".into()).spawn(move || shut_down(&background, &version));
+        if spawned.is_err() {
+            shut_down(&provider, &self.manifest.version);
         }
+    }
+}
+
+/// Shuts a drained version down, logging a failure.
+fn shut_down(provider: &LoadedProvider, version: &str) {
+    if let Err(error) = provider.shutdown() {
+        tracing::warn!(%version, kind = %error.kind, "a drained version's shutdown failed");
     }
 }
 
@@ -141,6 +170,9 @@ pub struct SwapReport {
     pub draining: usize,
     /// How long the swap held the lock new calls wait on.
     pub blocked_for: Duration,
+    /// Unconfirmed leases the new version took over before its first call
+    /// (`import_unconfirmed`; 0 when it lacks the hook).
+    pub imported: usize,
 }
 
 /// The loaded versions of one provider, one of them active.
@@ -192,6 +224,19 @@ impl ProviderSet {
     /// when `next` is another provider, or when too many versions are still
     /// draining.
     pub fn swap_to(&self, next: LoadedProvider) -> Result<SwapReport, SwapError> {
+        self.swap_to_importing(next, &[])
+    }
+
+    /// Like [`ProviderSet::swap_to`], first handing `unconfirmed` (the
+    /// leases the host knows as unconfirmed, see [`crate::handover`]) to the
+    /// new version through `import_unconfirmed`, before it takes any call,
+    /// so the version itself refuses to reuse them. A lease the new version
+    /// does not accept is logged; the host's own ledger check still stands.
+    pub fn swap_to_importing(
+        &self,
+        next: LoadedProvider,
+        unconfirmed: &[LeaseParams],
+    ) -> Result<SwapReport, SwapError> {
         let next = Arc::new(Version::new(next));
         let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         retained.retain(|version| !version.is_drained());
@@ -205,6 +250,7 @@ impl ProviderSet {
         if retained.len() >= self.limit {
             return Err(SwapError::TooManyVersions { limit: self.limit });
         }
+        let imported = next.import(unconfirmed);
         retained.push(Arc::clone(&next));
         drop(retained);
         let started = Instant::now();
@@ -223,6 +269,7 @@ impl ProviderSet {
             to: next.manifest.version.to_string(),
             draining,
             blocked_for,
+            imported,
         })
     }
 
@@ -352,6 +399,10 @@ impl Provider for ProviderSet {
 
     fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.call(|provider| provider.sync_out(params))
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.call(|provider| provider.import_unconfirmed(params))
     }
 }
 

@@ -80,7 +80,7 @@ impl SweepSecrets {
     }
 
     /// The provider configuration to act on `record` with.
-    fn config_for(&self, secrets: &SecretFields, record: &LeaseRecord) -> Value {
+    pub(crate) fn config_for(&self, secrets: &SecretFields, record: &LeaseRecord) -> Value {
         secrets.restore(&record.env.config, &self.current, &self.current_stored)
     }
 }

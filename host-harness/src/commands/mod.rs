@@ -20,6 +20,7 @@ use host_harness::{
     render,
     request::HarnessConfig,
     store::{self, LeaseStore, LedgerLocation, StoreOptions},
+    swap::Swapper,
 };
 use provider_abi::{Provider, ProviderError};
 use serde_json::Value;
@@ -112,6 +113,8 @@ pub struct Session {
     pub ledger: Box<dyn LeaseStore>,
     /// Where results go.
     pub out: Printer,
+    /// Swaps the provider on request (`soak --swap-to`, `SIGHUP`).
+    pub swapper: Swapper,
 }
 
 impl Session {
@@ -125,7 +128,13 @@ impl Session {
     ) -> Result<Session, Failure> {
         let provider = load(plugin, isolation)?;
         let ledger = open_ledger(ledger, options)?;
-        Ok(Session { provider, ledger, out })
+        Ok(Session { provider, ledger, out, swapper: Swapper::default() })
+    }
+
+    /// The same session with its provider swappable (in process: a
+    /// provider set; a worker-process provider stays as it is).
+    pub fn swappable(self) -> Session {
+        Session { provider: self.provider.swappable(), ..self }
     }
 
     /// Shuts the provider down; the command's own failure comes first.

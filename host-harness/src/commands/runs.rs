@@ -8,6 +8,7 @@ use host_harness::{
     isolation::is_worker_failure_message,
     ledger::Owner,
     lifecycle::{self, StepReport},
+    lock::LockFile,
     render,
     request::HarnessConfig,
     soak::{self, Finished, SimFigures, SoakPlan, Summary},
@@ -36,6 +37,11 @@ impl Target {
         }
     }
 
+    /// Lends this run's secrets to the leases a swap hands to a new version.
+    fn lend_secrets(&self, session: &Session) {
+        session.swapper.lend_secrets(SweepSecrets::from_config(&session.provider, &self.config));
+    }
+
     /// Sweeps the leases of earlier dead runs (their secrets: this run's,
     /// for the same account); held leases are left alone.
     fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
@@ -62,6 +68,7 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
             println!("embedded CreateOS simulator at {}", sim.url());
         }
     }
+    target.lend_secrets(session);
     target.sweep_orphans(session)?;
     let out = session.out;
     let host = Host::new(
@@ -114,14 +121,31 @@ pub struct SoakOptions {
     pub requests_per_minute: Option<u32>,
     /// An external API instead of the embedded simulator.
     pub config: Option<PathBuf>,
+    /// Libraries to swap to, in turn (at most two).
+    pub swap_to: Vec<PathBuf>,
+    /// Completed lifecycles between two swaps.
+    pub swap_every: usize,
 }
 
 /// `soak`: many lifecycles, a progress report, a summary; exit 1 when an
 /// invariant broke.
-pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
+/// `lock` pins the libraries of `--swap-to` (with `--locked`).
+pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -> Result<(), Failure> {
     if options.leases == 0 || options.concurrency == 0 {
         return Err(Failure::Usage("--leases and --concurrency must be at least 1".into()));
     }
+    if options.swap_to.len() > 2 || options.swap_every == 0 {
+        return Err(Failure::Usage("--swap-to takes one or two libraries, --swap-every at least 1".into()));
+    }
+    let swap_set = match (options.swap_to.is_empty(), session.provider.provider_set()) {
+        (true, _) => None,
+        (false, Some(set)) => Some(set),
+        (false, None) => {
+            return Err(Failure::Usage(
+                "--swap-to needs the provider in this process (drop --isolate)".into(),
+            ))
+        }
+    };
     let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
     let faults_injected = !faults.is_empty();
     if options.config.is_some() && !faults.is_empty() {
@@ -139,6 +163,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
     if let Some(sim) = &target.sim {
         sim.add_faults(faults);
     }
+    target.lend_secrets(session);
     target.sweep_orphans(session)?;
 
     let out = session.out;
@@ -152,6 +177,11 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
     });
     let failures = std::sync::atomic::AtomicUsize::new(0);
     let progress = |finished: &Finished| {
+        if let Some(set) = swap_set.filter(|_| finished.done.is_multiple_of(options.swap_every)) {
+            let turn = finished.done / options.swap_every - 1;
+            let library = &options.swap_to[turn % options.swap_to.len()];
+            session.swapper.swap("--swap-to", set, library, lock, session.ledger.as_ref());
+        }
         if !finished.ok {
             failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
@@ -232,7 +262,9 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
     // A worker that crashed is a fault too: lifecycles it cut short are expected to fail.
     let worker_crashed = match &session.provider {
         host_harness::hosted::HostedProvider::Isolated(provider) => provider.crashes() > 0,
-        host_harness::hosted::HostedProvider::Loaded(_) => false,
+        host_harness::hosted::HostedProvider::Loaded(_) | host_harness::hosted::HostedProvider::Set(_) => {
+            false
+        }
     };
     let summary = Summary {
         leases: options.leases,
@@ -245,6 +277,7 @@ pub fn soak(session: &Session, options: &SoakOptions) -> Result<(), Failure> {
         resources,
         concurrency: options.concurrency,
         faults_injected: faults_injected || worker_crashed,
+        swaps: session.swapper.figures(),
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {

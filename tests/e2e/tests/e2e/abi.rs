@@ -6,6 +6,7 @@ use provider_abi::{
     AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
     LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream, Provider,
     SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4,
+    ABI_1_5,
 };
 use std::{path::Path, sync::Arc};
 
@@ -31,11 +32,12 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 4] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 5] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
     (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
+    (ABI_1_5, &[Hook::ImportUnconfirmed]),
 ];
 
 #[test]
@@ -48,9 +50,10 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_2", ABI_1_2),
         ("fixture_v1_3", ABI_1_3),
         ("fixture_v1_4", ABI_1_4),
+        ("fixture_v1_5", ABI_1_5),
     ];
     for (name, library_abi) in libraries {
-        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4] {
+        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5] {
             let provider = load(name, host);
             assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
             let manifest = provider.manifest();
@@ -148,6 +151,15 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
                 assert_eq!(std::fs::read(&target).unwrap(), b"matrix");
             })
         }
+        Hook::ImportUnconfirmed => {
+            let lease =
+                LeaseParams { provider_lease_id: Some("imported".into()).into(), ..Default::default() };
+            provider.import_unconfirmed(&lease).map(|()| {
+                // The fixture's 1.1 `inspect_lease` reports what it was told
+                // (every library with the 1.5 table has the 1.1 one).
+                assert!(provider.inspect_lease(&lease).unwrap().unconfirmed);
+            })
+        }
         other => panic!("{other} was not added by a minor version"),
     };
     result
@@ -177,7 +189,7 @@ fn sync_params(id: &str, target: &str) -> SyncParams {
 
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4] {
+    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5] {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();

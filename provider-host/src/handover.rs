@@ -1,0 +1,45 @@
+//! What a newly active provider version must learn from the host: the
+//! leases whose cleanup is unconfirmed. The version that marked them knew
+//! it only in memory; the lease store knows it durably, so the host hands
+//! each such lease to the new version (`import_unconfirmed`, ABI 1.5) before
+//! it takes its first call, and the new version itself refuses to reuse them.
+
+use crate::{
+    hosted::HookSupport,
+    ledger::{LeaseState, LedgerError},
+    request::HarnessConfig,
+    secrets::SecretFields,
+    store::LeaseStore,
+    sweep::SweepSecrets,
+};
+use provider_abi::LeaseParams;
+
+/// The leases `store` records as unconfirmed, as the parameters of a hook
+/// acting on each: its own environment and stored configuration, with the
+/// secrets of `secrets` lent to rows of the same account.
+pub fn unconfirmed_leases(
+    store: &dyn LeaseStore,
+    provider: &dyn HookSupport,
+    secrets: &SweepSecrets,
+) -> Result<Vec<LeaseParams>, LedgerError> {
+    let fields = SecretFields::of(&provider.manifest());
+    Ok(store
+        .in_state(LeaseState::Unconfirmed)?
+        .into_iter()
+        .map(|record| {
+            let lease = record.lease();
+            let config = HarnessConfig {
+                driver_key: Some(record.env.driver_key.clone()),
+                company_id: record.env.company_id.clone(),
+                environment_id: record.env.environment_id.clone(),
+                config: secrets.config_for(&fields, &record),
+            };
+            LeaseParams {
+                env: config.environment(&record.env.driver_key),
+                run_id: record.run_id.as_str().into(),
+                provider_lease_id: lease.provider_lease_id,
+                metadata_json: lease.metadata_json,
+            }
+        })
+        .collect())
+}
