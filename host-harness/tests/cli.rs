@@ -35,7 +35,7 @@ fn inspect_prints_the_manifest() {
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     let manifest = &json_lines(&output)[0];
     assert_eq!(manifest["id"], "createos");
-    assert_eq!(manifest["abiVersion"], "1.4");
+    assert_eq!(manifest["abiVersion"], provider_abi::ABI_VERSION.to_string());
     assert!(manifest["configSchema"]["properties"]["shape"].is_object());
 }
 
