@@ -4,12 +4,12 @@
 //! host with its own heartbeat.
 
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-use e2e::pg::PgCluster;
 use host_harness::{
     ledger::LeaseState,
     pg_ledger::{PgLedger, PgOptions},
     store::LeaseStore,
 };
+use pg_cluster::PgCluster;
 use serde_json::{json, Value};
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -264,6 +264,9 @@ fn survivors_destroy_every_lease_of_a_killed_host_exactly_once() {
         assert_eq!(summary["unconfirmedReused"], 0, "{summary}");
         assert_eq!(summary["panics"], 0, "{summary}");
         assert_eq!(summary["secretsSeen"], 0, "{summary}");
+        // A survivor's own rows stayed its own: no ledger write of it was
+        // refused (that would fail a lifecycle as `internal`).
+        assert!(summary["failed"].get("internal").is_none(), "{summary}");
         taken_over += summary["takenOver"].as_u64().unwrap() as usize;
     }
     assert_eq!(taken_over, named.len(), "the survivors' summaries count each taken-over lease once");

@@ -3,7 +3,7 @@
 //! this test starts). Hosts are stores opened side by side; a gone host is
 //! one whose process exited (SQLite) or whose heartbeat expired (PostgreSQL).
 
-use e2e::pg::PgCluster;
+use pg_cluster::PgCluster;
 use provider_abi::{ErrorKind, Lease, ProviderError};
 use provider_host::{
     ledger::{LeaseEnv, LeaseState, Ledger, Owner},

@@ -1,11 +1,10 @@
 //! Helpers for the end-to-end tests and benchmarks: locating the shared
-//! libraries cargo built, the simulator test bed, the out-of-process
-//! worker baseline, and a private PostgreSQL cluster ([`pg`]).
+//! libraries cargo built, the simulator test bed, and the out-of-process
+//! worker baseline.
 
 use std::path::PathBuf;
 
 pub mod bed;
-pub mod pg;
 pub mod worker;
 
 /// The directory holding this build's shared libraries (`target/<profile>/deps`).

@@ -5,9 +5,9 @@
 //! `synchronous = FULL`, PostgreSQL (a private cluster on a Unix socket)
 //! with `fsync` and `synchronous_commit` on.
 //!
-//! `cargo bench -p provider-host --bench ledger [-- LIFECYCLES THREADS]`
+//! `cargo bench -p pg-cluster --bench ledger [-- LIFECYCLES THREADS]`
 
-use e2e::pg::PgCluster;
+use pg_cluster::PgCluster;
 use provider_abi::Lease;
 use provider_host::{
     ledger::{LeaseEnv, LeaseState, Ledger, Owner},
