@@ -27,6 +27,6 @@ RUST_LOG=warn ./target/release/host-harness --plugin "$work/a/$library" --ledger
     soak --leases "$leases" --concurrency "$concurrency" --no-rate-limit \
     --swap-every $((leases / swaps)) --swap-to "$work/b/$library" --swap-to "$work/a/$library" \
     >"$work/out" 2>"$work/err" || status=$?
-tail -n 18 "$work/out"
+tail -n 22 "$work/out"
 grep -E "swap(ped| refused)" "$work/err" || true
 echo "exit status: $status"

@@ -468,11 +468,11 @@ impl Summary {
         }
         if self.swaps.done + self.swaps.refused > 0 {
             lines.push(format!(
-                "swaps: {} done, {} refused; calls drained per swap: {:?}; longest wait of a new call: {:.3} ms",
+                "swaps: {} done, {} refused; calls drained per swap: {:?}; longest wait of a new call: {:.1} µs",
                 self.swaps.done,
                 self.swaps.refused,
                 self.swaps.drained,
-                self.swaps.longest_wait.as_secs_f64() * 1e3
+                self.swaps.longest_wait.as_secs_f64() * 1e6
             ));
         }
         lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));

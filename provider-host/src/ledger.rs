@@ -273,12 +273,23 @@ pub(crate) enum Problem {
     NewerMigration(i32, i32),
     #[error("row {row} was taken over by host {host} (this host's heartbeat had expired); not changing it")]
     TakenOver { row: i64, host: String },
+    #[error("{0}")]
+    Store(String),
 }
 
 impl LedgerError {
     /// An error of the ledger shown as `location`.
     pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
         LedgerError { location: location.to_owned(), problem: problem.into() }
+    }
+
+    /// An error of another [`crate::store::LeaseStore`] (a database server):
+    /// `location` names it (never with credentials), `problem` is one line.
+    pub fn other(location: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
+        LedgerError {
+            location: location.into().display().to_string(),
+            problem: Problem::Store(problem.into()),
+        }
     }
 
     fn new(path: &Path, problem: impl Into<Problem>) -> Self {
