@@ -28,5 +28,6 @@ pub mod soak;
 pub mod swap;
 
 pub use provider_host::{
-    async_host, handover, host, hosted, ledger, lock, provider_set, providers, request, secrets, store, sweep,
+    async_host, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers, request,
+    secrets, store, sweep,
 };

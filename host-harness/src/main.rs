@@ -12,6 +12,7 @@ use host_harness::{
     lock::{check_signature, LockFile},
     plugin::find_plugin,
     providers::ProvidersDir,
+    store::{LedgerLocation, StoreOptions},
 };
 use provider_abi::Provider;
 use std::{
@@ -59,10 +60,17 @@ pub struct Global {
     /// (`LIBRARY.minisig`); repeatable. `inspect` reports the verdict.
     #[arg(long = "trusted-key", global = true, value_name = "KEY")]
     trusted_keys: Vec<String>,
-    /// The lease ledger (default: $XDG_STATE_HOME/host-harness/ledger.sqlite3,
-    /// or ~/.local/state/host-harness/ledger.sqlite3).
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The lease ledger: a SQLite file (default:
+    /// $XDG_STATE_HOME/host-harness/ledger.sqlite3, or
+    /// ~/.local/state/host-harness/ledger.sqlite3), or a fleet's PostgreSQL
+    /// database (postgres://USER@HOST/DB, or postgres:///DB?host=/socket/dir).
+    #[arg(long, global = true, value_name = "PATH|URL")]
     ledger: Option<PathBuf>,
+    /// With a PostgreSQL ledger: how long this host's heartbeat lasts
+    /// unrenewed (renewed every third of it) before a surviving host takes
+    /// over its leases, e.g. 30s.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "30s", value_parser = parse_expiry)]
+    heartbeat_expiry: Duration,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -507,14 +515,15 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return commands::sim::serve(*listen, limit, out);
     }
     if let Command::Leases = &cli.command {
-        return ledger::leases(global.ledger.as_deref(), out);
+        return ledger::leases(global.ledger().as_ref(), out);
     }
     let providers =
         ProvidersDir::new(global.providers_dir.clone().unwrap_or_else(ProvidersDir::default_root));
     let lock_path = global.lock.clone().unwrap_or_else(|| {
-        LockFile::default_path(
-            &global.ledger.clone().unwrap_or_else(host_harness::ledger::Ledger::default_path),
-        )
+        LockFile::default_path(&match global.ledger() {
+            Some(LedgerLocation::Sqlite(path)) => path,
+            _ => host_harness::ledger::Ledger::default_path(),
+        })
     });
     let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));
     if let Command::Providers(command) = &cli.command {
@@ -556,7 +565,9 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             ));
         }
     }
-    let mut session = commands::Session::open(plugin, isolation.as_ref(), global.ledger.as_deref(), out)?;
+    let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
+    let mut session =
+        commands::Session::open(plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
     // The daemon-like commands swap the provider on SIGHUP.
     let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
     if swaps_on_hangup {
@@ -582,6 +593,23 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             Err(Failure::Exit(interrupt::exit_code(signal)))
         }
         None => result,
+    }
+}
+
+/// `--heartbeat-expiry`: a duration of at least a second.
+fn parse_expiry(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|error| format!("`{text}` is not a duration like 30s or 2m ({error})"))?;
+    if duration < Duration::from_secs(1) {
+        return Err("the heartbeat expiry must be at least 1s".into());
+    }
+    Ok(duration)
+}
+
+impl Global {
+    /// `--ledger`, as a location.
+    fn ledger(&self) -> Option<LedgerLocation> {
+        self.ledger.as_deref().map(|path| LedgerLocation::parse(path.as_os_str()))
     }
 }
 
@@ -612,7 +640,7 @@ fn swap_on_hangup(session: &commands::Session, library: &Path, lock_path: &Path)
         },
         false => None,
     };
-    session.swapper.swap(CAUSE, set, library, lock.as_ref(), &session.ledger);
+    session.swapper.swap(CAUSE, set, library, lock.as_ref(), session.ledger.as_ref());
 }
 
 /// Runs a command that acts on leases (with the provider and the ledger);

@@ -11,11 +11,12 @@
 use crate::hosted::HookSupport;
 use crate::{
     host::Host,
-    ledger::{Ledger, Owner},
+    ledger::Owner,
     lifecycle::{self, Reporter, StepReport},
     request::HarnessConfig,
     resources::ResourceFigures,
     secrets::SecretFields,
+    store::LeaseStore,
     swap::SwapFigures,
 };
 use createos_sim::{FaultProfile, FaultRule};
@@ -91,7 +92,7 @@ pub struct Tally {
 
 /// The per-lifecycle reporter: checks every step and every output chunk.
 struct Watcher<'a> {
-    ledger: &'a Ledger,
+    ledger: &'a dyn LeaseStore,
     secrets: &'a [&'a str],
     steps: Vec<StepReport>,
     secrets_seen: usize,
@@ -141,7 +142,7 @@ impl Reporter for Watcher<'_> {
 /// threads; `progress` is called after each.
 pub fn run(
     provider: &dyn HookSupport,
-    ledger: &Ledger,
+    ledger: &dyn LeaseStore,
     plan: &SoakPlan<'_>,
     progress: &(dyn Fn(&Finished) + Sync),
 ) -> Tally {
@@ -275,6 +276,9 @@ pub struct Summary {
     pub sim: Option<SimFigures>,
     /// Rows the final sweep could not resolve (no lease id) or destroy.
     pub unswept: usize,
+    /// Leases of gone hosts (killed, or their heartbeat expired) this run
+    /// took over and destroyed meanwhile.
+    pub taken_over: usize,
     /// Of those, creations a provider worker's crash cut short before the
     /// creation reply was recorded (`--isolate`, when a worker died with
     /// other hooks in flight): the API has no idempotency key, so their
@@ -368,6 +372,7 @@ impl Summary {
             "leakedIds": self.sim.as_ref().map(|sim| sim.leaked.clone()),
             "leakedUnnameable": self.sim.as_ref().map(|sim| sim.leaked_unnameable.len()),
             "unswept": self.unswept,
+            "takenOver": self.taken_over,
             "cutShortByCrash": self.cut_short_by_crash,
             "unconfirmedReused": self.tally.unconfirmed_reused,
             "secretsSeen": self.tally.secrets_seen,
@@ -452,6 +457,9 @@ impl Summary {
             self.resources.peak_provider_threads
         ));
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
+        if self.taken_over > 0 {
+            lines.push(format!("leases of gone hosts taken over and destroyed: {}", self.taken_over));
+        }
         if self.cut_short_by_crash > 0 {
             lines.push(format!(
                 "  of them, creations a worker crash cut short before their reply was recorded: {}",
@@ -509,6 +517,7 @@ mod tests {
                 tally,
                 sim: None,
                 unswept: 0,
+                taken_over: 0,
                 resources: Default::default(),
                 concurrency: 1,
                 faults_injected,

@@ -130,7 +130,7 @@ impl Owner {
         }
     }
 
-    fn parse(text: &str) -> Owner {
+    pub(crate) fn parse(text: &str) -> Owner {
         match text {
             "lifecycle" => Owner::Lifecycle,
             "probe" => Owner::Probe,
@@ -177,19 +177,29 @@ pub struct LeaseRecord {
     pub last_hook: String,
     /// The last error, as `{"kind", "message"}`.
     pub last_error: Option<Value>,
-    /// The process that owns the row.
+    /// The process that owns the row (on the machine of its host).
     pub pid: u32,
+    /// The host that owns the row, in a fleet's ledger (PostgreSQL); `None`
+    /// in SQLite, where the owner is the process `pid` of this machine.
+    pub host_id: Option<String>,
     /// When the row was created (UTC, RFC 3339).
     pub created_at: String,
     /// When the row last changed (UTC, RFC 3339).
     pub updated_at: String,
-    owner_start: u64,
+    pub(crate) owner_start: u64,
 }
 
 impl LeaseRecord {
-    /// True while the process that wrote the row is running.
+    /// True while the process that wrote the row is running (on this
+    /// machine: meaningful for SQLite rows).
     pub fn owner_is_running(&self) -> bool {
         process::start_time(self.pid).is_some_and(|start| start == self.owner_start)
+    }
+
+    /// True for a row `sweep` must act on once its owner is gone: left
+    /// behind (see [`LeaseState::is_left_behind`]), or a lifecycle's paused lease.
+    pub fn is_left_behind(&self) -> bool {
+        self.state.is_left_behind() || (self.state == LeaseState::Paused && self.owner == Owner::Lifecycle)
     }
 
     /// The row as JSON.
@@ -209,6 +219,7 @@ impl LeaseRecord {
             "lastHook": self.last_hook,
             "lastError": self.last_error,
             "pid": self.pid,
+            "hostId": self.host_id,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         })
@@ -226,18 +237,18 @@ impl LeaseRecord {
 }
 
 /// A ledger error: the database could not be opened, read or written. Displays
-/// as one line naming the file.
+/// as one line naming the file (or the database URL, without its password).
 #[derive(Debug, thiserror::Error)]
-#[error("lease ledger {}: {problem}", path.display())]
+#[error("lease ledger {location}: {problem}")]
 pub struct LedgerError {
-    path: PathBuf,
+    location: String,
     #[source]
     problem: Problem,
 }
 
-/// What went wrong with a ledger file.
+/// What went wrong with a ledger.
 #[derive(Debug, thiserror::Error)]
-enum Problem {
+pub(crate) enum Problem {
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("cannot create its directory {}: {source}", dir.display())]
@@ -252,15 +263,33 @@ enum Problem {
     Foreign(String),
     #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
     Newer(i64),
+    #[error("{}", crate::pg_ledger::describe(.0))]
+    Postgres(#[from] postgres::Error),
+    #[error("{0}")]
+    Pool(#[from] r2d2_postgres::r2d2::Error),
+    #[error("a database of another application (a `leases` table without the ledger's migrations); refusing to change it")]
+    ForeignDatabase,
+    #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
+    NewerMigration(i32, i32),
+    #[error("row {row} was taken over by host {host} (this host's heartbeat had expired); not changing it")]
+    TakenOver { row: i64, host: String },
     #[error("{0}")]
     Store(String),
 }
 
 impl LedgerError {
+    /// An error of the ledger shown as `location`.
+    pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
+        LedgerError { location: location.to_owned(), problem: problem.into() }
+    }
+
     /// An error of another [`crate::store::LeaseStore`] (a database server):
     /// `location` names it (never with credentials), `problem` is one line.
     pub fn other(location: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
-        LedgerError { path: location.into(), problem: Problem::Store(problem.into()) }
+        LedgerError {
+            location: location.into().display().to_string(),
+            problem: Problem::Store(problem.into()),
+        }
     }
 
     fn new(path: &Path, problem: impl Into<Problem>) -> Self {
@@ -272,7 +301,7 @@ impl LedgerError {
             }
             problem => problem,
         };
-        LedgerError { path: path.to_path_buf(), problem }
+        LedgerError { location: path.display().to_string(), problem }
     }
 }
 
@@ -574,23 +603,68 @@ impl Ledger {
         })
     }
 
-    /// Rows `sweep` must act on: left behind (see [`LeaseState::is_left_behind`],
-    /// plus paused lifecycle leases), and either owned by `process` or, when
-    /// `process` is `None`, by a process that is no longer running.
-    pub fn left_behind(&self, process: Option<u32>) -> Result<Vec<LeaseRecord>, LedgerError> {
-        Ok(self
-            .list()?
+    /// Rows `sweep` must act on (see [`LeaseRecord::is_left_behind`]), owned
+    /// by this process or by processes that are no longer running (`whose`).
+    /// On one machine the kernel is the heartbeat: a process that exited is
+    /// gone at once, and a reused pid is told apart by its start time.
+    pub fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
+        // Destroyed rows (most of a long-lived ledger) are never read.
+        let rows = self.with(|conn| {
+            let mut statement =
+                conn.prepare("SELECT * FROM leases WHERE state <> 'destroyed' ORDER BY id")?;
+            let rows = statement.query_map([], read_row)?.collect::<rusqlite::Result<Vec<_>>>();
+            rows
+        })?;
+        Ok(rows
             .into_iter()
-            .filter(|record| {
-                record.state.is_left_behind()
-                    || (record.state == LeaseState::Paused && record.owner == Owner::Lifecycle)
-            })
-            .filter(|record| match process {
-                Some(pid) => record.pid == pid && record.owner_start == self.start,
-                None => !record.owner_is_running(),
+            .filter(LeaseRecord::is_left_behind)
+            .filter(|record| match whose {
+                Whose::ThisHost => self.is_mine(record),
+                Whose::Gone => !record.owner_is_running(),
             })
             .collect())
     }
+
+    fn is_mine(&self, record: &LeaseRecord) -> bool {
+        record.pid == self.pid && record.owner_start == self.start
+    }
+
+    /// Takes over, in one transaction, those of `records` still owned by the
+    /// process they name while it is not running, and returns them as now
+    /// owned by this process. Two sweepers offered the same rows share them
+    /// out: each row goes to exactly one.
+    pub fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let won = self.with(|conn| {
+            let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+            let mut won = Vec::new();
+            for record in records.iter().filter(|record| !record.owner_is_running()) {
+                let changed = tx.execute(
+                    &format!(
+                        "UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW}
+                         WHERE id = ?1 AND pid = ?4 AND pid_start = ?5"
+                    ),
+                    params![record.id, self.pid, self.start as i64, record.pid, record.owner_start as i64],
+                )?;
+                if changed == 1 {
+                    won.push(record.id);
+                }
+            }
+            tx.commit()?;
+            Ok(won)
+        })?;
+        won.into_iter().filter_map(|row| self.get(row).transpose()).collect()
+    }
+}
+
+/// Whose left-behind rows [`Ledger::left_behind`] (and
+/// [`crate::store::LeaseStore::left_behind`]) lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    /// This host's (this process's, in SQLite).
+    ThisHost,
+    /// Hosts that are gone: their process exited (SQLite), or their
+    /// heartbeat expired (PostgreSQL).
+    Gone,
 }
 
 /// How long a statement waits for another connection's lock.
@@ -744,6 +818,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
         last_hook: row.get("last_hook")?,
         last_error: json(row.get("last_error_json")?),
         pid: row.get("pid")?,
+        host_id: None,
         owner_start: row.get::<_, i64>("pid_start")? as u64,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
@@ -762,78 +837,5 @@ mod process {
         // A zombie has exited: its leases are no longer in use.
         let state = after_name.split_whitespace().next()?;
         (state != "Z").then_some(start)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use provider_abi::ErrorKind;
-
-    fn env() -> LeaseEnv {
-        LeaseEnv {
-            driver_key: "createos".into(),
-            company_id: "c".into(),
-            environment_id: "e".into(),
-            config: json!({"shape": "s-1vcpu-1gb"}),
-            embedded_sim: false,
-        }
-    }
-
-    #[test]
-    fn rows_record_every_state() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("nested/ledger.sqlite3")).unwrap();
-        let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
-        let lease = Lease {
-            provider_lease_id: Some("sb-1".into()).into(),
-            metadata_json: r#"{"marker":"m"}"#.into(),
-            ..Default::default()
-        };
-        ledger.set_lease(row, LeaseState::Active, "acquire_lease", &lease).unwrap();
-        for state in LeaseState::ALL {
-            ledger.set_state(row, state, "release_lease", None).unwrap();
-            assert_eq!(ledger.get(row).unwrap().unwrap().state, state);
-        }
-        let error = ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, "unconfirmed");
-        ledger.set_state(row, LeaseState::Unconfirmed, "release_lease", Some(&error)).unwrap();
-        let record = ledger.find("sb-1", "c", "e").unwrap().unwrap();
-        assert_eq!(record.last_error.unwrap()["kind"], "cleanup_unconfirmed");
-        assert_eq!(record.metadata.unwrap()["marker"], "m");
-        assert_eq!(record.env.config, json!({"shape": "s-1vcpu-1gb"}));
-    }
-
-    #[test]
-    fn a_forgotten_row_is_gone() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-        let kept = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
-        let refused = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
-        ledger.forget(refused).unwrap();
-        assert!(ledger.get(refused).unwrap().is_none());
-        assert!(ledger.get(kept).unwrap().is_some());
-    }
-
-    #[test]
-    fn left_behind_rows_depend_on_state_owner_and_process() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-        let states = [
-            (Owner::Command, LeaseState::Paused, false),
-            (Owner::Lifecycle, LeaseState::Paused, true),
-            (Owner::Command, LeaseState::Destroyed, false),
-            (Owner::Command, LeaseState::Active, true),
-            (Owner::Probe, LeaseState::Acquiring, true),
-            (Owner::Command, LeaseState::CleanupFailed, true),
-        ];
-        for (owner, state, _) in states {
-            let row = ledger.begin(owner, "run", &env(), "acquire_lease").unwrap();
-            ledger.set_state(row, state, "h", None).unwrap();
-        }
-        let mine = ledger.left_behind(Some(ledger.pid())).unwrap();
-        let expected: Vec<_> =
-            states.iter().filter(|(_, _, swept)| *swept).map(|(_, state, _)| *state).collect();
-        assert_eq!(mine.iter().map(|record| record.state).collect::<Vec<_>>(), expected);
-        assert!(ledger.left_behind(None).unwrap().is_empty(), "this process is running");
     }
 }

@@ -4,7 +4,8 @@
 //! configuration keys. [`host`] calls each lease hook as a host should
 //! (ledger records before and after, the fallback for unconfirmed leases);
 //! [`store`] is what it records into, with [`ledger`] (SQLite) the embedded
-//! default; [`sweep`] destroys what a crashed run left; [`hosted`] holds any
+//! default and [`pg_ledger`] (PostgreSQL) a fleet's, whose hosts keep a
+//! [`heartbeat`]; [`sweep`] destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or plugged in by the embedder behind a trait object);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
@@ -14,10 +15,12 @@
 
 pub mod async_host;
 pub mod handover;
+pub mod heartbeat;
 pub mod host;
 pub mod hosted;
 pub mod ledger;
 pub mod lock;
+pub mod pg_ledger;
 pub mod provider_set;
 pub mod providers;
 pub mod request;

@@ -1,16 +1,32 @@
 //! Where the host records leases: the operations its policy needs, never
-//! SQL. [`Ledger`] (SQLite) is the embedded implementation; a fleet's
-//! database implements the same trait.
+//! SQL. [`Ledger`] (SQLite) is the embedded implementation, for the
+//! processes of one machine; [`PgLedger`] (PostgreSQL) is a fleet's.
+//! [`LedgerLocation`] names either, and [`open`] opens it.
+//!
+//! A lease belongs to a host: in SQLite a process of this machine (alive
+//! while it runs), in PostgreSQL a host id whose heartbeat the store renews
+//! (alive until it expires). A host that is gone leaves its rows to any
+//! surviving host, which takes them over ([`LeaseStore::take_over`]) exactly
+//! once before it sweeps them.
 
-use crate::ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
+pub use crate::ledger::Whose;
+use crate::{
+    ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
+    pg_ledger::{PgLedger, PgOptions},
+};
 use provider_abi::{Lease, ProviderError};
+use std::{path::PathBuf, time::Duration};
 
 /// A durable record of leases. Every write is durable before it returns: the
 /// host writes ahead of each hook, so a crash leaves a row saying what might
 /// still exist remotely.
 pub trait LeaseStore: Send + Sync {
-    /// The process this store records as the owner of the rows it writes.
-    fn pid(&self) -> u32;
+    /// This host, as its rows name it (for messages).
+    fn host_name(&self) -> String;
+
+    /// How often a long run looks for the leases of gone hosts to take over:
+    /// half a heartbeat's expiry in a fleet.
+    fn patrol_interval(&self) -> Duration;
 
     /// Records a lease about to be acquired (state `acquiring`, no id yet)
     /// and returns its row id.
@@ -32,7 +48,8 @@ pub trait LeaseStore: Send + Sync {
     /// Removes a row: a lease the provider refused before any request.
     fn forget(&self, row: i64) -> Result<(), LedgerError>;
 
-    /// Takes over a row for this process.
+    /// Takes over a row for this host (a command acting on a lease an
+    /// earlier run recorded). The previous owner's later writes to it fail.
     fn adopt(&self, row: i64) -> Result<(), LedgerError>;
 
     /// One row.
@@ -49,9 +66,15 @@ pub trait LeaseStore: Send + Sync {
     /// Every row, oldest first.
     fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError>;
 
-    /// Rows `sweep` must act on: left behind, and owned by `process` or, when
-    /// `None`, by a process that is no longer running.
-    fn left_behind(&self, process: Option<u32>) -> Result<Vec<LeaseRecord>, LedgerError>;
+    /// Rows `sweep` must act on ([`LeaseRecord::is_left_behind`]): this
+    /// host's, or those of hosts that are gone.
+    fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError>;
+
+    /// Takes over those of `records` (listed by `left_behind(Whose::Gone)`)
+    /// whose owner is still the gone host they name, in one transaction, and
+    /// returns them as now this host's. Hosts sweeping at once share the rows
+    /// out: each row goes to exactly one, and a live host's row to none.
+    fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError>;
 
     /// Leases in `state` that carry a provider lease id (for example the
     /// unconfirmed ones a newly active provider version must refuse to reuse).
@@ -65,8 +88,13 @@ pub trait LeaseStore: Send + Sync {
 }
 
 impl LeaseStore for Ledger {
-    fn pid(&self) -> u32 {
-        Ledger::pid(self)
+    fn host_name(&self) -> String {
+        format!("process {}", Ledger::pid(self))
+    }
+
+    fn patrol_interval(&self) -> Duration {
+        // The kernel says at once when a process of this machine is gone.
+        Duration::from_secs(2)
     }
 
     fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
@@ -112,7 +140,86 @@ impl LeaseStore for Ledger {
         Ledger::list(self)
     }
 
-    fn left_behind(&self, process: Option<u32>) -> Result<Vec<LeaseRecord>, LedgerError> {
-        Ledger::left_behind(self, process)
+    fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
+        Ledger::left_behind(self, whose)
+    }
+
+    fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
+        Ledger::take_over(self, records)
+    }
+}
+
+/// Where the ledger is: a SQLite file, or a PostgreSQL database
+/// (`postgres://` or `postgresql://` URL).
+#[derive(Clone, PartialEq, Eq)]
+pub enum LedgerLocation {
+    /// A SQLite file (one machine).
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL (a fleet).
+    Postgres(String),
+}
+
+impl std::fmt::Debug for LedgerLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LedgerLocation::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            LedgerLocation::Postgres(url) => write!(f, "Postgres({})", crate::pg_ledger::redacted(url)),
+        }
+    }
+}
+
+impl LedgerLocation {
+    /// A `--ledger` argument: a URL of scheme `postgres`/`postgresql`, else a path.
+    pub fn parse(text: &std::ffi::OsStr) -> LedgerLocation {
+        match text.to_str() {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                LedgerLocation::Postgres(url.to_owned())
+            }
+            _ => LedgerLocation::Sqlite(PathBuf::from(text)),
+        }
+    }
+
+    /// The default: the SQLite file at [`Ledger::default_path`].
+    pub fn default_location() -> LedgerLocation {
+        LedgerLocation::Sqlite(Ledger::default_path())
+    }
+}
+
+/// What a store is opened with.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// PostgreSQL: how long a host's heartbeat lasts unrenewed (renewed every
+    /// third of it); also the scale of [`LeaseStore::patrol_interval`].
+    pub heartbeat_expiry: Duration,
+    /// PostgreSQL: connections in the pool.
+    pub pool_size: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { heartbeat_expiry: Duration::from_secs(30), pool_size: 16 }
+    }
+}
+
+/// Opens (creating or migrating if needed) the ledger at `location`.
+pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, LedgerError> {
+    Ok(match location {
+        LedgerLocation::Sqlite(path) => Box::new(Ledger::open(path)?),
+        LedgerLocation::Postgres(url) => Box::new(PgLedger::open(
+            url,
+            &PgOptions { heartbeat_expiry: options.heartbeat_expiry, pool_size: options.pool_size },
+        )?),
+    })
+}
+
+/// Every row of the ledger at `location`, read without changing it (no
+/// ledger there yet: none).
+pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerError> {
+    match location {
+        LedgerLocation::Sqlite(path) => match Ledger::open_read_only(path)? {
+            Some(ledger) => ledger.list(),
+            None => Ok(Vec::new()),
+        },
+        LedgerLocation::Postgres(url) => crate::pg_ledger::read_all(url),
     }
 }

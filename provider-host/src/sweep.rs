@@ -1,6 +1,8 @@
 //! `sweep`: destroys every lease a crashed or interrupted run left behind.
 //!
-//! The rows come from [`LeaseStore::left_behind`], narrowed by [`Scope`]: a
+//! The rows come from [`LeaseStore::left_behind`], narrowed by [`Scope`] and,
+//! when they are a gone host's, taken over by this host first
+//! ([`LeaseStore::take_over`]: each row goes to one sweeping host only); a
 //! lease the scripting `acquire` command (or `resume`/`release`) left active
 //! or paused is *held* on purpose and is swept only when the user says so.
 //! Each row is destroyed through the provider with the configuration the
@@ -18,15 +20,17 @@ use crate::{
     ledger::{LeaseRecord, LeaseState, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
-    store::LeaseStore,
+    store::{LeaseStore, Whose},
 };
 use provider_abi::ProviderError;
 use serde_json::{json, Value};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 /// Which rows to sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Rows of processes that are no longer running (the `sweep` command);
+    /// Rows of hosts that are gone (processes that are no longer running,
+    /// in SQLite; expired heartbeats, in PostgreSQL): the `sweep` command;
     /// held leases too when `include_held`.
     Abandoned {
         /// Also sweep leases the hook commands left active or paused.
@@ -35,7 +39,7 @@ pub enum Scope {
     /// Rows of dead `lifecycle`, `soak` and `probe` runs only: what
     /// `lifecycle` and `soak` sweep before they start.
     DeadRuns,
-    /// Rows of this process (the end of a `soak`).
+    /// Rows of this host (the end of a `soak`).
     ThisProcess,
 }
 
@@ -130,13 +134,18 @@ pub fn sweep(
     scope: Scope,
     secrets: &SweepSecrets,
 ) -> Result<Vec<Swept>, LedgerError> {
-    let process = match scope {
-        Scope::Abandoned { .. } | Scope::DeadRuns => None,
-        Scope::ThisProcess => Some(ledger.pid()),
+    let whose = match scope {
+        Scope::Abandoned { .. } | Scope::DeadRuns => Whose::Gone,
+        Scope::ThisProcess => Whose::ThisHost,
     };
+    let mut records: Vec<LeaseRecord> =
+        ledger.left_behind(whose)?.into_iter().filter(|record| scope.covers(record)).collect();
+    if whose == Whose::Gone {
+        records = ledger.take_over(&records)?;
+    }
     let fields = SecretFields::of(&provider.manifest());
     let mut swept = Vec::new();
-    for record in ledger.left_behind(process)?.into_iter().filter(|record| scope.covers(record)) {
+    for record in records {
         let outcome = sweep_one(provider, ledger, &record, &fields, secrets, scope)?;
         match &outcome {
             Outcome::Destroyed => {
@@ -165,14 +174,12 @@ fn sweep_one(
     scope: Scope,
 ) -> Result<Outcome, LedgerError> {
     if record.env.embedded_sim && scope != Scope::ThisProcess {
-        ledger.adopt(record.id)?;
         ledger.set_state(record.id, LeaseState::Destroyed, "sweep", None)?;
         return Ok(Outcome::GoneWithSimulator);
     }
     if record.provider_lease_id.is_none() {
         return Ok(Outcome::Unresolvable);
     }
-    ledger.adopt(record.id)?;
     let config = HarnessConfig {
         driver_key: Some(record.env.driver_key.clone()),
         company_id: record.env.company_id.clone(),
@@ -185,4 +192,23 @@ fn sweep_one(
         Ok(()) => Outcome::Destroyed,
         Err(error) => Outcome::Failed(error),
     })
+}
+
+/// Sweeps the rows gone hosts' runs left ([`Scope::DeadRuns`]) every
+/// [`LeaseStore::patrol_interval`], until `stop` receives or its sender is
+/// dropped: a long run's watch over its fleet. Returns every row swept.
+pub fn patrol(
+    provider: &dyn HookSupport,
+    ledger: &dyn LeaseStore,
+    secrets: &SweepSecrets,
+    stop: &Receiver<()>,
+) -> Vec<Swept> {
+    let mut swept = Vec::new();
+    while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(ledger.patrol_interval()) {
+        match sweep(provider, ledger, Scope::DeadRuns, secrets) {
+            Ok(rows) => swept.extend(rows),
+            Err(error) => tracing::warn!(%error, "cannot look for the leases of gone hosts"),
+        }
+    }
+    swept
 }

@@ -24,7 +24,7 @@ const RUN_ID: &str = "harness-cli";
 
 fn host<'s>(session: &'s Session, config: &Path) -> Result<Host<'s>, Failure> {
     let config = read_config(config)?;
-    Ok(Host::new(&session.provider, &session.ledger, &config, Owner::Command, RUN_ID, false))
+    Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID, false))
 }
 
 fn print_lease(session: &Session, lease: &Lease) {

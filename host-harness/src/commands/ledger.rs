@@ -1,8 +1,9 @@
 //! `sweep` and `leases`: the lease ledger.
 
-use super::{open_ledger_read_only, read_config, Failure, Printer, Session};
+use super::{read_config, read_ledger, Failure, Printer, Session};
 use host_harness::{
     render::{cell, table},
+    store::LedgerLocation,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
 
@@ -26,7 +27,7 @@ pub fn sweep(
         None => SweepSecrets::default(),
     };
     let scope = Scope::Abandoned { include_held };
-    let swept = sweep::sweep(&session.provider, &session.ledger, scope, &secrets)
+    let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), scope, &secrets)
         .map_err(|error| Failure::Usage(error.to_string()))?;
     for item in &swept {
         session.out.value(&item.to_json(), || {
@@ -79,11 +80,8 @@ pub fn sweep(
 
 /// `leases`: the ledger as a table, or one JSON object per row. Reads the
 /// ledger without writing it (none yet: no rows).
-pub fn leases(ledger: Option<&Path>, out: Printer) -> Result<(), Failure> {
-    let records = match open_ledger_read_only(ledger)? {
-        Some(ledger) => ledger.list().map_err(|error| Failure::Usage(error.to_string()))?,
-        None => Vec::new(),
-    };
+pub fn leases(ledger: Option<&LedgerLocation>, out: Printer) -> Result<(), Failure> {
+    let records = read_ledger(ledger)?;
     if out.json {
         for record in &records {
             out.value(&record.to_json(), String::new);

@@ -13,8 +13,14 @@ pub mod runs;
 pub mod sim;
 
 use host_harness::{
-    hosted::HostedProvider, isolation::IsolationOptions, ledger::Ledger, plugin::load_hosted, render,
-    request::HarnessConfig, swap::Swapper,
+    hosted::HostedProvider,
+    isolation::IsolationOptions,
+    ledger::{LeaseRecord, Ledger},
+    plugin::load_hosted,
+    render,
+    request::HarnessConfig,
+    store::{self, LeaseStore, LedgerLocation, StoreOptions},
+    swap::Swapper,
 };
 use provider_abi::{Provider, ProviderError};
 use serde_json::Value;
@@ -55,22 +61,30 @@ impl Failure {
     }
 }
 
-/// Opens the ledger at `path`, or the default one, for writing; says so on
-/// stderr when it created the ledger's directory.
-pub fn open_ledger(path: Option<&Path>) -> Result<Ledger, Failure> {
-    let path = path.map(Path::to_path_buf).unwrap_or_else(Ledger::default_path);
-    let ledger = Ledger::open(&path).map_err(|error| Failure::Usage(error.to_string()))?;
-    if let Some(dir) = ledger.created_dir() {
-        eprintln!("created ledger directory {}", dir.display());
+/// Opens the ledger at `location`, or the default one, for writing; says so
+/// on stderr when it created a SQLite ledger's directory.
+pub fn open_ledger(
+    location: Option<&LedgerLocation>,
+    options: &StoreOptions,
+) -> Result<Box<dyn LeaseStore>, Failure> {
+    let usage = |error: host_harness::ledger::LedgerError| Failure::Usage(error.to_string());
+    match location.cloned().unwrap_or_else(LedgerLocation::default_location) {
+        LedgerLocation::Sqlite(path) => {
+            let ledger = Ledger::open(&path).map_err(usage)?;
+            if let Some(dir) = ledger.created_dir() {
+                eprintln!("created ledger directory {}", dir.display());
+            }
+            Ok(Box::new(ledger))
+        }
+        location => store::open(&location, options).map_err(usage),
     }
-    Ok(ledger)
 }
 
-/// Opens the ledger at `path`, or the default one, for reading only; `None`
-/// when there is none yet.
-pub fn open_ledger_read_only(path: Option<&Path>) -> Result<Option<Ledger>, Failure> {
-    let path = path.map(Path::to_path_buf).unwrap_or_else(Ledger::default_path);
-    Ledger::open_read_only(&path).map_err(|error| Failure::Usage(error.to_string()))
+/// Every row of the ledger at `location`, or the default one, read without
+/// writing it (none yet: no rows).
+pub fn read_ledger(location: Option<&LedgerLocation>) -> Result<Vec<LeaseRecord>, Failure> {
+    let location = location.cloned().unwrap_or_else(LedgerLocation::default_location);
+    store::read_all(&location).map_err(|error| Failure::Usage(error.to_string()))
 }
 
 /// Loads the provider (`--plugin`, else the default), in a worker process
@@ -96,7 +110,7 @@ pub struct Session {
     /// The provider, after `setup`.
     pub provider: HostedProvider,
     /// The lease ledger.
-    pub ledger: Ledger,
+    pub ledger: Box<dyn LeaseStore>,
     /// Where results go.
     pub out: Printer,
     /// Swaps the provider on request (`soak --swap-to`, `SIGHUP`).
@@ -108,11 +122,12 @@ impl Session {
     pub fn open(
         plugin: Option<&Path>,
         isolation: Option<&IsolationOptions>,
-        ledger: Option<&Path>,
+        ledger: Option<&LedgerLocation>,
+        options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
         let provider = load(plugin, isolation)?;
-        let ledger = open_ledger(ledger)?;
+        let ledger = open_ledger(ledger, options)?;
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
     }
 

@@ -12,6 +12,7 @@ use host_harness::{
     render,
     request::HarnessConfig,
     soak::{self, Finished, SimFigures, SoakPlan, Summary},
+    store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
@@ -46,7 +47,7 @@ impl Target {
     fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
         let swept = sweep::sweep(
             &session.provider,
-            &session.ledger,
+            session.ledger.as_ref(),
             Scope::DeadRuns,
             &SweepSecrets::from_config(&session.provider, &self.config),
         )
@@ -72,7 +73,7 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
     let out = session.out;
     let host = Host::new(
         &session.provider,
-        &session.ledger,
+        session.ledger.as_ref(),
         &target.config,
         Owner::Lifecycle,
         "harness-lifecycle",
@@ -179,7 +180,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         if let Some(set) = swap_set.filter(|_| finished.done.is_multiple_of(options.swap_every)) {
             let turn = finished.done / options.swap_every - 1;
             let library = &options.swap_to[turn % options.swap_to.len()];
-            session.swapper.swap("--swap-to", set, library, lock, &session.ledger);
+            session.swapper.swap("--swap-to", set, library, lock, session.ledger.as_ref());
         }
         if !finished.ok {
             failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -219,7 +220,18 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         concurrency: options.concurrency,
     };
     let monitor = host_harness::resources::Monitor::start();
-    let tally = soak::run(&session.provider, &session.ledger, &plan, &progress);
+    let secrets = SweepSecrets::from_config(&session.provider, &target.config);
+    // Meanwhile, the leases of hosts that are gone (killed, or their
+    // heartbeat expired) are taken over and destroyed.
+    let (stop_patrol, patrol_stopped) = std::sync::mpsc::channel::<()>();
+    let (tally, patrolled) = std::thread::scope(|scope| {
+        let (provider, ledger, secrets) = (&session.provider, session.ledger.as_ref(), &secrets);
+        let patrol = scope.spawn(move || sweep::patrol(provider, ledger, secrets, &patrol_stopped));
+        let tally = soak::run(&session.provider, session.ledger.as_ref(), &plan, &progress);
+        drop(stop_patrol);
+        (tally, patrol.join().unwrap_or_default())
+    });
+    let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
     let resources = monitor.finish();
     if let Some(bar) = &bar {
         bar.finish_and_clear();
@@ -229,18 +241,15 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     if let Some(sim) = &target.sim {
         sim.clear_faults();
     }
-    let secrets = SweepSecrets::from_config(&session.provider, &target.config);
     for _ in 0..3 {
-        let swept = sweep::sweep(&session.provider, &session.ledger, Scope::ThisProcess, &secrets)
+        let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), Scope::ThisProcess, &secrets)
             .map_err(|error| Failure::Usage(error.to_string()))?;
         if !swept.iter().any(|item| matches!(item.outcome, Outcome::Failed(_))) {
             break;
         }
     }
-    let left_behind = session
-        .ledger
-        .left_behind(Some(session.ledger.pid()))
-        .map_err(|error| Failure::Usage(error.to_string()))?;
+    let left_behind =
+        session.ledger.left_behind(Whose::ThisHost).map_err(|error| Failure::Usage(error.to_string()))?;
     let cut_short_by_crash = left_behind
         .iter()
         .filter(|record| record.provider_lease_id.is_none())
@@ -263,6 +272,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         tally,
         sim: target.sim.as_ref().map(SimFigures::collect),
         unswept,
+        taken_over,
         cut_short_by_crash,
         resources,
         concurrency: options.concurrency,

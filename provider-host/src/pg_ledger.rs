@@ -1,0 +1,520 @@
+//! The fleet's lease ledger, in PostgreSQL: the same rows as the SQLite
+//! [`crate::ledger::Ledger`], owned by hosts that renew a heartbeat.
+//!
+//! Every write is its own autocommitted statement, so it is durable
+//! (`synchronous_commit` on, the server's default) before it returns, and so
+//! before the hook it guards. A host registers a row in `hosts` when it opens
+//! the ledger and renews its expiry on a background thread
+//! ([`crate::heartbeat`]); a host whose expiry passed (it was killed, or lost
+//! the database for longer than the expiry) is gone, and its rows are taken
+//! over by a survivor with `SELECT ... FOR UPDATE SKIP LOCKED` and a check
+//! that each row's owner is still the gone host: one survivor gets each row.
+//! The owner is fenced out: every write is conditional on this host still
+//! owning the row, so a host that comes back after its rows were taken over
+//! gets an error instead of undoing a survivor's work. Times are the
+//! database's clock, never the hosts'.
+//!
+//! The schema is migrated at open (`migrations/postgres/*.sql`, applied in
+//! order inside one transaction under an advisory lock, so hosts starting at
+//! once migrate once); a database whose `leases` table is not a ledger's, or
+//! whose migrations are newer than this build's, is refused untouched.
+
+use crate::{
+    heartbeat::Heartbeat,
+    ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
+    store::LeaseStore,
+};
+use postgres::{types::ToSql, NoTls, Row};
+use provider_abi::{Lease, ProviderError};
+use r2d2_postgres::{r2d2, PostgresConnectionManager};
+use serde_json::Value;
+use std::time::Duration;
+
+/// The migrations, in order: (version, SQL).
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/postgres/0001_hosts_and_leases.sql"))];
+
+/// The advisory lock migrations hold ("HHLg", as the SQLite ledger's application id).
+const MIGRATION_LOCK: i64 = 0x4848_4c67;
+
+/// The columns of a [`LeaseRecord`], from `leases l`.
+const COLUMNS: &str = "l.id, l.owner, l.run_id, l.state, l.provider_lease_id, l.metadata_json, l.driver_key,
+    l.company_id, l.environment_id, l.config_json, l.embedded_sim, l.last_hook, l.last_error_json,
+    l.host_id, l.pid,
+    to_char(l.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at,
+    to_char(l.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS updated_at";
+
+type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
+
+/// What a [`PgLedger`] is opened with.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// How long this host stays alive without a renewal.
+    pub heartbeat_expiry: Duration,
+    /// Connections in the pool.
+    pub pool_size: u32,
+}
+
+/// The lease ledger in a PostgreSQL database, shared by a fleet of hosts.
+pub struct PgLedger {
+    pool: Pool,
+    location: String,
+    host_id: String,
+    pid: u32,
+    expiry: Duration,
+    heartbeat: Option<Heartbeat>,
+}
+
+/// `url` as shown in messages: its password (in the user part or a
+/// `password` parameter) replaced by `***`. Works on the text, so a URL the
+/// driver would refuse is redacted too.
+pub fn redacted(url: &str) -> String {
+    let (head, query) = url.split_once('?').map_or((url, None), |(head, query)| (head, Some(query)));
+    let head = match head.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
+            match authority.rsplit_once('@') {
+                Some((credentials, host)) if credentials.contains(':') => {
+                    let user = credentials.split(':').next().unwrap_or("");
+                    format!("{scheme}://{user}:***@{host}{path}")
+                }
+                _ => head.to_owned(),
+            }
+        }
+        None => head.to_owned(),
+    };
+    let Some(query) = query else { return head };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if key == "password" => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{head}?{}", query.join("&"))
+}
+
+/// The connection settings of `url`, with a connect timeout unless it sets one.
+fn config(url: &str) -> Result<postgres::Config, Problem> {
+    let mut config: postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("provider-host");
+    }
+    Ok(config)
+}
+
+/// Applies the migrations this database lacks, under [`MIGRATION_LOCK`].
+fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    let tracked: bool = tx.query_one("SELECT to_regclass('ledger_migrations') IS NOT NULL", &[])?.get(0);
+    if !tracked {
+        let foreign: bool = tx.query_one("SELECT to_regclass('leases') IS NOT NULL", &[])?.get(0);
+        if foreign {
+            return Err(Problem::ForeignDatabase);
+        }
+        tx.batch_execute(
+            "CREATE TABLE ledger_migrations (
+                version    INTEGER PRIMARY KEY,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )",
+        )?;
+    }
+    let applied: i32 = tx.query_one("SELECT coalesce(max(version), 0) FROM ledger_migrations", &[])?.get(0);
+    let known = MIGRATIONS.last().map_or(0, |(version, _)| *version);
+    if applied > known {
+        return Err(Problem::NewerMigration(applied, known));
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > applied) {
+        tx.batch_execute(sql)?;
+        tx.execute("INSERT INTO ledger_migrations (version) VALUES ($1)", &[version])?;
+    }
+    Ok(tx.commit()?)
+}
+
+/// This machine's name, for the `hosts` table.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Registers `host_id` (or renews it): alive for `expiry` from now.
+const BEAT: &str = "INSERT INTO hosts (host_id, hostname, pid, expires_at)
+    VALUES ($1, $2, $3, now() + make_interval(secs => $4))
+    ON CONFLICT (host_id) DO UPDATE SET heartbeat_at = now(), expires_at = EXCLUDED.expires_at";
+
+impl PgLedger {
+    /// Connects to `url`, migrates the schema, registers this host and
+    /// starts its heartbeat.
+    pub fn open(url: &str, options: &PgOptions) -> Result<PgLedger, LedgerError> {
+        let location = redacted(url);
+        let fail = |problem: Problem| LedgerError::at(&location, problem);
+        let config = config(url).map_err(fail)?;
+        // One connection first: a clear error for a wrong URL or a server
+        // that is down, before the pool retries in the background.
+        let mut client = config.connect(NoTls).map_err(|error| fail(error.into()))?;
+        migrate(&mut client).map_err(fail)?;
+        drop(client);
+        let pool = r2d2::Pool::builder()
+            .max_size(options.pool_size.max(2))
+            .min_idle(Some(1))
+            .connection_timeout(Duration::from_secs(30))
+            .build(PostgresConnectionManager::new(config, NoTls))
+            .map_err(|error| fail(error.into()))?;
+        let pid = std::process::id();
+        let host_id = format!("{}-{pid}-{}", hostname(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let mut ledger = PgLedger {
+            pool,
+            location,
+            host_id,
+            pid,
+            expiry: options.heartbeat_expiry.max(Duration::from_millis(300)),
+            heartbeat: None,
+        };
+        ledger.beat()?;
+        let renewer = ledger.handle();
+        let heartbeat = Heartbeat::start(ledger.expiry, move || renewer.beat())
+            .map_err(|error| LedgerError::at(&ledger.location, Problem::Io(error)))?;
+        ledger.heartbeat = Some(heartbeat);
+        Ok(ledger)
+    }
+
+    /// A second handle on the same pool and host (for the heartbeat thread).
+    fn handle(&self) -> PgLedger {
+        PgLedger {
+            pool: self.pool.clone(),
+            location: self.location.clone(),
+            host_id: self.host_id.clone(),
+            pid: self.pid,
+            expiry: self.expiry,
+            heartbeat: None,
+        }
+    }
+
+    /// This host's id, as its rows and the `hosts` table name it.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// Renews this host's heartbeat now.
+    pub fn beat(&self) -> Result<(), LedgerError> {
+        let params: [&(dyn ToSql + Sync); 4] =
+            [&self.host_id, &hostname(), &(self.pid as i32), &self.expiry.as_secs_f64()];
+        self.with(|client| client.execute(BEAT, &params).map(drop))
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, LedgerError> {
+        let mut client = self.pool.get().map_err(|error| LedgerError::at(&self.location, error))?;
+        f(&mut client).map_err(|error| LedgerError::at(&self.location, error))
+    }
+
+    /// Runs a write of row `row` conditional on this host owning it
+    /// (`$1` the row, `$2` this host); changing nothing because another host
+    /// took the row over is an error, because the row is gone is not.
+    fn fenced(&self, row: i64, sql: &str, rest: &[&(dyn ToSql + Sync)]) -> Result<(), LedgerError> {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row, &self.host_id];
+        params.extend_from_slice(rest);
+        let owner = self.with(|client| {
+            if client.execute(sql, &params)? == 1 {
+                return Ok(None);
+            }
+            let owner = client.query_opt("SELECT host_id FROM leases WHERE id = $1", &[&row])?;
+            Ok(owner.map(|owner| owner.get::<_, String>(0)))
+        })?;
+        match owner {
+            Some(host) if host != self.host_id => {
+                Err(LedgerError::at(&self.location, Problem::TakenOver { row, host }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let rows = self.with(|client| client.query(sql, params))?;
+        Ok(rows.iter().map(read_row).collect())
+    }
+}
+
+impl Drop for PgLedger {
+    /// A host that closes its ledger is gone at once: its heartbeat stops,
+    /// and its row expires now (or goes, when it owns no lease), so the rows
+    /// it left are a survivor's without waiting for the expiry.
+    fn drop(&mut self) {
+        let Some(heartbeat) = self.heartbeat.take() else { return };
+        drop(heartbeat);
+        let result = self.with(|client| {
+            client.execute(
+                "DELETE FROM hosts h WHERE h.host_id = $1
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.host_id = h.host_id)",
+                &[&self.host_id],
+            )?;
+            client.execute("UPDATE hosts SET expires_at = now() WHERE host_id = $1", &[&self.host_id])
+        });
+        if let Err(error) = result {
+            tracing::warn!(%error, "cannot end this host's heartbeat; its rows wait for the expiry");
+        }
+    }
+}
+
+/// A driver error in one line: the server's own message for a database
+/// error, else the error and its causes.
+pub(crate) fn describe(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text.replace('\n', " ")
+}
+
+fn error_json(error: &ProviderError) -> String {
+    serde_json::json!({"kind": error.kind.to_string(), "message": error.message.as_str()}).to_string()
+}
+
+fn read_row(row: &Row) -> LeaseRecord {
+    let json = |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
+    let state: String = row.get("state");
+    LeaseRecord {
+        id: row.get("id"),
+        owner: Owner::parse(row.get::<_, &str>("owner")),
+        run_id: row.get("run_id"),
+        state: state.parse().unwrap_or(LeaseState::CleanupFailed),
+        provider_lease_id: row.get("provider_lease_id"),
+        metadata: json(row.get("metadata_json")),
+        env: LeaseEnv {
+            driver_key: row.get("driver_key"),
+            company_id: row.get("company_id"),
+            environment_id: row.get("environment_id"),
+            config: json(row.get("config_json")).unwrap_or(Value::Null),
+            embedded_sim: row.get("embedded_sim"),
+        },
+        last_hook: row.get("last_hook"),
+        last_error: json(row.get("last_error_json")),
+        pid: row.get::<_, i32>("pid") as u32,
+        host_id: Some(row.get("host_id")),
+        created_at: row.get("created_at"),
+        updated_at: row.get("updated_at"),
+        owner_start: 0,
+    }
+}
+
+impl LeaseStore for PgLedger {
+    fn host_name(&self) -> String {
+        format!("host {}", self.host_id)
+    }
+
+    fn patrol_interval(&self) -> Duration {
+        self.expiry / 2
+    }
+
+    fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
+        // The insert renews this host's heartbeat in the same statement: a
+        // row is never born to a host that counts as gone.
+        let sql = format!(
+            "WITH beat AS ({BEAT} RETURNING host_id)
+             INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
+                 config_json, embedded_sim, last_hook, host_id, pid)
+             SELECT $5, $6, 'acquiring', $7, $8, $9, $10, $11, $12, beat.host_id, $3 FROM beat
+             RETURNING id"
+        );
+        let params: [&(dyn ToSql + Sync); 12] = [
+            &self.host_id,
+            &hostname(),
+            &(self.pid as i32),
+            &self.expiry.as_secs_f64(),
+            &owner.as_str(),
+            &run_id,
+            &env.driver_key,
+            &env.company_id,
+            &env.environment_id,
+            &env.config.to_string(),
+            &env.embedded_sim,
+            &hook,
+        ];
+        self.with(|client| client.query_one(&sql, &params).map(|row| row.get(0)))
+    }
+
+    fn set_state(
+        &self,
+        row: i64,
+        state: LeaseState,
+        hook: &str,
+        error: Option<&ProviderError>,
+    ) -> Result<(), LedgerError> {
+        let error = error.map(error_json);
+        self.fenced(
+            row,
+            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5, updated_at = now()
+             WHERE id = $1 AND host_id = $2",
+            &[&state.as_str(), &hook, &error],
+        )
+    }
+
+    fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
+        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+        self.fenced(
+            row,
+            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = NULL,
+                 provider_lease_id = COALESCE($5, provider_lease_id), metadata_json = $6, updated_at = now()
+             WHERE id = $1 AND host_id = $2",
+            &[&state.as_str(), &hook, &id, &lease.metadata_json.as_str()],
+        )
+    }
+
+    fn forget(&self, row: i64) -> Result<(), LedgerError> {
+        self.fenced(row, "DELETE FROM leases WHERE id = $1 AND host_id = $2", &[])
+    }
+
+    fn adopt(&self, row: i64) -> Result<(), LedgerError> {
+        self.with(|client| {
+            client
+                .execute(
+                    "UPDATE leases SET host_id = $2, pid = $3, updated_at = now() WHERE id = $1",
+                    &[&row, &self.host_id, &(self.pid as i32)],
+                )
+                .map(drop)
+        })
+    }
+
+    fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
+        Ok(self.query(&format!("SELECT {COLUMNS} FROM leases l WHERE l.id = $1"), &[&row])?.pop())
+    }
+
+    fn find(
+        &self,
+        provider_lease_id: &str,
+        company_id: &str,
+        environment_id: &str,
+    ) -> Result<Option<LeaseRecord>, LedgerError> {
+        Ok(self
+            .query(
+                &format!(
+                    "SELECT {COLUMNS} FROM leases l WHERE l.provider_lease_id = $1 AND l.company_id = $2
+                       AND l.environment_id = $3 ORDER BY l.id DESC LIMIT 1"
+                ),
+                &[&provider_lease_id, &company_id, &environment_id],
+            )?
+            .pop())
+    }
+
+    fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
+        self.query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])
+    }
+
+    fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let rows = match whose {
+            Whose::ThisHost => self.query(
+                &format!("SELECT {COLUMNS} FROM leases l WHERE l.host_id = $1 ORDER BY l.id"),
+                &[&self.host_id],
+            )?,
+            Whose::Gone => self.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM leases l WHERE l.state <> 'destroyed' AND NOT EXISTS
+                       (SELECT 1 FROM hosts h WHERE h.host_id = l.host_id AND h.expires_at >= now())
+                     ORDER BY l.id"
+                ),
+                &[],
+            )?,
+        };
+        Ok(rows.into_iter().filter(LeaseRecord::is_left_behind).collect())
+    }
+
+    fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let (ids, owners): (Vec<i64>, Vec<String>) = records
+            .iter()
+            .filter_map(|record| Some((record.id, record.host_id.clone()?)))
+            .filter(|(_, owner)| *owner != self.host_id)
+            .unzip();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The row locks are skipped, not waited for: a row another survivor
+        // is taking over is its. A row taken over meanwhile has a new owner
+        // (alive) and no longer matches its old one: PostgreSQL re-checks
+        // both conditions on the row's latest version before locking it.
+        let sql = format!(
+            "WITH claimed AS (
+                 SELECT l.id FROM leases l
+                 JOIN unnest($2::bigint[], $3::text[]) AS wanted(id, host_id)
+                   ON wanted.id = l.id AND wanted.host_id = l.host_id
+                 WHERE NOT EXISTS (SELECT 1 FROM hosts h WHERE h.host_id = l.host_id AND h.expires_at >= now())
+                 FOR UPDATE OF l SKIP LOCKED)
+             UPDATE leases l SET host_id = $1, pid = $4, updated_at = now()
+             FROM claimed WHERE l.id = claimed.id
+             RETURNING {COLUMNS}"
+        );
+        let mut taken = self.query(&sql, &[&self.host_id, &ids, &owners, &(self.pid as i32)])?;
+        taken.sort_by_key(|record| record.id);
+        // Gone hosts that own no row any more are forgotten.
+        self.with(|client| {
+            client.execute(
+                "DELETE FROM hosts h WHERE h.expires_at < now()
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.host_id = h.host_id)",
+                &[],
+            )
+        })?;
+        Ok(taken)
+    }
+}
+
+/// Every row of the ledger at `url`, read without migrating or registering
+/// (no ledger there yet: none).
+pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+    let location = redacted(url);
+    let fail = |problem: Problem| LedgerError::at(&location, problem);
+    let mut client = config(url).and_then(|config| Ok(config.connect(NoTls)?)).map_err(fail)?;
+    let (tracked, leases): (bool, bool) = client
+        .query_one(
+            "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL",
+            &[],
+        )
+        .map(|row| (row.get(0), row.get(1)))
+        .map_err(|error| fail(error.into()))?;
+    match (tracked, leases) {
+        (false, false) => Ok(Vec::new()),
+        (false, true) => Err(fail(Problem::ForeignDatabase)),
+        _ => {
+            let rows = client
+                .query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])
+                .map_err(|error| fail(error.into()))?;
+            Ok(rows.iter().map(read_row).collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_never_show() {
+        let cases = [
+            ("postgres://app:s3cret@db.example:5432/ledger", "postgres://app:***@db.example:5432/ledger"),
+            ("postgresql://app:s3cret@/ledger?host=/run/pg", "postgresql://app:***@/ledger?host=/run/pg"),
+            (
+                "postgres://app@db/ledger?password=s3cret&sslmode=require",
+                "postgres://app@db/ledger?password=***&sslmode=require",
+            ),
+            (
+                "postgresql:///ledger?host=/tmp/x&user=postgres",
+                "postgresql:///ledger?host=/tmp/x&user=postgres",
+            ),
+            ("postgres://a:b:c@h", "postgres://a:***@h"),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redacted(url), shown);
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The lease store's contract, run against both stores: the SQLite ledger
+//! (one machine) and the PostgreSQL ledger (a fleet, on a private cluster
+//! this test starts). Hosts are stores opened side by side; a gone host is
+//! one whose process exited (SQLite) or whose heartbeat expired (PostgreSQL).
+
+use pg_cluster::PgCluster;
+use provider_abi::{ErrorKind, Lease, ProviderError};
+use provider_host::{
+    ledger::{LeaseEnv, LeaseState, Ledger, Owner},
+    pg_ledger::{PgLedger, PgOptions},
+    store::{LeaseStore, Whose},
+};
+use serde_json::json;
+use std::{path::PathBuf, time::Duration};
+
+fn env() -> LeaseEnv {
+    LeaseEnv {
+        driver_key: "createos".into(),
+        company_id: "c".into(),
+        environment_id: "e".into(),
+        config: json!({"shape": "s-1vcpu-1gb"}),
+        embedded_sim: false,
+    }
+}
+
+fn lease(id: &str) -> Lease {
+    Lease {
+        provider_lease_id: Some(id.into()).into(),
+        metadata_json: r#"{"marker":"m"}"#.into(),
+        ..Default::default()
+    }
+}
+
+/// Where the stores of one test live.
+enum Bed {
+    Sqlite(tempfile::TempDir),
+    Postgres { cluster: PgCluster, url: String },
+}
+
+impl Bed {
+    fn sqlite() -> Bed {
+        Bed::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    fn postgres(test: &str) -> Option<Bed> {
+        let cluster = PgCluster::for_test(test)?;
+        let url = cluster.create_database("ledger");
+        Some(Bed::Postgres { cluster, url })
+    }
+
+    /// Every bed this test can run on.
+    fn all(test: &str) -> Vec<Bed> {
+        std::iter::once(Bed::sqlite()).chain(Bed::postgres(test)).collect()
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Bed::Sqlite(_) => "sqlite",
+            Bed::Postgres { .. } => "postgres",
+        }
+    }
+
+    fn sqlite_path(&self) -> PathBuf {
+        match self {
+            Bed::Sqlite(dir) => dir.path().join("ledger.sqlite3"),
+            Bed::Postgres { .. } => unreachable!(),
+        }
+    }
+
+    /// A host: a store of its own on the shared ledger.
+    fn host(&self) -> Box<dyn LeaseStore> {
+        match self {
+            Bed::Sqlite(_) => Box::new(Ledger::open(&self.sqlite_path()).unwrap()),
+            Bed::Postgres { url, .. } => Box::new(
+                PgLedger::open(url, &PgOptions { heartbeat_expiry: Duration::from_secs(30), pool_size: 4 })
+                    .unwrap(),
+            ),
+        }
+    }
+
+    /// Makes `host`'s rows those of a gone host, as if it had been killed:
+    /// its process is no longer running (SQLite: a pid that cannot exist),
+    /// or its heartbeat expired without a renewal (PostgreSQL).
+    fn kill(&self, host: &dyn LeaseStore) {
+        match self {
+            Bed::Sqlite(_) => {
+                let conn = rusqlite::Connection::open(self.sqlite_path()).unwrap();
+                conn.execute("UPDATE leases SET pid = 2147483647, pid_start = 1", []).unwrap();
+            }
+            Bed::Postgres { url, .. } => {
+                let id = host.host_name().trim_start_matches("host ").to_owned();
+                let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                client
+                    .execute(
+                        "UPDATE hosts SET expires_at = now() - interval '1 second' WHERE host_id = $1",
+                        &[&id],
+                    )
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_record_every_state_and_the_last_error() {
+    for bed in Bed::all("rows_record_every_state_and_the_last_error") {
+        let ledger = bed.host();
+        let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+        ledger.set_lease(row, LeaseState::Active, "acquire_lease", &lease("sb-1")).unwrap();
+        for state in LeaseState::ALL {
+            ledger.set_state(row, state, "release_lease", None).unwrap();
+            assert_eq!(ledger.get(row).unwrap().unwrap().state, state, "{}", bed.name());
+        }
+        let error = ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, "unconfirmed");
+        ledger.set_state(row, LeaseState::Unconfirmed, "release_lease", Some(&error)).unwrap();
+        let record = ledger.find("sb-1", "c", "e").unwrap().unwrap();
+        assert_eq!(record.last_error.as_ref().unwrap()["kind"], "cleanup_unconfirmed", "{}", bed.name());
+        assert_eq!(record.metadata.as_ref().unwrap()["marker"], "m");
+        assert_eq!(record.env.config, json!({"shape": "s-1vcpu-1gb"}));
+        assert!(record.created_at.ends_with('Z') && record.created_at.contains('T'), "{}", record.created_at);
+        assert_eq!(ledger.in_state(LeaseState::Unconfirmed).unwrap().len(), 1);
+        assert!(ledger.find("sb-1", "c", "other").unwrap().is_none());
+    }
+}
+
+#[test]
+fn a_forgotten_row_is_gone() {
+    for bed in Bed::all("a_forgotten_row_is_gone") {
+        let ledger = bed.host();
+        let kept = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
+        let refused = ledger.begin(Owner::Command, "run", &env(), "hold").unwrap();
+        ledger.forget(refused).unwrap();
+        assert!(ledger.get(refused).unwrap().is_none(), "{}", bed.name());
+        assert!(ledger.get(kept).unwrap().is_some());
+        assert_eq!(ledger.list().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn left_behind_rows_depend_on_state_owner_and_host() {
+    for bed in Bed::all("left_behind_rows_depend_on_state_owner_and_host") {
+        let ledger = bed.host();
+        let states = [
+            (Owner::Command, LeaseState::Paused, false),
+            (Owner::Lifecycle, LeaseState::Paused, true),
+            (Owner::Command, LeaseState::Destroyed, false),
+            (Owner::Command, LeaseState::Active, true),
+            (Owner::Probe, LeaseState::Acquiring, true),
+            (Owner::Command, LeaseState::CleanupFailed, true),
+        ];
+        for (owner, state, _) in states {
+            let row = ledger.begin(owner, "run", &env(), "acquire_lease").unwrap();
+            ledger.set_state(row, state, "h", None).unwrap();
+        }
+        let mine = ledger.left_behind(Whose::ThisHost).unwrap();
+        let expected: Vec<_> =
+            states.iter().filter(|(_, _, swept)| *swept).map(|(_, state, _)| *state).collect();
+        assert_eq!(mine.iter().map(|record| record.state).collect::<Vec<_>>(), expected, "{}", bed.name());
+        assert!(ledger.left_behind(Whose::Gone).unwrap().is_empty(), "{}: this host is alive", bed.name());
+        let other = bed.host();
+        if let Bed::Postgres { .. } = bed {
+            // In SQLite a second store of this process is the same host.
+            assert!(other.left_behind(Whose::ThisHost).unwrap().is_empty());
+        }
+        assert!(
+            other.take_over(&mine).unwrap().is_empty(),
+            "{}: a live host's rows are never taken over",
+            bed.name()
+        );
+    }
+}
+
+/// Survivors racing to take over a gone host's rows share them out: every
+/// row goes to exactly one of them.
+#[test]
+fn a_gone_hosts_rows_are_taken_over_exactly_once() {
+    const ROWS: usize = 60;
+    for bed in Bed::all("a_gone_hosts_rows_are_taken_over_exactly_once") {
+        let dead = bed.host();
+        let rows: Vec<i64> = (0..ROWS)
+            .map(|index| {
+                let row = dead.begin(Owner::Lifecycle, "soak", &env(), "acquire_lease").unwrap();
+                dead.set_lease(row, LeaseState::Active, "acquire_lease", &lease(&format!("sb-{index}")))
+                    .unwrap();
+                row
+            })
+            .collect();
+        bed.kill(dead.as_ref());
+        let survivors: Vec<Box<dyn LeaseStore>> = (0..3).map(|_| bed.host()).collect();
+        let taken: Vec<Vec<i64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = survivors
+                .iter()
+                .map(|survivor| {
+                    scope.spawn(move || {
+                        let gone = survivor.left_behind(Whose::Gone).unwrap();
+                        let taken = survivor.take_over(&gone).unwrap();
+                        for record in &taken {
+                            // Each survivor now owns what it took.
+                            survivor.set_state(record.id, LeaseState::Destroyed, "sweep", None).unwrap();
+                        }
+                        taken.iter().map(|record| record.id).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+        });
+        let mut all: Vec<i64> = taken.iter().flatten().copied().collect();
+        all.sort();
+        assert_eq!(all, rows, "{}: each row taken over exactly once ({taken:?})", bed.name());
+        assert!(survivors[0].left_behind(Whose::Gone).unwrap().is_empty());
+        // The gone host is fenced out of the rows it lost.
+        let error = dead.set_state(rows[0], LeaseState::Paused, "release_lease", None);
+        match bed {
+            Bed::Postgres { .. } => {
+                let message = error.expect_err("fenced").to_string();
+                assert!(message.contains("taken over by host"), "{message}");
+                assert!(!message.contains('\n'));
+            }
+            // On one machine a gone host is a process that exited: it writes nothing.
+            Bed::Sqlite(_) => {}
+        }
+    }
+}
+
+#[test]
+fn a_postgres_ledger_url_is_shown_without_its_password_and_a_foreign_database_is_refused() {
+    let Some(bed) = Bed::postgres("a_postgres_ledger_url_is_shown_without_its_password") else { return };
+    let Bed::Postgres { cluster, url } = &bed else { unreachable!() };
+    let options = PgOptions { heartbeat_expiry: Duration::from_secs(30), pool_size: 2 };
+    let wrong = format!("postgresql://postgres:s3cret@/nosuchdb?host={}", cluster.socket_dir().display());
+    let message = PgLedger::open(&wrong, &options).err().expect("no such database").to_string();
+    assert!(!message.contains("s3cret"), "{message}");
+    assert!(message.contains("***") && message.contains("nosuchdb"), "{message}");
+    assert!(!message.contains('\n'), "{message}");
+
+    let foreign = cluster.create_database("foreign");
+    let mut client = postgres::Client::connect(&foreign, postgres::NoTls).unwrap();
+    client.batch_execute("CREATE TABLE leases (id INTEGER)").unwrap();
+    let message = PgLedger::open(&foreign, &options).err().expect("foreign").to_string();
+    assert!(message.contains("another application"), "{message}");
+    let columns: i64 = client
+        .query_one("SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(columns, 1, "left untouched");
+
+    // Hosts opening a new ledger at once migrate it once.
+    let opened: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4).map(|_| scope.spawn(|| PgLedger::open(url, &options))).collect();
+        handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+    });
+    for result in &opened {
+        assert!(result.is_ok(), "{}", result.as_ref().err().map(ToString::to_string).unwrap_or_default());
+    }
+}
