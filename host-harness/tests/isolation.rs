@@ -299,11 +299,11 @@ fn the_worker_dies_with_the_host() {
 }
 
 /// The soak of the issue, sized for CI: lifecycles against the embedded
-/// simulator through the CreateOS provider in a worker that aborts on 1 %
-/// of its hook calls. The harness survives, every crash is reported, no
-/// unconfirmed lease is reused, and no sandbox leaks beyond the creations a
-/// crash cut short before their reply was recorded (which nobody could
-/// name: the API has no idempotency key).
+/// simulator through the CreateOS provider in workers that abort on 1 % of
+/// their hook calls (before or after the hook). The harness survives, every
+/// crash is reported, no unconfirmed lease is reused, and no sandbox leaks:
+/// a crash never cuts another hook's creation short, since each creation
+/// runs in a worker of its own.
 #[test]
 fn a_soak_where_one_call_in_a_hundred_aborts_its_worker_keeps_the_invariants() {
     // The fixture links the CreateOS provider, which exports a root module
@@ -336,7 +336,7 @@ fn a_soak_where_one_call_in_a_hundred_aborts_its_worker_keeps_the_invariants() {
     assert_eq!(summary["invariantsHeld"], true, "{summary}");
     assert_eq!(summary["unconfirmedReused"], 0, "{summary}");
     assert_eq!(summary["panics"], 0, "{summary}");
-    assert!(summary["leaked"].as_u64().unwrap() <= summary["cutShortByCrash"].as_u64().unwrap(), "{summary}");
+    assert_eq!(summary["leaked"], 0, "{summary}");
 
     let announced = stderr.matches("crashy: aborting in `").count();
     let reported = stderr
