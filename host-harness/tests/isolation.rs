@@ -148,6 +148,26 @@ fn created_leases_round_trip_to_the_host_before_the_hook_goes_on() {
     assert_eq!(error.message.as_str(), "the ledger is full");
 }
 
+/// Each creation runs in a creation worker, kept for the next one; at
+/// the bound, creations share them and all still succeed.
+#[test]
+fn creations_run_in_creation_workers_up_to_their_bound() {
+    let params = AcquireParams { run_id: "run".into(), ..Default::default() };
+    let provider = start(IsolationOptions { creation_workers: 8, ..options() });
+    for _ in 0..3 {
+        provider.acquire_lease(&params).expect("acquired");
+    }
+    assert_eq!(provider.creation_workers(), 1, "an idle creation worker is reused");
+    let bounded = start(IsolationOptions { creation_workers: 1, ..options() });
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| bounded.acquire_lease(&params).expect("acquired"));
+        }
+    });
+    assert_eq!(bounded.creation_workers(), 1, "the bound holds");
+    assert_eq!(bounded.workers_started(), 1, "the main worker served no creation");
+}
+
 #[test]
 fn many_threads_call_at_once_and_each_gets_its_own_output() {
     let provider = start(options());

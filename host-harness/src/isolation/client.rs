@@ -55,6 +55,10 @@ pub struct IsolationOptions {
     pub deadline: Duration,
     /// The worker's resource limits.
     pub limits: Limits,
+    /// At most this many creation workers (default 32): each creating hook
+    /// runs alone in one while fewer are busy; beyond them, creations share
+    /// the least busy one (and a crash of one can then cut another short).
+    pub creation_workers: usize,
 }
 
 impl Default for IsolationOptions {
@@ -64,6 +68,7 @@ impl Default for IsolationOptions {
             args: vec!["__worker".into()],
             deadline: Duration::from_secs(15 * 60),
             limits: Limits::default(),
+            creation_workers: 32,
         }
     }
 }
@@ -86,11 +91,12 @@ impl std::error::Error for IsolationError {}
 ///
 /// One worker serves every hook but the creating ones; each creating hook
 /// (`acquire_lease`, `probe` and their recording forms) runs alone in a
-/// creation worker of its own (kept for the next creation), so a crash in
-/// another hook never cuts a creation short between the sandbox being made
-/// and its record reaching the host: a sandbox the API made is always one
-/// the host can name. (A crash inside the creating hook itself still can,
-/// as a `SIGKILL` of an in-process host can.)
+/// creation worker of its own (kept for the next creation; at most
+/// [`IsolationOptions::creation_workers`]), so a crash in another hook never
+/// cuts a creation short between the sandbox being made and its record
+/// reaching the host: a sandbox the API made is always one the host can
+/// name. (A crash inside the creating hook itself still can, as a `SIGKILL`
+/// of an in-process host can.)
 ///
 /// A worker that dies fails the calls in flight on it with an `internal`
 /// error naming how it ended and the hook (operation label
@@ -193,22 +199,34 @@ impl IsolatedProvider {
         Ok(worker)
     }
 
-    /// An idle live creation worker, taken (`busy`), or a new one.
+    /// A creation worker for one creation: an idle one, else a new one
+    /// while fewer than [`IsolationOptions::creation_workers`] live, else
+    /// the one with the fewest creations in flight. Counted as taken.
     fn creation_worker(&self) -> HookResult<Arc<WorkerProcess>> {
-        {
-            let mut creators = lock(&self.creators);
-            creators.retain(|worker| !worker.is_dead());
-            let idle = creators.iter().find(|worker| {
-                worker.busy.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-            });
-            if let Some(worker) = idle {
-                return Ok(Arc::clone(worker));
+        let mut creators = lock(&self.creators);
+        creators.retain(|worker| !worker.is_dead());
+        let in_flight = |worker: &Arc<WorkerProcess>| worker.creations.load(Ordering::SeqCst);
+        let worker = match creators.iter().min_by_key(|worker| in_flight(worker)) {
+            Some(least)
+                if in_flight(least) == 0 || creators.len() >= self.options.creation_workers.max(1) =>
+            {
+                Arc::clone(least)
             }
-        }
-        let worker = self.open_worker()?;
-        worker.busy.store(true, Ordering::SeqCst);
-        lock(&self.creators).push(Arc::clone(&worker));
+            // Started under the lock, so the bound holds; a start costs a
+            // few milliseconds, once per creation worker.
+            _ => {
+                let worker = self.open_worker()?;
+                creators.push(Arc::clone(&worker));
+                worker
+            }
+        };
+        worker.creations.fetch_add(1, Ordering::SeqCst);
         Ok(worker)
+    }
+
+    /// Creation workers alive now.
+    pub fn creation_workers(&self) -> usize {
+        lock(&self.creators).iter().filter(|worker| !worker.is_dead()).count()
     }
 
     /// The deadline of `call`.
@@ -243,7 +261,9 @@ impl IsolatedProvider {
             attempts += 1;
             let worker = if creating { self.creation_worker()? } else { self.main_worker()? };
             let outcome = worker.call(&call, &mut output, recorder.as_deref_mut(), deadline);
-            worker.busy.store(false, Ordering::SeqCst);
+            if creating {
+                worker.creations.fetch_sub(1, Ordering::SeqCst);
+            }
             return match outcome {
                 Ok(result) => result,
                 Err(Failure::NotSent(_)) if attempts < 2 => continue,

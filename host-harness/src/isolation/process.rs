@@ -27,7 +27,7 @@ use std::{
     path::Path,
     process::{Child, ExitStatus},
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc, Condvar, Mutex, MutexGuard, RwLock,
     },
     time::{Duration, Instant},
@@ -94,8 +94,9 @@ pub(super) struct WorkerProcess {
     ended: Condvar,
     dead: AtomicBool,
     closing: AtomicBool,
-    /// Taken by a creating call (creation workers serve one at a time).
-    pub busy: AtomicBool,
+    /// Creating calls in flight on it (a creation worker serves one at a
+    /// time, unless the bound on creation workers is reached).
+    pub creations: AtomicUsize,
     next_call: AtomicU64,
 }
 
@@ -136,7 +137,7 @@ impl WorkerProcess {
                     ended: Condvar::new(),
                     dead: AtomicBool::new(false),
                     closing: AtomicBool::new(false),
-                    busy: AtomicBool::new(false),
+                    creations: AtomicUsize::new(0),
                     next_call: AtomicU64::new(0),
                 });
                 let watched = Arc::clone(&worker);
