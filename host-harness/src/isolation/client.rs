@@ -268,6 +268,7 @@ impl IsolatedProvider {
                 Ok(result) => result,
                 Err(Failure::NotSent(_)) if attempts < 2 => continue,
                 Err(Failure::NotSent(how) | Failure::Died(how)) => Err(crash_error(worker.pid, &how, hook)),
+                Err(Failure::Local(line)) => Err(worker_error(line)),
                 Err(Failure::Deadline(deadline)) => Err(worker_error(format!(
                     "{WORKER_FAILURE_PREFIX}{}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker.",
                     worker.pid

@@ -69,6 +69,8 @@ pub(super) enum Failure {
     Died(String),
     /// The call passed its deadline; the worker was killed.
     Deadline(Duration),
+    /// This process could not reach the worker (out of file descriptors).
+    Local(String),
 }
 
 #[derive(Default)]
@@ -198,13 +200,25 @@ impl WorkerProcess {
         deadline: Duration,
     ) -> Result<HookResult<Reply>, Failure> {
         let until = Instant::now() + deadline;
-        let mut socket = match self.take_socket() {
-            Ok(socket) => socket,
-            // The worker is gone (or going): its death is on the way.
-            Err(_) => return Err(Failure::NotSent(self.death())),
+        let mut socket = match lock(&self.idle).pop() {
+            Some(socket) => socket,
+            None => {
+                let (mine, theirs) = UnixStream::pair()
+                    .and_then(|(mine, theirs)| Ok((CallSocket::new(mine)?, theirs)))
+                    .map_err(|error| {
+                        Failure::Local(format!("cannot open a socket to the provider worker: {error}"))
+                    })?;
+                if fd_pass::send_socket(&self.control, &theirs).is_err() {
+                    // The worker is gone (or going; killed, so its end comes).
+                    self.kill(None);
+                    return Err(Failure::NotSent(self.death()));
+                }
+                mine
+            }
         };
         if socket.send(&ToWorker::Call(call.clone())).is_err() {
-            return Err(Failure::Died(self.death()));
+            self.kill(None);
+            return Err(Failure::NotSent(self.death()));
         }
         let mut first = true;
         loop {
@@ -257,17 +271,6 @@ impl WorkerProcess {
                 }
             }
         }
-    }
-
-    /// An idle call socket, or a new one whose other end the worker gets.
-    fn take_socket(&self) -> io::Result<CallSocket> {
-        if let Some(socket) = lock(&self.idle).pop() {
-            return Ok(socket);
-        }
-        let (mine, theirs) = UnixStream::pair()?;
-        fd_pass::send_socket(&self.control, &theirs)?;
-        drop(theirs);
-        CallSocket::new(mine)
     }
 
     /// Waits until the control reader reaped the worker; how it ended.
