@@ -18,7 +18,7 @@ CRASHY_CRASH_SHARE=$share RUST_LOG=warn ./target/release/host-harness --isolate 
     --plugin target/release/libcrashy_createos.so --ledger "$work/ledger.sqlite3" \
     soak --leases "$leases" --concurrency "$concurrency" --no-rate-limit \
     >"$work/out" 2>"$work/err" || status=$?
-tail -n 22 "$work/out"
+sed -n '/ lifecycles in /,$p' "$work/out"
 echo "crashes announced by the fixture: $(grep -c 'crashy: aborting in' "$work/err" || true)"
 echo "crashes reported by the harness:  $(grep -c 'the provider worker (pid' "$work/err" || true)"
 echo "exit status: $status"

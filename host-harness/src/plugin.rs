@@ -5,11 +5,11 @@
 //! next to the binary (where `cargo build` leaves it).
 
 use crate::{
-    hosted::HostedProvider,
+    hosted::{HookSupport, HostedProvider},
     isolation::{IsolatedProvider, IsolationOptions},
     providers::ProvidersDir,
 };
-use provider_abi::{Hook, LoadError, LoadedProvider, Provider, SetupParams};
+use provider_abi::{Hook, HookResult, LoadError, LoadedProvider, SetupParams};
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming a provider library (search step 2).
@@ -74,16 +74,23 @@ pub fn default_plugin_path() -> PathBuf {
         .unwrap_or_else(|| exe_dir.join(name))
 }
 
-/// Loads the provider at `path` (the default when `None`) and runs `setup`:
-/// `setup_with_logs` (ABI 1.3) when the provider has it and the host's
-/// subscriber wants any level, so the provider's events reach the host's.
+/// Loads the provider at `path` (the default when `None`) and runs `setup`
+/// (see [`set_up`]).
 pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = LoadedProvider::load(&path)?;
+    set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error })?;
+    Ok(provider)
+}
+
+/// Runs the provider's `setup`: `setup_with_logs` (ABI 1.3) when the
+/// provider has it and the host's subscriber wants any level, so the
+/// provider's events reach the host's.
+pub fn set_up(provider: &dyn HookSupport) -> HookResult<()> {
     let params = setup_params();
     // A library may carry the 1.3 table without implementing this hook:
     // `unsupported` falls back to the plain setup.
-    let set_up = match crate::provider_log::host_max_level() {
+    match crate::provider_log::host_max_level() {
         Some(level) if provider.supports(Hook::SetupWithLogs) => {
             match provider.setup_with_logs(&params, crate::provider_log::sink(), level) {
                 Err(error) if error.kind == provider_abi::ErrorKind::UNSUPPORTED => provider.setup(&params),
@@ -91,13 +98,11 @@ pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
             }
         }
         _ => provider.setup(&params),
-    };
-    set_up.map_err(|error| LoadError::ProviderFailed { path, error })?;
-    Ok(provider)
+    }
 }
 
 /// Loads the provider at `path` (the default when `None`) and runs `setup`:
-/// in this process, or with `isolation` in a worker process. Errors are one line.
+/// in this process, or with `isolation` in worker processes. Errors are one line.
 pub fn load_hosted(
     path: Option<&Path>,
     isolation: Option<&IsolationOptions>,
@@ -107,7 +112,7 @@ pub fn load_hosted(
     };
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
     let provider = IsolatedProvider::start(&path, options.clone()).map_err(|error| error.to_string())?;
-    provider.setup(&setup_params()).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
+    set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
     Ok(HostedProvider::Isolated(Box::new(provider)))
 }
 

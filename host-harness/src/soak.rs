@@ -280,11 +280,11 @@ pub struct Summary {
     /// took over and destroyed meanwhile.
     pub taken_over: usize,
     /// Of those, creations a provider worker's crash cut short before the
-    /// creation reply was recorded (`--isolate`, when a worker died with
-    /// other hooks in flight): the API has no idempotency key, so their
-    /// sandboxes, if the request got through, cannot be named, as after a
-    /// `SIGKILL` of an in-process host. At most this many leaked sandboxes
-    /// are accounted for.
+    /// creation reply was recorded (`--isolate`; each creation runs in a
+    /// worker of its own, so only a crash inside the creating hook itself):
+    /// the API has no idempotency key, so their sandboxes, if the request got
+    /// through, cannot be named, as after a `SIGKILL` of an in-process host.
+    /// At most this many leaked sandboxes are accounted for.
     pub cut_short_by_crash: usize,
     /// Memory, threads and CPU of this process during the lifecycles.
     pub resources: ResourceFigures,

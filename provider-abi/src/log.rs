@@ -18,6 +18,7 @@ use std::{
 
 /// A log level, most severe first (`Error < Trace` in verbosity order).
 #[repr(u8)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LogLevel {
     /// Errors.

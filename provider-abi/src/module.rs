@@ -33,11 +33,19 @@
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
 //! 6. Forward the new hooks where a host wraps a provider by hand
-//!    (`provider-host`'s `HostedProvider` and `ProviderSet`), and either carry
-//!    them in the isolation protocol or keep `supports` false for them in
-//!    `host-harness`'s `isolated.rs`, so a host falls back as for an older
-//!    provider. Grow the swap matrix (`host-harness/tests/provider_set.rs`)
-//!    with the new fixture as the newest.
+//!    (`provider-host`'s `HostedProvider` and `ProviderSet`), and carry them
+//!    through the isolation protocol (`host-harness/src/isolation/`): a
+//!    `Call` variant and, for a new result type, a `Reply` variant
+//!    (`protocol.rs`; the new parameter and result types derive serde under
+//!    this crate's `serde` feature), a match arm in the worker's `run`
+//!    (`worker.rs`) and the `Provider` method of `IsolatedProvider`
+//!    (`client.rs`); callbacks the hook takes cross as frames on the call's
+//!    socket (output, created leases) or on the control socket (log events).
+//!    `IsolatedProvider::supports` answers from the worker's library, so a
+//!    library older than the hook reports `unsupported` as in process; test
+//!    each new hook through `--isolate` (`host-harness/tests/isolation.rs`).
+//!    Grow the swap matrix (`host-harness/tests/provider_set.rs`) with the
+//!    new fixture as the newest.
 
 use crate::{
     error::ProviderError,

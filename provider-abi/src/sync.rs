@@ -11,6 +11,7 @@ use abi_stable::{
 
 /// One file or directory to move.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncMapping {
     /// `file` or `directory`.
@@ -30,6 +31,7 @@ pub struct SyncMapping {
 
 /// A command run in the lease after an inbound operation's uploads.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct PostUploadCommand {
     /// A shell command line, run verbatim.
@@ -42,6 +44,7 @@ pub struct PostUploadCommand {
 
 /// A group of mappings reported together under `id`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncOperation {
     /// The caller's name for the operation, echoed in the result.
@@ -54,6 +57,7 @@ pub struct SyncOperation {
 
 /// Parameters of `sync_in` and `sync_out`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncParams {
     /// The lease to move files into or out of.
@@ -86,6 +90,7 @@ impl SyncParams {
 
 /// What one operation moved.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncOperationResult {
     /// The operation's `id`.
@@ -98,6 +103,7 @@ pub struct SyncOperationResult {
 
 /// The outcome of `sync_in` and `sync_out`.
 #[repr(C)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncResult {
     /// One entry per operation, in order.

@@ -2,8 +2,11 @@
 //! provider cannot take the host down.
 //!
 //! - [`protocol`]: the messages and their framing (postcard over
-//!   length-prefixed frames on a Unix socket pair);
+//!   length-prefixed frames on Unix sockets);
+//! - [`fd_pass`]: handing a worker the sockets of new calls;
 //! - [`spawn`]: starting a worker (what it inherits, its limits);
+//! - [`process`]: one worker process as the host holds it (its call
+//!   sockets, its control socket, how it ended);
 //! - [`client`]: [`IsolatedProvider`], the host's side, implementing
 //!   [`provider_abi::Provider`];
 //! - [`worker`]: the worker's loop ([`serve_worker`]), which the harness
@@ -16,6 +19,8 @@
 //! `provider-abi`'s `serde` feature) is all the protocol needs.
 
 pub mod client;
+pub mod fd_pass;
+mod process;
 pub mod protocol;
 pub mod spawn;
 pub mod worker;
@@ -24,5 +29,6 @@ pub use client::{
     is_worker_failure, is_worker_failure_message, IsolatedProvider, IsolationError, IsolationOptions,
     WORKER_OPERATION,
 };
+pub use process::environment_for;
 pub use spawn::Limits;
 pub use worker::serve_worker;

@@ -2,27 +2,34 @@
 //!
 //! Frames are a little-endian `u32` length followed by that many bytes of
 //! postcard (serde's compact binary form: varint integers, no field names),
-//! over one Unix stream socket. Calls carry an id, so many hooks run at once
-//! on one connection; everything the worker sends about a call (output
-//! chunks, created leases to record, the reply) names it.
+//! over Unix stream sockets.
 //!
-//! The exchange:
-//! 1. worker → host [`ToHost::Hello`]: the library loaded (its manifest and
-//!    the hooks this build can call on it), or why not;
-//! 2. host → worker [`ToWorker::Start`]: the environment variables the
-//!    provider's schema names (`x-env`) and the host's `setup` parameters;
-//!    worker → host [`ToHost::Ready`] with `setup`'s outcome;
-//! 3. then any number of [`ToWorker::Call`]s, each answered by
-//!    [`ToHost::Reply`], after [`ToHost::Chunk`]s (execute's output, as it
+//! A worker has one *control* socket (its file descriptor 3) and any number
+//! of *call* sockets:
+//! 1. control, worker → host [`ToHost::Hello`]: the library loaded (its
+//!    manifest and the hooks this build can call on it), or why not;
+//! 2. control, host → worker [`ToWorker::Start`]: the environment variables
+//!    the provider's schema names (`x-env`) and the host's `setup` (with the
+//!    log level, when the host forwards the provider's logs); worker → host
+//!    [`ToHost::Ready`] with `setup`'s outcome;
+//! 3. then the host passes the worker one end of each new call socket over
+//!    the control socket (`SCM_RIGHTS`, one byte each), and the worker serves
+//!    each call socket on a thread of its own: one call at a time, a
+//!    [`ToWorker::Call`] answered by [`ToHost::Reply`], after
+//!    [`ToHost::Chunk`]s and [`ToHost::Bytes`] (execute's output, as it
 //!    arrives) and [`ToHost::Record`]s (a created lease; the hook waits for
-//!    the host's [`ToWorker::Recorded`]).
+//!    the host's [`ToWorker::Recorded`] on the same socket). A calling host
+//!    thread writes its call and reads its reply itself: a round trip is two
+//!    thread wake-ups, one in each process.
+//! 4. The provider's log events (`setup_with_logs`) come back on the control
+//!    socket as [`ToHost::Log`].
 //!
-//! The host closing its end ends the worker.
+//! The host closing the control socket ends the worker.
 
 use provider_abi::{
     AcquireParams, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook, Lease, LeaseParams,
-    LeaseStatus, Manifest, OutputStream, ProbeReport, ProviderError, ReleaseReport, SetupParams,
-    ValidationReport, Workspace,
+    LeaseStatus, LogLevel, Manifest, OutputStream, ProbeReport, ProviderError, ReleaseReport, SetupParams,
+    SyncParams, SyncResult, ValidationReport, Workspace,
 };
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::{
@@ -67,6 +74,14 @@ pub enum Call<'a> {
     ProbeRecording(Cow<'a, EnvironmentParams>),
     /// `release_lease_reporting`.
     ReleaseLeaseReporting(Cow<'a, LeaseParams>),
+    /// `execute_bytes`; its output comes back as [`ToHost::Bytes`].
+    ExecuteBytes(Cow<'a, ExecuteParams>),
+    /// `setup_with_logs`; the events come back on the control socket.
+    SetupWithLogs(Cow<'a, SetupParams>, LogLevel),
+    /// `sync_in`.
+    SyncIn(Cow<'a, SyncParams>),
+    /// `sync_out`.
+    SyncOut(Cow<'a, SyncParams>),
 }
 
 impl Call<'_> {
@@ -88,6 +103,10 @@ impl Call<'_> {
             Call::AcquireLeaseRecording(_) => Hook::AcquireLeaseRecording,
             Call::ProbeRecording(_) => Hook::ProbeRecording,
             Call::ReleaseLeaseReporting(_) => Hook::ReleaseLeaseReporting,
+            Call::ExecuteBytes(_) => Hook::ExecuteBytes,
+            Call::SetupWithLogs(..) => Hook::SetupWithLogs,
+            Call::SyncIn(_) => Hook::SyncIn,
+            Call::SyncOut(_) => Hook::SyncOut,
         }
     }
 }
@@ -95,7 +114,7 @@ impl Call<'_> {
 /// What a hook returned, when it succeeded.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Reply {
-    /// `()`: setup, shutdown, release, destroy.
+    /// `()`: setup, setup_with_logs, shutdown, release, destroy.
     Unit,
     /// `health`.
     Health(HealthReport),
@@ -107,12 +126,14 @@ pub enum Reply {
     Lease(Lease),
     /// `realize_workspace`.
     Workspace(Workspace),
-    /// `execute`.
+    /// `execute`, `execute_bytes`.
     Execute(ExecuteResult),
     /// `inspect_lease`.
     Status(LeaseStatus),
     /// `release_lease_reporting`.
     Release(ReleaseReport),
+    /// `sync_in`, `sync_out`.
+    Sync(SyncResult),
 }
 
 /// What a worker that loaded its library says first.
@@ -129,72 +150,85 @@ pub struct Hello {
 #[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
-    /// Sets the environment variables the provider needs, then runs `setup`.
+    /// Control socket: sets the environment variables the provider needs,
+    /// then runs `setup` (`setup_with_logs` when `logs` is set).
     Start {
         /// `(name, value)` pairs, only those the provider's schema names.
         env: Vec<(String, String)>,
         /// The host's `setup` parameters, if it called `setup`.
         setup: Option<SetupParams>,
+        /// The most verbose level of provider events the host wants, when
+        /// it called `setup_with_logs`.
+        logs: Option<LogLevel>,
     },
-    /// Runs a hook.
-    Call {
-        /// The call's id, unique on the connection.
-        id: u64,
-        /// The hook and its parameters.
-        call: Call<'a>,
-    },
-    /// The host's answer to a [`ToHost::Record`]: `Ok` once committed.
-    Recorded {
-        /// The call that created the lease.
-        id: u64,
-        /// The host's answer.
-        result: Result<(), ProviderError>,
-    },
+    /// Call socket: runs a hook.
+    Call(Call<'a>),
+    /// Call socket: the host's answer to a [`ToHost::Record`], `Ok` once committed.
+    Recorded(Result<(), ProviderError>),
+}
+
+/// One log event of the provider, as the control socket carries it.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct LogEvent {
+    /// Its level.
+    pub level: LogLevel,
+    /// Its target.
+    pub target: String,
+    /// Its message.
+    pub message: String,
+    /// Its other fields, `(name, value as text)`.
+    pub fields: Vec<(String, String)>,
 }
 
 /// Worker → host.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToHost {
-    /// The library loaded, or the one-line reason it did not.
+    /// Control socket: the library loaded, or the one-line reason it did not.
     Hello(Result<Hello, String>),
-    /// `setup`'s outcome, after [`ToWorker::Start`].
+    /// Control socket: `setup`'s outcome, after [`ToWorker::Start`].
     Ready(Result<(), ProviderError>),
-    /// An output chunk of a running `execute`.
+    /// Control socket: a log event of the provider.
+    Log(LogEvent),
+    /// Call socket: an output chunk of a running `execute`.
     Chunk {
-        /// The call.
-        id: u64,
         /// Which stream.
         stream: OutputStream,
         /// The chunk.
         text: String,
     },
-    /// A lease a recording hook just created; the hook waits for
+    /// Call socket: an output chunk of a running `execute_bytes`.
+    Bytes {
+        /// Which stream.
+        stream: OutputStream,
+        /// The chunk, byte for byte (postcard writes a `u8` as one byte).
+        bytes: Vec<u8>,
+    },
+    /// Call socket: a lease a creating hook just made; the hook waits for
     /// [`ToWorker::Recorded`].
-    Record {
-        /// The call.
-        id: u64,
-        /// The lease, as a host would pass it to `destroy_lease`.
-        lease: Lease,
-    },
-    /// The hook returned.
-    Reply {
-        /// The call.
-        id: u64,
-        /// Its result.
-        result: Result<Reply, ProviderError>,
-    },
+    Record(Lease),
+    /// Call socket: the hook returned.
+    Reply(Result<Reply, ProviderError>),
 }
 
-/// Encodes `message` as one frame (length prefix included).
-pub fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
-    let mut frame = Vec::with_capacity(64);
+/// Encodes `message` as one frame (length prefix included) into `frame`,
+/// replacing what it held (its allocation is reused).
+pub fn encode_into<T: Serialize>(message: &T, frame: &mut Vec<u8>) -> io::Result<()> {
+    frame.clear();
     frame.extend_from_slice(&[0; 4]);
-    let mut frame = postcard::to_extend(message, frame).map_err(invalid)?;
+    let taken = std::mem::take(frame);
+    *frame = postcard::to_extend(message, taken).map_err(invalid)?;
     let length = u32::try_from(frame.len() - 4)
         .ok()
         .filter(|&length| length as usize <= MAX_FRAME)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     frame[..4].copy_from_slice(&length.to_le_bytes());
+    Ok(())
+}
+
+/// Encodes `message` as one frame (length prefix included).
+pub fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
+    let mut frame = Vec::with_capacity(64);
+    encode_into(message, &mut frame)?;
     Ok(frame)
 }
 
@@ -233,22 +267,40 @@ mod tests {
     fn frames_round_trip_borrowed_calls_into_owned_ones() {
         let params = LeaseParams { run_id: "run".into(), metadata_json: "{}".into(), ..Default::default() };
         let mut bytes = Vec::new();
-        write(&mut bytes, &ToWorker::Call { id: 7, call: Call::ReleaseLease(Cow::Borrowed(&params)) })
-            .unwrap();
-        write(&mut bytes, &ToWorker::Call { id: 8, call: Call::Health }).unwrap();
+        write(&mut bytes, &ToWorker::Call(Call::ReleaseLease(Cow::Borrowed(&params)))).unwrap();
+        write(&mut bytes, &ToWorker::Call(Call::Health)).unwrap();
         let mut input = bytes.as_slice();
         let mut buffer = Vec::new();
         match read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap() {
-            Some(ToWorker::Call { id: 7, call: Call::ReleaseLease(received) }) => {
+            Some(ToWorker::Call(Call::ReleaseLease(received))) => {
                 assert_eq!(received.into_owned(), params)
             }
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(
             read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap(),
-            Some(ToWorker::Call { id: 8, call: Call::Health })
+            Some(ToWorker::Call(Call::Health))
         ));
         assert!(read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap().is_none(), "clean end");
+    }
+
+    #[test]
+    fn bytes_travel_as_one_byte_string_and_sync_parameters_round_trip() {
+        let bytes = (0..=255u8).collect::<Vec<_>>();
+        let frame = encode(&ToHost::Bytes { stream: OutputStream::Stderr, bytes: bytes.clone() }).unwrap();
+        assert!(frame.len() < bytes.len() + 16, "a byte each, not a varint: {}", frame.len());
+        match read::<ToHost>(&mut &frame[..], &mut Vec::new()).unwrap() {
+            Some(ToHost::Bytes { stream: OutputStream::Stderr, bytes: received }) => {
+                assert_eq!(received, bytes)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let params = SyncParams::single(LeaseParams::default(), "op", "file", "/a", "/b");
+        let frame = encode(&ToWorker::Call(Call::SyncIn(Cow::Borrowed(&params)))).unwrap();
+        match read::<ToWorker<'static>>(&mut &frame[..], &mut Vec::new()).unwrap() {
+            Some(ToWorker::Call(Call::SyncIn(received))) => assert_eq!(received.into_owned(), params),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
@@ -263,9 +315,9 @@ mod tests {
     #[test]
     fn errors_cross_with_their_kind_status_and_operation() {
         let error = ProviderError::api(409, "sandbox lifecycle", "conflict");
-        let frame = encode(&ToHost::Reply { id: 1, result: Err(error.clone()) }).unwrap();
+        let frame = encode(&ToHost::Reply(Err(error.clone()))).unwrap();
         match read::<ToHost>(&mut &frame[..], &mut Vec::new()).unwrap() {
-            Some(ToHost::Reply { id: 1, result: Err(received) }) => assert_eq!(received, error),
+            Some(ToHost::Reply(Err(received))) => assert_eq!(received, error),
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -1,41 +1,40 @@
 //! The worker's side: load the library, say hello, serve hooks until the
-//! host closes the socket.
+//! host closes the control socket.
 //!
-//! One reader thread reads frames; `health` and `validate_config` run on it
-//! (checks that send no request, so their round trip is one thread hop
-//! shorter; they delay the dispatch of other calls only while they run),
-//! every other hook on a thread of a pool that grows to the number of hooks in flight. A
-//! recording hook's thread sends the created lease and blocks until the
-//! reader hands it the host's answer, so a write-ahead record still commits
-//! before the provider goes on.
+//! The main thread receives call sockets on the control socket and serves
+//! each on a thread of its own (see [`super::protocol`]): it reads a call,
+//! runs the hook on that thread, writes output chunks and created leases as
+//! they come (a creating hook then reads the host's answer on the same
+//! socket, so a write-ahead record still commits before the provider goes
+//! on) and the reply. The provider's log events go back on the control
+//! socket.
 
 use super::{
-    protocol::{self, Call, Hello, Reply, ToHost, ToWorker},
+    fd_pass,
+    protocol::{self, Call, Hello, LogEvent, Reply, ToHost, ToWorker},
     spawn::WORKER_FD,
 };
 use provider_abi::{
-    CreationRecorder, Hook, HookResult, Lease, LoadedProvider, OutputSink, OutputStream, Provider,
-    ProviderError,
+    ByteSink, CreationRecorder, Hook, HookResult, Lease, LoadedProvider, LogLevel, LogRecord, LogSink,
+    OutputSink, OutputStream, Provider, ProviderError, SetupParams,
 };
 use std::{
-    collections::HashMap,
-    io::{self, BufReader},
+    io::{self, BufReader, Write},
     os::{fd::FromRawFd, unix::net::UnixStream},
     path::Path,
     process::ExitCode,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        mpsc, Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
 };
 
-/// Stack size of the pool's hook threads: hooks block on the provider's own
-/// runtime, so they need little; a thousand hooks in flight stay cheap.
-const HOOK_THREAD_STACK: usize = 1 << 20;
+/// Stack size of the threads serving call sockets: hooks block on the
+/// provider's own runtime, so they need little; a thousand calls in flight
+/// stay cheap.
+const CALL_THREAD_STACK: usize = 1 << 20;
 
-/// Runs the worker: serves the provider library at `library` on the socket
-/// at file descriptor 3 (see [`super::spawn`]). Returns when the host closes
-/// the socket; 2 when the library cannot be loaded or the socket is missing.
+/// Runs the worker: serves the provider library at `library` on the control
+/// socket at file descriptor 3 (see [`super::spawn`]). Returns when the host
+/// closes the socket; 2 when the library cannot be loaded or the socket is
+/// missing.
 pub fn serve_worker(library: &Path) -> ExitCode {
     // SAFETY: fstat on a descriptor number only reads its status.
     let mut status = unsafe { std::mem::zeroed::<libc::stat>() };
@@ -46,10 +45,10 @@ pub fn serve_worker(library: &Path) -> ExitCode {
     }
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
     // this process alone; nothing else in the process owns it.
-    let socket = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
-    match Worker::start(library, socket) {
-        Ok(Some((worker, reader))) => {
-            worker.serve(reader);
+    let control = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
+    match Worker::start(library, control) {
+        Ok(Some((worker, control))) => {
+            worker.serve(control);
             ExitCode::SUCCESS
         }
         // The host got the load error in the hello and reports it.
@@ -61,25 +60,17 @@ pub fn serve_worker(library: &Path) -> ExitCode {
     }
 }
 
-/// The pool's job: a hook call.
-type Job = (u64, Call<'static>);
-
 struct Worker {
     provider: LoadedProvider,
-    writer: Mutex<UnixStream>,
-    /// Recording hooks waiting for the host's answer, by call id.
-    waiting: Mutex<HashMap<u64, mpsc::Sender<HookResult<()>>>>,
-    idle: AtomicUsize,
-    jobs: Mutex<mpsc::Receiver<Job>>,
-    queue: mpsc::Sender<Job>,
+    /// The control socket's writing side: log events.
+    control: Arc<Mutex<UnixStream>>,
 }
 
 impl Worker {
     /// Loads the library, says hello and runs the handshake; `None` when
     /// the library did not load (the hello told the host why).
-    fn start(library: &Path, socket: UnixStream) -> io::Result<Option<(Arc<Worker>, BufReader<UnixStream>)>> {
-        let mut writer = socket.try_clone()?;
-        let mut reader = BufReader::new(socket.try_clone()?);
+    fn start(library: &Path, control: UnixStream) -> io::Result<Option<(Arc<Worker>, UnixStream)>> {
+        let mut writer = control.try_clone()?;
         let provider = match LoadedProvider::load(library) {
             Ok(provider) => provider,
             Err(error) => {
@@ -91,8 +82,8 @@ impl Worker {
         let hello = Hello { manifest: provider.manifest(), supported: supported.collect() };
         protocol::write(&mut writer, &ToHost::Hello(Ok(hello)))?;
         let mut buffer = Vec::new();
-        let Some(ToWorker::Start { env, setup }) =
-            protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer)?
+        let Some(ToWorker::Start { env, setup, logs }) =
+            protocol::read::<ToWorker<'static>>(&mut &control, &mut buffer)?
         else {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the host did not start the worker"));
         };
@@ -101,46 +92,29 @@ impl Worker {
             // (the provider's `std::env::var`) take the same lock.
             std::env::set_var(name, value);
         }
-        let ready = setup.map_or(Ok(()), |params| provider.setup(&params));
-        protocol::write(&mut writer, &ToHost::Ready(ready))?;
-        let (queue, jobs) = mpsc::channel();
-        let worker = Worker {
-            provider,
-            writer: Mutex::new(writer),
-            waiting: Mutex::new(HashMap::new()),
-            idle: AtomicUsize::new(0),
-            jobs: Mutex::new(jobs),
-            queue,
+        let worker = Arc::new(Worker { provider, control: Arc::new(Mutex::new(writer)) });
+        let ready = match (setup, logs) {
+            (Some(params), Some(level)) => worker.setup_with_logs(&params, level),
+            (Some(params), None) => worker.provider.setup(&params),
+            (None, _) => Ok(()),
         };
-        Ok(Some((Arc::new(worker), reader)))
+        protocol::write(&mut *lock(&worker.control), &ToHost::Ready(ready))?;
+        Ok(Some((worker, control)))
     }
 
-    fn send(&self, message: &ToHost) -> io::Result<()> {
-        let frame = protocol::encode(message)?;
-        let mut writer = self.writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        io::Write::write_all(&mut *writer, &frame)
-    }
-
-    /// Reads frames until the host closes the socket (or it breaks).
-    fn serve(self: Arc<Self>, mut reader: BufReader<UnixStream>) {
-        let mut buffer = Vec::new();
-        while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
-            match message {
-                ToWorker::Call { id, call: call @ (Call::Health | Call::ValidateConfig(_)) } => {
-                    let result = self.run(id, call);
-                    if self.send(&ToHost::Reply { id, result }).is_err() {
-                        break;
-                    }
-                }
-                ToWorker::Call { id, call } => self.dispatch((id, call)),
-                ToWorker::Recorded { id, result } => {
-                    let waiter =
-                        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&id);
-                    if let Some(waiter) = waiter {
-                        let _ = waiter.send(result);
-                    }
-                }
-                ToWorker::Start { .. } => break,
+    /// Serves every call socket the host hands over until it closes the
+    /// control socket (or it breaks).
+    fn serve(self: Arc<Self>, control: UnixStream) {
+        while let Ok(Some(socket)) = fd_pass::receive_socket(&control) {
+            let worker = Arc::clone(&self);
+            let started = std::thread::Builder::new()
+                .name("call".into())
+                .stack_size(CALL_THREAD_STACK)
+                .spawn(move || worker.serve_calls(socket));
+            // Without a thread the socket is dropped: the host's call sees
+            // its end and reports the worker's death once it is killed.
+            if started.is_err() {
+                break;
             }
         }
         // The host is gone or closed the connection: nothing more to do.
@@ -148,54 +122,49 @@ impl Worker {
         std::process::exit(0);
     }
 
-    /// Hands a call to an idle pool thread, or a new one.
-    fn dispatch(self: &Arc<Self>, job: Job) {
-        let claimed = self.idle.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |idle| idle.checked_sub(1));
-        if claimed.is_err() {
-            let worker = Arc::clone(self);
-            let started = std::thread::Builder::new()
-                .name("hook".into())
-                .stack_size(HOOK_THREAD_STACK)
-                .spawn(move || worker.pool_thread());
-            if let Err(error) = started {
-                let result = Err(ProviderError::internal(format!(
-                    "the provider worker cannot start a thread: {error}"
-                )));
-                let _ = self.send(&ToHost::Reply { id: job.0, result });
+    /// Serves one call socket: one call at a time until the host closes it.
+    fn serve_calls(&self, socket: UnixStream) {
+        let Ok(reader) = socket.try_clone() else { return };
+        let mut connection = Connection {
+            reader: BufReader::new(reader),
+            writer: socket,
+            buffer: Vec::new(),
+            frame: Vec::new(),
+        };
+        while let Ok(Some(ToWorker::Call(call))) =
+            protocol::read::<ToWorker<'static>>(&mut connection.reader, &mut connection.buffer)
+        {
+            let result = self.run(call, &mut connection);
+            if connection.send(&ToHost::Reply(result)).is_err() {
                 return;
             }
         }
-        let _ = self.queue.send(job);
     }
 
-    fn pool_thread(self: Arc<Self>) {
-        loop {
-            let job = self.jobs.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).recv();
-            let Ok((id, call)) = job else { return };
-            let result = self.run(id, call);
-            if self.send(&ToHost::Reply { id, result }).is_err() {
-                return;
+    /// `setup_with_logs`, the provider's events going back on the control socket.
+    fn setup_with_logs(&self, params: &SetupParams, level: LogLevel) -> HookResult<()> {
+        let control = Arc::clone(&self.control);
+        let sink = LogSink::new(move |record: &LogRecord<'_>| {
+            let event = LogEvent {
+                level: record.level,
+                target: record.target.to_string(),
+                message: record.message.to_string(),
+                fields: record.fields.iter().map(|f| (f.name.to_string(), f.value.to_string())).collect(),
+            };
+            // A host that went away ends the worker through the control socket.
+            if let Ok(frame) = protocol::encode(&ToHost::Log(event)) {
+                let _ = lock(&control).write_all(&frame);
             }
-            self.idle.fetch_add(1, Ordering::SeqCst);
-        }
+        });
+        self.provider.setup_with_logs(params, sink, level)
     }
 
-    /// Hands `lease` to the host and waits for its answer.
-    fn record(&self, id: u64, lease: &Lease) -> HookResult<()> {
-        let (answer, answered) = mpsc::channel();
-        self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(id, answer);
-        let lost =
-            || ProviderError::internal("The host closed the worker's connection while recording a lease.");
-        self.send(&ToHost::Record { id, lease: lease.clone() }).map_err(|_| lost())?;
-        answered.recv().unwrap_or_else(|_| Err(lost()))
-    }
-
-    /// Runs one hook.
-    fn run(&self, id: u64, call: Call<'static>) -> HookResult<Reply> {
+    /// Runs one hook, its output and created leases going to `connection`.
+    fn run(&self, call: Call<'static>, connection: &mut Connection) -> HookResult<Reply> {
         let provider = &self.provider;
-        let mut record = |lease: &Lease| self.record(id, lease);
         match call {
             Call::Setup(params) => provider.setup(&params).map(|()| Reply::Unit),
+            Call::SetupWithLogs(params, level) => self.setup_with_logs(&params, level).map(|()| Reply::Unit),
             Call::Shutdown => provider.shutdown().map(|()| Reply::Unit),
             Call::Health => provider.health().map(Reply::Health),
             Call::ValidateConfig(params) => provider.validate_config(&params).map(Reply::Validation),
@@ -207,21 +176,63 @@ impl Worker {
             Call::RealizeWorkspace(params) => provider.realize_workspace(&params).map(Reply::Workspace),
             Call::Execute(params) => {
                 let mut chunk = |stream: OutputStream, text: &str| {
-                    // A host that went away ends the worker through the reader.
-                    let _ = self.send(&ToHost::Chunk { id, stream, text: text.to_owned() });
+                    // A host that went away ends the worker through the control socket.
+                    let _ = connection.send(&ToHost::Chunk { stream, text: text.to_owned() });
                 };
                 provider.execute(&params, &mut OutputSink::new(&mut chunk)).map(Reply::Execute)
             }
+            Call::ExecuteBytes(params) => {
+                let mut chunk = |stream: OutputStream, bytes: &[u8]| {
+                    let _ = connection.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
+                };
+                provider.execute_bytes(&params, &mut ByteSink::new(&mut chunk)).map(Reply::Execute)
+            }
             Call::InspectLease(params) => provider.inspect_lease(&params).map(Reply::Status),
-            Call::AcquireLeaseRecording(params) => provider
-                .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
-                .map(Reply::Lease),
+            Call::AcquireLeaseRecording(params) => {
+                let mut record = |lease: &Lease| connection.record(lease);
+                provider
+                    .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
+                    .map(Reply::Lease)
+            }
             Call::ProbeRecording(params) => {
+                let mut record = |lease: &Lease| connection.record(lease);
                 provider.probe_recording(&params, &mut CreationRecorder::new(&mut record)).map(Reply::Probe)
             }
             Call::ReleaseLeaseReporting(params) => {
                 provider.release_lease_reporting(&params).map(Reply::Release)
             }
+            Call::SyncIn(params) => provider.sync_in(&params).map(Reply::Sync),
+            Call::SyncOut(params) => provider.sync_out(&params).map(Reply::Sync),
         }
     }
+}
+
+/// One call socket, with the buffers its frames reuse.
+struct Connection {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    buffer: Vec<u8>,
+    frame: Vec<u8>,
+}
+
+impl Connection {
+    fn send(&mut self, message: &ToHost) -> io::Result<()> {
+        protocol::encode_into(message, &mut self.frame)?;
+        self.writer.write_all(&self.frame)
+    }
+
+    /// Hands `lease` to the host and waits for its answer.
+    fn record(&mut self, lease: &Lease) -> HookResult<()> {
+        let lost =
+            || ProviderError::internal("The host closed the worker's connection while recording a lease.");
+        self.send(&ToHost::Record(lease.clone())).map_err(|_| lost())?;
+        match protocol::read::<ToWorker<'static>>(&mut self.reader, &mut self.buffer) {
+            Ok(Some(ToWorker::Recorded(result))) => result,
+            _ => Err(lost()),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -11,7 +11,7 @@
 //! `[{"route": "POST /v1/sandboxes/*/processes", "trigger": {"nth": 2},
 //!    "kind": {"status": 503}, "times": 1}]` where `trigger` is one of
 //! `{"nth": N}`, `{"from": N}`, `{"probability": P, "seed": S}` and `kind` is
-//! `{"status": CODE}`, `{"delay_ms": MS}` or one of the strings
+//! `{"status": CODE}`, `{"delay_ms": MS}`, `{"delay_reply_ms": MS}` or one of the strings
 //! `"drop_after_action"`, `"malformed_json"`, `"wrong_id"`, `"cut_stream"`,
 //! `"force_stopped"`, `"transition_stuck"`, `"transition_error"`.
 
@@ -35,6 +35,9 @@ pub enum FaultKind {
     DropAfterAction,
     /// Wait this long before handling.
     Delay(Duration),
+    /// Act, then hold the reply this long (a creation whose reply is still
+    /// in flight when the client dies: the sandbox exists, nobody knows its id).
+    DelayReply(Duration),
     /// Act, then reply 200 with invalid JSON.
     MalformedJson,
     /// Act, then reply with a different id in `data.id` (or `data.process_id`).
@@ -57,6 +60,7 @@ pub enum FaultKind {
 enum KindWire {
     Status(u16),
     DelayMs(u64),
+    DelayReplyMs(u64),
     DropAfterAction,
     MalformedJson,
     WrongId,
@@ -71,6 +75,7 @@ impl From<KindWire> for FaultKind {
         match w {
             KindWire::Status(s) => FaultKind::Status(s),
             KindWire::DelayMs(ms) => FaultKind::Delay(Duration::from_millis(ms)),
+            KindWire::DelayReplyMs(ms) => FaultKind::DelayReply(Duration::from_millis(ms)),
             KindWire::DropAfterAction => FaultKind::DropAfterAction,
             KindWire::MalformedJson => FaultKind::MalformedJson,
             KindWire::WrongId => FaultKind::WrongId,
@@ -87,6 +92,7 @@ impl From<FaultKind> for KindWire {
         match k {
             FaultKind::Status(s) => KindWire::Status(s),
             FaultKind::Delay(d) => KindWire::DelayMs(d.as_millis() as u64),
+            FaultKind::DelayReply(d) => KindWire::DelayReplyMs(d.as_millis() as u64),
             FaultKind::DropAfterAction => KindWire::DropAfterAction,
             FaultKind::MalformedJson => KindWire::MalformedJson,
             FaultKind::WrongId => KindWire::WrongId,

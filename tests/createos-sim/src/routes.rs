@@ -182,6 +182,11 @@ async fn gate(State(sh): State<Arc<Shared>>, mut req: Request, next: Next) -> Re
     let fired = Fired(fired);
     req.extensions_mut().insert(fired.clone());
     let mut resp = next.run(req).await;
+    for k in &fired.0 {
+        if let FaultKind::DelayReply(d) = k {
+            tokio::time::sleep(*d).await;
+        }
+    }
 
     if fired.has(FaultKind::ForceStopped) {
         if let Some(id) = path.strip_prefix("/v1/sandboxes/").and_then(|r| r.split('/').next()) {

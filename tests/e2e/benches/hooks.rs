@@ -1,6 +1,6 @@
 //! Hook round trips: the CreateOS provider's hooks called directly on the
 //! provider type, through the loaded shared library, through the isolated
-//! provider's worker process (postcard frames over a Unix socket pair), and
+//! provider's worker process (postcard frames over a call socket of its own), and
 //! through an out-of-process worker answering JSON lines over pipes
 //! (`provider-worker`), in one run; the cost of loading a library; how long
 //! an isolated provider takes from a detected worker crash to a new worker

@@ -1,0 +1,490 @@
+//! One worker process as the host holds it: started and handshaken, its
+//! call sockets (each serving one call at a time, pooled), its control
+//! socket's reader (the provider's log events; the worker's end), and how
+//! it ended.
+//!
+//! A calling thread takes an idle call socket (or makes one and passes the
+//! worker its other end), writes its call and reads everything about it
+//! itself: output chunks, created leases to record, the reply. When the
+//! worker dies every call socket ends; a caller that sees its end waits for
+//! the control reader to reap the worker and name how it ended.
+
+use super::{
+    fd_pass,
+    protocol::{self, Call, Hello, Reply, ToHost, ToWorker},
+    spawn::{self, SpawnSpec},
+    IsolationError, IsolationOptions,
+};
+use provider_abi::{
+    ByteSink, CreationRecorder, Hook, HookResult, LogField, LogLevel, LogRecord, LogSink, Manifest,
+    OutputSink, SetupParams,
+};
+use serde_json::Value;
+use std::{
+    collections::HashMap,
+    io::{self, BufReader, Write},
+    os::unix::{net::UnixStream, process::ExitStatusExt},
+    path::Path,
+    process::{Child, ExitStatus},
+    sync::{
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        Arc, Condvar, Mutex, MutexGuard, RwLock,
+    },
+    time::{Duration, Instant},
+};
+
+/// What every worker of one isolated provider shares with its host side.
+#[derive(Default)]
+pub(super) struct Shared {
+    /// Workers that died or were killed without being asked to stop.
+    pub crashes: AtomicU64,
+    /// Where the provider's log events go (`setup_with_logs`).
+    pub logs: RwLock<Option<LogSink>>,
+}
+
+/// What the host replays into every worker it starts.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Setup {
+    /// The host's `setup` parameters, once it called `setup`.
+    pub params: Option<SetupParams>,
+    /// The log level, when it called `setup_with_logs`.
+    pub logs: Option<LogLevel>,
+}
+
+/// Where a call's output goes.
+pub(super) enum Output<'a, 'b> {
+    /// Nowhere: the hook has none.
+    None,
+    /// `execute`'s text sink.
+    Text(&'a mut OutputSink<'b>),
+    /// `execute_bytes`'s byte sink.
+    Bytes(&'a mut ByteSink<'b>),
+}
+
+/// Why a call has no reply.
+pub(super) enum Failure {
+    /// The worker was dead before the call was sent: another worker may take it.
+    NotSent(String),
+    /// The worker ended (how) while the call was in flight.
+    Died(String),
+    /// The call passed its deadline; the worker was killed.
+    Deadline(Duration),
+    /// This process could not reach the worker (out of file descriptors).
+    Local(String),
+}
+
+#[derive(Default)]
+struct State {
+    /// Calls in flight, by number: their hook.
+    in_flight: HashMap<u64, Hook>,
+    /// How the worker ended, once the control reader reaped it.
+    died: Option<String>,
+    /// Why the host killed it, when it did.
+    killed_because: Option<String>,
+}
+
+/// One worker process.
+pub(super) struct WorkerProcess {
+    /// Its process id.
+    pub pid: u32,
+    /// The hello it sent.
+    pub hello: Hello,
+    control: UnixStream,
+    idle: Mutex<Vec<CallSocket>>,
+    child: Mutex<Child>,
+    state: Mutex<State>,
+    ended: Condvar,
+    dead: AtomicBool,
+    closing: AtomicBool,
+    /// Creating calls in flight on it (a creation worker serves one at a
+    /// time, unless the bound on creation workers is reached).
+    pub creations: AtomicUsize,
+    next_call: AtomicU64,
+}
+
+impl WorkerProcess {
+    /// Starts a worker, runs the handshake and starts its control reader.
+    pub fn open(
+        library: &Path,
+        options: &IsolationOptions,
+        setup: &Setup,
+        shared: &Arc<Shared>,
+    ) -> Result<Arc<WorkerProcess>, IsolationError> {
+        let program = match &options.program {
+            Some(program) => program.clone(),
+            None => std::env::current_exe().map_err(|error| {
+                IsolationError(format!("cannot find this program to start a provider worker: {error}"))
+            })?,
+        };
+        let failed = |error: io::Error| {
+            IsolationError(format!("cannot start the provider worker {}: {error}", program.display()))
+        };
+        let (host_end, worker_end) = UnixStream::pair().map_err(failed)?;
+        let mut args = options.args.clone();
+        args.push(library.as_os_str().to_owned());
+        let spec = SpawnSpec { program: program.clone(), args, limits: options.limits.clone() };
+        let mut child = spawn::spawn(&spec, worker_end).map_err(failed)?;
+        let pid = child.id();
+        match handshake(&host_end, options.deadline, setup) {
+            Ok(Ok(hello)) => {
+                host_end.set_read_timeout(None).map_err(failed)?;
+                let reader = BufReader::new(host_end.try_clone().map_err(failed)?);
+                let worker = Arc::new(WorkerProcess {
+                    pid,
+                    hello,
+                    control: host_end,
+                    idle: Mutex::new(Vec::new()),
+                    child: Mutex::new(child),
+                    state: Mutex::new(State::default()),
+                    ended: Condvar::new(),
+                    dead: AtomicBool::new(false),
+                    closing: AtomicBool::new(false),
+                    creations: AtomicUsize::new(0),
+                    next_call: AtomicU64::new(0),
+                });
+                let watched = Arc::clone(&worker);
+                let shared = Arc::clone(shared);
+                std::thread::Builder::new()
+                    .name(format!("provider-worker-{pid}"))
+                    .spawn(move || watched.read_control(reader, &shared))
+                    .map_err(failed)?;
+                Ok(worker)
+            }
+            Ok(Err(refused)) => {
+                let _ = child.wait();
+                Err(IsolationError(refused))
+            }
+            Err(error) => {
+                let _ = child.kill();
+                let how = child.wait().map(describe).unwrap_or_else(|_| "ended".into());
+                Err(IsolationError(format!(
+                    "the provider worker (pid {pid}) {how} while loading {}: {error}",
+                    library.display()
+                )))
+            }
+        }
+    }
+
+    /// True once the worker died or was killed.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::SeqCst)
+    }
+
+    /// Runs `call` on this worker, delivering output and created leases as
+    /// they arrive, within `deadline`.
+    pub fn call(
+        &self,
+        call: &Call<'_>,
+        output: &mut Output<'_, '_>,
+        mut recorder: Option<&mut CreationRecorder<'_>>,
+        deadline: Duration,
+    ) -> Result<HookResult<Reply>, Failure> {
+        let number = self.next_call.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut state = lock(&self.state);
+            if let Some(how) = &state.died {
+                return Err(Failure::NotSent(how.clone()));
+            }
+            state.in_flight.insert(number, call.hook());
+        }
+        let outcome = self.exchange(call, output, &mut recorder, deadline);
+        lock(&self.state).in_flight.remove(&number);
+        outcome
+    }
+
+    fn exchange(
+        &self,
+        call: &Call<'_>,
+        output: &mut Output<'_, '_>,
+        recorder: &mut Option<&mut CreationRecorder<'_>>,
+        deadline: Duration,
+    ) -> Result<HookResult<Reply>, Failure> {
+        let until = Instant::now() + deadline;
+        let mut socket = match lock(&self.idle).pop() {
+            Some(socket) => socket,
+            None => {
+                let (mine, theirs) = UnixStream::pair()
+                    .and_then(|(mine, theirs)| Ok((CallSocket::new(mine)?, theirs)))
+                    .map_err(|error| {
+                        Failure::Local(format!("cannot open a socket to the provider worker: {error}"))
+                    })?;
+                if fd_pass::send_socket(&self.control, &theirs).is_err() {
+                    // The worker is gone (or going; killed, so its end comes).
+                    self.kill(None);
+                    return Err(Failure::NotSent(self.death()));
+                }
+                mine
+            }
+        };
+        if socket.send(&ToWorker::Call(call.clone())).is_err() {
+            self.kill(None);
+            return Err(Failure::NotSent(self.death()));
+        }
+        let mut first = true;
+        loop {
+            let received = socket.receive(until, deadline, first);
+            first = false;
+            match received {
+                Ok(Some(ToHost::Chunk { stream, text })) => match output {
+                    Output::Text(sink) => sink.write(stream, &text),
+                    Output::Bytes(sink) => sink.write(stream, text.as_bytes()),
+                    Output::None => {}
+                },
+                Ok(Some(ToHost::Bytes { stream, bytes })) => match output {
+                    Output::Bytes(sink) => sink.write(stream, &bytes),
+                    Output::Text(sink) => sink.write(stream, &String::from_utf8_lossy(&bytes)),
+                    Output::None => {}
+                },
+                Ok(Some(ToHost::Record(lease))) => {
+                    let result = match recorder.as_deref_mut() {
+                        Some(recorder) => recorder.record(&lease),
+                        None => Ok(()),
+                    };
+                    // A failed send means the worker died: its end comes next.
+                    let _ = socket.send(&ToWorker::Recorded(result));
+                }
+                Ok(Some(ToHost::Reply(result))) => {
+                    lock(&self.idle).push(socket);
+                    return Ok(result);
+                }
+                Ok(Some(_)) => {
+                    self.kill(Some("broke the protocol".into()));
+                    return Err(Failure::Died(self.death()));
+                }
+                Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    let how = format!(
+                        "was killed when the `{}` hook passed its deadline of {deadline:?}",
+                        call.hook()
+                    );
+                    self.kill(Some(how));
+                    return Err(Failure::Deadline(deadline));
+                }
+                Err(error) if error.kind() == io::ErrorKind::InvalidData => {
+                    self.kill(Some("broke the protocol".into()));
+                    return Err(Failure::Died(self.death()));
+                }
+                // The end of the socket: the worker ended (or closed it,
+                // which it never does while alive: it is killed).
+                Ok(None) | Err(_) => {
+                    self.kill(None);
+                    return Err(Failure::Died(self.death()));
+                }
+            }
+        }
+    }
+
+    /// Waits until the control reader reaped the worker; how it ended.
+    fn death(&self) -> String {
+        let mut state = lock(&self.state);
+        loop {
+            if let Some(how) = &state.died {
+                return how.clone();
+            }
+            state = self.ended.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// Kills the worker (`because`: why, for the calls still in flight);
+    /// calls from now on go to a new one.
+    pub fn kill(&self, because: Option<String>) {
+        self.dead.store(true, Ordering::SeqCst);
+        if let Some(because) = because {
+            lock(&self.state).killed_because.get_or_insert(because);
+        }
+        let _ = lock(&self.child).kill();
+    }
+
+    /// Asks the worker to exit (it reads the end of its control socket).
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let _ = self.control.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// The control reader: the provider's log events until the worker
+    /// ends; then reaps it, records how it ended and, unless it was asked
+    /// to stop with nothing in flight, reports the crash.
+    fn read_control(self: Arc<Self>, mut reader: BufReader<UnixStream>, shared: &Shared) {
+        let mut buffer = Vec::new();
+        let ended = loop {
+            match protocol::read::<ToHost>(&mut reader, &mut buffer) {
+                Ok(Some(ToHost::Log(event))) => {
+                    if let Some(sink) = *shared.logs.read().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+                        let fields: Vec<LogField<'_>> = event
+                            .fields
+                            .iter()
+                            .map(|(name, value)| LogField {
+                                name: name.as_str().into(),
+                                value: value.as_str().into(),
+                            })
+                            .collect();
+                        sink.log(&LogRecord {
+                            level: event.level,
+                            target: event.target.as_str().into(),
+                            message: event.message.as_str().into(),
+                            fields: fields.as_slice().into(),
+                        });
+                    }
+                }
+                Ok(Some(_)) => break Some("sent a message out of turn"),
+                Ok(None) => break None,
+                Err(error) if error.kind() == io::ErrorKind::InvalidData => break Some("broke the protocol"),
+                Err(_) => break None,
+            }
+        };
+        if ended.is_some() {
+            self.kill(ended.map(str::to_owned));
+        }
+        let status = self.reap();
+        self.dead.store(true, Ordering::SeqCst);
+        let mut state = lock(&self.state);
+        let how = state
+            .killed_because
+            .clone()
+            .unwrap_or_else(|| status.map(describe).unwrap_or_else(|| "ended".into()));
+        state.died = Some(how.clone());
+        let in_flight: Vec<Hook> = state.in_flight.values().copied().collect();
+        drop(state);
+        self.ended.notify_all();
+        lock(&self.idle).clear();
+        if self.closing.load(Ordering::SeqCst) && in_flight.is_empty() {
+            return;
+        }
+        shared.crashes.fetch_add(1, Ordering::SeqCst);
+        let hooks: Vec<_> = in_flight.iter().map(|hook| format!("`{hook}`")).collect();
+        let during = if hooks.is_empty() {
+            "between calls".to_owned()
+        } else {
+            format!("during {}", hooks.join(", "))
+        };
+        tracing::warn!(
+            "the provider worker (pid {}) {how} {during}; the next call starts a new worker",
+            self.pid
+        );
+    }
+
+    /// Waits for the worker to end (a second at most after its control
+    /// socket closed, then it is killed).
+    fn reap(&self) -> Option<ExitStatus> {
+        for _ in 0..100 {
+            match lock(&self.child).try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                Err(_) => return None,
+            }
+        }
+        let mut child = lock(&self.child);
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+/// One call socket on the host's side, with the buffers its frames reuse.
+struct CallSocket {
+    reader: BufReader<UnixStream>,
+    writer: UnixStream,
+    buffer: Vec<u8>,
+    frame: Vec<u8>,
+    /// The read timeout set on the socket now.
+    timeout: Option<Duration>,
+}
+
+impl CallSocket {
+    fn new(socket: UnixStream) -> io::Result<CallSocket> {
+        let reader = BufReader::new(socket.try_clone()?);
+        Ok(CallSocket { reader, writer: socket, buffer: Vec::new(), frame: Vec::new(), timeout: None })
+    }
+
+    fn send(&mut self, message: &ToWorker<'_>) -> io::Result<()> {
+        protocol::encode_into(message, &mut self.frame)?;
+        self.writer.write_all(&self.frame)
+    }
+
+    /// The next frame, waiting until `until` at most. The first read of a
+    /// call uses the call's whole `deadline` as its timeout, which is
+    /// usually already set: no system call; later ones what remains.
+    fn receive(&mut self, until: Instant, deadline: Duration, first: bool) -> io::Result<Option<ToHost>> {
+        let timeout = if first {
+            deadline
+        } else {
+            until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
+        };
+        if self.timeout != Some(timeout) {
+            self.writer.set_read_timeout(Some(timeout))?;
+            self.timeout = Some(timeout);
+        }
+        protocol::read(&mut self.reader, &mut self.buffer)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Reads the worker's hello, sends it the environment and `setup`, and
+/// reads `setup`'s outcome; `Ok(Err(line))` when the worker refused.
+fn handshake(socket: &UnixStream, deadline: Duration, setup: &Setup) -> io::Result<Result<Hello, String>> {
+    socket.set_read_timeout(Some(deadline))?;
+    let mut reader = socket;
+    let mut writer = socket;
+    let mut buffer = Vec::new();
+    let unexpected = || io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message");
+    let ended = || io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its connection");
+    let hello = match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
+        ToHost::Hello(Ok(hello)) => hello,
+        ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
+        _ => return Err(unexpected()),
+    };
+    let env = environment_for(&hello.manifest);
+    let start = ToWorker::Start { env, setup: setup.params.clone(), logs: setup.logs };
+    protocol::write(&mut writer, &start)?;
+    match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
+        ToHost::Ready(Ok(())) => Ok(Ok(hello)),
+        ToHost::Ready(Err(error)) => Ok(Err(format!("the provider failed to start: {error}"))),
+        _ => Err(unexpected()),
+    }
+}
+
+/// The variables the provider's configuration schema names: every
+/// top-level property's `x-env` (a name or a list of names), with the
+/// host's value, when set. The host knows no key of the configuration.
+pub fn environment_for(manifest: &Manifest) -> Vec<(String, String)> {
+    let schema: Value = serde_json::from_str(&manifest.config_schema_json).unwrap_or_default();
+    let mut names: Vec<String> = Vec::new();
+    for property in schema["properties"].as_object().into_iter().flat_map(|properties| properties.values()) {
+        match &property["x-env"] {
+            Value::String(name) => names.push(name.clone()),
+            Value::Array(list) => names.extend(list.iter().filter_map(Value::as_str).map(str::to_owned)),
+            _ => {}
+        }
+    }
+    names.sort();
+    names.dedup();
+    names.into_iter().filter_map(|name| std::env::var(&name).ok().map(|value| (name, value))).collect()
+}
+/// How a worker ended, in words: `was killed by signal SIGSEGV
+/// (segmentation fault)`, `exited with status 3`.
+fn describe(status: ExitStatus) -> String {
+    if let Some(signal) = status.signal() {
+        let name = match signal {
+            libc::SIGSEGV => "SIGSEGV (segmentation fault)",
+            libc::SIGABRT => "SIGABRT (abort)",
+            libc::SIGKILL => "SIGKILL",
+            libc::SIGBUS => "SIGBUS (bus error)",
+            libc::SIGILL => "SIGILL (illegal instruction)",
+            libc::SIGFPE => "SIGFPE (arithmetic fault)",
+            libc::SIGXCPU => "SIGXCPU (CPU time limit)",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGINT => "SIGINT",
+            libc::SIGPIPE => "SIGPIPE",
+            libc::SIGTRAP => "SIGTRAP",
+            libc::SIGSYS => "SIGSYS",
+            other => return format!("was killed by signal {other}"),
+        };
+        return format!("was killed by signal {name}");
+    }
+    match status.code() {
+        Some(0) => "exited".to_owned(),
+        Some(code) => format!("exited with status {code}"),
+        None => "ended".to_owned(),
+    }
+}
