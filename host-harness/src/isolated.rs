@@ -7,10 +7,8 @@ use provider_host::hosted::{HookSupport, OutOfProcess};
 use std::path::Path;
 
 impl HookSupport for IsolatedProvider {
-    /// The worker protocol does not carry `import_unconfirmed` (yet): a host
-    /// falls back as for an older provider.
     fn supports(&self, hook: Hook) -> bool {
-        hook != Hook::ImportUnconfirmed && IsolatedProvider::supports(self, hook)
+        IsolatedProvider::supports(self, hook)
     }
 
     fn is_transport_failure(&self, error: &ProviderError) -> bool {

@@ -221,6 +221,40 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     assert_eq!(host.release(&control).unwrap(), Released::Kept, "worker 2 would have paused it");
 }
 
+/// The seed scenario across a crash with a provider that takes leases over
+/// (`import_unconfirmed`, ABI 1.5): the host hands the poisoned lease to the
+/// provider, and every worker started after a crash is handed it again, so
+/// the provider itself keeps refusing it until it is destroyed.
+#[test]
+fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destroyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+    let provider = IsolatedProvider::start(fixture("fixture_v1_5"), options()).expect("start the worker");
+    assert!(provider.supports(Hook::ImportUnconfirmed));
+    let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
+    let poisoned = host.acquire().unwrap();
+    let mut ignore = |_: OutputStream, _: &str| {};
+    let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
+    let error = host.execute(&poisoned, command, &mut OutputSink::new(&mut ignore)).unwrap_err();
+    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
+    let unconfirmed = |provider: &IsolatedProvider| {
+        provider.inspect_lease(&host.params(&poisoned.lease)).unwrap().unconfirmed
+    };
+
+    for crash in 1..=2 {
+        let (crashed, _) = execute(&provider, "crash:abort", &[]);
+        assert!(is_worker_failure(&crashed.unwrap_err()));
+        assert!(unconfirmed(&provider), "worker {} was not handed the lease", crash + 1);
+    }
+    assert_eq!(provider.workers_started(), 3);
+
+    host.destroy(&poisoned).unwrap();
+    let (crashed, _) = execute(&provider, "crash:abort", &[]);
+    assert!(is_worker_failure(&crashed.unwrap_err()));
+    assert!(!unconfirmed(&provider), "a destroyed lease is not handed to new workers");
+}
+
 /// A command whose worker died under it may still be running: the host
 /// records the lease unconfirmed and never pauses it for reuse.
 #[test]

@@ -101,10 +101,12 @@ impl std::error::Error for IsolationError {}
 /// A worker that dies fails the calls in flight on it with an `internal`
 /// error naming how it ended and the hook (operation label
 /// [`WORKER_OPERATION`]); the next call starts a new worker, with the same
-/// environment and `setup`. What the dead worker knew only in memory (leases
-/// whose cleanup was unconfirmed) is gone with it: the host's ledger keeps
-/// that, and [`crate::host::Host`] refuses to reuse such leases whichever
-/// worker serves.
+/// environment and `setup`, and every lease the host handed over as
+/// unconfirmed (`import_unconfirmed`, until the lease is destroyed), so a
+/// lease poisoned before a crash stays poisoned in the provider after it.
+/// (A lease a dead worker marked itself and the host did not hear of is
+/// still known to the host's ledger, and [`crate::host::Host`] refuses to
+/// reuse it whichever worker serves.)
 pub struct IsolatedProvider {
     library: PathBuf,
     options: IsolationOptions,
@@ -115,6 +117,8 @@ pub struct IsolatedProvider {
     creators: Mutex<Vec<Arc<WorkerProcess>>>,
     started: AtomicU64,
     shared: Arc<Shared>,
+    /// Leases handed over as unconfirmed, replayed into every new main worker.
+    unconfirmed: Mutex<Vec<LeaseParams>>,
 }
 
 impl IsolatedProvider {
@@ -135,6 +139,7 @@ impl IsolatedProvider {
             creators: Mutex::new(Vec::new()),
             started: AtomicU64::new(1),
             shared,
+            unconfirmed: Mutex::new(Vec::new()),
         })
     }
 
@@ -195,6 +200,16 @@ impl IsolatedProvider {
         }
         let worker = self.open_worker()?;
         self.started.fetch_add(1, Ordering::SeqCst);
+        let unconfirmed = lock(&self.unconfirmed).clone();
+        for lease in &unconfirmed {
+            let call = Call::ImportUnconfirmed(Cow::Borrowed(lease));
+            match worker.call(&call, &mut Output::None, None, self.options.deadline) {
+                Ok(Ok(Reply::Unit)) => {}
+                Ok(Ok(_)) => return Err(reply_mismatch(Hook::ImportUnconfirmed)),
+                Ok(Err(error)) => return Err(error),
+                Err(failure) => return Err(failure_error(worker.pid, failure, Hook::ImportUnconfirmed)),
+            }
+        }
         *main = Some(Arc::clone(&worker));
         Ok(worker)
     }
@@ -267,12 +282,7 @@ impl IsolatedProvider {
             return match outcome {
                 Ok(result) => result,
                 Err(Failure::NotSent(_)) if attempts < 2 => continue,
-                Err(Failure::NotSent(how) | Failure::Died(how)) => Err(crash_error(worker.pid, &how, hook)),
-                Err(Failure::Local(line)) => Err(worker_error(line)),
-                Err(Failure::Deadline(deadline)) => Err(worker_error(format!(
-                    "{WORKER_FAILURE_PREFIX}{}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker.",
-                    worker.pid
-                ))),
+                Err(failure) => Err(failure_error(worker.pid, failure, hook)),
             };
         }
     }
@@ -306,6 +316,17 @@ fn crash_error(pid: u32, how: &str, hook: Hook) -> ProviderError {
     worker_error(format!(
         "{WORKER_FAILURE_PREFIX}{pid}) {how} during the `{hook}` hook; the next call starts a new worker."
     ))
+}
+
+/// The one line a call gets when its worker failed it.
+fn failure_error(pid: u32, failure: Failure, hook: Hook) -> ProviderError {
+    match failure {
+        Failure::NotSent(how) | Failure::Died(how) => crash_error(pid, &how, hook),
+        Failure::Local(line) => worker_error(line),
+        Failure::Deadline(deadline) => worker_error(format!(
+            "{WORKER_FAILURE_PREFIX}{pid}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker."
+        )),
+    }
 }
 
 fn reply_mismatch(hook: Hook) -> ProviderError {
@@ -384,9 +405,24 @@ impl Provider for IsolatedProvider {
         expect_reply!(self.call(call, Output::None, None), Hook::ReleaseLease)
     }
 
+    /// A destroyed lease is no longer handed to new workers as unconfirmed.
     fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
         let call = Call::DestroyLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::DestroyLease)
+        expect_reply!(self.call(call, Output::None, None), Hook::DestroyLease)?;
+        lock(&self.unconfirmed).retain(|lease| lease.provider_lease_id != params.provider_lease_id);
+        Ok(())
+    }
+
+    /// Hands the lease to the main worker, and to every main worker started
+    /// later until the lease is destroyed.
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        {
+            let mut unconfirmed = lock(&self.unconfirmed);
+            unconfirmed.retain(|lease| lease.provider_lease_id != params.provider_lease_id);
+            unconfirmed.push(params.clone());
+        }
+        let call = Call::ImportUnconfirmed(Cow::Borrowed(params));
+        expect_reply!(self.call(call, Output::None, None), Hook::ImportUnconfirmed)
     }
 
     fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {

@@ -82,6 +82,9 @@ pub enum Call<'a> {
     SyncIn(Cow<'a, SyncParams>),
     /// `sync_out`.
     SyncOut(Cow<'a, SyncParams>),
+    /// `import_unconfirmed` (also replayed on every main worker started
+    /// later, until the lease is destroyed).
+    ImportUnconfirmed(Cow<'a, LeaseParams>),
 }
 
 impl Call<'_> {
@@ -107,6 +110,7 @@ impl Call<'_> {
             Call::SetupWithLogs(..) => Hook::SetupWithLogs,
             Call::SyncIn(_) => Hook::SyncIn,
             Call::SyncOut(_) => Hook::SyncOut,
+            Call::ImportUnconfirmed(_) => Hook::ImportUnconfirmed,
         }
     }
 }

@@ -203,6 +203,7 @@ impl Worker {
             }
             Call::SyncIn(params) => provider.sync_in(&params).map(Reply::Sync),
             Call::SyncOut(params) => provider.sync_out(&params).map(Reply::Sync),
+            Call::ImportUnconfirmed(params) => provider.import_unconfirmed(&params).map(|()| Reply::Unit),
         }
     }
 }
