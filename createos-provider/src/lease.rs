@@ -161,8 +161,8 @@ async fn create_lease(
 pub const ADMISSION_PATIENCE: u32 = 4;
 
 /// The share of `timeoutMs` the request backlog may represent when new work
-/// is admitted: an acquisition makes about three sequential requests and a
-/// whole lifecycle about fifteen, so a backlog of a tenth of the deadline
+/// is admitted: an acquisition makes about two sequential requests and a
+/// whole lifecycle about fourteen, so a backlog of a tenth of the deadline
 /// keeps every admitted operation's requests well inside it.
 pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
 

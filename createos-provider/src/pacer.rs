@@ -18,7 +18,7 @@
 //!   sent 60 s earlier), and
 //! - either the window holds fewer than the **free share** `F = ⌊C / 4⌋`
 //!   starts (72): the budget is mostly unused, so the request starts at once
-//!   (a lone lease's ~15 requests go at network speed), or the last start
+//!   (a lone lease's ~14 requests go at network speed), or the last start
 //!   was at least `60 s / (C − b)` ago, where `b` counts the free starts
 //!   still in the window: under load, starts are spaced smoothly, and what
 //!   free starts took is paid back evenly until they leave the window.
@@ -27,7 +27,9 @@
 //! once the free starts of the first minute have left the window, exactly
 //! `C` (97 % of the limit), spaced `60 s / C` (206 ms) apart: a stall never
 //! happens, because the spacing never lets the window fill before its oldest
-//! starts expire. The first minute after an idle period runs at
+//! starts expire. A start that comes late (nobody was waiting when it was
+//! due, as between a lease's requests) is counted as due, up to one spacing
+//! late, so gaps in the demand do not pull the settled rate below `C`. The first minute after an idle period runs at
 //! `(C − b) / C` of that rate after its free burst (at least 75 %).
 //!
 //! Memory: starts are logged in 50 ms slots ([`SLOT`]), a slot keeping its
@@ -837,7 +839,7 @@ mod tests {
     async fn a_lone_lease_goes_at_network_speed() {
         let pacer = Pacer::new(300);
         let start = Instant::now();
-        // A lifecycle's 15 requests, four lifecycles back to back: no wait.
+        // The free share (72 starts: five lifecycles of 14 requests): no wait.
         for _ in 0..72 {
             pacer.acquire(Priority::InFlight).await;
         }
