@@ -7,10 +7,12 @@ use provider_host::hosted::{HookSupport, OutOfProcess};
 use std::path::Path;
 
 impl HookSupport for IsolatedProvider {
-    /// The worker protocol does not carry `import_unconfirmed` (yet): a host
-    /// falls back as for an older provider.
+    /// The worker protocol does not carry `import_unconfirmed` nor
+    /// `grant_request_share` (yet): a host falls back as for an older
+    /// provider (an isolated provider keeps its whole request budget).
     fn supports(&self, hook: Hook) -> bool {
-        hook != Hook::ImportUnconfirmed && IsolatedProvider::supports(self, hook)
+        !matches!(hook, Hook::ImportUnconfirmed | Hook::GrantRequestShare)
+            && IsolatedProvider::supports(self, hook)
     }
 
     fn is_transport_failure(&self, error: &ProviderError) -> bool {

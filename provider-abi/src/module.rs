@@ -145,6 +145,14 @@ pub struct HookTableV1_5 {
     pub(crate) import_unconfirmed: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
 }
 
+/// The hooks ABI 1.6 added: a request budget shared by several hosts.
+/// Frozen once 1.6 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_6 {
+    pub(crate) grant_request_share: extern "C" fn(InstancePtr, u32) -> FfiResult<()>,
+}
+
 /// An extension table as the library hands it over: its type layout, checked
 /// by the host before use, and the table itself.
 #[repr(C)]
@@ -268,5 +276,11 @@ impl CodeAddresses for HookTableV1_4 {
 impl CodeAddresses for HookTableV1_5 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.import_unconfirmed as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_6 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.grant_request_share as *const c_void]
     }
 }
