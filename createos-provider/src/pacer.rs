@@ -878,6 +878,22 @@ mod tests {
     }
 
     #[test]
+    fn the_window_falls_below_a_cap_when_enough_starts_left() {
+        let mut window = Window::new();
+        let t0 = window.epoch;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for ms in [0, 100, 200] {
+            window.record(at(ms), false);
+        }
+        // Three starts: below 2 once the first two left (one remains),
+        // below 3 once the first left, below 1 once all left.
+        assert_eq!(window.below(2), at(100) + WINDOW);
+        assert_eq!(window.below(3), at(0) + WINDOW);
+        assert_eq!(window.below(1), at(200) + WINDOW);
+        assert_eq!(window.below(0), at(200) + WINDOW);
+    }
+
+    #[test]
     fn capacity_and_recent_admissions_on_either_side() {
         let pacer = Pacer::new(300);
         let mut state = pacer.lock();
