@@ -24,6 +24,8 @@
 //!    minor version, and give the new hooks `since() == ABI_1_N`.
 //! 2. Add `HookTableV1_N` here with crate-private fields; never change an
 //!    existing table, type or the root module (they are frozen once landed).
+//!    Copy its definition into `tests/frozen/abi_1_N.rs` and compare the two
+//!    in `tests/frozen_layout.rs` (done from 1.6 on).
 //! 3. Export it from `export::extensions` under minor `N`, and look it up in
 //!    `LoadedProvider::load_as` with `extension_table` when the host's ABI is
 //!    at least `1.N`; a library without it reports the hooks `unsupported`.
