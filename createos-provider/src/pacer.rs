@@ -50,6 +50,20 @@
 //! at most `B + ⌊60 s / T⌋` (293) starts in any 60 s, never more than `B`
 //! back to back. (It is the previous pacer, unchanged.)
 //!
+//! # A share of the budget
+//!
+//! When several hosts send requests to one account from one caller, each is
+//! granted a share of the budget ([`Pacer::grant_share`], in parts per
+//! million; the host's `grant_request_share` hook sets it for every pacer of
+//! the process through [`grant_share_to_all`]). A share below the whole
+//! budget scales the cap (`⌊C × share⌋`, at least 1) and the smooth interval
+//! alike, and gives no free starts: a host joining others that already spend
+//! the budget must not burst. A lower share applies at once: the window
+//! already holds what it holds, and no request starts until it holds fewer
+//! than the new cap. A higher share applies one window (60 s) after it was
+//! granted, when the requests of the host that left (or whose share fell)
+//! no longer count on the server.
+//!
 //! In both modes a 429's `Retry-After` calls [`Pacer::pause_until`]: no
 //! request starts before that instant, whatever its priority.
 //!
@@ -80,6 +94,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -96,6 +111,8 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 pub const FREE_DIVISOR: u32 = 4;
 /// Starts within one slot of the window log share an entry.
 pub const SLOT: Duration = Duration::from_millis(50);
+/// The whole budget, as a share in parts per million.
+pub const FULL_SHARE: u32 = 1_000_000;
 /// Admissions remembered for the "admissions of the last horizon" count.
 const RECENT_ADMISSIONS: usize = 256;
 
@@ -148,6 +165,23 @@ impl Rate {
         let burst = (slack / 3).clamp(1, u64::from(MAX_BURST)) as u32;
         let cap = (steady as u32).max(1);
         Rate { limit, interval, burst, cap, free: cap / FREE_DIVISOR }
+    }
+
+    /// The rate of `share` (parts per million, 1 to [`FULL_SHARE`]) of the
+    /// budget of `limit` requests per minute: the cap and the smooth interval
+    /// scaled, at least one start per minute; below the whole budget no free
+    /// starts and no burst beyond one.
+    pub fn for_share(limit: u32, share: u32) -> Rate {
+        let whole = Rate::for_limit(limit);
+        let share = share.clamp(1, FULL_SHARE);
+        if share == FULL_SHARE {
+            return whole;
+        }
+        let cap = ((u64::from(whole.cap) * u64::from(share) / u64::from(FULL_SHARE)) as u32).max(1);
+        let nanos = WINDOW.as_nanos() * 100 * u128::from(FULL_SHARE);
+        let denom = u128::from(RATE_PERCENT) * u128::from(whole.limit) * u128::from(share);
+        let interval = Duration::from_nanos(nanos.div_ceil(denom) as u64);
+        Rate { limit: whole.limit, interval, burst: 1, cap, free: 0 }
     }
 
     /// The most request starts smooth pacing allows in any closed 60 s window.
@@ -239,6 +273,10 @@ impl Window {
 #[derive(Debug)]
 struct State {
     rate: Rate,
+    /// The share of the budget granted (ppm), which `rate` is computed for.
+    share: u32,
+    /// A higher share granted, and when it applies.
+    raise: Option<(Instant, u32)>,
     pacing: Pacing,
     window: Window,
     last_start: Option<Instant>,
@@ -256,6 +294,7 @@ impl State {
     /// The earliest instant the head may start (`None`: any time), and
     /// whether a start now would be a free one. The instant may be past.
     fn earliest_start(&mut self, now: Instant) -> (Option<Instant>, bool) {
+        self.apply_raise(now);
         let (budget, free) = match self.pacing {
             Pacing::Smooth => {
                 let tolerance = self.rate.tolerance();
@@ -272,6 +311,11 @@ impl State {
                     (self.last_start.map(|last| last + spacing), false)
                 }
             }
+        };
+        // A pending raise may let the head start sooner: look again then.
+        let budget = match (budget, self.raise) {
+            (Some(at), Some((raise, _))) => Some(at.min(raise)),
+            (budget, _) => budget,
         };
         let at = match (budget, self.paused_until) {
             (Some(a), Some(b)) => Some(a.max(b)),
@@ -299,6 +343,15 @@ impl State {
         self.last_start = Some(due.map_or(now, |due| due.max(credited)));
         let interval = self.rate.interval;
         self.tat = Some(self.tat.map_or(now, |tat| tat.max(now)) + interval);
+    }
+
+    /// Applies a pending higher share once it is due.
+    fn apply_raise(&mut self, now: Instant) {
+        if let Some((_, share)) = self.raise.filter(|(at, _)| *at <= now) {
+            self.raise = None;
+            self.share = share;
+            self.rate = Rate::for_share(self.rate.limit, share);
+        }
     }
 
     /// What the budget serves within `horizon` at its sustained rate.
@@ -344,6 +397,24 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(Default::default)
 }
 
+/// The share of the budget granted to this process (ppm), which every pacer
+/// created from now on starts with.
+fn process_share() -> &'static AtomicU32 {
+    static SHARE: AtomicU32 = AtomicU32::new(FULL_SHARE);
+    &SHARE
+}
+
+/// Grants `share` (parts per million) of its budget to every shared pacer
+/// of this process, and to those created later.
+pub fn grant_share_to_all(share: u32) {
+    process_share().store(share.clamp(1, FULL_SHARE), Ordering::Relaxed);
+    let pacers: Vec<Arc<Pacer>> =
+        registry().lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    for pacer in pacers {
+        pacer.grant_share(share);
+    }
+}
+
 /// A salted (per process) hash of an API key, for registry keys.
 pub fn key_fingerprint(key: &str) -> u64 {
     static SALT: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
@@ -356,6 +427,8 @@ impl Pacer {
         Pacer {
             state: Mutex::new(State {
                 rate: Rate::for_limit(requests_per_minute),
+                share: FULL_SHARE,
+                raise: None,
                 pacing: Pacing::Window,
                 window: Window::new(),
                 last_start: None,
@@ -376,7 +449,11 @@ impl Pacer {
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
         let pacer = map
             .entry((origin.to_string(), key_fingerprint))
-            .or_insert_with(|| Arc::new(Pacer::new(requests_per_minute)))
+            .or_insert_with(|| {
+                let pacer = Pacer::new(requests_per_minute);
+                pacer.grant_share(process_share().load(Ordering::Relaxed));
+                Arc::new(pacer)
+            })
             .clone();
         drop(map);
         pacer.set_limit(requests_per_minute);
@@ -390,12 +467,38 @@ impl Pacer {
     /// Changes the limit; waiters are re-evaluated.
     pub fn set_limit(&self, requests_per_minute: u32) {
         let mut state = self.lock();
-        let rate = Rate::for_limit(requests_per_minute);
+        let rate = Rate::for_share(requests_per_minute, state.share);
         if state.rate != rate {
             state.rate = rate;
             state.wake_head();
             state.wake_admission();
         }
+    }
+
+    /// Grants `share` of the budget (parts per million, clamped to 1 to
+    /// [`FULL_SHARE`]): a lower share at once, a higher one a window later
+    /// (see the module documentation). Waiters are re-evaluated.
+    pub fn grant_share(&self, share: u32) {
+        let share = share.clamp(1, FULL_SHARE);
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.apply_raise(now);
+        if share <= state.share {
+            state.raise = None;
+            state.share = share;
+            state.rate = Rate::for_share(state.rate.limit, share);
+        } else if state.raise.is_none_or(|(_, pending)| pending != share) {
+            state.raise = Some((now + WINDOW, share));
+        }
+        state.wake_head();
+        state.wake_admission();
+    }
+
+    /// The share of the budget in force now (parts per million).
+    pub fn share(&self) -> u32 {
+        let mut state = self.lock();
+        state.apply_raise(Instant::now());
+        state.share
     }
 
     /// The current pacing parameters.
@@ -1154,6 +1257,78 @@ mod tests {
         assert_eq!(Instant::now(), t);
         drop(pacer.admit_new_work(HORIZON).await);
         assert_eq!(Instant::now() - t, HORIZON);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_share_scales_the_cap_without_free_starts() {
+        // A quarter of 300/min: cap 72 (of 291), no free starts, spaced
+        // 60 s / 72 = 833.3 ms from the first start on.
+        let rate = Rate::for_share(300, 250_000);
+        assert_eq!((rate.cap, rate.free, rate.burst), (72, 0, 1));
+        assert_eq!(rate.interval, Duration::from_nanos(824_742_269));
+        assert_eq!(Rate::for_share(300, 1), Rate { cap: 1, ..Rate::for_share(300, 1) });
+        assert_eq!(Rate::for_share(300, FULL_SHARE), Rate::for_limit(300));
+        let pacer = Pacer::new(300);
+        pacer.grant_share(250_000);
+        assert_eq!(pacer.share(), 250_000);
+        let start = Instant::now();
+        for _ in 0..3 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_667));
+        // Sustained: 72 starts in each minute after the first.
+        let mut times = Vec::new();
+        for _ in 0..72 * 4 {
+            pacer.acquire(Priority::InFlight).await;
+            times.push(start.elapsed());
+        }
+        assert!(max_in_any_window(&times, WINDOW) <= 72);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lower_share_waits_until_the_window_holds_less() {
+        let pacer = Pacer::new(300);
+        let t0 = Instant::now();
+        {
+            let mut state = pacer.lock();
+            for _ in 0..100 {
+                state.grant(t0, false, None);
+            }
+            for _ in 0..60 {
+                state.grant(t0 + Duration::from_secs(30), false, None);
+            }
+        }
+        // 160 starts in the window, a third of the budget granted: cap 96.
+        pacer.grant_share(333_333);
+        assert_eq!(pacer.rate().cap, 96);
+        let mut state = pacer.lock();
+        let now = t0 + Duration::from_secs(31);
+        // Nothing starts until the 100 of t0 leave (60 remain, below 96).
+        assert_eq!(state.earliest_start(now), (Some(t0 + WINDOW), false));
+        let (at, free) = state.earliest_start(t0 + WINDOW);
+        assert!(!free && at.is_some_and(|at| at <= t0 + WINDOW));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_higher_share_applies_one_window_later() {
+        let pacer = Pacer::new(300);
+        let t0 = Instant::now();
+        pacer.grant_share(250_000);
+        pacer.grant_share(500_000);
+        // Still a quarter; granting the same raise again keeps its time.
+        assert_eq!((pacer.share(), pacer.rate().cap), (250_000, 72));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        pacer.grant_share(500_000);
+        tokio::time::sleep_until(t0 + WINDOW - Duration::from_millis(1)).await;
+        assert_eq!(pacer.share(), 250_000);
+        tokio::time::sleep_until(t0 + WINDOW).await;
+        assert_eq!((pacer.share(), pacer.rate().cap), (500_000, 145));
+        // A lower share cancels a pending raise and applies at once.
+        pacer.grant_share(FULL_SHARE);
+        pacer.grant_share(200_000);
+        assert_eq!((pacer.share(), pacer.rate().cap), (200_000, 58));
+        tokio::time::sleep(WINDOW).await;
+        assert_eq!(pacer.share(), 200_000);
     }
 
     #[test]

@@ -42,4 +42,6 @@ pub use recorder::CreationRecorder;
 pub use sink::{ByteSink, OutputSink, OutputStream};
 pub use sync::*;
 pub use types::*;
-pub use version::{AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_VERSION};
+pub use version::{
+    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_VERSION,
+};

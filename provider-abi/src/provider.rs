@@ -127,6 +127,16 @@ pub trait Provider: Send + Sync + 'static {
     fn import_unconfirmed(&self, _params: &LeaseParams) -> HookResult<()> {
         Err(unsupported(Hook::ImportUnconfirmed))
     }
+
+    /// Grants the provider `parts_per_million` of its own request budget
+    /// (ABI 1.6): the host's share when several hosts send requests to the
+    /// same account from the same caller. A lower share applies at once
+    /// (requests already sent still count where the provider's budget counts
+    /// them), a higher one no sooner than the other hosts' requests stop
+    /// counting. Without this hook a provider keeps its whole budget.
+    fn grant_request_share(&self, _parts_per_million: u32) -> HookResult<()> {
+        Err(unsupported(Hook::GrantRequestShare))
+    }
 }
 
 /// The error a hook the provider lacks returns.

@@ -43,8 +43,11 @@ pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
 /// ABI 1.5: adds `import_unconfirmed` (a lease whose cleanup is unconfirmed,
 /// handed by the host to a newly active provider version).
 pub const ABI_1_5: AbiVersion = AbiVersion::new(1, 5);
+/// ABI 1.6: adds `grant_request_share` (the share of its own request budget
+/// a provider may spend, when several hosts share one account and caller).
+pub const ABI_1_6: AbiVersion = AbiVersion::new(1, 6);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_5;
+pub const ABI_VERSION: AbiVersion = ABI_1_6;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,11 +93,14 @@ pub enum Hook {
     /// `import_unconfirmed` (ABI 1.5): learns that a lease's cleanup is
     /// unconfirmed (known to the host from another provider version).
     ImportUnconfirmed,
+    /// `grant_request_share` (ABI 1.6): the share of its request budget the
+    /// provider may spend, in parts per million.
+    GrantRequestShare,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 20] = [
+    pub const ALL: [Hook; 21] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -115,6 +121,7 @@ impl Hook {
         Hook::SyncIn,
         Hook::SyncOut,
         Hook::ImportUnconfirmed,
+        Hook::GrantRequestShare,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -140,6 +147,7 @@ impl Hook {
             Hook::SyncIn => "sync_in",
             Hook::SyncOut => "sync_out",
             Hook::ImportUnconfirmed => "import_unconfirmed",
+            Hook::GrantRequestShare => "grant_request_share",
         }
     }
 
@@ -151,6 +159,7 @@ impl Hook {
             Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             Hook::ImportUnconfirmed => ABI_1_5,
+            Hook::GrantRequestShare => ABI_1_6,
             _ => ABI_1_0,
         }
     }

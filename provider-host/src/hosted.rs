@@ -198,4 +198,8 @@ impl Provider for HostedProvider {
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
         self.inner().import_unconfirmed(params)
     }
+
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        self.inner().grant_request_share(parts_per_million)
+    }
 }

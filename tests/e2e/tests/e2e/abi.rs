@@ -6,7 +6,7 @@ use provider_abi::{
     AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
     LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream, Provider,
     SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4,
-    ABI_1_5,
+    ABI_1_5, ABI_1_6,
 };
 use std::{path::Path, sync::Arc};
 
@@ -32,12 +32,13 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 5] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 6] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
     (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
     (ABI_1_5, &[Hook::ImportUnconfirmed]),
+    (ABI_1_6, &[Hook::GrantRequestShare]),
 ];
 
 #[test]
@@ -51,9 +52,10 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_3", ABI_1_3),
         ("fixture_v1_4", ABI_1_4),
         ("fixture_v1_5", ABI_1_5),
+        ("fixture_v1_6", ABI_1_6),
     ];
     for (name, library_abi) in libraries {
-        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5] {
+        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6] {
             let provider = load(name, host);
             assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
             let manifest = provider.manifest();
@@ -160,6 +162,10 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
                 assert!(provider.inspect_lease(&lease).unwrap().unconfirmed);
             })
         }
+        Hook::GrantRequestShare => provider.grant_request_share(250_000).map(|()| {
+            let health = provider.health().unwrap();
+            assert!(health.message.ends_with(", request share 250000 ppm"), "{}", health.message);
+        }),
         other => panic!("{other} was not added by a minor version"),
     };
     result
@@ -189,7 +195,7 @@ fn sync_params(id: &str, target: &str) -> SyncParams {
 
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5] {
+    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6] {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();
