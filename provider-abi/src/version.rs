@@ -43,8 +43,13 @@ pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
 /// ABI 1.5: adds `import_unconfirmed` (a lease whose cleanup is unconfirmed,
 /// handed by the host to a newly active provider version).
 pub const ABI_1_5: AbiVersion = AbiVersion::new(1, 5);
+/// ABI 1.7: adds the async hooks (`health_async`, `probe_async`,
+/// `acquire_lease_async`, `resume_lease_async`, `release_lease_async`,
+/// `destroy_lease_async`, `execute_async`), which return an FFI-safe future.
+/// (Numbered after 1.6; renumbering it is this constant and the fixture name.)
+pub const ABI_1_7: AbiVersion = AbiVersion::new(1, 7);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_5;
+pub const ABI_VERSION: AbiVersion = ABI_1_7;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -90,11 +95,26 @@ pub enum Hook {
     /// `import_unconfirmed` (ABI 1.5): learns that a lease's cleanup is
     /// unconfirmed (known to the host from another provider version).
     ImportUnconfirmed,
+    /// `health_async` (ABI 1.7): `health`, as a future.
+    HealthAsync,
+    /// `probe_async` (ABI 1.7): `probe`, as a future.
+    ProbeAsync,
+    /// `acquire_lease_async` (ABI 1.7): `acquire_lease`, as a future.
+    AcquireLeaseAsync,
+    /// `resume_lease_async` (ABI 1.7): `resume_lease`, as a future.
+    ResumeLeaseAsync,
+    /// `release_lease_async` (ABI 1.7): `release_lease_reporting`, as a future.
+    ReleaseLeaseAsync,
+    /// `destroy_lease_async` (ABI 1.7): `destroy_lease`, as a future.
+    DestroyLeaseAsync,
+    /// `execute_async` (ABI 1.7): `execute_bytes`, as a future streaming to
+    /// an owned sink.
+    ExecuteAsync,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 20] = [
+    pub const ALL: [Hook; 27] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -115,6 +135,13 @@ impl Hook {
         Hook::SyncIn,
         Hook::SyncOut,
         Hook::ImportUnconfirmed,
+        Hook::HealthAsync,
+        Hook::ProbeAsync,
+        Hook::AcquireLeaseAsync,
+        Hook::ResumeLeaseAsync,
+        Hook::ReleaseLeaseAsync,
+        Hook::DestroyLeaseAsync,
+        Hook::ExecuteAsync,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -140,6 +167,13 @@ impl Hook {
             Hook::SyncIn => "sync_in",
             Hook::SyncOut => "sync_out",
             Hook::ImportUnconfirmed => "import_unconfirmed",
+            Hook::HealthAsync => "health_async",
+            Hook::ProbeAsync => "probe_async",
+            Hook::AcquireLeaseAsync => "acquire_lease_async",
+            Hook::ResumeLeaseAsync => "resume_lease_async",
+            Hook::ReleaseLeaseAsync => "release_lease_async",
+            Hook::DestroyLeaseAsync => "destroy_lease_async",
+            Hook::ExecuteAsync => "execute_async",
         }
     }
 
@@ -151,8 +185,20 @@ impl Hook {
             Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             Hook::ImportUnconfirmed => ABI_1_5,
+            Hook::HealthAsync
+            | Hook::ProbeAsync
+            | Hook::AcquireLeaseAsync
+            | Hook::ResumeLeaseAsync
+            | Hook::ReleaseLeaseAsync
+            | Hook::DestroyLeaseAsync
+            | Hook::ExecuteAsync => ABI_1_7,
             _ => ABI_1_0,
         }
+    }
+
+    /// True for the async hooks (ABI 1.7), which return a future.
+    pub const fn is_async(self) -> bool {
+        matches!(self.since(), ABI_1_7)
     }
 
     /// Looks a hook up by its manifest name.

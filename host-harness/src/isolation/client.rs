@@ -129,10 +129,12 @@ impl IsolatedProvider {
         let library = std::path::absolute(library).unwrap_or_else(|_| library.to_path_buf());
         let shared = Arc::new(Shared::default());
         let worker = WorkerProcess::open(&library, &options, &Setup::default(), &shared)?;
+        let mut manifest = worker.hello.manifest.clone();
+        manifest.hooks.retain(|name| Hook::from_name(name).is_none_or(|hook| !hook.is_async()));
         Ok(IsolatedProvider {
             library,
             options,
-            manifest: worker.hello.manifest.clone(),
+            manifest,
             supported: worker.hello.supported.clone(),
             setup: Mutex::new(Setup::default()),
             main: Mutex::new(Some(worker)),
