@@ -150,11 +150,14 @@ impl IsolatedProvider {
         &self.library
     }
 
-    /// True when the worker's library has `hook` (every hook crosses the
+    /// True when the worker's library has `hook` (every blocking hook crosses the
     /// worker protocol; a library older than the hook reports `unsupported`,
     /// and hosts fall back as in process).
+    ///
+    /// The async hooks (ABI 1.7) do not cross the worker protocol: never
+    /// supported here, so async hosts fall back to the blocking hooks.
     pub fn supports(&self, hook: Hook) -> bool {
-        self.supported.iter().any(|name| name == hook.name())
+        !hook.is_async() && self.supported.iter().any(|name| name == hook.name())
     }
 
     /// Workers started to serve the hooks that create nothing (1 + restarts).
