@@ -5,6 +5,8 @@
 
 #[path = "frozen/abi_1_1.rs"]
 mod frozen;
+#[path = "frozen/abi_1_7.rs"]
+mod frozen_1_7;
 
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility, type_layout::TypeLayout, StableAbi,
@@ -12,13 +14,14 @@ use abi_stable::{
 use provider_abi::{module, ProviderModuleRef};
 
 /// Each pair is (as shipped, as defined now).
-fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 5] {
+fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 6] {
     [
         ("root module", frozen::ProviderModuleRef::LAYOUT, ProviderModuleRef::LAYOUT),
         ("instance pointer", frozen::InstancePtr::LAYOUT, module::InstancePtr::LAYOUT),
         ("ABI 1.0 hooks", frozen::HookTableV1_0::LAYOUT, module::HookTableV1_0::LAYOUT),
         ("ABI 1.1 hooks", frozen::HookTableV1_1::LAYOUT, module::HookTableV1_1::LAYOUT),
         ("extension", frozen::Extension::LAYOUT, module::Extension::LAYOUT),
+        ("ABI 1.7 hooks", frozen_1_7::HookTableV1_7::LAYOUT, module::HookTableV1_7::LAYOUT),
     ]
 }
 

@@ -82,7 +82,8 @@ fn main() {
     let command = |index: usize| bed.command(&config, &leases[index % leases.len()], "/bin/sleep", &["3"]);
 
     // Async: one host thread, the facade over the same loaded library.
-    let facade = AsyncProvider::new(Arc::new(LoadedProvider::load(e2e::library("createos_provider")).unwrap()));
+    let facade =
+        AsyncProvider::new(Arc::new(LoadedProvider::load(e2e::library("createos_provider")).unwrap()));
     let (base_threads, base_rss) = (status("Threads"), status("VmRSS"));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = sample_peaks(Arc::clone(&done));
