@@ -18,7 +18,7 @@
 //!   sent 60 s earlier), and
 //! - either the window holds fewer than the **free share** `F = ⌊C / 4⌋`
 //!   starts (72): the budget is mostly unused, so the request starts at once
-//!   (a lone lease's ~15 requests go at network speed), or the last start
+//!   (a lone lease's ~14 requests go at network speed), or the last start
 //!   was at least `60 s / (C − b)` ago, where `b` counts the free starts
 //!   still in the window: under load, starts are spaced smoothly, and what
 //!   free starts took is paid back evenly until they leave the window.
@@ -27,7 +27,9 @@
 //! once the free starts of the first minute have left the window, exactly
 //! `C` (97 % of the limit), spaced `60 s / C` (206 ms) apart: a stall never
 //! happens, because the spacing never lets the window fill before its oldest
-//! starts expire. The first minute after an idle period runs at
+//! starts expire. A start that comes late (nobody was waiting when it was
+//! due, as between a lease's requests) is counted as due, up to one spacing
+//! late, so gaps in the demand do not pull the settled rate below `C`. The first minute after an idle period runs at
 //! `(C − b) / C` of that rate after its free burst (at least 75 %).
 //!
 //! Memory: starts are logged in 50 ms slots ([`SLOT`]), a slot keeping its
@@ -47,6 +49,20 @@
 //! 300/min) and burst `B = clamp((limit − ⌊0.97 × limit⌋) / 3, 1, 8)` (3):
 //! at most `B + ⌊60 s / T⌋` (293) starts in any 60 s, never more than `B`
 //! back to back. (It is the previous pacer, unchanged.)
+//!
+//! # A share of the budget
+//!
+//! When several hosts send requests to one account from one caller, each is
+//! granted a share of the budget ([`Pacer::grant_share`], in parts per
+//! million; the host's `grant_request_share` hook sets it for every pacer of
+//! the process through [`grant_share_to_all`]). A share below the whole
+//! budget scales the cap (`⌊C × share⌋`, at least 1) and the smooth interval
+//! alike, and gives no free starts: a host joining others that already spend
+//! the budget must not burst. A lower share applies at once: the window
+//! already holds what it holds, and no request starts until it holds fewer
+//! than the new cap. A higher share applies one window (60 s) after it was
+//! granted, when the requests of the host that left (or whose share fell)
+//! no longer count on the server.
 //!
 //! In both modes a 429's `Retry-After` calls [`Pacer::pause_until`]: no
 //! request starts before that instant, whatever its priority.
@@ -78,6 +94,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -94,6 +111,8 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 pub const FREE_DIVISOR: u32 = 4;
 /// Starts within one slot of the window log share an entry.
 pub const SLOT: Duration = Duration::from_millis(50);
+/// The whole budget, as a share in parts per million.
+pub const FULL_SHARE: u32 = 1_000_000;
 /// Admissions remembered for the "admissions of the last horizon" count.
 const RECENT_ADMISSIONS: usize = 256;
 
@@ -146,6 +165,23 @@ impl Rate {
         let burst = (slack / 3).clamp(1, u64::from(MAX_BURST)) as u32;
         let cap = (steady as u32).max(1);
         Rate { limit, interval, burst, cap, free: cap / FREE_DIVISOR }
+    }
+
+    /// The rate of `share` (parts per million, 1 to [`FULL_SHARE`]) of the
+    /// budget of `limit` requests per minute: the cap and the smooth interval
+    /// scaled, at least one start per minute; below the whole budget no free
+    /// starts and no burst beyond one.
+    pub fn for_share(limit: u32, share: u32) -> Rate {
+        let whole = Rate::for_limit(limit);
+        let share = share.clamp(1, FULL_SHARE);
+        if share == FULL_SHARE {
+            return whole;
+        }
+        let cap = ((u64::from(whole.cap) * u64::from(share) / u64::from(FULL_SHARE)) as u32).max(1);
+        let nanos = WINDOW.as_nanos() * 100 * u128::from(FULL_SHARE);
+        let denom = u128::from(RATE_PERCENT) * u128::from(whole.limit) * u128::from(share);
+        let interval = Duration::from_nanos(nanos.div_ceil(denom) as u64);
+        Rate { limit: whole.limit, interval, burst: 1, cap, free: 0 }
     }
 
     /// The most request starts smooth pacing allows in any closed 60 s window.
@@ -237,6 +273,10 @@ impl Window {
 #[derive(Debug)]
 struct State {
     rate: Rate,
+    /// The share of the budget granted (ppm), which `rate` is computed for.
+    share: u32,
+    /// A higher share granted, and when it applies.
+    raise: Option<(Instant, u32)>,
     pacing: Pacing,
     window: Window,
     last_start: Option<Instant>,
@@ -254,6 +294,7 @@ impl State {
     /// The earliest instant the head may start (`None`: any time), and
     /// whether a start now would be a free one. The instant may be past.
     fn earliest_start(&mut self, now: Instant) -> (Option<Instant>, bool) {
+        self.apply_raise(now);
         let (budget, free) = match self.pacing {
             Pacing::Smooth => {
                 let tolerance = self.rate.tolerance();
@@ -271,6 +312,11 @@ impl State {
                 }
             }
         };
+        // A pending raise may let the head start sooner: look again then.
+        let budget = match (budget, self.raise) {
+            (Some(at), Some((raise, _))) => Some(at.min(raise)),
+            (budget, _) => budget,
+        };
         let at = match (budget, self.paused_until) {
             (Some(a), Some(b)) => Some(a.max(b)),
             (a, b) => a.or(b),
@@ -278,18 +324,34 @@ impl State {
         (at, free && at.is_none_or(|t| t <= now))
     }
 
-    /// Grants a start at `now`. The window logs `now`; the next spacing
-    /// counts from `waited_for` if given: the instant this start was due
-    /// while it was already waiting. Waking up is late by the timer's
-    /// resolution (1 ms) and the scheduler's delay (more on a loaded
-    /// machine); counting from `now` would lose that much per start (a
-    /// millisecond is 0.5 % of the budget). The cap still counts real start
-    /// times, so this never lets more than the cap start in 60 s.
-    fn grant(&mut self, now: Instant, free: bool, waited_for: Option<Instant>) {
+    /// Grants a start at `now`, which was `due` (`None`: a free start, or
+    /// one with no spacing to keep). The window logs `now`; the next
+    /// spacing counts from `due` when the start is late by less than one
+    /// spacing, else from one spacing before `now`. A start is late because
+    /// waking up is (the timer's millisecond, the scheduler's delay on a
+    /// loaded machine), or because nobody was waiting when it was due (a
+    /// lease between two of its requests): counting from `now` would lose
+    /// that much per start (a millisecond is 0.5 % of the budget), and under
+    /// load with gaps the settled rate would fall below the cap. The credit
+    /// is bounded by one spacing, so at most two starts come closer than the
+    /// spacing; the cap still counts real start times, so this never lets
+    /// more than the cap start in 60 s.
+    fn grant(&mut self, now: Instant, free: bool, due: Option<Instant>) {
+        let spacing = self.rate.window_spacing(self.window.free);
         self.window.record(now, free);
-        self.last_start = Some(waited_for.unwrap_or(now));
+        let credited = now.checked_sub(spacing).unwrap_or(now);
+        self.last_start = Some(due.map_or(now, |due| due.max(credited)));
         let interval = self.rate.interval;
         self.tat = Some(self.tat.map_or(now, |tat| tat.max(now)) + interval);
+    }
+
+    /// Applies a pending higher share once it is due.
+    fn apply_raise(&mut self, now: Instant) {
+        if let Some((_, share)) = self.raise.filter(|(at, _)| *at <= now) {
+            self.raise = None;
+            self.share = share;
+            self.rate = Rate::for_share(self.rate.limit, share);
+        }
     }
 
     /// What the budget serves within `horizon` at its sustained rate.
@@ -335,6 +397,24 @@ fn registry() -> &'static Registry {
     REGISTRY.get_or_init(Default::default)
 }
 
+/// The share of the budget granted to this process (ppm), which every pacer
+/// created from now on starts with.
+fn process_share() -> &'static AtomicU32 {
+    static SHARE: AtomicU32 = AtomicU32::new(FULL_SHARE);
+    &SHARE
+}
+
+/// Grants `share` (parts per million) of its budget to every shared pacer
+/// of this process, and to those created later.
+pub fn grant_share_to_all(share: u32) {
+    process_share().store(share.clamp(1, FULL_SHARE), Ordering::Relaxed);
+    let pacers: Vec<Arc<Pacer>> =
+        registry().lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    for pacer in pacers {
+        pacer.grant_share(share);
+    }
+}
+
 /// A salted (per process) hash of an API key, for registry keys.
 pub fn key_fingerprint(key: &str) -> u64 {
     static SALT: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
@@ -347,6 +427,8 @@ impl Pacer {
         Pacer {
             state: Mutex::new(State {
                 rate: Rate::for_limit(requests_per_minute),
+                share: FULL_SHARE,
+                raise: None,
                 pacing: Pacing::Window,
                 window: Window::new(),
                 last_start: None,
@@ -367,7 +449,11 @@ impl Pacer {
         let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
         let pacer = map
             .entry((origin.to_string(), key_fingerprint))
-            .or_insert_with(|| Arc::new(Pacer::new(requests_per_minute)))
+            .or_insert_with(|| {
+                let pacer = Pacer::new(requests_per_minute);
+                pacer.grant_share(process_share().load(Ordering::Relaxed));
+                Arc::new(pacer)
+            })
             .clone();
         drop(map);
         pacer.set_limit(requests_per_minute);
@@ -381,12 +467,38 @@ impl Pacer {
     /// Changes the limit; waiters are re-evaluated.
     pub fn set_limit(&self, requests_per_minute: u32) {
         let mut state = self.lock();
-        let rate = Rate::for_limit(requests_per_minute);
+        let rate = Rate::for_share(requests_per_minute, state.share);
         if state.rate != rate {
             state.rate = rate;
             state.wake_head();
             state.wake_admission();
         }
+    }
+
+    /// Grants `share` of the budget (parts per million, clamped to 1 to
+    /// [`FULL_SHARE`]): a lower share at once, a higher one a window later
+    /// (see the module documentation). Waiters are re-evaluated.
+    pub fn grant_share(&self, share: u32) {
+        let share = share.clamp(1, FULL_SHARE);
+        let mut state = self.lock();
+        let now = Instant::now();
+        state.apply_raise(now);
+        if share <= state.share {
+            state.raise = None;
+            state.share = share;
+            state.rate = Rate::for_share(state.rate.limit, share);
+        } else if state.raise.is_none_or(|(_, pending)| pending != share) {
+            state.raise = Some((now + WINDOW, share));
+        }
+        state.wake_head();
+        state.wake_admission();
+    }
+
+    /// The share of the budget in force now (parts per million).
+    pub fn share(&self) -> u32 {
+        let mut state = self.lock();
+        state.apply_raise(Instant::now());
+        state.share
     }
 
     /// The current pacing parameters.
@@ -445,7 +557,6 @@ impl Pacer {
     /// future: its place is released at once.
     pub async fn acquire(&self, priority: Priority) {
         let notify = Arc::new(Notify::new());
-        let enqueued = Instant::now();
         let key = {
             let mut state = self.lock();
             let key = (priority, state.next_seq);
@@ -465,7 +576,7 @@ impl Pacer {
                     match state.earliest_start(now) {
                         (Some(t), _) if t > now => Some(t),
                         (due, free) => {
-                            state.grant(now, free, due.filter(|due| enqueued <= *due));
+                            state.grant(now, free, due);
                             state.queue.remove(&key);
                             place.done = true;
                             state.wake_head();
@@ -717,11 +828,137 @@ mod tests {
         }
     }
 
+    /// The window pacing's thresholds, one start on either side of each
+    /// (literal numbers, so a changed comparison or constant is caught).
+    #[test]
+    fn window_thresholds_on_either_side() {
+        let spacing = Duration::from_nanos(206_185_567);
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch;
+        // 71 starts: the 72nd is still free; 72: the 73rd is spaced.
+        for _ in 0..71 {
+            state.grant(t0, true, None);
+        }
+        assert_eq!(state.earliest_start(t0), (None, true));
+        state.grant(t0, true, None);
+        let after_free = Duration::from_nanos(273_972_602);
+        assert_eq!(state.earliest_start(t0), (Some(t0 + after_free), false));
+        // 290 starts: one more may start (spaced); 291: full until the
+        // oldest leave, exactly 60 s after them.
+        for _ in 72..290 {
+            state.grant(t0, false, None);
+        }
+        assert_eq!(state.window.starts, 290);
+        assert_eq!(state.earliest_start(t0), (Some(t0 + after_free), false));
+        state.grant(t0, false, None);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(state.earliest_start(t1), (Some(t0 + WINDOW), false));
+        assert_eq!(state.window.below(291), t0 + WINDOW);
+        // One nanosecond before the 60 s the starts still count; at 60 s
+        // they are gone.
+        state.window.prune(t0 + WINDOW - Duration::from_nanos(1));
+        assert_eq!(state.window.starts, 291);
+        state.window.prune(t0 + WINDOW);
+        assert_eq!((state.window.starts, state.window.free), (0, 0));
+        drop(state);
+        // Credit for a late start: up to one spacing, never more.
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch + Duration::from_secs(1);
+        let due = t0 + Duration::from_millis(10);
+        state.grant(due + spacing - Duration::from_nanos(1), false, Some(due));
+        assert_eq!(state.last_start, Some(due));
+        state.grant(due + spacing * 3, false, Some(due + spacing));
+        assert_eq!(state.last_start, Some(due + spacing * 2));
+        state.grant(due + spacing * 4, false, None);
+        assert_eq!(state.last_start, Some(due + spacing * 4));
+        // Smooth pacing's tolerance is two intervals at a burst of 3.
+        assert_eq!(state.rate.tolerance(), Duration::from_nanos(412_371_136));
+    }
+
+    #[test]
+    fn the_window_falls_below_a_cap_when_enough_starts_left() {
+        let mut window = Window::new();
+        let t0 = window.epoch;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        for ms in [0, 100, 200] {
+            window.record(at(ms), false);
+        }
+        // Three starts: below 2 once the first two left (one remains),
+        // below 3 once the first left, below 1 once all left.
+        assert_eq!(window.below(2), at(100) + WINDOW);
+        assert_eq!(window.below(3), at(0) + WINDOW);
+        assert_eq!(window.below(1), at(200) + WINDOW);
+        assert_eq!(window.below(0), at(200) + WINDOW);
+    }
+
+    #[test]
+    fn capacity_and_recent_admissions_on_either_side() {
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch;
+        // Window pacing: 2 s at 60 s / 291 is 9 requests; 1 ms is still 1.
+        assert_eq!(state.capacity_within(Duration::from_secs(2)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_567 * 10 - 1)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_567 * 10)), 10);
+        assert_eq!(state.capacity_within(Duration::from_millis(1)), 1);
+        // With 72 free starts in the window the spacing is 60 s / 219.
+        for _ in 0..72 {
+            state.grant(t0, true, None);
+        }
+        assert_eq!(state.capacity_within(Duration::from_secs(2)), 7);
+        state.pacing = Pacing::Smooth;
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_568 * 10 - 1)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_568 * 10)), 10);
+        // Admissions count while younger than the horizon.
+        state.recent_admissions.extend([t0, t0 + Duration::from_secs(1)]);
+        let horizon = Duration::from_secs(2);
+        assert_eq!(
+            state.admissions_within(horizon, t0 + Duration::from_secs(2) - Duration::from_nanos(1)),
+            2
+        );
+        assert_eq!(state.admissions_within(horizon, t0 + Duration::from_secs(2)), 1);
+        assert_eq!(state.admissions_within(horizon, t0 + Duration::from_secs(3)), 0);
+    }
+
+    /// Callers that are not always waiting, like lifecycle loops between
+    /// their transitions: each asks again a little after its last start, so
+    /// the queue is often empty when the next start is due and a start
+    /// comes late. The lateness up to one spacing is credited, so the
+    /// settled minutes still hold the cap.
+    #[tokio::test(start_paused = true)]
+    async fn late_callers_still_settle_at_the_cap() {
+        let pacer = Arc::new(Pacer::new(300));
+        let start = Instant::now();
+        let grants = Arc::new(Mutex::new(Vec::new()));
+        let handles: Vec<_> = [350u64, 420]
+            .into_iter()
+            .map(|gap| {
+                let (pacer, grants) = (pacer.clone(), grants.clone());
+                tokio::spawn(async move {
+                    loop {
+                        pacer.acquire(Priority::InFlight).await;
+                        grants.lock().unwrap().push(start.elapsed());
+                        tokio::time::sleep(Duration::from_millis(gap)).await;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        handles.iter().for_each(|h| h.abort());
+        let mut times = grants.lock().unwrap().clone();
+        times.sort();
+        assert_eq!(max_in_any_window(&times, WINDOW), 291);
+        let minutes = per_minute(&times, 5);
+        assert!(minutes[2..].iter().all(|n| *n == 291), "{minutes:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lone_lease_goes_at_network_speed() {
         let pacer = Pacer::new(300);
         let start = Instant::now();
-        // A lifecycle's 15 requests, four lifecycles back to back: no wait.
+        // The free share (72 starts: five lifecycles of 14 requests): no wait.
         for _ in 0..72 {
             pacer.acquire(Priority::InFlight).await;
         }
@@ -1020,6 +1257,78 @@ mod tests {
         assert_eq!(Instant::now(), t);
         drop(pacer.admit_new_work(HORIZON).await);
         assert_eq!(Instant::now() - t, HORIZON);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_share_scales_the_cap_without_free_starts() {
+        // A quarter of 300/min: cap 72 (of 291), no free starts, spaced
+        // 60 s / 72 = 833.3 ms from the first start on.
+        let rate = Rate::for_share(300, 250_000);
+        assert_eq!((rate.cap, rate.free, rate.burst), (72, 0, 1));
+        assert_eq!(rate.interval, Duration::from_nanos(824_742_269));
+        assert_eq!(Rate::for_share(300, 1), Rate { cap: 1, ..Rate::for_share(300, 1) });
+        assert_eq!(Rate::for_share(300, FULL_SHARE), Rate::for_limit(300));
+        let pacer = Pacer::new(300);
+        pacer.grant_share(250_000);
+        assert_eq!(pacer.share(), 250_000);
+        let start = Instant::now();
+        for _ in 0..3 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now() - start, Duration::from_millis(1_667));
+        // Sustained: 72 starts in each minute after the first.
+        let mut times = Vec::new();
+        for _ in 0..72 * 4 {
+            pacer.acquire(Priority::InFlight).await;
+            times.push(start.elapsed());
+        }
+        assert!(max_in_any_window(&times, WINDOW) <= 72);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lower_share_waits_until_the_window_holds_less() {
+        let pacer = Pacer::new(300);
+        let t0 = Instant::now();
+        {
+            let mut state = pacer.lock();
+            for _ in 0..100 {
+                state.grant(t0, false, None);
+            }
+            for _ in 0..60 {
+                state.grant(t0 + Duration::from_secs(30), false, None);
+            }
+        }
+        // 160 starts in the window, a third of the budget granted: cap 96.
+        pacer.grant_share(333_333);
+        assert_eq!(pacer.rate().cap, 96);
+        let mut state = pacer.lock();
+        let now = t0 + Duration::from_secs(31);
+        // Nothing starts until the 100 of t0 leave (60 remain, below 96).
+        assert_eq!(state.earliest_start(now), (Some(t0 + WINDOW), false));
+        let (at, free) = state.earliest_start(t0 + WINDOW);
+        assert!(!free && at.is_some_and(|at| at <= t0 + WINDOW));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_higher_share_applies_one_window_later() {
+        let pacer = Pacer::new(300);
+        let t0 = Instant::now();
+        pacer.grant_share(250_000);
+        pacer.grant_share(500_000);
+        // Still a quarter; granting the same raise again keeps its time.
+        assert_eq!((pacer.share(), pacer.rate().cap), (250_000, 72));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        pacer.grant_share(500_000);
+        tokio::time::sleep_until(t0 + WINDOW - Duration::from_millis(1)).await;
+        assert_eq!(pacer.share(), 250_000);
+        tokio::time::sleep_until(t0 + WINDOW).await;
+        assert_eq!((pacer.share(), pacer.rate().cap), (500_000, 145));
+        // A lower share cancels a pending raise and applies at once.
+        pacer.grant_share(FULL_SHARE);
+        pacer.grant_share(200_000);
+        assert_eq!((pacer.share(), pacer.rate().cap), (200_000, 58));
+        tokio::time::sleep(WINDOW).await;
+        assert_eq!(pacer.share(), 200_000);
     }
 
     #[test]

@@ -258,6 +258,14 @@ impl Provider for CreateosProvider {
         self.run(|context| lease::inspect(context, params))
     }
 
+    /// ABI 1.6: every account's budget in this process is scaled to the
+    /// share (see [`crate::pacer`]); sends no request.
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        tracing::debug!(parts_per_million, "request share granted");
+        crate::pacer::grant_share_to_all(parts_per_million);
+        Ok(())
+    }
+
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
         self.context().and_then(|context| lease::import_unconfirmed(context, params).map_err(to_abi))
     }

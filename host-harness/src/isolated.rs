@@ -7,8 +7,11 @@ use provider_host::hosted::{HookSupport, OutOfProcess};
 use std::path::Path;
 
 impl HookSupport for IsolatedProvider {
+    /// The worker protocol does not carry `grant_request_share` (yet): a
+    /// host falls back as for an older provider (an isolated provider keeps
+    /// its whole request budget).
     fn supports(&self, hook: Hook) -> bool {
-        IsolatedProvider::supports(self, hook)
+        hook != Hook::GrantRequestShare && IsolatedProvider::supports(self, hook)
     }
 
     fn is_transport_failure(&self, error: &ProviderError) -> bool {

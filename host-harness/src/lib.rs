@@ -1,7 +1,7 @@
 //! The host harness: loads a provider library by path and drives its hooks,
 //! whole lease lifecycles and soaks, keeping a durable lease ledger.
 //!
-//! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`],
+//! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`], [`budget`],
 //! [`provider_set`], [`async_host`], [`lock`], [`providers`], [`secrets`],
 //! [`request`]) lives in the `provider-host` library; its modules are
 //! re-exported here under their old paths. The binary (`host-harness`) is a
@@ -28,6 +28,6 @@ pub mod soak;
 pub mod swap;
 
 pub use provider_host::{
-    async_host, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers, request,
-    secrets, store, sweep,
+    async_host, budget, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers,
+    request, secrets, store, sweep,
 };

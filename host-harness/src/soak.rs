@@ -295,6 +295,9 @@ pub struct Summary {
     pub faults_injected: bool,
     /// What the swaps of the provider during the soak did.
     pub swaps: SwapFigures,
+    /// The shares of the request budget granted to the provider (`None`:
+    /// it lacks `grant_request_share` and keeps its whole budget).
+    pub request_share: Option<crate::budget::Granted>,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).
@@ -388,6 +391,11 @@ impl Summary {
             "swapsRefused": self.swaps.refused,
             "drainedPerSwap": self.swaps.drained,
             "longestSwapWaitMs": self.swaps.longest_wait.as_secs_f64() * 1e3,
+            "requestShare": self.request_share.map(|share| json!({
+                "firstPpm": share.first,
+                "lowestPpm": share.lowest,
+                "lastPpm": share.last,
+            })),
             "invariantsHeld": self.broken().is_empty(),
             "broken": self.broken(),
         })
@@ -475,6 +483,12 @@ impl Summary {
                 self.swaps.longest_wait.as_secs_f64() * 1e6
             ));
         }
+        if let Some(share) = self.request_share {
+            lines.push(format!(
+                "request share (ppm of the provider's budget): first {}, lowest {}, last {}",
+                share.first, share.lowest, share.last
+            ));
+        }
         lines.push(format!("unconfirmed leases reused: {}", tally.unconfirmed_reused));
         lines.push(format!(
             "secrets seen in output, the ledger and {} provider log lines: {}",
@@ -523,6 +537,7 @@ mod tests {
                 faults_injected,
                 cut_short_by_crash: 0,
                 swaps: Default::default(),
+                request_share: None,
             };
             summary.broken()
         };

@@ -191,10 +191,11 @@ fn a_ledger_from_before_ledgers_were_marked_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite3");
     Ledger::open(&path).unwrap().begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
-    // What an earlier harness wrote: the same table, no application id.
+    // What an earlier harness wrote: the same table (hosts came later), no
+    // application id.
     Connection::open(&path)
         .unwrap()
-        .execute_batch("PRAGMA application_id = 0; PRAGMA user_version = 0;")
+        .execute_batch("DROP TABLE hosts; PRAGMA application_id = 0; PRAGMA user_version = 0;")
         .unwrap();
     assert_eq!(Ledger::open_read_only(&path).unwrap().unwrap().list().unwrap().len(), 1);
     assert_eq!(Ledger::open(&path).unwrap().list().unwrap().len(), 1);

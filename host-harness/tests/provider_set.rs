@@ -22,7 +22,7 @@ fn health(set: &ProviderSet) -> String {
 /// active version lacks is `unsupported`.
 #[test]
 fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
-    use provider_abi::{AbiVersion, ErrorKind, LeaseParams, ABI_1_0, ABI_1_1, ABI_VERSION};
+    use provider_abi::{AbiVersion, ErrorKind, ABI_1_0, ABI_1_1, ABI_VERSION};
     let newest = format!("fixture_v{}_{}", ABI_VERSION.major, ABI_VERSION.minor);
     let steps: [(&str, AbiVersion); 5] = [
         ("fixture_v1_0", ABI_1_0),
@@ -32,13 +32,15 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
         ("fixture_v1_0", ABI_1_0),
     ];
     let set = ProviderSet::new(load(steps[0].0));
-    let lease = LeaseParams { provider_lease_id: Some("matrix".into()).into(), ..Default::default() };
     for (index, (library, abi)) in steps.into_iter().enumerate() {
         if index > 0 {
             let report = set.swap_to(load(library)).unwrap();
             assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
         }
-        assert_eq!(health(&set), format!("fixture {}.{}.0", abi.major, abi.minor), "{library}");
+        // The share granted to the set while older versions were active
+        // reaches the newest when it is swapped in.
+        let share = if abi == ABI_VERSION { ", request share 500000 ppm" } else { "" };
+        assert_eq!(health(&set), format!("fixture {}.{}.0{share}", abi.major, abi.minor), "{library}");
         assert_eq!(set.manifest().abi_version, abi, "{library}");
         for hook in Hook::ALL {
             assert_eq!(set.supports(hook), hook.since() <= abi, "{library}: {hook}");
@@ -47,13 +49,27 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
         let asked = poll_once(set.health_async());
         assert_eq!(asked.is_ok(), abi >= provider_abi::ABI_1_7, "{library}: {asked:?}");
         // The newest hook answers only on the newest version.
-        match set.import_unconfirmed(&lease) {
+        match set.grant_request_share(500_000) {
             Ok(()) => assert_eq!(abi, ABI_VERSION, "{library}"),
             Err(error) => assert_eq!((error.kind, abi < ABI_VERSION), (ErrorKind::UNSUPPORTED, true)),
         }
     }
     assert_eq!(set.swaps(), 4);
     assert!(set.versions().iter().filter(|version| !version.is_drained()).count() == 1);
+}
+
+/// The request share granted to a set reaches the versions swapped in
+/// later, before their first call; a version without the hook keeps its
+/// whole budget.
+#[test]
+fn a_granted_request_share_reaches_every_version_swapped_in() {
+    let set = ProviderSet::new(load("fixture_v1_6"));
+    set.grant_request_share(500_000).unwrap();
+    assert_eq!(health(&set), "fixture 1.6.0, request share 500000 ppm");
+    set.swap_to(load("fixture_v1_5")).unwrap();
+    assert_eq!(health(&set), "fixture 1.5.0");
+    set.swap_to(load("fixture_v1_6")).unwrap();
+    assert_eq!(health(&set), "fixture 1.6.0, request share 500000 ppm");
 }
 
 /// Polls a hook's future once: the fixture's async hooks answer at once.

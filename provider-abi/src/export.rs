@@ -12,7 +12,7 @@ use crate::{
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_7},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -55,6 +55,8 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
     );
     let extension = if abi >= ABI_1_7 {
         extensions_to_1_7::<P>
+    } else if abi >= ABI_1_6 {
+        extensions_to_1_6::<P>
     } else if abi >= ABI_1_5 {
         extensions_to_1_5::<P>
     } else if abi >= ABI_1_4 {
@@ -158,11 +160,18 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
-/// The extension tables of a library built for ABI 1.7 (and 1.6's, once it
-/// exists: until then minor 6 answers `None`).
+/// The extension tables of a library built for ABI 1.7.
 extern "C" fn extensions_to_1_7<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
-        m if m == ABI_1_7.minor => RSome(Extension::of(Tables::<P>::V1_7)),
+        7 => RSome(Extension::of(Tables::<P>::V1_7)),
+        _ => extensions_to_1_6::<P>(minor),
+    }
+}
+
+/// The extension tables of a library built for ABI 1.6.
+extern "C" fn extensions_to_1_6<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        6 => RSome(Extension::of(Tables::<P>::V1_6)),
         _ => extensions_to_1_5::<P>(minor),
     }
 }
@@ -224,6 +233,7 @@ hook_shims! {
     sync_in: SyncIn(params: &SyncParams) -> SyncResult;
     sync_out: SyncOut(params: &SyncParams) -> SyncResult;
     import_unconfirmed: ImportUnconfirmed(params: &LeaseParams) -> ();
+    grant_request_share: GrantRequestShare(parts_per_million: u32) -> ();
 }
 
 /// Generates one `extern "C"` shim per async hook: clones the parameters
@@ -288,6 +298,7 @@ impl<P: Provider> Tables<P> {
         &HookTableV1_3 { execute_bytes: execute_bytes::<P>, setup_with_logs: setup_with_logs::<P> };
     const V1_4: &'static HookTableV1_4 = &HookTableV1_4 { sync_in: sync_in::<P>, sync_out: sync_out::<P> };
     const V1_5: &'static HookTableV1_5 = &HookTableV1_5 { import_unconfirmed: import_unconfirmed::<P> };
+    const V1_6: &'static HookTableV1_6 = &HookTableV1_6 { grant_request_share: grant_request_share::<P> };
     const V1_7: &'static HookTableV1_7 = &HookTableV1_7 {
         health_async: health_async::<P>,
         probe_async: probe_async::<P>,

@@ -45,5 +45,5 @@ pub use sink::{ByteSink, OutputSink, OutputStream, OwnedByteSink};
 pub use sync::*;
 pub use types::*;
 pub use version::{
-    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_7, ABI_VERSION,
+    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION,
 };

@@ -14,7 +14,7 @@ use crate::{
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_7, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -166,6 +166,7 @@ pub struct LoadedProvider {
     hooks_v1_3: Option<&'static HookTableV1_3>,
     hooks_v1_4: Option<&'static HookTableV1_4>,
     hooks_v1_5: Option<&'static HookTableV1_5>,
+    hooks_v1_6: Option<&'static HookTableV1_6>,
     hooks_v1_7: Option<&'static HookTableV1_7>,
     manifest: Manifest,
 }
@@ -223,6 +224,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_6 = if host_abi >= ABI_1_6 {
+            extension_table::<HookTableV1_6>(&path, module, image, 6)?
+        } else {
+            None
+        };
         let hooks_v1_7 = if host_abi >= ABI_1_7 {
             extension_table::<HookTableV1_7>(&path, module, image, ABI_1_7.minor)?
         } else {
@@ -240,6 +246,7 @@ impl LoadedProvider {
             hooks_v1_3,
             hooks_v1_4,
             hooks_v1_5,
+            hooks_v1_6,
             hooks_v1_7,
             manifest: empty_manifest(),
             path,
@@ -272,6 +279,7 @@ impl LoadedProvider {
             Hook::ExecuteBytes | Hook::SetupWithLogs => self.hooks_v1_3.is_some(),
             Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
             Hook::ImportUnconfirmed => self.hooks_v1_5.is_some(),
+            Hook::GrantRequestShare => self.hooks_v1_6.is_some(),
             hook if hook.is_async() => self.hooks_v1_7.is_some(),
             _ => true,
         }
@@ -529,6 +537,13 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_5 {
             Some(table) => (table.import_unconfirmed)(self.instance, params).into(),
             None => Err(unsupported(Hook::ImportUnconfirmed)),
+        }
+    }
+
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        match self.hooks_v1_6 {
+            Some(table) => (table.grant_request_share)(self.instance, parts_per_million).into(),
+            None => Err(unsupported(Hook::GrantRequestShare)),
         }
     }
 

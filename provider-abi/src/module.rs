@@ -24,6 +24,8 @@
 //!    minor version, and give the new hooks `since() == ABI_1_N`.
 //! 2. Add `HookTableV1_N` here with crate-private fields; never change an
 //!    existing table, type or the root module (they are frozen once landed).
+//!    Copy its definition into `tests/frozen/abi_1_N.rs` and compare the two
+//!    in `tests/frozen_layout.rs` (done from 1.6 on).
 //! 3. Export it from `export::extensions` under minor `N`, and look it up in
 //!    `LoadedProvider::load_as` with `extension_table` when the host's ABI is
 //!    at least `1.N`; a library without it reports the hooks `unsupported`.
@@ -143,6 +145,14 @@ pub struct HookTableV1_4 {
 #[derive(StableAbi, Copy, Clone)]
 pub struct HookTableV1_5 {
     pub(crate) import_unconfirmed: extern "C" fn(InstancePtr, &LeaseParams) -> FfiResult<()>,
+}
+
+/// The hooks ABI 1.6 added: a request budget shared by several hosts.
+/// Frozen once 1.6 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_6 {
+    pub(crate) grant_request_share: extern "C" fn(InstancePtr, u32) -> FfiResult<()>,
 }
 
 /// A hook's result as a future the host polls (ABI 1.7).
@@ -286,6 +296,12 @@ impl CodeAddresses for HookTableV1_4 {
 impl CodeAddresses for HookTableV1_5 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.import_unconfirmed as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_6 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.grant_request_share as *const c_void]
     }
 }
 

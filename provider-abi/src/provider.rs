@@ -129,6 +129,16 @@ pub trait Provider: Send + Sync + 'static {
         Err(unsupported(Hook::ImportUnconfirmed))
     }
 
+    /// Grants the provider `parts_per_million` of its own request budget
+    /// (ABI 1.6): the host's share when several hosts send requests to the
+    /// same account from the same caller. A lower share applies at once
+    /// (requests already sent still count where the provider's budget counts
+    /// them), a higher one no sooner than the other hosts' requests stop
+    /// counting. Without this hook a provider keeps its whole budget.
+    fn grant_request_share(&self, _parts_per_million: u32) -> HookResult<()> {
+        Err(unsupported(Hook::GrantRequestShare))
+    }
+
     // The async hooks (ABI 1.7). Each returns a `'static` future that owns
     // what it needs: the provider runs the work on its own runtime and the
     // future only waits for the result, so a host polls it from any executor.

@@ -43,10 +43,13 @@ pub const ABI_1_4: AbiVersion = AbiVersion::new(1, 4);
 /// ABI 1.5: adds `import_unconfirmed` (a lease whose cleanup is unconfirmed,
 /// handed by the host to a newly active provider version).
 pub const ABI_1_5: AbiVersion = AbiVersion::new(1, 5);
+/// ABI 1.6: adds `grant_request_share` (the share of its own request budget
+/// a provider may spend, when several hosts share one account and caller).
+pub const ABI_1_6: AbiVersion = AbiVersion::new(1, 6);
 /// ABI 1.7: adds the async hooks (`health_async`, `probe_async`,
 /// `acquire_lease_async`, `resume_lease_async`, `release_lease_async`,
 /// `destroy_lease_async`, `execute_async`), which return an FFI-safe future.
-/// (Numbered after 1.6; renumbering it is this constant and the fixture name.)
+///
 pub const ABI_1_7: AbiVersion = AbiVersion::new(1, 7);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
 pub const ABI_VERSION: AbiVersion = ABI_1_7;
@@ -95,6 +98,9 @@ pub enum Hook {
     /// `import_unconfirmed` (ABI 1.5): learns that a lease's cleanup is
     /// unconfirmed (known to the host from another provider version).
     ImportUnconfirmed,
+    /// `grant_request_share` (ABI 1.6): the share of its request budget the
+    /// provider may spend, in parts per million.
+    GrantRequestShare,
     /// `health_async` (ABI 1.7): `health`, as a future.
     HealthAsync,
     /// `probe_async` (ABI 1.7): `probe`, as a future.
@@ -114,7 +120,7 @@ pub enum Hook {
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 27] = [
+    pub const ALL: [Hook; 28] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -135,6 +141,7 @@ impl Hook {
         Hook::SyncIn,
         Hook::SyncOut,
         Hook::ImportUnconfirmed,
+        Hook::GrantRequestShare,
         Hook::HealthAsync,
         Hook::ProbeAsync,
         Hook::AcquireLeaseAsync,
@@ -167,6 +174,7 @@ impl Hook {
             Hook::SyncIn => "sync_in",
             Hook::SyncOut => "sync_out",
             Hook::ImportUnconfirmed => "import_unconfirmed",
+            Hook::GrantRequestShare => "grant_request_share",
             Hook::HealthAsync => "health_async",
             Hook::ProbeAsync => "probe_async",
             Hook::AcquireLeaseAsync => "acquire_lease_async",
@@ -185,6 +193,7 @@ impl Hook {
             Hook::ExecuteBytes | Hook::SetupWithLogs => ABI_1_3,
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             Hook::ImportUnconfirmed => ABI_1_5,
+            Hook::GrantRequestShare => ABI_1_6,
             Hook::HealthAsync
             | Hook::ProbeAsync
             | Hook::AcquireLeaseAsync

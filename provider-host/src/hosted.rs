@@ -199,6 +199,9 @@ impl Provider for HostedProvider {
         self.inner().import_unconfirmed(params)
     }
 
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        self.inner().grant_request_share(parts_per_million)
+    }
     fn health_async(&self) -> HookFuture<HealthReport> {
         self.inner().health_async()
     }

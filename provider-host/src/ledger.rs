@@ -365,6 +365,11 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 CREATE INDEX IF NOT EXISTS leases_state ON leases(state);
 CREATE INDEX IF NOT EXISTS leases_provider_lease_id ON leases(provider_lease_id);
+CREATE TABLE IF NOT EXISTS hosts (
+    pid               INTEGER NOT NULL,
+    pid_start         INTEGER NOT NULL,
+    PRIMARY KEY (pid, pid_start)
+);
 ";
 
 const NOW: &str = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')";
@@ -405,7 +410,9 @@ impl Ledger {
         // After the schema check, so a foreign database is left untouched.
         enter_wal_mode(&conn).map_err(|error| fail(error.into()))?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(|error| fail(error.into()))?;
-        Ok(Ledger::with_connection(path, conn, created_dir))
+        let ledger = Ledger::with_connection(path, conn, created_dir);
+        ledger.register()?;
+        Ok(ledger)
     }
 
     /// Opens the ledger at `path` for reading only: it needs no write access
@@ -623,6 +630,42 @@ impl Ledger {
                 Whose::Gone => !record.owner_is_running(),
             })
             .collect())
+    }
+
+    /// Registers this process as a host of the ledger (for
+    /// [`Ledger::budget_group`]).
+    fn register(&self) -> Result<(), LedgerError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO hosts (pid, pid_start) VALUES (?1, ?2)",
+                params![self.pid, self.start as i64],
+            )
+            .map(drop)
+        })
+    }
+
+    /// The running processes that opened this ledger, this one included
+    /// (at least 1); the registrations of processes that exited are removed.
+    pub fn budget_group(&self) -> Result<usize, LedgerError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare("SELECT pid, pid_start FROM hosts")?;
+            let hosts = statement
+                .query_map([], |row| Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)? as u64)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut live = 0;
+            for (pid, start) in hosts {
+                if (pid, start) == (self.pid, self.start) || process::start_time(pid) == Some(start) {
+                    live += 1;
+                } else {
+                    conn.execute(
+                        "DELETE FROM hosts WHERE pid = ?1 AND pid_start = ?2",
+                        params![pid, start as i64],
+                    )?;
+                }
+            }
+            Ok(live)
+        })
+        .map(|live: usize| live.max(1))
     }
 
     fn is_mine(&self, record: &LeaseRecord) -> bool {

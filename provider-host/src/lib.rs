@@ -14,6 +14,7 @@
 //! [`request`] is the environment a host acts for.
 
 pub mod async_host;
+pub mod budget;
 pub mod handover;
 pub mod heartbeat;
 pub mod host;

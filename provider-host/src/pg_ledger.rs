@@ -319,6 +319,18 @@ impl LeaseStore for PgLedger {
         self.expiry / 2
     }
 
+    fn budget_group(&self) -> Result<usize, LedgerError> {
+        let live: i64 = self.with(|client| {
+            client
+                .query_one(
+                    "SELECT count(*) FROM hosts WHERE hostname = $1 AND expires_at >= now()",
+                    &[&hostname()],
+                )
+                .map(|row| row.get(0))
+        })?;
+        Ok((live as usize).max(1))
+    }
+
     fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
         // The insert renews this host's heartbeat in the same statement: a
         // row is never born to a host that counts as gone.

@@ -22,7 +22,7 @@ use std::{
     fmt,
     path::PathBuf,
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
         Arc, Mutex, RwLock,
     },
     time::{Duration, Instant},
@@ -95,6 +95,18 @@ impl Version {
             }
         };
         leases.iter().filter(taken).count()
+    }
+
+    /// Grants this version `share` of its request budget (0: none granted
+    /// yet; a version without the hook keeps its whole budget).
+    fn grant_share(&self, share: u32) {
+        let provider = self.loaded();
+        if share == 0 || !provider.supports(Hook::GrantRequestShare) {
+            return;
+        }
+        if let Err(error) = provider.grant_request_share(share) {
+            tracing::warn!(version = %self.manifest.version, kind = %error.kind, "the new version did not take its request share");
+        }
     }
 
     /// Shuts a retired version down once nothing runs on it, exactly once.
@@ -195,6 +207,9 @@ pub struct ProviderSet {
     retained: Mutex<Vec<Arc<Version>>>,
     limit: usize,
     swaps: AtomicU64,
+    /// The request share last granted (ppm; 0: none), which a newly active
+    /// version gets before its first call.
+    share: AtomicU32,
 }
 
 /// How many versions a set retains (active and draining) by default.
@@ -214,6 +229,7 @@ impl ProviderSet {
             retained: Mutex::new(vec![first]),
             limit: limit.max(1),
             swaps: AtomicU64::new(0),
+            share: AtomicU32::new(0),
         }
     }
 
@@ -265,6 +281,7 @@ impl ProviderSet {
             return Err(SwapError::TooManyVersions { limit: self.limit });
         }
         let imported = next.import(unconfirmed);
+        next.grant_share(self.share.load(Ordering::SeqCst));
         retained.push(Arc::clone(&next));
         drop(retained);
         let started = Instant::now();
@@ -438,6 +455,13 @@ impl Provider for ProviderSet {
 
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
         self.call(|provider| provider.import_unconfirmed(params))
+    }
+
+    /// Granted to the active version, and remembered for the versions
+    /// swapped in later.
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        self.share.store(parts_per_million, Ordering::SeqCst);
+        self.call(|provider| provider.grant_request_share(parts_per_million))
     }
 
     fn health_async(&self) -> HookFuture<HealthReport> {

@@ -76,6 +76,14 @@ pub trait LeaseStore: Send + Sync {
     /// out: each row goes to exactly one, and a live host's row to none.
     fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError>;
 
+    /// The live hosts that share this host's request budget, itself
+    /// included (at least 1): those that send requests from the same caller
+    /// address. SQLite: the running processes that opened this ledger (one
+    /// machine). PostgreSQL: the hosts of this machine (same hostname) whose
+    /// heartbeat has not expired; hosts of other machines have budgets of
+    /// their own, the API counting requests per caller IP.
+    fn budget_group(&self) -> Result<usize, LedgerError>;
+
     /// Leases in `state` that carry a provider lease id (for example the
     /// unconfirmed ones a newly active provider version must refuse to reuse).
     fn in_state(&self, state: LeaseState) -> Result<Vec<LeaseRecord>, LedgerError> {
@@ -146,6 +154,10 @@ impl LeaseStore for Ledger {
 
     fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
         Ledger::take_over(self, records)
+    }
+
+    fn budget_group(&self) -> Result<usize, LedgerError> {
+        Ledger::budget_group(self)
     }
 }
 

@@ -253,3 +253,64 @@ fn a_postgres_ledger_url_is_shown_without_its_password_and_a_foreign_database_is
         assert!(result.is_ok(), "{}", result.as_ref().err().map(ToString::to_string).unwrap_or_default());
     }
 }
+
+/// The start time of process `pid` (clock ticks since boot), as the ledger
+/// records a process.
+fn start_time(pid: u32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    after_name.split(' ').nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn hosts_sharing_a_ledger_share_the_request_budget() {
+    for bed in Bed::all("hosts_sharing_a_ledger_share_the_request_budget") {
+        let a = bed.host();
+        assert_eq!(a.budget_group().unwrap(), 1, "alone: {}", bed.name());
+        match &bed {
+            Bed::Sqlite(_) => {
+                // Another process of this machine registered on the ledger
+                // (its row as `Ledger::open` writes it), alive until its
+                // standard input closes.
+                let mut other =
+                    std::process::Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
+                let conn = rusqlite::Connection::open(bed.sqlite_path()).unwrap();
+                conn.execute(
+                    "INSERT INTO hosts (pid, pid_start) VALUES (?1, ?2)",
+                    rusqlite::params![other.id(), start_time(other.id())],
+                )
+                .unwrap();
+                // A store opened again in this process is the same host.
+                let again = bed.host();
+                assert_eq!((a.budget_group().unwrap(), again.budget_group().unwrap()), (2, 2));
+                drop(other.stdin.take());
+                other.wait().unwrap();
+                assert_eq!(a.budget_group().unwrap(), 1);
+                let rows: i64 = conn.query_row("SELECT count(*) FROM hosts", [], |row| row.get(0)).unwrap();
+                assert_eq!(rows, 1, "the exited process's registration is removed");
+            }
+            Bed::Postgres { url, .. } => {
+                let b = bed.host();
+                assert_eq!((a.budget_group().unwrap(), b.budget_group().unwrap()), (2, 2));
+                // A host of another machine has a budget of its own.
+                let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                client
+                    .execute(
+                        "INSERT INTO hosts (host_id, hostname, pid, expires_at)
+                         VALUES ('elsewhere-1', 'elsewhere', 1, now() + interval '1 hour')",
+                        &[],
+                    )
+                    .unwrap();
+                assert_eq!(a.budget_group().unwrap(), 2);
+                // A host whose heartbeat expired no longer counts; one that
+                // closed its ledger neither.
+                bed.kill(b.as_ref());
+                assert_eq!(a.budget_group().unwrap(), 1);
+                drop(b);
+                let c = bed.host();
+                drop(c);
+                assert_eq!(a.budget_group().unwrap(), 1);
+            }
+        }
+    }
+}

@@ -3,7 +3,7 @@
 
 use super::{read_config, Failure, Printer, Session};
 use host_harness::{
-    embedded,
+    budget, embedded,
     host::Host,
     isolation::is_worker_failure_message,
     ledger::Owner,
@@ -221,15 +221,22 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     };
     let monitor = host_harness::resources::Monitor::start();
     let secrets = SweepSecrets::from_config(&session.provider, &target.config);
+    // The provider's share of the request budget, with this host counted,
+    // before its first request; then again every second, as hosts come and go.
+    let first_share = budget::grant(&session.provider, session.ledger.as_ref());
     // Meanwhile, the leases of hosts that are gone (killed, or their
     // heartbeat expired) are taken over and destroyed.
     let (stop_patrol, patrol_stopped) = std::sync::mpsc::channel::<()>();
-    let (tally, patrolled) = std::thread::scope(|scope| {
+    let (stop_granting, granting_stopped) = std::sync::mpsc::channel::<()>();
+    let (tally, patrolled, request_share) = std::thread::scope(|scope| {
         let (provider, ledger, secrets) = (&session.provider, session.ledger.as_ref(), &secrets);
         let patrol = scope.spawn(move || sweep::patrol(provider, ledger, secrets, &patrol_stopped));
+        let granting =
+            scope.spawn(move || budget::keep_granting(provider, ledger, first_share, &granting_stopped));
         let tally = soak::run(&session.provider, session.ledger.as_ref(), &plan, &progress);
         drop(stop_patrol);
-        (tally, patrol.join().unwrap_or_default())
+        drop(stop_granting);
+        (tally, patrol.join().unwrap_or_default(), granting.join().unwrap_or_default())
     });
     let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
     let resources = monitor.finish();
@@ -278,6 +285,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         concurrency: options.concurrency,
         faults_injected: faults_injected || worker_crashed,
         swaps: session.swapper.figures(),
+        request_share,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {

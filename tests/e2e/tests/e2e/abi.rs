@@ -6,7 +6,7 @@ use provider_abi::{
     AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
     LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream,
     OwnedByteSink, Provider, SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2,
-    ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_7,
+    ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7,
 };
 use std::{path::Path, sync::Arc};
 
@@ -32,12 +32,13 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 6] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 7] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
     (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
     (ABI_1_5, &[Hook::ImportUnconfirmed]),
+    (ABI_1_6, &[Hook::GrantRequestShare]),
     (
         ABI_1_7,
         &[
@@ -53,7 +54,7 @@ const ADDED_HOOKS: [(AbiVersion, &[Hook]); 6] = [
 ];
 
 /// Every host version of major 1 this crate can act as.
-const HOSTS: [AbiVersion; 7] = [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_7];
+const HOSTS: [AbiVersion; 8] = [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7];
 
 /// Runs a hook's future on a runtime of the host's own (the provider's work
 /// runs on the provider's runtime).
@@ -72,6 +73,7 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_3", ABI_1_3),
         ("fixture_v1_4", ABI_1_4),
         ("fixture_v1_5", ABI_1_5),
+        ("fixture_v1_6", ABI_1_6),
         ("fixture_v1_7", ABI_1_7),
     ];
     for (name, library_abi) in libraries {
@@ -182,6 +184,10 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
                 assert!(provider.inspect_lease(&lease).unwrap().unconfirmed);
             })
         }
+        Hook::GrantRequestShare => provider.grant_request_share(250_000).map(|()| {
+            let health = provider.health().unwrap();
+            assert!(health.message.ends_with(", request share 250000 ppm"), "{}", health.message);
+        }),
         Hook::HealthAsync => block_on(provider.health_async()).map(|report| assert_eq!(report.status, "ok")),
         Hook::ProbeAsync => {
             block_on(provider.probe_async(EnvironmentParams::default())).map(|report| assert!(report.ok))

@@ -7,7 +7,7 @@ use e2e::library;
 use host_harness::async_host::AsyncProvider;
 use provider_abi::{
     EnvironmentParams, ErrorKind, ExecuteParams, HookFuture, HookResult, LoadedProvider, OutputStream,
-    OwnedByteSink, Provider, ABI_1_5, ABI_1_7,
+    OwnedByteSink, Provider, ABI_1_5, ABI_1_6, ABI_1_7,
 };
 use serde_json::json;
 use std::{
@@ -259,8 +259,10 @@ fn the_async_facade_uses_async_hooks_when_the_library_has_them_and_falls_back_ot
     // provider: the same answers through the facade.
     for (name, host, async_hooks) in [
         ("fixture_v1_7", ABI_1_7, true),
+        ("fixture_v1_6", ABI_1_7, false),
         ("fixture_v1_5", ABI_1_7, false),
         ("fixture_v1_0", ABI_1_7, false),
+        ("fixture_v1_7", ABI_1_6, false),
         ("fixture_v1_7", ABI_1_5, false),
     ] {
         let loaded = LoadedProvider::load_as(library(name), host).unwrap();
