@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use provider_abi::{ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream};
+use provider_abi::{ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream, OwnedByteSink};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -112,6 +112,17 @@ pub async fn execute_bytes(
     ctx: &Context,
     params: &ExecuteParams,
     sink: &mut ByteSink<'_>,
+) -> Result<ExecuteResult, Error> {
+    execute_to(ctx, params, &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)))
+        .await
+}
+
+/// [`execute_bytes`] streaming to a sink the call owns (the async hook,
+/// ABI 1.7).
+pub async fn execute_owned(
+    ctx: &Context,
+    params: &ExecuteParams,
+    mut sink: OwnedByteSink,
 ) -> Result<ExecuteResult, Error> {
     execute_to(ctx, params, &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)))
         .await

@@ -24,7 +24,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// What every hook needs: the HTTP client (one connection pool per provider
-/// instance), the lease registry and the shutdown signal.
+/// instance), the lease registry and the shutdown signal. Clones share all
+/// three.
+#[derive(Clone)]
 pub struct Context {
     /// The shared HTTP client.
     pub http: reqwest::Client,

@@ -1,5 +1,6 @@
 //! The CreateOS provider behind the ABI: owns its tokio runtime, blocks the
-//! calling host thread on each hook, and converts errors once, here.
+//! calling host thread on each blocking hook, spawns the work of each async
+//! hook (ABI 1.7) on that runtime, and converts errors once, here.
 
 use crate::{
     client::build_http_client,
@@ -9,10 +10,10 @@ use crate::{
     registry::Registry,
 };
 use provider_abi::{
-    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport,
-    Hook, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, ProbeReport,
-    Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
-    ABI_VERSION,
+    ready, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
+    HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest,
+    OutputSink, OwnedByteSink, ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncParams,
+    SyncResult, ValidationReport, Workspace, ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -58,7 +59,56 @@ impl CreateosProvider {
         let context = self.context()?;
         self.runtime().block_on(hook(context)).map_err(to_abi)
     }
+
+    /// Spawns an async hook's work on the provider runtime and hands back a
+    /// future of its result, which any executor may poll.
+    ///
+    /// The work gets a context of its own whose shutdown token is a child of
+    /// the provider's: dropping the returned future before the result arrives
+    /// cancels it, which stops a running command exactly as `shutdown` does
+    /// (its process tree is terminated, or the lease marked unconfirmed).
+    /// Everything else runs to its end on the provider runtime: a create
+    /// learns its outcome, a delete is never abandoned half-way. A result
+    /// nobody awaits any more goes to `unclaimed` (an acquired lease is
+    /// deleted there).
+    fn spawn<T, F, U>(
+        &self,
+        work: impl FnOnce(Context) -> F,
+        unclaimed: impl FnOnce(Context, T) -> U + Send + 'static,
+    ) -> HookFuture<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        U: Future<Output = ()> + Send + 'static,
+    {
+        let context = match self.context() {
+            Ok(context) => context.clone(),
+            Err(error) => return ready(Err(error)),
+        };
+        let call = Context { shutdown: context.shutdown.child_token(), ..context.clone() };
+        let cancel_on_drop = call.shutdown.clone().drop_guard();
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let task = work(call);
+        self.runtime().spawn(async move {
+            let result = task.await.map_err(to_abi);
+            if let Err(Ok(value)) = sender.send(result) {
+                unclaimed(context, value).await;
+            }
+        });
+        Box::pin(async move {
+            let result = receiver.await;
+            cancel_on_drop.disarm();
+            result.unwrap_or_else(|_| {
+                Err(ProviderError::internal(
+                    "The CreateOS provider's task ended without a result (it panicked, or the provider was dropped).",
+                ))
+            })
+        })
+    }
 }
+
+/// What an async hook whose result nobody claims leaves behind: nothing.
+async fn keep<T>(_context: Context, _value: T) {}
 
 /// The provider's version: the crate's, with `+TAG` for a build made with
 /// `CREATEOS_PROVIDER_BUILD_TAG=TAG` (a second build to swap to, in tests and
@@ -226,6 +276,69 @@ impl Provider for CreateosProvider {
 
     fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
         self.run(|context| crate::sync::sync_out(context, params))
+    }
+
+    fn health_async(&self) -> HookFuture<HealthReport> {
+        ready(self.health())
+    }
+
+    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
+        self.spawn(
+            move |context| async move { lease::probe(&context, &params, &mut CreationRecorder::discard()).await },
+            keep,
+        )
+    }
+
+    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+        self.acquire_async(params)
+    }
+
+    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.spawn(move |context| async move { lease::resume(&context, &params).await }, keep)
+    }
+
+    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.spawn(move |context| async move { lease::release(&context, &params, false).await }, keep)
+    }
+
+    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
+        self.spawn(
+            move |context| async move { lease::release(&context, &params, true).await.map(|_| ()) },
+            keep,
+        )
+    }
+
+    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
+        self.spawn(
+            move |context| async move { crate::execute::execute_owned(&context, &params, output).await },
+            keep,
+        )
+    }
+}
+
+impl CreateosProvider {
+    /// The async hooks (ABI 1.7), as `Provider` forwards them.
+    fn acquire_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+        let env = params.env.clone();
+        let run_id = params.run_id.clone();
+        self.spawn(
+            move |context| async move {
+                lease::acquire(&context, &params, &mut CreationRecorder::discard()).await
+            },
+            // The host dropped the future: nobody holds the lease, so it is
+            // deleted (or marked unconfirmed if the delete cannot be confirmed).
+            move |context, lease: Lease| async move {
+                let params = LeaseParams {
+                    env,
+                    run_id,
+                    provider_lease_id: lease.provider_lease_id,
+                    metadata_json: lease.metadata_json,
+                };
+                if let Err(error) = lease::release(&context, &params, true).await {
+                    tracing::warn!(error = %error, "CreateOS lease of a cancelled acquire could not be deleted");
+                }
+            },
+        )
     }
 }
 

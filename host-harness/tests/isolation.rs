@@ -630,3 +630,29 @@ fn through_the_worker_an_older_provider_lacks_the_newer_hooks() {
         "{line}"
     );
 }
+
+/// The async hooks (ABI 1.7) do not cross the worker protocol: through
+/// `--isolate` a 1.7 library reports them unsupported (its manifest leaves
+/// them out), and the async facade falls back to the blocking hooks.
+#[test]
+fn async_hooks_are_unsupported_through_isolation_and_the_facade_falls_back() {
+    let provider = IsolatedProvider::start(fixture("fixture_v1_7"), options()).expect("start the worker");
+    for hook in Hook::ALL {
+        assert_eq!(provider.supports(hook), !hook.is_async(), "{hook}");
+        assert_eq!(
+            provider.manifest().hooks.iter().any(|name| name == hook.name()),
+            !hook.is_async(),
+            "{hook}"
+        );
+    }
+    let facade = host_harness::async_host::AsyncProvider::new(std::sync::Arc::new(provider));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (health, result) = runtime.block_on(async {
+        let health = facade.health().await.unwrap();
+        let params =
+            ExecuteParams { command: "echo".into(), args: vec!["a".into()].into(), ..Default::default() };
+        (health, facade.execute(params).result().await.unwrap())
+    });
+    assert_eq!(health.message, "fixture 1.7.0");
+    assert_eq!(result.stdout, "a");
+}

@@ -45,6 +45,9 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
         for hook in Hook::ALL {
             assert_eq!(set.supports(hook), hook.since() <= abi, "{library}: {hook}");
         }
+        // An async hook answers only on a version that has it.
+        let asked = poll_once(set.health_async());
+        assert_eq!(asked.is_ok(), abi >= provider_abi::ABI_1_7, "{library}: {asked:?}");
         // The newest hook answers only on the newest version.
         match set.grant_request_share(500_000) {
             Ok(()) => assert_eq!(abi, ABI_VERSION, "{library}"),
@@ -67,6 +70,30 @@ fn a_granted_request_share_reaches_every_version_swapped_in() {
     assert_eq!(health(&set), "fixture 1.5.0");
     set.swap_to(load("fixture_v1_6")).unwrap();
     assert_eq!(health(&set), "fixture 1.6.0, request share 500000 ppm");
+}
+
+/// Polls a hook's future once: the fixture's async hooks answer at once.
+fn poll_once<T>(mut future: provider_abi::HookFuture<T>) -> provider_abi::HookResult<T> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => panic!("the fixture's async hooks answer at once"),
+    }
+}
+
+/// An async call counts in flight on its version until its future is
+/// dropped: a swap retires the version, which drains only then.
+#[test]
+fn an_async_call_keeps_its_version_in_flight_until_its_future_is_dropped() {
+    let set = ProviderSet::new(load("fixture_v1_7"));
+    let pending = set.health_async();
+    let old = set.active();
+    let report = set.swap_to(load("fixture_v1_1")).unwrap();
+    assert_eq!(report.draining, 1);
+    assert!(old.is_retired() && !old.is_drained());
+    drop(pending);
+    assert_eq!(old.in_flight(), 0);
+    assert!(old.is_drained(), "the version drains once its last async call is dropped");
 }
 
 #[test]

@@ -9,10 +9,10 @@ use crate::{
     module::*,
     provider::Provider,
     recorder::CreationRecorder,
-    sink::{ByteSink, OutputSink},
+    sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -53,7 +53,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_6 {
+    let extension = if abi >= ABI_1_7 {
+        extensions_to_1_7::<P>
+    } else if abi >= ABI_1_6 {
         extensions_to_1_6::<P>
     } else if abi >= ABI_1_5 {
         extensions_to_1_5::<P>
@@ -85,12 +87,16 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
 pub fn guard<T>(hook: Hook, call: impl FnOnce() -> HookResult<T>) -> FfiResult<T> {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(result) => result.into(),
-        Err(payload) => {
-            let error = panic_error(hook, payload.as_ref());
-            drop_panic_payload(payload);
-            Err(error).into()
-        }
+        Err(payload) => Err(caught_panic(hook, payload)).into(),
     }
+}
+
+/// The `internal` error for a panic caught in `hook`; drops the payload
+/// under [`drop_panic_payload`].
+pub(crate) fn caught_panic(hook: Hook, payload: Box<dyn Any + Send>) -> ProviderError {
+    let error = panic_error(hook, payload.as_ref());
+    drop_panic_payload(payload);
+    error
 }
 
 /// Drops a caught panic payload without letting a second panic escape: a
@@ -151,6 +157,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
         2 => RSome(Extension::of(Tables::<P>::V1_2)),
         _ => extensions_to_1_1::<P>(minor),
+    }
+}
+
+/// The extension tables of a library built for ABI 1.7.
+extern "C" fn extensions_to_1_7<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        7 => RSome(Extension::of(Tables::<P>::V1_7)),
+        _ => extensions_to_1_6::<P>(minor),
     }
 }
 
@@ -222,6 +236,36 @@ hook_shims! {
     grant_request_share: GrantRequestShare(parts_per_million: u32) -> ();
 }
 
+/// Generates one `extern "C"` shim per async hook: clones the parameters
+/// (the future owns them) and hands the trait method's future over through
+/// [`crate::future::export`].
+macro_rules! async_hook_shims {
+    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),*) -> $ret:ty;)*) => {
+        $(
+            extern "C" fn $name<P: Provider>(this: InstancePtr $(, $arg: &$ty)*) -> FfiHookFuture<$ret> {
+                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),*))
+            }
+        )*
+    };
+}
+
+async_hook_shims! {
+    health_async: HealthAsync() -> HealthReport;
+    probe_async: ProbeAsync(params: &EnvironmentParams) -> ProbeReport;
+    acquire_lease_async: AcquireLeaseAsync(params: &AcquireParams) -> Lease;
+    resume_lease_async: ResumeLeaseAsync(params: &LeaseParams) -> Lease;
+    release_lease_async: ReleaseLeaseAsync(params: &LeaseParams) -> ReleaseReport;
+    destroy_lease_async: DestroyLeaseAsync(params: &LeaseParams) -> ();
+}
+
+extern "C" fn execute_async<P: Provider>(
+    this: InstancePtr,
+    params: &ExecuteParams,
+    output: OwnedByteSink,
+) -> FfiHookFuture<ExecuteResult> {
+    crate::future::export(Hook::ExecuteAsync, || instance::<P>(this).execute_async(params.clone(), output))
+}
+
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
     guard(Hook::Setup, || Ok(instance::<P>(this).manifest()))
 }
@@ -255,6 +299,15 @@ impl<P: Provider> Tables<P> {
     const V1_4: &'static HookTableV1_4 = &HookTableV1_4 { sync_in: sync_in::<P>, sync_out: sync_out::<P> };
     const V1_5: &'static HookTableV1_5 = &HookTableV1_5 { import_unconfirmed: import_unconfirmed::<P> };
     const V1_6: &'static HookTableV1_6 = &HookTableV1_6 { grant_request_share: grant_request_share::<P> };
+    const V1_7: &'static HookTableV1_7 = &HookTableV1_7 {
+        health_async: health_async::<P>,
+        probe_async: probe_async::<P>,
+        acquire_lease_async: acquire_lease_async::<P>,
+        resume_lease_async: resume_lease_async::<P>,
+        release_lease_async: release_lease_async::<P>,
+        destroy_lease_async: destroy_lease_async::<P>,
+        execute_async: execute_async::<P>,
+    };
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod checked;
 mod elf;
 mod error;
 pub mod export;
+mod future;
 mod image;
 mod loader;
 mod log;
@@ -34,14 +35,15 @@ mod version;
 
 pub use abi_stable;
 pub use error::{ErrorKind, HookResult, ProviderError};
+pub use future::{ready, HookFuture};
 pub use loader::{library_file_name, LoadError, LoadedProvider};
 pub use log::{LogField, LogLevel, LogRecord, LogSink};
 pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
 pub use recorder::CreationRecorder;
-pub use sink::{ByteSink, OutputSink, OutputStream};
+pub use sink::{ByteSink, OutputSink, OutputStream, OwnedByteSink};
 pub use sync::*;
 pub use types::*;
 pub use version::{
-    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_VERSION,
+    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION,
 };

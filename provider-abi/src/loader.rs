@@ -5,15 +5,16 @@
 use crate::{
     checked::CheckedFile,
     error::{HookResult, ProviderError},
+    future::{HookFuture, Imported},
     image::LoadedImage,
     log::{LogLevel, LogSink},
     module::*,
     provider::{unsupported, Provider},
     recorder::CreationRecorder,
-    sink::{ByteSink, OutputSink},
+    sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_VERSION},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION},
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -166,6 +167,7 @@ pub struct LoadedProvider {
     hooks_v1_4: Option<&'static HookTableV1_4>,
     hooks_v1_5: Option<&'static HookTableV1_5>,
     hooks_v1_6: Option<&'static HookTableV1_6>,
+    hooks_v1_7: Option<&'static HookTableV1_7>,
     manifest: Manifest,
 }
 
@@ -227,6 +229,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_7 = if host_abi >= ABI_1_7 {
+            extension_table::<HookTableV1_7>(&path, module, image, ABI_1_7.minor)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -240,6 +247,7 @@ impl LoadedProvider {
             hooks_v1_4,
             hooks_v1_5,
             hooks_v1_6,
+            hooks_v1_7,
             manifest: empty_manifest(),
             path,
         };
@@ -272,6 +280,7 @@ impl LoadedProvider {
             Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
             Hook::ImportUnconfirmed => self.hooks_v1_5.is_some(),
             Hook::GrantRequestShare => self.hooks_v1_6.is_some(),
+            hook if hook.is_async() => self.hooks_v1_7.is_some(),
             _ => true,
         }
     }
@@ -535,6 +544,60 @@ impl Provider for LoadedProvider {
         match self.hooks_v1_6 {
             Some(table) => (table.grant_request_share)(self.instance, parts_per_million).into(),
             None => Err(unsupported(Hook::GrantRequestShare)),
+        }
+    }
+
+    fn health_async(&self) -> HookFuture<HealthReport> {
+        self.call_async(Hook::HealthAsync, |table, instance| (table.health_async)(instance))
+    }
+
+    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
+        self.call_async(Hook::ProbeAsync, |table, instance| (table.probe_async)(instance, &params))
+    }
+
+    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+        self.call_async(Hook::AcquireLeaseAsync, |table, instance| {
+            (table.acquire_lease_async)(instance, &params)
+        })
+    }
+
+    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.call_async(Hook::ResumeLeaseAsync, |table, instance| {
+            (table.resume_lease_async)(instance, &params)
+        })
+    }
+
+    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.call_async(Hook::ReleaseLeaseAsync, |table, instance| {
+            (table.release_lease_async)(instance, &params)
+        })
+    }
+
+    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
+        self.call_async(Hook::DestroyLeaseAsync, |table, instance| {
+            (table.destroy_lease_async)(instance, &params)
+        })
+    }
+
+    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
+        self.call_async(Hook::ExecuteAsync, |table, instance| {
+            (table.execute_async)(instance, &params, output)
+        })
+    }
+}
+
+impl LoadedProvider {
+    /// Calls an async hook of the 1.7 table, or answers `unsupported`. The
+    /// call returns at once (the provider runs the work on its own runtime)
+    /// and the future it hands back owns everything it needs.
+    fn call_async<T: Send + 'static>(
+        &self,
+        hook: Hook,
+        call: impl FnOnce(&'static HookTableV1_7, InstancePtr) -> FfiHookFuture<T>,
+    ) -> HookFuture<T> {
+        match self.hooks_v1_7 {
+            Some(table) => Box::pin(Imported::new(hook, call(table, self.instance))),
+            None => crate::future::ready(Err(unsupported(hook))),
         }
     }
 }

@@ -53,7 +53,7 @@ use crate::{
     error::ProviderError,
     log::{LogLevel, LogSink},
     recorder::CreationRecorder,
-    sink::{ByteSink, OutputSink},
+    sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
     version::AbiVersion,
@@ -153,6 +153,24 @@ pub struct HookTableV1_5 {
 #[derive(StableAbi, Copy, Clone)]
 pub struct HookTableV1_6 {
     pub(crate) grant_request_share: extern "C" fn(InstancePtr, u32) -> FfiResult<()>,
+}
+
+/// A hook's result as a future the host polls (ABI 1.7).
+pub type FfiHookFuture<T> = async_ffi::FfiFuture<FfiResult<T>>;
+
+/// The hooks ABI 1.7 added: async variants of the hooks that wait on the
+/// network. Frozen once 1.7 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_7 {
+    pub(crate) health_async: extern "C" fn(InstancePtr) -> FfiHookFuture<HealthReport>,
+    pub(crate) probe_async: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiHookFuture<ProbeReport>,
+    pub(crate) acquire_lease_async: extern "C" fn(InstancePtr, &AcquireParams) -> FfiHookFuture<Lease>,
+    pub(crate) resume_lease_async: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<Lease>,
+    pub(crate) release_lease_async: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<ReleaseReport>,
+    pub(crate) destroy_lease_async: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<()>,
+    pub(crate) execute_async:
+        extern "C" fn(InstancePtr, &ExecuteParams, OwnedByteSink) -> FfiHookFuture<ExecuteResult>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -284,5 +302,19 @@ impl CodeAddresses for HookTableV1_5 {
 impl CodeAddresses for HookTableV1_6 {
     fn code_addresses(&self) -> Vec<*const c_void> {
         vec![self.grant_request_share as *const c_void]
+    }
+}
+
+impl CodeAddresses for HookTableV1_7 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![
+            self.health_async as *const c_void,
+            self.probe_async as *const c_void,
+            self.acquire_lease_async as *const c_void,
+            self.resume_lease_async as *const c_void,
+            self.release_lease_async as *const c_void,
+            self.destroy_lease_async as *const c_void,
+            self.execute_async as *const c_void,
+        ]
     }
 }

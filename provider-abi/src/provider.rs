@@ -2,9 +2,10 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    future::{ready, HookFuture},
     log::{LogLevel, LogSink},
     recorder::CreationRecorder,
-    sink::{ByteSink, OutputSink},
+    sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
     version::Hook,
@@ -136,6 +137,54 @@ pub trait Provider: Send + Sync + 'static {
     /// counting. Without this hook a provider keeps its whole budget.
     fn grant_request_share(&self, _parts_per_million: u32) -> HookResult<()> {
         Err(unsupported(Hook::GrantRequestShare))
+    }
+
+    // The async hooks (ABI 1.7). Each returns a `'static` future that owns
+    // what it needs: the provider runs the work on its own runtime and the
+    // future only waits for the result, so a host polls it from any executor.
+    // Dropping the future before it is ready cancels the call with the
+    // guarantees `release_lease` gives: a running command's process tree is
+    // terminated, a lease being created is deleted once its creation is
+    // known (or marked unconfirmed), and a cleanup delete runs to its end.
+
+    /// `health`, as a future (ABI 1.7).
+    fn health_async(&self) -> HookFuture<HealthReport> {
+        ready(Err(unsupported(Hook::HealthAsync)))
+    }
+
+    /// `probe`, as a future (ABI 1.7).
+    fn probe_async(&self, _params: EnvironmentParams) -> HookFuture<ProbeReport> {
+        ready(Err(unsupported(Hook::ProbeAsync)))
+    }
+
+    /// `acquire_lease`, as a future (ABI 1.7). Dropped before it is ready,
+    /// it leaves no lease behind: one already created is deleted.
+    fn acquire_lease_async(&self, _params: AcquireParams) -> HookFuture<Lease> {
+        ready(Err(unsupported(Hook::AcquireLeaseAsync)))
+    }
+
+    /// `resume_lease`, as a future (ABI 1.7).
+    fn resume_lease_async(&self, _params: LeaseParams) -> HookFuture<Lease> {
+        ready(Err(unsupported(Hook::ResumeLeaseAsync)))
+    }
+
+    /// `release_lease_reporting`, as a future (ABI 1.7). Dropped before it is
+    /// ready, the release still runs to its end.
+    fn release_lease_async(&self, _params: LeaseParams) -> HookFuture<ReleaseReport> {
+        ready(Err(unsupported(Hook::ReleaseLeaseAsync)))
+    }
+
+    /// `destroy_lease`, as a future (ABI 1.7). Dropped before it is ready,
+    /// the delete still runs to its end.
+    fn destroy_lease_async(&self, _params: LeaseParams) -> HookFuture<()> {
+        ready(Err(unsupported(Hook::DestroyLeaseAsync)))
+    }
+
+    /// `execute_bytes`, as a future streaming to `output` as the output
+    /// arrives (ABI 1.7). Dropped before it is ready, the command is stopped
+    /// as release stops it.
+    fn execute_async(&self, _params: ExecuteParams, _output: OwnedByteSink) -> HookFuture<ExecuteResult> {
+        ready(Err(unsupported(Hook::ExecuteAsync)))
     }
 }
 

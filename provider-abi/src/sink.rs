@@ -124,9 +124,95 @@ impl<'a> ByteSink<'a> {
     }
 }
 
+/// An FFI-safe, owned callback receiving output chunks as raw bytes: what an
+/// async `execute` (ABI 1.7) streams to while the host awaits its future.
+///
+/// The same contract as [`ByteSink`] (chunks in order, never from two threads
+/// at once, a panic in the host's closure caught at the boundary and the
+/// chunk dropped), but the provider owns it for as long as the call runs and
+/// drops it (dropping the host's closure) when the call ends.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct OwnedByteSink {
+    context: *mut c_void,
+    write_chunk: unsafe extern "C" fn(*mut c_void, OutputStream, RSlice<'_, u8>),
+    drop_context: unsafe extern "C" fn(*mut c_void),
+}
+
+// SAFETY: `new` only accepts `Send` closures, and `write` needs `&mut self`.
+unsafe impl Send for OwnedByteSink {}
+
+impl OwnedByteSink {
+    /// A sink calling `callback(stream, bytes)` for every chunk.
+    pub fn new<F>(callback: F) -> Self
+    where
+        F: FnMut(OutputStream, &[u8]) + Send + 'static,
+    {
+        unsafe extern "C" fn trampoline<F>(context: *mut c_void, stream: OutputStream, chunk: RSlice<'_, u8>)
+        where
+            F: FnMut(OutputStream, &[u8]) + Send,
+        {
+            // SAFETY: `context` is the `Box<F>` leaked by `new`, freed only by
+            // `drop_context`; `write` takes `&mut self`, so no other
+            // reference to it is live.
+            let callback = unsafe { &mut *context.cast::<F>() };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
+                crate::export::drop_panic_payload(payload);
+            }
+        }
+        unsafe extern "C" fn drop_context<F>(context: *mut c_void) {
+            // SAFETY: called once, from `Drop`, on the box `new` leaked.
+            let callback = unsafe { Box::from_raw(context.cast::<F>()) };
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
+                crate::export::drop_panic_payload(payload);
+            }
+        }
+        Self {
+            context: Box::into_raw(Box::new(callback)).cast(),
+            write_chunk: trampoline::<F>,
+            drop_context: drop_context::<F>,
+        }
+    }
+
+    /// Delivers one chunk to the host.
+    pub fn write(&mut self, stream: OutputStream, chunk: &[u8]) {
+        // SAFETY: `context` and `write_chunk` were paired by `new` (private
+        // fields), and `chunk` outlives the call.
+        unsafe { (self.write_chunk)(self.context, stream, RSlice::from_slice(chunk)) }
+    }
+}
+
+impl Drop for OwnedByteSink {
+    fn drop(&mut self) {
+        // SAFETY: paired by `new`; `drop` runs once.
+        unsafe { (self.drop_context)(self.context) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owned_sink_delivers_in_order_survives_a_panic_and_drops_its_closure() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let shared = std::sync::Arc::clone(&seen);
+        let mut sink = OwnedByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
+            if chunk == b"boom" {
+                panic!("host callback failed");
+            }
+            shared.lock().unwrap().push((stream, chunk.to_vec()));
+        });
+        sink.write(OutputStream::Stdout, b"a");
+        sink.write(OutputStream::Stdout, b"boom");
+        sink.write(OutputStream::Stderr, b"b");
+        drop(sink);
+        assert_eq!(std::sync::Arc::strong_count(&seen), 1, "dropping the sink drops the closure");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [(OutputStream::Stdout, b"a".to_vec()), (OutputStream::Stderr, b"b".to_vec())]
+        );
+    }
 
     #[test]
     fn bytes_reach_the_closure_unchanged_and_panics_stay_on_the_host_side() {

@@ -46,8 +46,13 @@ pub const ABI_1_5: AbiVersion = AbiVersion::new(1, 5);
 /// ABI 1.6: adds `grant_request_share` (the share of its own request budget
 /// a provider may spend, when several hosts share one account and caller).
 pub const ABI_1_6: AbiVersion = AbiVersion::new(1, 6);
+/// ABI 1.7: adds the async hooks (`health_async`, `probe_async`,
+/// `acquire_lease_async`, `resume_lease_async`, `release_lease_async`,
+/// `destroy_lease_async`, `execute_async`), which return an FFI-safe future.
+///
+pub const ABI_1_7: AbiVersion = AbiVersion::new(1, 7);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_6;
+pub const ABI_VERSION: AbiVersion = ABI_1_7;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,11 +101,26 @@ pub enum Hook {
     /// `grant_request_share` (ABI 1.6): the share of its request budget the
     /// provider may spend, in parts per million.
     GrantRequestShare,
+    /// `health_async` (ABI 1.7): `health`, as a future.
+    HealthAsync,
+    /// `probe_async` (ABI 1.7): `probe`, as a future.
+    ProbeAsync,
+    /// `acquire_lease_async` (ABI 1.7): `acquire_lease`, as a future.
+    AcquireLeaseAsync,
+    /// `resume_lease_async` (ABI 1.7): `resume_lease`, as a future.
+    ResumeLeaseAsync,
+    /// `release_lease_async` (ABI 1.7): `release_lease_reporting`, as a future.
+    ReleaseLeaseAsync,
+    /// `destroy_lease_async` (ABI 1.7): `destroy_lease`, as a future.
+    DestroyLeaseAsync,
+    /// `execute_async` (ABI 1.7): `execute_bytes`, as a future streaming to
+    /// an owned sink.
+    ExecuteAsync,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 21] = [
+    pub const ALL: [Hook; 28] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -122,6 +142,13 @@ impl Hook {
         Hook::SyncOut,
         Hook::ImportUnconfirmed,
         Hook::GrantRequestShare,
+        Hook::HealthAsync,
+        Hook::ProbeAsync,
+        Hook::AcquireLeaseAsync,
+        Hook::ResumeLeaseAsync,
+        Hook::ReleaseLeaseAsync,
+        Hook::DestroyLeaseAsync,
+        Hook::ExecuteAsync,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -148,6 +175,13 @@ impl Hook {
             Hook::SyncOut => "sync_out",
             Hook::ImportUnconfirmed => "import_unconfirmed",
             Hook::GrantRequestShare => "grant_request_share",
+            Hook::HealthAsync => "health_async",
+            Hook::ProbeAsync => "probe_async",
+            Hook::AcquireLeaseAsync => "acquire_lease_async",
+            Hook::ResumeLeaseAsync => "resume_lease_async",
+            Hook::ReleaseLeaseAsync => "release_lease_async",
+            Hook::DestroyLeaseAsync => "destroy_lease_async",
+            Hook::ExecuteAsync => "execute_async",
         }
     }
 
@@ -160,8 +194,20 @@ impl Hook {
             Hook::SyncIn | Hook::SyncOut => ABI_1_4,
             Hook::ImportUnconfirmed => ABI_1_5,
             Hook::GrantRequestShare => ABI_1_6,
+            Hook::HealthAsync
+            | Hook::ProbeAsync
+            | Hook::AcquireLeaseAsync
+            | Hook::ResumeLeaseAsync
+            | Hook::ReleaseLeaseAsync
+            | Hook::DestroyLeaseAsync
+            | Hook::ExecuteAsync => ABI_1_7,
             _ => ABI_1_0,
         }
+    }
+
+    /// True for the async hooks (ABI 1.7), which return a future.
+    pub const fn is_async(self) -> bool {
+        matches!(self.since(), ABI_1_7)
     }
 
     /// Looks a hook up by its manifest name.

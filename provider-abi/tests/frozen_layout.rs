@@ -2,12 +2,14 @@
 //! were built with: making their fields crate-private changed no layout
 //! abi_stable checks, so every shipped library still loads (the version-matrix
 //! test loads them; this test compares the definitions themselves). The ABI
-//! 1.6 table is pinned the same way from the day it shipped.
+//! 1.6 and 1.7 tables are pinned the same way from the day they shipped.
 
 #[path = "frozen/abi_1_1.rs"]
 mod frozen;
 #[path = "frozen/abi_1_6.rs"]
 mod frozen_1_6;
+#[path = "frozen/abi_1_7.rs"]
+mod frozen_1_7;
 
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility, type_layout::TypeLayout, StableAbi,
@@ -15,7 +17,7 @@ use abi_stable::{
 use provider_abi::{module, ProviderModuleRef};
 
 /// Each pair is (as shipped, as defined now).
-fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 6] {
+fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 7] {
     [
         ("root module", frozen::ProviderModuleRef::LAYOUT, ProviderModuleRef::LAYOUT),
         ("instance pointer", frozen::InstancePtr::LAYOUT, module::InstancePtr::LAYOUT),
@@ -23,6 +25,7 @@ fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 6] {
         ("ABI 1.1 hooks", frozen::HookTableV1_1::LAYOUT, module::HookTableV1_1::LAYOUT),
         ("extension", frozen::Extension::LAYOUT, module::Extension::LAYOUT),
         ("ABI 1.6 hooks", frozen_1_6::HookTableV1_6::LAYOUT, module::HookTableV1_6::LAYOUT),
+        ("ABI 1.7 hooks", frozen_1_7::HookTableV1_7::LAYOUT, module::HookTableV1_7::LAYOUT),
     ]
 }
 

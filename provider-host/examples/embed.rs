@@ -36,8 +36,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut running = provider.execute(command);
     while let Some((stream, chunk)) = running.output.recv().await {
         match stream {
-            OutputStream::Stdout => std::io::stdout().write_all(chunk.as_bytes())?,
-            OutputStream::Stderr => std::io::stderr().write_all(chunk.as_bytes())?,
+            OutputStream::Stdout => std::io::stdout().write_all(&chunk)?,
+            OutputStream::Stderr => std::io::stderr().write_all(&chunk)?,
         }
     }
     println!("exit code {:?}", running.result().await?.exit_code.into_option());

@@ -9,7 +9,7 @@ use provider_abi::{
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
-use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
+use provider_abi::{ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult};
 use std::path::{Path, PathBuf};
 
 /// A provider the host can ask which hooks it can call ([`crate::host::Host`]
@@ -201,5 +201,32 @@ impl Provider for HostedProvider {
 
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         self.inner().grant_request_share(parts_per_million)
+    }
+    fn health_async(&self) -> HookFuture<HealthReport> {
+        self.inner().health_async()
+    }
+
+    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
+        self.inner().probe_async(params)
+    }
+
+    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+        self.inner().acquire_lease_async(params)
+    }
+
+    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.inner().resume_lease_async(params)
+    }
+
+    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.inner().release_lease_async(params)
+    }
+
+    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
+        self.inner().destroy_lease_async(params)
+    }
+
+    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
+        self.inner().execute_async(params, output)
     }
 }

@@ -17,7 +17,7 @@ use provider_abi::{
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
-use provider_abi::{ByteSink, LogLevel, LogSink, SyncParams, SyncResult};
+use provider_abi::{ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult};
 use std::{
     fmt,
     path::PathBuf,
@@ -127,6 +127,20 @@ impl Version {
         if spawned.is_err() {
             shut_down(&provider, &self.manifest.version);
         }
+    }
+}
+
+/// An async call in flight on a version: holds the instance and counts the
+/// call until dropped.
+struct InFlight {
+    version: Arc<Version>,
+    provider: Arc<LoadedProvider>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.version.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.version.drain_if_idle();
     }
 }
 
@@ -306,6 +320,27 @@ impl ProviderSet {
         outcome
     }
 
+    /// Starts an async hook on the active version, counting it in flight
+    /// there until its future completes or is dropped (a retired version is
+    /// drained only after that).
+    pub fn call_async<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&LoadedProvider) -> HookFuture<T>,
+    ) -> HookFuture<T> {
+        let version = {
+            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            active.in_flight.fetch_add(1, Ordering::SeqCst);
+            Arc::clone(&active)
+        };
+        let in_flight = InFlight { provider: version.loaded(), version };
+        let future = call(&in_flight.provider);
+        Box::pin(async move {
+            let outcome = future.await;
+            drop(in_flight);
+            outcome
+        })
+    }
+
     /// True when the active version can answer `hook`.
     pub fn supports(&self, hook: Hook) -> bool {
         self.call(|provider| provider.supports(hook))
@@ -427,6 +462,34 @@ impl Provider for ProviderSet {
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         self.share.store(parts_per_million, Ordering::SeqCst);
         self.call(|provider| provider.grant_request_share(parts_per_million))
+    }
+
+    fn health_async(&self) -> HookFuture<HealthReport> {
+        self.call_async(move |provider| provider.health_async())
+    }
+
+    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
+        self.call_async(move |provider| provider.probe_async(params))
+    }
+
+    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+        self.call_async(move |provider| provider.acquire_lease_async(params))
+    }
+
+    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.call_async(move |provider| provider.resume_lease_async(params))
+    }
+
+    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.call_async(move |provider| provider.release_lease_async(params))
+    }
+
+    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
+        self.call_async(move |provider| provider.destroy_lease_async(params))
+    }
+
+    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
+        self.call_async(move |provider| provider.execute_async(params, output))
     }
 }
 

@@ -129,10 +129,12 @@ impl IsolatedProvider {
         let library = std::path::absolute(library).unwrap_or_else(|_| library.to_path_buf());
         let shared = Arc::new(Shared::default());
         let worker = WorkerProcess::open(&library, &options, &Setup::default(), &shared)?;
+        let mut manifest = worker.hello.manifest.clone();
+        manifest.hooks.retain(|name| Hook::from_name(name).is_none_or(|hook| !hook.is_async()));
         Ok(IsolatedProvider {
             library,
             options,
-            manifest: worker.hello.manifest.clone(),
+            manifest,
             supported: worker.hello.supported.clone(),
             setup: Mutex::new(Setup::default()),
             main: Mutex::new(Some(worker)),
@@ -148,11 +150,14 @@ impl IsolatedProvider {
         &self.library
     }
 
-    /// True when the worker's library has `hook` (every hook crosses the
+    /// True when the worker's library has `hook` (every blocking hook crosses the
     /// worker protocol; a library older than the hook reports `unsupported`,
     /// and hosts fall back as in process).
+    ///
+    /// The async hooks (ABI 1.7) do not cross the worker protocol: never
+    /// supported here, so async hosts fall back to the blocking hooks.
     pub fn supports(&self, hook: Hook) -> bool {
-        self.supported.iter().any(|name| name == hook.name())
+        !hook.is_async() && self.supported.iter().any(|name| name == hook.name())
     }
 
     /// Workers started to serve the hooks that create nothing (1 + restarts).

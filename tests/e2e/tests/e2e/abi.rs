@@ -4,9 +4,9 @@
 use e2e::library;
 use provider_abi::{
     AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
-    LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream, Provider,
-    SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4,
-    ABI_1_5, ABI_1_6,
+    LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream,
+    OwnedByteSink, Provider, SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2,
+    ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7,
 };
 use std::{path::Path, sync::Arc};
 
@@ -32,14 +32,35 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 6] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 7] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
     (ABI_1_4, &[Hook::SyncIn, Hook::SyncOut]),
     (ABI_1_5, &[Hook::ImportUnconfirmed]),
     (ABI_1_6, &[Hook::GrantRequestShare]),
+    (
+        ABI_1_7,
+        &[
+            Hook::HealthAsync,
+            Hook::ProbeAsync,
+            Hook::AcquireLeaseAsync,
+            Hook::ResumeLeaseAsync,
+            Hook::ReleaseLeaseAsync,
+            Hook::DestroyLeaseAsync,
+            Hook::ExecuteAsync,
+        ],
+    ),
 ];
+
+/// Every host version of major 1 this crate can act as.
+const HOSTS: [AbiVersion; 8] = [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7];
+
+/// Runs a hook's future on a runtime of the host's own (the provider's work
+/// runs on the provider's runtime).
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread().build().expect("a host runtime").block_on(future)
+}
 
 #[test]
 fn version_matrix_within_major_1() {
@@ -53,9 +74,10 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_4", ABI_1_4),
         ("fixture_v1_5", ABI_1_5),
         ("fixture_v1_6", ABI_1_6),
+        ("fixture_v1_7", ABI_1_7),
     ];
     for (name, library_abi) in libraries {
-        for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6] {
+        for host in HOSTS {
             let provider = load(name, host);
             assert_eq!(provider.library_abi(), library_abi, "{name} as {host}");
             let manifest = provider.manifest();
@@ -166,6 +188,33 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
             let health = provider.health().unwrap();
             assert!(health.message.ends_with(", request share 250000 ppm"), "{}", health.message);
         }),
+        Hook::HealthAsync => block_on(provider.health_async()).map(|report| assert_eq!(report.status, "ok")),
+        Hook::ProbeAsync => {
+            block_on(provider.probe_async(EnvironmentParams::default())).map(|report| assert!(report.ok))
+        }
+        Hook::AcquireLeaseAsync => block_on(provider.acquire_lease_async(acquire.clone()))
+            .map(|lease| assert!(lease.provider_lease_id.is_some())),
+        Hook::ResumeLeaseAsync => block_on(provider.resume_lease_async(lease_params()))
+            .map(|lease| assert_eq!(lease.provider_lease_id, lease_params().provider_lease_id)),
+        Hook::ReleaseLeaseAsync => {
+            block_on(provider.release_lease_async(lease_params())).map(|report| assert!(!report.kept))
+        }
+        Hook::DestroyLeaseAsync => block_on(provider.destroy_lease_async(lease_params())),
+        Hook::ExecuteAsync => {
+            let bytes = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let kept = Arc::clone(&bytes);
+            let sink =
+                OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
+            let params = ExecuteParams {
+                command: "echo".into(),
+                args: vec!["a".into(), "b".into()].into(),
+                ..Default::default()
+            };
+            block_on(provider.execute_async(params, sink)).map(|result| {
+                assert_eq!(*bytes.lock().unwrap(), b"ab");
+                assert_eq!(result.stdout, "ab");
+            })
+        }
         other => panic!("{other} was not added by a minor version"),
     };
     result
@@ -195,7 +244,7 @@ fn sync_params(id: &str, target: &str) -> SyncParams {
 
 #[test]
 fn another_major_version_is_refused_in_one_line_naming_both_versions() {
-    for host in [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6] {
+    for host in HOSTS {
         let path = library("fixture_v2");
         let error = LoadedProvider::load_as(&path, host).err().expect("ABI 2 must be refused");
         let text = error.to_string();

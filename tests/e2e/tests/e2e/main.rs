@@ -1,6 +1,7 @@
 //! End-to-end tests through real shared libraries, one binary with modules.
 
 mod abi;
+mod async_hooks;
 mod binding;
 mod commands;
 mod execute;
