@@ -161,8 +161,8 @@ async fn create_lease(
 pub const ADMISSION_PATIENCE: u32 = 4;
 
 /// The share of `timeoutMs` the request backlog may represent when new work
-/// is admitted: an acquisition makes about three sequential requests and a
-/// whole lifecycle about fifteen, so a backlog of a tenth of the deadline
+/// is admitted: an acquisition makes about two sequential requests and a
+/// whole lifecycle about fourteen, so a backlog of a tenth of the deadline
 /// keeps every admitted operation's requests well inside it.
 pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
 
@@ -201,9 +201,12 @@ async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Res
 /// positional argument, never part of the script.
 pub const PREPARE_SCRIPT: &str = r#"mkdir -p -- "$1" && printf %s "$2" > "$3""#;
 
-/// Waits for `running` (first read at the learnt schedule: the creation
-/// reply already said `creating`), then prepares the workspace and writes
-/// the marker in one `exec`.
+/// Waits for `running`, then prepares the workspace and writes the marker
+/// in one `exec`. The `exec` itself is the first poll, at the learnt
+/// schedule (the creation reply already said `creating`): a command that
+/// ran proves the sandbox runs, so when the schedule was right no state is
+/// read at all; when it was early, the state is polled as usual and the
+/// `exec` (repeatable: `mkdir -p`, the same marker) sent again once running.
 async fn prepare_workspace(
     client: &CreateosClient,
     id: &str,
@@ -211,10 +214,11 @@ async fn prepare_workspace(
     deadline: Instant,
     estimates: &Estimates,
 ) -> Result<(), Error> {
-    transition::created(client, id, deadline, Priority::InFlight, estimates).await?;
     let options = CallOptions::new(deadline, Priority::InFlight);
     let args = ["-c", PREPARE_SCRIPT, "sh", RUNTIME_DIR, &metadata.marker, MARKER_PATH].map(String::from);
-    let prepared = client.exec(id, "/bin/sh", &args, options).await?;
+    let prepare = || client.exec(id, "/bin/sh", &args, options);
+    let prepared =
+        transition::created_then(client, id, deadline, Priority::InFlight, estimates, prepare).await?;
     if prepared.exit_code != 0 {
         return Err(Error::workspace_command_failed(prepared.exit_code));
     }

@@ -18,7 +18,7 @@
 //!   sent 60 s earlier), and
 //! - either the window holds fewer than the **free share** `F = ⌊C / 4⌋`
 //!   starts (72): the budget is mostly unused, so the request starts at once
-//!   (a lone lease's ~15 requests go at network speed), or the last start
+//!   (a lone lease's ~14 requests go at network speed), or the last start
 //!   was at least `60 s / (C − b)` ago, where `b` counts the free starts
 //!   still in the window: under load, starts are spaced smoothly, and what
 //!   free starts took is paid back evenly until they leave the window.
@@ -27,7 +27,9 @@
 //! once the free starts of the first minute have left the window, exactly
 //! `C` (97 % of the limit), spaced `60 s / C` (206 ms) apart: a stall never
 //! happens, because the spacing never lets the window fill before its oldest
-//! starts expire. The first minute after an idle period runs at
+//! starts expire. A start that comes late (nobody was waiting when it was
+//! due, as between a lease's requests) is counted as due, up to one spacing
+//! late, so gaps in the demand do not pull the settled rate below `C`. The first minute after an idle period runs at
 //! `(C − b) / C` of that rate after its free burst (at least 75 %).
 //!
 //! Memory: starts are logged in 50 ms slots ([`SLOT`]), a slot keeping its
@@ -278,16 +280,23 @@ impl State {
         (at, free && at.is_none_or(|t| t <= now))
     }
 
-    /// Grants a start at `now`. The window logs `now`; the next spacing
-    /// counts from `waited_for` if given: the instant this start was due
-    /// while it was already waiting. Waking up is late by the timer's
-    /// resolution (1 ms) and the scheduler's delay (more on a loaded
-    /// machine); counting from `now` would lose that much per start (a
-    /// millisecond is 0.5 % of the budget). The cap still counts real start
-    /// times, so this never lets more than the cap start in 60 s.
-    fn grant(&mut self, now: Instant, free: bool, waited_for: Option<Instant>) {
+    /// Grants a start at `now`, which was `due` (`None`: a free start, or
+    /// one with no spacing to keep). The window logs `now`; the next
+    /// spacing counts from `due` when the start is late by less than one
+    /// spacing, else from one spacing before `now`. A start is late because
+    /// waking up is (the timer's millisecond, the scheduler's delay on a
+    /// loaded machine), or because nobody was waiting when it was due (a
+    /// lease between two of its requests): counting from `now` would lose
+    /// that much per start (a millisecond is 0.5 % of the budget), and under
+    /// load with gaps the settled rate would fall below the cap. The credit
+    /// is bounded by one spacing, so at most two starts come closer than the
+    /// spacing; the cap still counts real start times, so this never lets
+    /// more than the cap start in 60 s.
+    fn grant(&mut self, now: Instant, free: bool, due: Option<Instant>) {
+        let spacing = self.rate.window_spacing(self.window.free);
         self.window.record(now, free);
-        self.last_start = Some(waited_for.unwrap_or(now));
+        let credited = now.checked_sub(spacing).unwrap_or(now);
+        self.last_start = Some(due.map_or(now, |due| due.max(credited)));
         let interval = self.rate.interval;
         self.tat = Some(self.tat.map_or(now, |tat| tat.max(now)) + interval);
     }
@@ -445,7 +454,6 @@ impl Pacer {
     /// future: its place is released at once.
     pub async fn acquire(&self, priority: Priority) {
         let notify = Arc::new(Notify::new());
-        let enqueued = Instant::now();
         let key = {
             let mut state = self.lock();
             let key = (priority, state.next_seq);
@@ -465,7 +473,7 @@ impl Pacer {
                     match state.earliest_start(now) {
                         (Some(t), _) if t > now => Some(t),
                         (due, free) => {
-                            state.grant(now, free, due.filter(|due| enqueued <= *due));
+                            state.grant(now, free, due);
                             state.queue.remove(&key);
                             place.done = true;
                             state.wake_head();
@@ -717,11 +725,121 @@ mod tests {
         }
     }
 
+    /// The window pacing's thresholds, one start on either side of each
+    /// (literal numbers, so a changed comparison or constant is caught).
+    #[test]
+    fn window_thresholds_on_either_side() {
+        let spacing = Duration::from_nanos(206_185_567);
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch;
+        // 71 starts: the 72nd is still free; 72: the 73rd is spaced.
+        for _ in 0..71 {
+            state.grant(t0, true, None);
+        }
+        assert_eq!(state.earliest_start(t0), (None, true));
+        state.grant(t0, true, None);
+        let after_free = Duration::from_nanos(273_972_602);
+        assert_eq!(state.earliest_start(t0), (Some(t0 + after_free), false));
+        // 290 starts: one more may start (spaced); 291: full until the
+        // oldest leave, exactly 60 s after them.
+        for _ in 72..290 {
+            state.grant(t0, false, None);
+        }
+        assert_eq!(state.window.starts, 290);
+        assert_eq!(state.earliest_start(t0), (Some(t0 + after_free), false));
+        state.grant(t0, false, None);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(state.earliest_start(t1), (Some(t0 + WINDOW), false));
+        assert_eq!(state.window.below(291), t0 + WINDOW);
+        // One nanosecond before the 60 s the starts still count; at 60 s
+        // they are gone.
+        state.window.prune(t0 + WINDOW - Duration::from_nanos(1));
+        assert_eq!(state.window.starts, 291);
+        state.window.prune(t0 + WINDOW);
+        assert_eq!((state.window.starts, state.window.free), (0, 0));
+        drop(state);
+        // Credit for a late start: up to one spacing, never more.
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch + Duration::from_secs(1);
+        let due = t0 + Duration::from_millis(10);
+        state.grant(due + spacing - Duration::from_nanos(1), false, Some(due));
+        assert_eq!(state.last_start, Some(due));
+        state.grant(due + spacing * 3, false, Some(due + spacing));
+        assert_eq!(state.last_start, Some(due + spacing * 2));
+        state.grant(due + spacing * 4, false, None);
+        assert_eq!(state.last_start, Some(due + spacing * 4));
+        // Smooth pacing's tolerance is two intervals at a burst of 3.
+        assert_eq!(state.rate.tolerance(), Duration::from_nanos(412_371_136));
+    }
+
+    #[test]
+    fn capacity_and_recent_admissions_on_either_side() {
+        let pacer = Pacer::new(300);
+        let mut state = pacer.lock();
+        let t0 = state.window.epoch;
+        // Window pacing: 2 s at 60 s / 291 is 9 requests; 1 ms is still 1.
+        assert_eq!(state.capacity_within(Duration::from_secs(2)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_567 * 10 - 1)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_567 * 10)), 10);
+        assert_eq!(state.capacity_within(Duration::from_millis(1)), 1);
+        // With 72 free starts in the window the spacing is 60 s / 219.
+        for _ in 0..72 {
+            state.grant(t0, true, None);
+        }
+        assert_eq!(state.capacity_within(Duration::from_secs(2)), 7);
+        state.pacing = Pacing::Smooth;
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_568 * 10 - 1)), 9);
+        assert_eq!(state.capacity_within(Duration::from_nanos(206_185_568 * 10)), 10);
+        // Admissions count while younger than the horizon.
+        state.recent_admissions.extend([t0, t0 + Duration::from_secs(1)]);
+        let horizon = Duration::from_secs(2);
+        assert_eq!(
+            state.admissions_within(horizon, t0 + Duration::from_secs(2) - Duration::from_nanos(1)),
+            2
+        );
+        assert_eq!(state.admissions_within(horizon, t0 + Duration::from_secs(2)), 1);
+        assert_eq!(state.admissions_within(horizon, t0 + Duration::from_secs(3)), 0);
+    }
+
+    /// Callers that are not always waiting, like lifecycle loops between
+    /// their transitions: each asks again a little after its last start, so
+    /// the queue is often empty when the next start is due and a start
+    /// comes late. The lateness up to one spacing is credited, so the
+    /// settled minutes still hold the cap.
+    #[tokio::test(start_paused = true)]
+    async fn late_callers_still_settle_at_the_cap() {
+        let pacer = Arc::new(Pacer::new(300));
+        let start = Instant::now();
+        let grants = Arc::new(Mutex::new(Vec::new()));
+        let handles: Vec<_> = [350u64, 420]
+            .into_iter()
+            .map(|gap| {
+                let (pacer, grants) = (pacer.clone(), grants.clone());
+                tokio::spawn(async move {
+                    loop {
+                        pacer.acquire(Priority::InFlight).await;
+                        grants.lock().unwrap().push(start.elapsed());
+                        tokio::time::sleep(Duration::from_millis(gap)).await;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        handles.iter().for_each(|h| h.abort());
+        let mut times = grants.lock().unwrap().clone();
+        times.sort();
+        assert_eq!(max_in_any_window(&times, WINDOW), 291);
+        let minutes = per_minute(&times, 5);
+        assert!(minutes[2..].iter().all(|n| *n == 291), "{minutes:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_lone_lease_goes_at_network_speed() {
         let pacer = Pacer::new(300);
         let start = Instant::now();
-        // A lifecycle's 15 requests, four lifecycles back to back: no wait.
+        // The free share (72 starts: five lifecycles of 14 requests): no wait.
         for _ in 0..72 {
             pacer.acquire(Priority::InFlight).await;
         }

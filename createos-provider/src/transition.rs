@@ -387,21 +387,51 @@ pub async fn transition_with_priority<C: Lifecycle>(
 }
 
 /// Waits for a sandbox whose `POST /sandboxes` was just answered to reach
-/// `running`. The creation reply already says the sandbox is `creating`, so
-/// nothing is read before the first poll: the phase is timed from now (the
-/// reply), and the first read waits for the learnt schedule, exactly like
-/// the first poll after an accepted pause or resume. (Reading at once, as
-/// [`transition`] does, costs a request that can only answer `creating`.)
-pub async fn created<C: Lifecycle>(
+/// `running`, then runs `work` in it. The creation reply already says the
+/// sandbox is `creating`, so nothing is read before the first poll: the
+/// phase is timed from now (the reply), and the first poll waits for the
+/// learnt schedule, exactly like the first poll after an accepted pause or
+/// resume. (Reading at once, as [`transition`] does, costs a request that
+/// can only answer `creating`.)
+///
+/// `work` is a request the caller sends once the sandbox runs and that can
+/// only succeed on a running sandbox (a command): it is sent *as* the first
+/// poll. Its success proves `running`, so the usual state read is never sent
+/// when the schedule was right. When it fails while the sandbox may still be
+/// creating (any failure but a 404; the simulator answers 409), the phase is
+/// polled by state reads as usual and `work` is sent again once `running`
+/// (so it must be repeatable).
+pub async fn created_then<C: Lifecycle, T, F: Future<Output = Result<T, Error>>>(
     client: &C,
     id: &str,
     deadline: Instant,
     priority: Priority,
     estimates: &Estimates,
-) -> Result<(), Error> {
-    drive(client, id, Desired::Running, deadline, priority, estimates, Some(Phase::Creating)).await
+    work: impl Fn() -> F,
+) -> Result<T, Error> {
+    let start = Instant::now();
+    let mut run = PhaseRun::new(estimates, Phase::Creating, true);
+    let at = start + run.next_offset();
+    run.polls += 1;
+    wait_until(at, deadline).await?;
+    let sent = Instant::now();
+    match work().await {
+        Ok(value) => {
+            run.finish(estimates, Instant::now() - start);
+            return Ok(value);
+        }
+        Err(error) if error.is_not_found() => return Err(error),
+        Err(_) => run.last_sent = Some(sent - start),
+    }
+    let at = start + run.next_offset();
+    run.polls += 1;
+    wait_until(at, deadline).await?;
+    drive(client, id, Desired::Running, deadline, priority, estimates, Some((run, start))).await?;
+    work().await
 }
 
+/// The state machine. `started`: a phase we started (and its start) whose
+/// next poll is due now; `None` reads the state at once.
 async fn drive<C: Lifecycle>(
     client: &C,
     id: &str,
@@ -409,7 +439,7 @@ async fn drive<C: Lifecycle>(
     deadline: Instant,
     priority: Priority,
     estimates: &Estimates,
-    started: Option<Phase>,
+    started: Option<(PhaseRun, Instant)>,
 ) -> Result<(), Error> {
     let opts = CallOptions::new(deadline, priority);
     let target = match desired {
@@ -417,17 +447,9 @@ async fn drive<C: Lifecycle>(
         Desired::Paused => SandboxStatus::Paused,
     };
     let mut submitted = false;
-    let mut first_read = true;
+    let mut first_read = started.is_none();
     // The phase being polled and when it started.
-    let mut phase: Option<(PhaseRun, Instant)> = None;
-    if let Some(kind) = started {
-        let start = Instant::now();
-        let mut run = PhaseRun::new(estimates, kind, true);
-        let at = start + run.next_offset();
-        run.polls += 1;
-        phase = Some((run, start));
-        wait_until(at, deadline).await?;
-    }
+    let mut phase: Option<(PhaseRun, Instant)> = started;
     loop {
         let sent = Instant::now();
         let status = client.get_sandbox(id, opts).await?.status;
@@ -861,32 +883,65 @@ mod tests {
         }
     }
 
+    impl Fake {
+        /// A command: it runs only on a running sandbox (409 otherwise).
+        fn work(&self) -> std::future::Ready<Result<&'static str, Error>> {
+            let now = self.now_ms();
+            self.log.lock().unwrap().push(format!("work@{now}"));
+            let timeline = self.timeline.lock().unwrap();
+            let status = timeline.iter().rev().find(|(t, _)| *t <= now).unwrap().1;
+            std::future::ready(if status == "running" {
+                Ok("done")
+            } else {
+                Err(Error::api(op::WORKSPACE_COMMAND, 409))
+            })
+        }
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_created_sandbox_is_first_read_at_the_schedule() {
+    async fn a_created_sandbox_is_first_polled_by_its_work_at_the_schedule() {
         let estimates = Estimates::new();
         let deadline = |fake: &Fake| fake.t0 + Duration::from_secs(60);
-        // No history: the first read comes 250 ms after the creation reply,
-        // where `transition` would have read at once and then at 250 ms.
+        let estimates = &estimates;
+        async fn created(
+            fake: &Fake,
+            deadline: Instant,
+            estimates: &Estimates,
+        ) -> Result<&'static str, Error> {
+            created_then(fake, "sbx", deadline, Priority::InFlight, estimates, || fake.work()).await
+        }
+        // No history: the work is the first poll, 250 ms after the creation
+        // reply (where `transition` would have read at once and then at
+        // 250 ms); refused while creating, then state reads as usual, and
+        // the work again once running.
         let fake = Fake::new(vec![(0, "creating"), (300, "running")]);
-        created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap();
-        assert_eq!(fake.log(), ["get@250", "get@500"]);
+        assert_eq!(created(&fake, deadline(&fake), estimates).await.unwrap(), "done");
+        assert_eq!(fake.log(), ["work@250", "get@500", "work@500"]);
         // Timed from the reply: the midpoint of 250 and 500.
         assert_eq!(estimates.estimate(Phase::Creating), Some(Duration::from_millis(375)));
-        // With history, one read at the estimate when the sandbox is quick.
+        // With history, the work alone at the estimate when the sandbox is
+        // quick: no state read at all.
         let fake = Fake::new(vec![(0, "creating"), (360, "running")]);
-        created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap();
-        assert_eq!(fake.log(), ["get@375"]);
+        assert_eq!(created(&fake, deadline(&fake), estimates).await.unwrap(), "done");
+        assert_eq!(fake.log(), ["work@375"]);
         assert_eq!(estimates.samples(Phase::Creating), 2);
+        // Missed: the state is polled on the schedule's quick gaps, and the
+        // work sent again once running.
+        let fake = Fake::new(vec![(0, "creating"), (420, "running")]);
+        created(&fake, deadline(&fake), estimates).await.unwrap();
+        let log = fake.log();
+        let kinds: Vec<&str> = log.iter().map(|l| l.split('@').next().unwrap()).collect();
+        assert_eq!(kinds.first(), Some(&"work"), "{log:?}");
+        assert_eq!(kinds.last(), Some(&"work"), "{log:?}");
+        assert!(kinds[1..kinds.len() - 1].iter().all(|k| *k == "get") && kinds.len() >= 3, "{log:?}");
         // A sandbox that failed while creating ends the wait, nothing posted.
         let fake = Fake::new(vec![(0, "creating"), (10, "failed")]);
-        let err = created(&fake, "sbx", deadline(&fake), Priority::InFlight, &estimates).await.unwrap_err();
+        let err = created(&fake, deadline(&fake), estimates).await.unwrap_err();
         assert!(err.is_terminal_state(), "{err}");
-        assert_eq!(fake.log().len(), 1);
-        // A deadline before the first read: a timeout, no request.
+        assert_eq!(fake.log().len(), 2, "the work, then one state read: {:?}", fake.log());
+        // A deadline before the first poll: a timeout, no request.
         let fake = Fake::new(vec![(0, "creating")]);
-        let err = created(&fake, "sbx", fake.t0 + Duration::from_millis(100), Priority::InFlight, &estimates)
-            .await
-            .unwrap_err();
+        let err = created(&fake, fake.t0 + Duration::from_millis(100), estimates).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Timeout);
         assert!(fake.log().is_empty());
     }

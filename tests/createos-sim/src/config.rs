@@ -85,7 +85,7 @@ pub struct SimConfig {
     pub resume_delay: Duration,
     /// Size of each managed process's output journal (data bytes). Default 1 MiB.
     pub journal_bytes: usize,
-    /// Directory holding sandbox roots (`<state_dir>/<id>/{workspace,tmp}`).
+    /// Directory holding sandbox roots (`<state_dir>/<id>/`, each a sandbox's `/`).
     /// Default: a fresh temporary directory removed when the simulator drops.
     /// A given directory is kept, but every sandbox directory in it is removed
     /// on delete and on drop.

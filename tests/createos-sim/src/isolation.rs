@@ -1,21 +1,33 @@
 //! Per-sandbox filesystem isolation.
 //!
-//! Every child process runs in its own session (`setsid`) and its own mount
-//! namespace (`unshare(CLONE_NEWNS)`), with `/` made recursively private and
-//! the sandbox's `<root>/workspace` and `<root>/tmp` bind-mounted onto
-//! `/paperclip-workspace` and `/tmp`. This needs root (`CAP_SYS_ADMIN`); it is
-//! probed once at start and, when unavailable, process creation answers 500.
+//! A sandbox is one root filesystem, as a real one is: `<root>/` holds its
+//! `paperclip-workspace/` and `tmp/` as plain directories (so a rename or a
+//! hard link between them is a rename, never a cross-device copy), and the
+//! host's system directories appear in it read-only. Every child process
+//! runs in its own session (`setsid`) and its own mount namespace
+//! (`unshare(CLONE_NEWNS)`, `/` made recursively private), where the system
+//! directories are bind-mounted onto their mount points under `<root>` and
+//! the process is `chroot`ed into `<root>`: it sees neither the host's other
+//! files nor another sandbox's. This needs root (`CAP_SYS_ADMIN`,
+//! `CAP_SYS_CHROOT`); it is probed once at start and, when unavailable,
+//! process creation answers 500.
 //!
-//! `/files` requests map absolute paths under those two mount points to the
-//! same host directories.
+//! `/files` requests map absolute paths under `/paperclip-workspace` and
+//! `/tmp` to the same host directories.
 
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-/// In-sandbox mount point of the workspace.
+/// In-sandbox path of the workspace.
 pub const WORKSPACE: &str = "/paperclip-workspace";
+
+/// Host directories a sandbox sees (read-only) at the same path; a host
+/// entry that is a symlink (`/bin -> usr/bin`) is a symlink in the sandbox
+/// too, and one the host lacks is left out.
+const SYSTEM_DIRS: &[&str] =
+    &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "proc", "sys"];
 
 /// Host directories of one sandbox.
 #[derive(Debug, Clone)]
@@ -28,15 +40,16 @@ impl SandboxDirs {
         SandboxDirs { root: state_dir.join(id) }
     }
     pub(crate) fn workspace(&self) -> PathBuf {
-        self.root.join("workspace")
+        self.root.join(&WORKSPACE[1..])
     }
     pub(crate) fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
     }
 
-    /// Create `workspace/` and a world-writable sticky `tmp/`. Never the
-    /// state directory above the root: once the simulator removed it (on
-    /// its way out), a late creation fails instead of bringing it back.
+    /// Create the root with `paperclip-workspace/`, a world-writable sticky
+    /// `tmp/` and the system directories' mount points (or symlinks). Never
+    /// the state directory above the root: once the simulator removed it
+    /// (on its way out), a late creation fails instead of bringing it back.
     pub(crate) fn create(&self) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let existing_ok = |result: io::Result<()>| match result {
@@ -47,7 +60,27 @@ impl SandboxDirs {
         existing_ok(std::fs::create_dir(self.workspace()))?;
         existing_ok(std::fs::create_dir(self.tmp()))?;
         std::fs::set_permissions(self.tmp(), std::fs::Permissions::from_mode(0o1777))?;
+        for name in SYSTEM_DIRS {
+            let host = Path::new("/").join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
+            let inside = self.root.join(name);
+            if meta.file_type().is_symlink() {
+                existing_ok(std::os::unix::fs::symlink(std::fs::read_link(&host)?, inside))?;
+            } else if meta.is_dir() {
+                existing_ok(std::fs::create_dir(inside))?;
+            }
+        }
         Ok(())
+    }
+
+    /// The system directories to bind-mount: `(host path, mount point)`,
+    /// those whose mount point `create` made a directory.
+    fn system_mounts(&self) -> impl Iterator<Item = (PathBuf, PathBuf)> + '_ {
+        SYSTEM_DIRS.iter().filter_map(|name| {
+            let inside = self.root.join(name);
+            let is_dir = std::fs::symlink_metadata(&inside).is_ok_and(|m| m.is_dir());
+            is_dir.then(|| (Path::new("/").join(name), inside))
+        })
     }
 
     /// Map an in-sandbox absolute path to the host path, or `None` when the
@@ -92,8 +125,9 @@ impl SandboxDirs {
 
 /// Everything the forked child needs, prepared before `fork`.
 pub(crate) struct ChildSetup {
-    workspace: CString,
-    tmp: CString,
+    root: CString,
+    /// `(host directory, mount point under the root)`.
+    system: Vec<(CString, CString)>,
     cwd: CString,
 }
 
@@ -104,8 +138,11 @@ impl ChildSetup {
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
         };
         Ok(ChildSetup {
-            workspace: c(&dirs.workspace())?,
-            tmp: c(&dirs.tmp())?,
+            root: c(&dirs.root)?,
+            system: dirs
+                .system_mounts()
+                .map(|(host, inside)| Ok((c(&host)?, c(&inside)?)))
+                .collect::<io::Result<_>>()?,
             cwd: CString::new(cwd.unwrap_or(WORKSPACE))
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cwd"))?,
         })
@@ -122,10 +159,11 @@ impl ChildSetup {
                 return Err(io::Error::last_os_error());
             }
             mount(None, c"/", libc::MS_REC | libc::MS_PRIVATE)?;
-            // The workspace first: the sandbox root may itself live under /tmp.
-            mount(Some(&self.workspace), c"/paperclip-workspace", libc::MS_BIND | libc::MS_REC)?;
-            mount(Some(&self.tmp), c"/tmp", libc::MS_BIND | libc::MS_REC)?;
-            if libc::chdir(self.cwd.as_ptr()) != 0 {
+            for (host, inside) in &self.system {
+                mount(Some(host), inside, libc::MS_BIND | libc::MS_REC)?;
+                mount(None, inside, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY)?;
+            }
+            if libc::chroot(self.root.as_ptr()) != 0 || libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
         }
@@ -149,9 +187,6 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
         return Err("process isolation needs root (mount namespaces); \
                     the simulator is not running as root"
             .into());
-    }
-    if let Err(e) = std::fs::create_dir_all(WORKSPACE) {
-        return Err(format!("cannot create mount point {WORKSPACE}: {e}"));
     }
     let dirs = SandboxDirs::new(state_dir, ".isolation-probe");
     let result = (|| {
@@ -182,8 +217,8 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
         } else {
             let errno = libc::WEXITSTATUS(status);
             Err(format!(
-                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount failed: {} \
-                 (the simulator must run as root with CAP_SYS_ADMIN)",
+                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount/chroot failed: {} \
+                 (the simulator must run as root with CAP_SYS_ADMIN and CAP_SYS_CHROOT)",
                 io::Error::from_raw_os_error(errno)
             ))
         }
@@ -199,7 +234,10 @@ mod tests {
     #[test]
     fn maps_only_sandbox_paths() {
         let d = SandboxDirs::new(Path::new("/s"), "a");
-        assert_eq!(d.map_path("/paperclip-workspace/x/y"), Some(PathBuf::from("/s/a/workspace/x/y")));
+        assert_eq!(
+            d.map_path("/paperclip-workspace/x/y"),
+            Some(PathBuf::from("/s/a/paperclip-workspace/x/y"))
+        );
         assert_eq!(d.map_path("/tmp/x"), Some(PathBuf::from("/s/a/tmp/x")));
         assert_eq!(d.map_path("/tmp"), None);
         assert_eq!(d.map_path("/etc/passwd"), None);

@@ -1,3 +1,5 @@
+use createos_sim::SimConfig;
+
 use crate::common::*;
 
 #[test]
@@ -29,6 +31,37 @@ fn per_sandbox_isolation() {
     let pid = api.spawn(&b, "cat /tmp/x");
     let (frames, _) = read_frames(api.connect(&b, &pid, 0));
     assert_eq!(data_of(&frames, "stdout"), format!("{b}\n"));
+}
+
+/// A sandbox is one root filesystem, as a real one is: a rename or a hard
+/// link between `/tmp` and the workspace is not a cross-device copy; the
+/// system directories are read-only and the simulator's state directory
+/// (another sandbox's files) is out of sight.
+#[test]
+fn one_root_filesystem_per_sandbox() {
+    let _g = shared();
+    let state = tempfile::Builder::new().prefix("createos-sim-root-test-").tempdir_in("/var/tmp").unwrap();
+    let api = Api::start(SimConfig { state_dir: Some(state.path().to_path_buf()), ..fast_config() });
+    let a = api.create_running();
+    let b = api.create_running();
+    let r = api.exec(
+        &a,
+        "echo moved > /tmp/s && ln /tmp/s /paperclip-workspace/linked && \
+         mv -f /tmp/s /paperclip-workspace/moved && cat /paperclip-workspace/linked /paperclip-workspace/moved",
+    );
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["stdout"], "moved\nmoved\n");
+    let r = api.exec(&b, &format!("test -e '{}/{a}' && echo visible || echo hidden", state.path().display()));
+    assert_eq!(r["stdout"], "hidden\n", "{r}");
+    let r = api.exec(&b, "touch /usr/paperclip-sim-probe 2>/dev/null && echo written || echo refused");
+    assert_eq!(r["stdout"], "refused\n", "{r}");
+    assert!(!std::path::Path::new("/usr/paperclip-sim-probe").exists());
+    // a managed process sees the same single filesystem
+    let pid =
+        api.spawn(&b, "echo p > /tmp/p && mv /tmp/p /paperclip-workspace/p && cat /paperclip-workspace/p");
+    let (frames, clean) = read_frames(api.connect(&b, &pid, 0));
+    assert!(clean);
+    assert_eq!(data_of(&frames, "stdout"), "p\n");
 }
 
 #[test]

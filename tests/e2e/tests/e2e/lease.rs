@@ -14,6 +14,30 @@ fn reuse() -> Value {
     json!({"reuseLease": true})
 }
 
+/// A creation slower than the first poll: the preparation `exec` sent as
+/// that poll is refused (409, the sandbox is `creating`), the state is
+/// polled as usual and the preparation sent again once `running`.
+#[test]
+fn acquire_polls_the_state_when_its_preparation_came_too_early() {
+    let bed = Bed::with(SimConfig { create_delay: Duration::from_millis(700), ..SimConfig::default() });
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    assert_eq!(bed.status(&lease_id(&lease)), "running");
+    let ledger = bed.ledger();
+    let execs: Vec<u16> =
+        ledger.requests.iter().filter(|r| r.path.ends_with("/exec")).map(|r| r.status).collect();
+    assert_eq!(execs, [409, 200], "refused while creating, then run once running");
+    assert!(ledger.count("GET", "/v1/sandboxes/*") >= 1, "the state was polled in between");
+    let marker = bed.command(
+        &config,
+        &lease,
+        "/bin/cat",
+        &["/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease"],
+    );
+    let metadata: Value = serde_json::from_str(&lease.metadata_json).unwrap();
+    assert_eq!(bed.execute(&marker).0.unwrap().stdout, metadata["marker"].as_str().unwrap());
+}
+
 #[test]
 fn acquire_creates_a_running_sandbox_with_its_marker_and_no_key_in_metadata() {
     let bed = Bed::new();
@@ -31,12 +55,13 @@ fn acquire_creates_a_running_sandbox_with_its_marker_and_no_key_in_metadata() {
     let ledger = bed.ledger();
     assert_eq!(ledger.count("POST", "/v1/sandboxes"), 1);
     // No read at once after the creation (its reply says `creating`): the
-    // first read at the schedule (250 ms with no history) finds the
-    // sandbox (50 ms) running.
-    assert_eq!(ledger.count("GET", "/v1/sandboxes/*"), 1, "one state read");
+    // first poll at the schedule (250 ms with no history) is the workspace
+    // preparation itself, which finds the sandbox (50 ms) running: no state
+    // read at all.
+    assert_eq!(ledger.count("GET", "/v1/sandboxes/*"), 0, "no state read");
     assert_eq!(ledger.count("POST", "/v1/sandboxes/*/exec"), 1, "mkdir -p of the workspace and the marker");
     assert_eq!(ledger.count("PUT", "/v1/sandboxes/*/files"), 0, "the marker is written by that exec");
-    assert_eq!(ledger.requests.len(), 3);
+    assert_eq!(ledger.requests.len(), 2);
     // The marker is in place, byte for byte.
     let marker = bed.command(
         &config,

@@ -359,6 +359,80 @@ fn an_archive_carrying_an_escaping_link_is_rejected_before_anything_is_extracted
     assert_eq!(error.kind, ErrorKind::INVALID_INPUT, "a destination that is a link: {error}");
 }
 
+/// A tar archive: the directory `a/`, a file `a/ok` and a hard link `a/h`
+/// to `link_target`.
+fn archive_with_a_hard_link(link_target: &str) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Directory);
+    header.set_mode(0o755);
+    header.set_size(0);
+    builder.append_data(&mut header, "a/", std::io::empty()).unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o644);
+    header.set_size(4);
+    builder.append_data(&mut header, "a/ok", &b"fine"[..]).unwrap();
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Link);
+    header.set_mode(0o644);
+    header.set_size(0);
+    builder.append_link(&mut header, "a/h", link_target).unwrap();
+    builder.into_inner().unwrap()
+}
+
+/// The sandbox's own `tar` never archives a hard link to a file outside the
+/// directory, so a hostile sandbox is modelled by swapping the scratch
+/// archive (by rename) while the download is held in the simulator.
+#[test]
+fn an_outbound_archive_with_a_hard_link_leaving_it_lands_nothing() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let lease = bed.acquire(&config);
+    let hostile = tempfile::tempdir().unwrap();
+    for (n, link_target) in ["../../../etc/passwd", "/etc/passwd"].into_iter().enumerate() {
+        let archive = hostile.path().join(format!("hostile-{n}.tar"));
+        std::fs::write(&archive, archive_with_a_hard_link(link_target)).unwrap();
+        let remote = format!("/paperclip-workspace/hostile-{n}.tar");
+        let upload = mapping("file", path(&archive), &remote);
+        bed.provider.sync_in(&params(&bed, &config, &lease, vec![upload])).unwrap();
+        let (code, _) = sh(
+            &bed,
+            &config,
+            &lease,
+            "mkdir -p /paperclip-workspace/out && echo x > /paperclip-workspace/out/x",
+        );
+        assert_eq!(code, Some(0));
+        let execs = bed.ledger().count("POST", "/v1/sandboxes/*/exec");
+        bed.sim.add_fault(FaultRule::new(
+            "GET /v1/sandboxes/*/files",
+            FaultTrigger::Nth { nth: 1 },
+            FaultKind::Delay(std::time::Duration::from_secs(5)),
+        ));
+        let host = tempfile::tempdir().unwrap();
+        let target = host.path().join("landed");
+        let call = params(
+            &bed,
+            &config,
+            &lease,
+            vec![mapping("directory", "/paperclip-workspace/out", path(&target))],
+        );
+        std::thread::scope(|scope| {
+            let syncing = scope.spawn(|| bed.provider.sync_out(&call));
+            bed.wait_for_ledger("the archiving command", |ledger| {
+                ledger.count("POST", "/v1/sandboxes/*/exec") > execs
+            });
+            let swap = format!(
+                "set -e; scratch=$(ls /tmp/paperclip-createos-transfer-*); cp {remote} \"$scratch.new\"; mv -f \"$scratch.new\" \"$scratch\""
+            );
+            assert_eq!(sh(&bed, &config, &lease, &swap).0, Some(0));
+            let error = syncing.join().unwrap().unwrap_err();
+            assert_error(&error, ErrorKind::PROTOCOL, UNSAFE_ARCHIVE);
+        });
+        assert!(!target.exists(), "{link_target}: nothing was extracted");
+        assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "{link_target}: no temporary archive");
+    }
+}
+
 #[test]
 fn post_upload_commands_run_verbatim_and_stop_at_the_first_failure() {
     let bed = Bed::new();
@@ -422,8 +496,58 @@ fn sync_during_release_is_cancelled_and_the_scratch_file_removed() {
     assert!(!tmp.contains("paperclip-createos-transfer-"), "the scratch file was removed: {tmp}");
 }
 
+/// A sync in each direction on `lease`, each answering one error: the
+/// kind, the message and the requests it sent.
+fn sync_both_ways(bed: &Bed, config: &Value, lease: &Lease) -> Vec<(ErrorKind, String, usize)> {
+    let host = tempfile::tempdir().unwrap();
+    let file = host.path().join("f");
+    std::fs::write(&file, "f").unwrap();
+    let back = host.path().join("back");
+    let inbound = params(bed, config, lease, vec![mapping("file", path(&file), "/paperclip-workspace/f")]);
+    let outbound = params(bed, config, lease, vec![mapping("file", "/paperclip-workspace/f", path(&back))]);
+    let calls: [&dyn Fn() -> Result<_, ProviderError>; 2] =
+        [&|| bed.provider.sync_in(&inbound), &|| bed.provider.sync_out(&outbound)];
+    let answers = calls
+        .iter()
+        .map(|call| {
+            let before = bed.ledger().requests.len();
+            let error = call().unwrap_err();
+            (error.kind, error.message.to_string(), bed.ledger().requests.len() - before)
+        })
+        .collect();
+    assert!(!back.exists(), "nothing landed");
+    answers
+}
+
 #[test]
-fn sync_on_a_closing_or_unconfirmed_lease_is_refused() {
+fn sync_while_a_release_is_in_progress_is_refused_before_any_request() {
+    let bed = Bed::new();
+    let config = bed.config(json!({"reuseLease": true}));
+    let lease = bed.acquire(&config);
+    sh(&bed, &config, &lease, "echo f > /paperclip-workspace/f");
+    // The release holds the lease closing while its pause is delayed.
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/pause",
+        FaultTrigger::Nth { nth: 1 },
+        FaultKind::Delay(std::time::Duration::from_secs(5)),
+    ));
+    let reads_before = bed.ledger().count("GET", "/v1/sandboxes/*");
+    std::thread::scope(|scope| {
+        let release = scope.spawn(|| bed.provider.release_lease(&bed.lease_params(&config, &lease)));
+        bed.wait_for_ledger("the release's state read", |ledger| {
+            ledger.count("GET", "/v1/sandboxes/*") > reads_before
+        });
+        let refused =
+            (ErrorKind::CLEANUP_IN_PROGRESS, "CreateOS lease cleanup is already in progress.".into(), 0);
+        assert_eq!(sync_both_ways(&bed, &config, &lease), [refused.clone(), refused]);
+        assert!(!release.is_finished(), "the syncs were refused while the release ran");
+        release.join().unwrap().expect("the release pauses");
+    });
+    assert_eq!(bed.status(&lease_id(&lease)), "paused");
+}
+
+#[test]
+fn sync_on_an_unconfirmed_lease_is_refused_before_any_request() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
     let lease = bed.acquire(&config);
@@ -434,16 +558,12 @@ fn sync_on_a_closing_or_unconfirmed_lease_is_refused() {
     ));
     let error = bed.execute(&bed.command(&config, &lease, "/bin/true", &[])).0.unwrap_err();
     assert_eq!(error.kind, ErrorKind::CREATION_UNCONFIRMED, "{error}");
-    let host = tempfile::tempdir().unwrap();
-    let file = host.path().join("f");
-    std::fs::write(&file, "f").unwrap();
-    let before = bed.ledger().requests.len();
-    let error = bed
-        .provider
-        .sync_in(&params(&bed, &config, &lease, vec![mapping("file", path(&file), "/paperclip-workspace/f")]))
-        .unwrap_err();
-    assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
-    assert_eq!(bed.ledger().requests.len(), before);
+    let refused = (
+        ErrorKind::CLEANUP_UNCONFIRMED,
+        "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.".into(),
+        0,
+    );
+    assert_eq!(sync_both_ways(&bed, &config, &lease), [refused.clone(), refused]);
 }
 
 #[test]
