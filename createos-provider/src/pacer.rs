@@ -1331,6 +1331,77 @@ mod tests {
         assert_eq!(pacer.share(), 200_000);
     }
 
+    /// An admission waiter cancelled while it waits leaves the admission
+    /// queue at once: the waiter behind it is admitted when the budget
+    /// allows (here when the crowd's recent admissions leave the 2 s
+    /// horizon), not held behind a place nobody will take.
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_admission_waiter_releases_its_place() {
+        let pacer = Arc::new(Pacer::new(300));
+        let start = Instant::now();
+        // 5 outstanding and 4 recent admissions fill 2 s at 60 s / 291.
+        let mut crowd = Vec::new();
+        for _ in 0..5 {
+            crowd.push(pacer.admit_new_work(HORIZON).await);
+        }
+        let waiter = |p: Arc<Pacer>| async move {
+            let _admission = p.admit_new_work(HORIZON).await;
+            Instant::now()
+        };
+        let first = tokio::spawn(waiter(pacer.clone()));
+        while pacer.lock().admissions.len() != 1 {
+            yield_now().await;
+        }
+        let second = tokio::spawn(waiter(pacer.clone()));
+        while pacer.lock().admissions.len() != 2 {
+            yield_now().await;
+        }
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert_eq!(pacer.lock().admissions.len(), 1);
+        let admitted = tokio::time::timeout(WINDOW, second)
+            .await
+            .expect("the waiter behind a cancelled one is admitted")
+            .unwrap();
+        assert_eq!(admitted - start, HORIZON);
+        drop(crowd);
+    }
+
+    /// After the limit is lowered (600 to 300 requests a minute) the window
+    /// may hold more than the new cap: it is full until it holds fewer than
+    /// 291, here when the 291 starts of the second slot leave too.
+    #[test]
+    fn a_window_over_a_lowered_cap_waits_for_enough_starts_to_leave() {
+        let mut window = Window::new();
+        let t0 = window.epoch;
+        let t1 = t0 + Duration::from_secs(1);
+        for _ in 0..100 {
+            window.record(t0, false);
+        }
+        for _ in 0..291 {
+            window.record(t1, false);
+        }
+        assert_eq!(window.below(291), t1 + WINDOW);
+        assert_eq!(window.below(292), t0 + WINDOW);
+    }
+
+    /// A 429's pause that is over does not change what a start is: the
+    /// free share after it is still free, and the start after the free
+    /// share waits 60 s / (291 − 72) (274 ms), as for a lone lease.
+    #[tokio::test(start_paused = true)]
+    async fn starts_after_a_pause_are_still_free() {
+        let pacer = Pacer::new(300);
+        let resumed = Instant::now() + Duration::from_secs(1);
+        pacer.pause_until(resumed);
+        tokio::time::sleep_until(resumed).await;
+        for _ in 0..72 {
+            pacer.acquire(Priority::InFlight).await;
+        }
+        assert_eq!(Instant::now(), resumed);
+        pacer.acquire(Priority::InFlight).await;
+        assert_eq!(Instant::now() - resumed, Duration::from_millis(274));
+    }
+
     #[test]
     fn shared_pacers_are_per_origin_and_key() {
         let a = Pacer::shared("https://a.test", key_fingerprint("k1"), 300);
