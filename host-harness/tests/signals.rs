@@ -142,7 +142,16 @@ fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
     let sim = simulator(Duration::from_secs(5));
     let bed = Bed::new(&sim);
     let mut child = bed.spawn(&["lifecycle"]);
-    wait_until("the lifecycle probes", || posted_sandboxes(&sim) == 1);
+    // The probe's sandbox is recorded the moment its creation reply arrives
+    // (write-ahead): wait for that record, not only for the request, which a
+    // loaded machine may take a while to answer and record.
+    wait_until("the probe's sandbox is recorded", || {
+        Ledger::open_read_only(Path::new(&bed.ledger()))
+            .ok()
+            .flatten()
+            .and_then(|ledger| ledger.list().ok())
+            .is_some_and(|rows| rows.iter().any(|row| row.provider_lease_id.is_some()))
+    });
     // Signals of one kind do not queue: send the second once the harness has
     // taken the first (it says so on stderr).
     let (lines, stderr_lines) = std::sync::mpsc::channel();
@@ -160,7 +169,6 @@ fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
     let stderr: String = seen + &stderr_lines.iter().collect::<Vec<_>>().join("\n");
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("exiting at once"), "{stderr}");
-    // The probe's sandbox was recorded the moment it was created.
     let swept = bed.command(&["sweep"]).output().unwrap();
     assert!(swept.status.success(), "{}", String::from_utf8_lossy(&swept.stderr));
     wait_until("the sandbox is gone", || sim.live_sandboxes().is_empty());
