@@ -382,22 +382,8 @@ impl CreateosClient {
         contents: Bytes,
         opts: CallOptions,
     ) -> Result<(), Error> {
-        let url = self.file_url(id, path)?;
-        let label = op::FILE_TRANSFER;
-        self.bounded(label, opts.deadline, async {
-            let resp = self
-                .send(label, opts, Retry::After429, || {
-                    self.http
-                        .put(url.clone())
-                        .header(CONTENT_TYPE, "application/octet-stream")
-                        .body(contents.clone())
-                })
-                .await?;
-            let resp = check_status(resp, label, &[])?;
-            read_capped(resp, MAX_JSON_REPLY, label).await?;
-            Ok(())
-        })
-        .await
+        let len = contents.len() as u64;
+        self.put_body(id, path, len, opts, || contents.clone().into()).await
     }
 
     /// `GET /sandboxes/{id}/files?path=P`: the raw bytes.
@@ -424,6 +410,19 @@ impl CreateosClient {
         len: u64,
         opts: CallOptions,
     ) -> Result<(), Error> {
+        self.put_body(id, path, len, opts, || file_body(source)).await
+    }
+
+    /// `PUT /sandboxes/{id}/files?path=P` with the `len` bytes `body` makes
+    /// (called again for each attempt: a 429 retry sends the bytes again).
+    async fn put_body(
+        &self,
+        id: &str,
+        path: &str,
+        len: u64,
+        opts: CallOptions,
+        body: impl Fn() -> reqwest::Body,
+    ) -> Result<(), Error> {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
@@ -433,7 +432,7 @@ impl CreateosClient {
                         .put(url.clone())
                         .header(CONTENT_TYPE, "application/octet-stream")
                         .header(CONTENT_LENGTH, len)
-                        .body(file_body(source))
+                        .body(body())
                 })
                 .await?;
             let resp = check_status(resp, label, &[])?;
