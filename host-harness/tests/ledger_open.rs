@@ -43,13 +43,31 @@ fn many_connections_creating_the_same_new_ledger_at_once_all_succeed() {
 /// as root (for whom no permission bit is read-only), so a read-only file is
 /// read-only to it.
 fn harness(args: &[&str], home: &Path, unprivileged: bool) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
-    command.env("HOME", home).env("XDG_STATE_HOME", home.join("state")).args(args).stdin(Stdio::null());
+    let binary = Path::new(env!("CARGO_BIN_EXE_host-harness"));
     // SAFETY: geteuid has no preconditions.
-    if unprivileged && unsafe { libc::geteuid() } == 0 {
+    let as_nobody = unprivileged && unsafe { libc::geteuid() } == 0;
+    let mut command = Command::new(if as_nobody { reachable_by_anyone(binary, home) } else { binary.into() });
+    command.env("HOME", home).env("XDG_STATE_HOME", home.join("state")).args(args).stdin(Stdio::null());
+    if as_nobody {
         command.uid(NOBODY).gid(NOBODY);
     }
     command.output().expect("run host-harness")
+}
+
+/// `binary` at a path an unprivileged user can reach: a hard link in `dir`
+/// (which the caller made searchable) or a copy on another filesystem, since the checkout itself may sit
+/// in a directory only root can enter (a `mktemp -d` clone). A link opens
+/// no file, so no forked child can hold it open for writing when it runs.
+fn reachable_by_anyone(binary: &Path, dir: &Path) -> std::path::PathBuf {
+    let link = dir.join("host-harness");
+    if !link.exists() {
+        // Another filesystem: a copy (nothing else runs it yet).
+        if std::fs::hard_link(binary, &link).is_err() {
+            std::fs::copy(binary, &link)
+                .unwrap_or_else(|error| panic!("copy {} into {}: {error}", binary.display(), dir.display()));
+        }
+    }
+    link
 }
 
 const NOBODY: u32 = 65534;
