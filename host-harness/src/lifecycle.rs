@@ -3,7 +3,7 @@
 //! again, destroy. The sync steps copy a small host directory into the
 //! workspace before the first command and its result back after it; they
 //! are skipped for a provider without file sync (before ABI 1.4), and
-//! [`run_without_sync`] leaves them out (`soak` measures leases alone).
+//! [`run_with`] can leave them out (`soak` measures leases alone).
 //!
 //! Each step is reported with its duration and outcome to a [`Reporter`]
 //! (the `lifecycle` command prints them; `soak` aggregates them quietly).
@@ -12,14 +12,13 @@
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
 use crate::{
-    host::{HeldLease, Host, Released},
+    host::{Calls, HeldLease, Host, Released},
     interrupt,
 };
-use provider_abi::{
-    ErrorKind, ExecuteParams, HookResult, OutputSink, OutputStream, ProviderError, SyncParams,
-};
+use provider_abi::{ErrorKind, ExecuteParams, HookResult, OutputStream, ProviderError, SyncParams};
 use serde_json::{json, Value};
 use std::{
+    future::Future,
     io::Write,
     time::{Duration, Instant},
 };
@@ -57,10 +56,10 @@ pub trait Reporter: Send {
     /// A step finished.
     fn step(&mut self, report: &StepReport);
 
-    /// A chunk of a command's output, as it arrives (default: to stderr, so
-    /// stdout stays one report per step).
-    fn output(&mut self, _stream: OutputStream, chunk: &str) {
-        let _ = std::io::stderr().write_all(chunk.as_bytes());
+    /// A chunk of a command's output, the bytes as it wrote them, as they
+    /// arrive (default: to stderr, so stdout stays one report per step).
+    fn output(&mut self, _stream: OutputStream, chunk: &[u8]) {
+        let _ = std::io::stderr().write_all(chunk);
     }
 }
 
@@ -70,21 +69,21 @@ impl<F: FnMut(&StepReport) + Send> Reporter for F {
     }
 }
 
-/// Runs a lifecycle through `host`, reporting each step. Returns true when
-/// every step succeeded.
+/// Runs a lifecycle through `host` on this thread, reporting each step.
+/// Returns true when every step succeeded.
 pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
-    run_steps(Lifecycle { host, lease: None, reporter, ok: true, sync: true })
+    pollster::block_on(run_with(host, reporter, Calls::Blocking, true))
 }
 
-/// [`run`] without the sync steps.
-pub fn run_without_sync(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
-    run_steps(Lifecycle { host, lease: None, reporter, ok: true, sync: false })
-}
-
-fn run_steps(mut lifecycle: Lifecycle<'_, '_>) -> bool {
-    let completed = lifecycle.steps().is_ok();
+/// Runs a lifecycle through `host`, calling the provider as `calls` says,
+/// with the sync steps when `sync` is true (`soak` measures leases alone).
+/// Dropping the future cancels the hook under way and leaves the lease it
+/// holds to the ledger (a `sweep` destroys it).
+pub async fn run_with(host: &Host<'_>, reporter: &mut dyn Reporter, calls: Calls, sync: bool) -> bool {
+    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true, sync, calls };
+    let completed = lifecycle.steps().await.is_ok();
     if !completed {
-        lifecycle.clean_up();
+        lifecycle.clean_up().await;
     }
     completed && lifecycle.ok
 }
@@ -105,35 +104,36 @@ struct Lifecycle<'a, 'h> {
     reporter: &'a mut dyn Reporter,
     ok: bool,
     sync: bool,
+    calls: Calls,
 }
 
 impl Lifecycle<'_, '_> {
-    fn steps(&mut self) -> Result<(), ()> {
-        let host = self.host;
-        let validation = self.step("validate", "", || host.validate())?;
+    async fn steps(&mut self) -> Result<(), ()> {
+        let (host, calls) = (self.host, self.calls);
+        let validation = self.step("validate", "", async { host.validate() }).await?;
         if !validation.ok {
             let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join(" ");
             self.fail("validate", ProviderError::new(ErrorKind::INVALID_CONFIG, message));
             return Err(());
         }
-        self.step("probe", "", || host.probe())?;
-        let held = self.step("acquire", "", || host.acquire())?;
+        self.step("probe", "", host.probe_with(calls)).await?;
+        let held = self.step("acquire", "", host.acquire_with(calls)).await?;
         self.lease = Some(held.clone());
-        let workspace = self.step("realize", "", || host.realize(&held))?;
-        let synced = self.sync_in(&held, &workspace.cwd)?;
+        let workspace = self.step("realize", "", async { host.realize(&held) }).await?;
+        let synced = self.sync_in(&held, &workspace.cwd).await?;
         let script = match synced {
             Some(_) => format!(
                 "cp {SYNC_INPUT}/hello.txt {SYNC_RESULT} && echo lifecycle-was-here > {PROBE_FILE} && echo written"
             ),
             None => format!("echo lifecycle-was-here > {PROBE_FILE} && echo written"),
         };
-        self.execute("execute", &script, "written")?;
+        self.execute("execute", &script, "written").await?;
         if let Some(local) = synced {
-            self.sync_out(&held, &workspace.cwd, local.path())?;
+            self.sync_out(&held, &workspace.cwd, local.path()).await?;
         }
         self.refuse_if_interrupted("release")?;
         let started = Instant::now();
-        match host.release(&held) {
+        match host.release_with(calls, &held).await {
             Ok(Released::DestroyedInstead(cause)) => {
                 let note = "cleanup unconfirmed: destroyed instead of reused";
                 let _ = self.finish("release", note, started, Err::<(), _>(cause));
@@ -148,7 +148,7 @@ impl Lifecycle<'_, '_> {
                 }
             }
         }
-        let resumed = self.step("resume", "", || host.resume(&held))?;
+        let resumed = self.step("resume", "", host.resume_with(calls, &held)).await?;
         if resumed.expired {
             self.lease = None;
             self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
@@ -156,15 +156,15 @@ impl Lifecycle<'_, '_> {
         }
         let held = HeldLease { lease: resumed, ..held };
         self.lease = Some(held.clone());
-        self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here")?;
-        self.step("destroy", "", || host.destroy(&held))?;
+        self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here").await?;
+        self.step("destroy", "", host.destroy_with(calls, &held)).await?;
         self.lease = None;
         Ok(())
     }
 
     /// Runs a shell command in the lease, streaming its output live, and
     /// checks that its stdout contains `expect`.
-    fn execute(&mut self, step: &'static str, script: &str, expect: &str) -> Result<(), ()> {
+    async fn execute(&mut self, step: &'static str, script: &str, expect: &str) -> Result<(), ()> {
         if !self.host.can_execute() {
             self.note(step, "skipped: the provider does not implement execute");
             return Ok(());
@@ -180,8 +180,8 @@ impl Lifecycle<'_, '_> {
         let started = Instant::now();
         let outcome = {
             let reporter = &mut *self.reporter;
-            let mut live = |stream: OutputStream, chunk: &str| reporter.output(stream, chunk);
-            host.execute(&held, params, &mut OutputSink::new(&mut live))
+            let mut live = |stream: OutputStream, chunk: &[u8]| reporter.output(stream, chunk);
+            host.execute_bytes_with(self.calls, &held, params, &mut live).await
         };
         let result = self.finish(step, "", started, outcome)?;
         if result.exit_code.into_option() != Some(0) || !result.stdout.contains(expect) {
@@ -196,7 +196,7 @@ impl Lifecycle<'_, '_> {
 
     /// Copies a small host directory into the workspace; `None` when the
     /// provider has no file sync (or the lifecycle runs without it).
-    fn sync_in(&mut self, held: &HeldLease, cwd: &str) -> Result<Option<tempfile::TempDir>, ()> {
+    async fn sync_in(&mut self, held: &HeldLease, cwd: &str) -> Result<Option<tempfile::TempDir>, ()> {
         if !self.sync {
             return Ok(None);
         }
@@ -225,7 +225,7 @@ impl Lifecycle<'_, '_> {
     }
 
     /// Copies the first command's result back and checks it.
-    fn sync_out(&mut self, held: &HeldLease, cwd: &str, local: &std::path::Path) -> Result<(), ()> {
+    async fn sync_out(&mut self, held: &HeldLease, cwd: &str, local: &std::path::Path) -> Result<(), ()> {
         let target = local.join("result.txt");
         let params =
             sync_params("result", "file", &format!("{cwd}/{SYNC_RESULT}"), &target.to_string_lossy());
@@ -243,16 +243,17 @@ impl Lifecycle<'_, '_> {
     }
 
     /// Runs one hook as step `step`; after an interruption the step fails
-    /// without calling it, so the lifecycle cleans up instead.
-    fn step<T>(
+    /// without calling it (the future is dropped unpolled), so the
+    /// lifecycle cleans up instead.
+    async fn step<T>(
         &mut self,
         step: &'static str,
         note: &str,
-        hook: impl FnOnce() -> HookResult<T>,
+        hook: impl Future<Output = HookResult<T>>,
     ) -> Result<T, ()> {
         self.refuse_if_interrupted(step)?;
         let started = Instant::now();
-        let outcome = hook();
+        let outcome = hook.await;
         self.finish(step, note, started, outcome)
     }
 
@@ -301,12 +302,12 @@ impl Lifecycle<'_, '_> {
 
     /// Destroys the lease this lifecycle still holds, if any (also after an
     /// interruption: clean-up is what an interruption asks for).
-    fn clean_up(&mut self) {
+    async fn clean_up(&mut self) {
         let Some(held) = self.lease.take() else { return };
         let host = self.host;
         self.lease = Some(held.clone());
         let started = Instant::now();
-        let outcome = host.destroy(&held);
+        let outcome = host.destroy_with(self.calls, &held).await;
         let _ = self.finish("destroy", "clean-up after a failed step", started, outcome);
         self.lease = None;
     }

@@ -1,7 +1,7 @@
 //! `soak`: many lifecycles at once under injected faults, and the invariants
 //! that must hold anyway.
 //!
-//! Each lifecycle is [`crate::lifecycle::run_without_sync`] with a quiet [`Reporter`] that
+//! Each lifecycle is [`crate::lifecycle::run_with`] (without the sync steps) with a quiet [`Reporter`] that
 //! feeds a shared [`Tally`]. At the end: lifecycles succeeded and failed (by
 //! the kind of their first error), latency percentiles per hook, API requests
 //! and 429s and leaked sandboxes (when the simulator is embedded), and the
@@ -10,7 +10,7 @@
 
 use crate::hosted::HookSupport;
 use crate::{
-    host::Host,
+    host::{Calls, Host},
     ledger::Owner,
     lifecycle::{self, Reporter, StepReport},
     request::HarnessConfig,
@@ -56,6 +56,9 @@ pub struct SoakPlan<'a> {
     pub leases: usize,
     /// Lifecycles in flight at once.
     pub concurrency: usize,
+    /// How the lifecycles call the provider: async, all on one thread, or
+    /// blocking, a thread each.
+    pub calls: Calls,
 }
 
 /// One finished lifecycle, for progress output.
@@ -117,6 +120,32 @@ impl Watcher<'_> {
     }
 }
 
+impl Watcher<'_> {
+    /// Adds this lifecycle to `tally`; returns its first error (its step
+    /// and the error), if any.
+    fn tally_into(&self, tally: &mut Tally, ok: bool) -> Option<(&'static str, ProviderError)> {
+        let first_error =
+            self.steps.iter().find_map(|step| step.error.clone().map(|error| (step.step, error)));
+        match (&first_error, ok) {
+            (None, true) => tally.succeeded += 1,
+            (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
+            (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
+        }
+        for step in self.steps.iter().filter(|step| step.duration > Duration::ZERO) {
+            tally.latencies.entry(step.step).or_default().push(step.duration);
+        }
+        let panicked = |step: &&StepReport| {
+            step.error.as_ref().is_some_and(|error| {
+                error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic")
+            })
+        };
+        tally.panics += self.steps.iter().filter(panicked).count();
+        tally.secrets_seen += self.secrets_seen;
+        tally.unconfirmed_reused += self.unconfirmed_reused;
+        first_error
+    }
+}
+
 impl Reporter for Watcher<'_> {
     fn step(&mut self, report: &StepReport) {
         self.scan(&report.to_json().to_string());
@@ -133,13 +162,15 @@ impl Reporter for Watcher<'_> {
         self.steps.push(report.clone());
     }
 
-    fn output(&mut self, _stream: OutputStream, chunk: &str) {
-        self.scan(chunk);
+    fn output(&mut self, _stream: OutputStream, chunk: &[u8]) {
+        self.scan(&String::from_utf8_lossy(chunk));
     }
 }
 
-/// Runs `plan.leases` lifecycles, `plan.concurrency` at a time, on scoped
-/// threads; `progress` is called after each.
+/// Runs `plan.leases` lifecycles, `plan.concurrency` at a time; `progress`
+/// is called after each. With [`Calls::Async`] they all run on this thread,
+/// each lifecycle a future awaiting the provider's async hooks; with [`Calls::Blocking`], one scoped thread per
+/// lifecycle in flight.
 pub fn run(
     provider: &dyn HookSupport,
     ledger: &dyn LeaseStore,
@@ -147,7 +178,6 @@ pub fn run(
     progress: &(dyn Fn(&Finished) + Sync),
 ) -> Tally {
     let tally = Mutex::new(Tally::default());
-    let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     // The configuration's secrets, by the provider's own schema.
     let secrets = SecretFields::of(&provider.manifest()).values(&plan.config.config);
@@ -164,60 +194,62 @@ pub fn run(
             }
         }))
     };
-    let worker = || loop {
-        if crate::interrupt::requested().is_some() {
-            return; // no new lifecycle after an interruption
-        }
-        let index = next.fetch_add(1, Ordering::SeqCst);
-        if index >= plan.leases {
-            return;
-        }
-        let run_id = format!("soak-{index}");
-        let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id, plan.embedded_sim);
-        let mut watcher = Watcher {
-            ledger,
-            secrets: &secrets,
-            steps: Vec::new(),
-            secrets_seen: 0,
-            unconfirmed_reused: 0,
-            unconfirmed_known: false,
-        };
-        let started = Instant::now();
-        let ok = lifecycle::run_without_sync(&host, &mut watcher);
-        let duration = started.elapsed();
-        let first_error =
-            watcher.steps.iter().find_map(|step| step.error.clone().map(|error| (step.step, error)));
-        {
-            let mut tally = tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            match (&first_error, ok) {
-                (None, true) => tally.succeeded += 1,
-                (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
-                (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
-            }
-            for step in watcher.steps.iter().filter(|step| step.duration > Duration::ZERO) {
-                tally.latencies.entry(step.step).or_default().push(step.duration);
-            }
-            let panicked = |step: &&StepReport| {
-                step.error.as_ref().is_some_and(|error| {
-                    error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic")
-                })
+    // One lifecycle, tallied and reported.
+    let lifecycle = |index: usize| {
+        let (tally, done, secrets) = (&tally, &done, &secrets);
+        async move {
+            let run_id = format!("soak-{index}");
+            let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id, plan.embedded_sim);
+            let mut watcher = Watcher {
+                ledger,
+                secrets,
+                steps: Vec::new(),
+                secrets_seen: 0,
+                unconfirmed_reused: 0,
+                unconfirmed_known: false,
             };
-            tally.panics += watcher.steps.iter().filter(panicked).count();
-            tally.secrets_seen += watcher.secrets_seen;
-            tally.unconfirmed_reused += watcher.unconfirmed_reused;
+            let started = Instant::now();
+            let ok = lifecycle::run_with(&host, &mut watcher, plan.calls, false).await;
+            let duration = started.elapsed();
+            let first_error =
+                watcher.tally_into(&mut tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), ok);
+            progress(&Finished { done: done.fetch_add(1, Ordering::SeqCst) + 1, ok, first_error, duration });
         }
-        progress(&Finished {
-            done: done.fetch_add(1, Ordering::SeqCst) + 1,
-            ok,
-            first_error: first_error.clone(),
-            duration,
-        });
     };
-    std::thread::scope(|scope| {
-        for _ in 0..plan.concurrency.clamp(1, plan.leases.max(1)) {
-            scope.spawn(worker);
+    // No new lifecycle after an interruption.
+    let still_wanted = || crate::interrupt::requested().is_none();
+    let in_flight = plan.concurrency.clamp(1, plan.leases.max(1));
+    match plan.calls {
+        Calls::Async => {
+            use futures_util::StreamExt;
+            // The lifecycles are futures polled on this thread alone, woken
+            // by the provider's runtime; no async runtime of the host's is
+            // entered, so blocking code the host calls meanwhile (the
+            // PostgreSQL driver runs its own) stays usable.
+            pollster::block_on(
+                futures_util::stream::iter(0..plan.leases)
+                    .take_while(|_| std::future::ready(still_wanted()))
+                    .for_each_concurrent(in_flight, lifecycle),
+            );
         }
-    });
+        Calls::Blocking => {
+            let next = AtomicUsize::new(0);
+            let worker = || {
+                while still_wanted() {
+                    let index = next.fetch_add(1, Ordering::SeqCst);
+                    if index >= plan.leases {
+                        return;
+                    }
+                    pollster::block_on(lifecycle(index));
+                }
+            };
+            std::thread::scope(|scope| {
+                for _ in 0..in_flight {
+                    scope.spawn(worker);
+                }
+            });
+        }
+    }
     let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
     tally.log_lines_scanned = log_lines.load(Ordering::Relaxed);
     tally.secrets_seen += log_secrets.load(Ordering::Relaxed);
@@ -290,6 +322,8 @@ pub struct Summary {
     pub resources: ResourceFigures,
     /// Lifecycles in flight at once.
     pub concurrency: usize,
+    /// How the lifecycles called the provider.
+    pub calls: Calls,
     /// True when a fault profile injected failures (else any failed
     /// lifecycle fails the soak).
     pub faults_injected: bool,
@@ -387,6 +421,7 @@ impl Summary {
             "peakThreads": self.resources.peak_threads,
             "peakProviderThreads": self.resources.peak_provider_threads,
             "cpuPerLifecycleMs": self.cpu_per_lifecycle_ms(),
+            "hookCalls": self.calls_name(),
             "swaps": self.swaps.done,
             "swapsRefused": self.swaps.refused,
             "drainedPerSwap": self.swaps.drained,
@@ -401,7 +436,14 @@ impl Summary {
         })
     }
 
-    /// The summary as text.
+    /// `async` (every lifecycle on one thread) or `blocking` (a thread each).
+    fn calls_name(&self) -> &'static str {
+        match self.calls {
+            Calls::Async => "async",
+            Calls::Blocking => "blocking",
+        }
+    }
+
     /// Lifecycles finished per second of wall-clock time.
     pub fn lifecycles_per_second(&self) -> f64 {
         self.leases as f64 / self.elapsed.as_secs_f64().max(f64::EPSILON)
@@ -420,6 +462,7 @@ impl Summary {
         Self::millis(self.resources.cpu) / self.leases.max(1) as f64
     }
 
+    /// The summary as text.
     pub fn to_text(&self) -> String {
         let tally = &self.tally;
         let mut lines = vec![format!(
@@ -458,11 +501,12 @@ impl Summary {
             self.cpu_per_lifecycle_ms()
         ));
         lines.push(format!(
-            "memory: peak {:.1} MiB resident, {:.1} KiB per lifecycle in flight; threads: peak {} ({} the provider's)",
+            "memory: peak {:.1} MiB resident, {:.1} KiB per lifecycle in flight; threads: peak {} ({} the provider's; hooks called {})",
             self.resources.peak_rss as f64 / 1048576.0,
             self.rss_per_in_flight() as f64 / 1024.0,
             self.resources.peak_threads,
-            self.resources.peak_provider_threads
+            self.resources.peak_provider_threads,
+            self.calls_name()
         ));
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
         if self.taken_over > 0 {
@@ -534,6 +578,7 @@ mod tests {
                 taken_over: 0,
                 resources: Default::default(),
                 concurrency: 1,
+                calls: Calls::Blocking,
                 faults_injected,
                 cut_short_by_crash: 0,
                 swaps: Default::default(),

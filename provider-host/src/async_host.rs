@@ -61,7 +61,7 @@ fn task_failed(error: tokio::task::JoinError) -> ProviderError {
 
 /// True when `result` is the answer of a provider without `hook`: nothing
 /// ran, so the host may call the blocking variant instead.
-fn lacks<T>(result: &HookResult<T>, hook: Hook) -> bool {
+pub(crate) fn lacks<T>(result: &HookResult<T>, hook: Hook) -> bool {
     matches!(result, Err(error) if *error == unsupported(hook))
 }
 
@@ -206,8 +206,10 @@ impl<P: Provider + ?Sized + 'static> AsyncProvider<P> {
         let mut started = self.inner.execute_async(params.clone(), sink);
         let result: HookFuture<ExecuteResult> = match poll_once(&mut started) {
             Some(result) if lacks(&result, Hook::ExecuteAsync) => {
-                let fallback =
-                    tokio::spawn(self.call(move |provider| execute_blocking(provider, &params, &sender)));
+                let mut forward = move |stream, chunk: &[u8]| drop(sender.send((stream, chunk.to_vec())));
+                let fallback = tokio::spawn(
+                    self.call(move |provider| execute_blocking(provider, &params, &mut forward)),
+                );
                 Box::pin(async move { fallback.await.unwrap_or_else(|error| Err(task_failed(error))) })
             }
             Some(result) => Box::pin(std::future::ready(result)),
@@ -234,17 +236,19 @@ fn poll_once<T>(future: &mut HookFuture<T>) -> Option<HookResult<T>> {
     }
 }
 
-/// The blocking `execute`: raw bytes where the provider has them (ABI 1.3),
-/// text otherwise.
-fn execute_blocking<P: Provider + ?Sized>(
+/// The blocking `execute`, handing `output` the raw bytes the command wrote:
+/// through `execute_bytes` (ABI 1.3), or `execute` where the provider lacks
+/// it (a 1.0–1.2 provider delivers text, as its UTF-8).
+pub(crate) fn execute_blocking<P: Provider + ?Sized>(
     provider: &P,
     params: &ExecuteParams,
-    sender: &mpsc::UnboundedSender<(OutputStream, Vec<u8>)>,
+    output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
 ) -> HookResult<ExecuteResult> {
-    let mut bytes = |stream: OutputStream, chunk: &[u8]| drop(sender.send((stream, chunk.to_vec())));
-    match provider.execute_bytes(params, &mut ByteSink::new(&mut bytes)) {
+    match provider
+        .execute_bytes(params, &mut ByteSink::new(&mut |stream, chunk: &[u8]| output(stream, chunk)))
+    {
         result if lacks(&result, Hook::ExecuteBytes) => {
-            let mut text = |stream: OutputStream, chunk: &str| drop(sender.send((stream, chunk.into())));
+            let mut text = |stream: OutputStream, chunk: &str| output(stream, chunk.as_bytes());
             provider.execute(params, &mut OutputSink::new(&mut text))
         }
         result => result,

@@ -21,11 +21,31 @@ use crate::{
     store::LeaseStore,
 };
 use provider_abi::{
-    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult,
-    Hook, HookResult, Lease, LeaseParams, OutputSink, OutputStream, ProbeReport, ProviderError, SyncParams,
-    SyncResult, Workspace,
+    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
+    HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink, ProbeReport,
+    ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
+use std::future::Future;
+use tokio::sync::mpsc;
+
+/// How a [`Host`] calls the hooks that wait on the network.
+///
+/// The policy is the same either way (every method of [`Host`] is written
+/// once, as `async`); only the provider call differs. The blocking methods
+/// (`acquire`...) run it with [`Calls::Blocking`] on the calling thread; the
+/// `_with` methods take the mode, for a host on an async runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Calls {
+    /// The blocking hooks: a call holds the calling thread until it returns.
+    Blocking,
+    /// The async hooks (ABI 1.7 and later) where the provider has them: a
+    /// call holds no thread while it waits, and dropping the host's future
+    /// cancels it with the guarantees release gives. A hook without an async
+    /// variant (an older provider, a worker process) is called blocking, on
+    /// the thread polling the future.
+    Async,
+}
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
@@ -110,6 +130,29 @@ fn ledger_error(error: LedgerError) -> ProviderError {
     ProviderError::internal(format!("cannot record the lease: {error}"))
 }
 
+/// Awaits `call` while handing each message `messages` receives to `serve`
+/// (a command's output, a created lease to record), in the order sent; the
+/// messages sent before `call` ended are all served before it returns.
+async fn serving<T, M>(
+    call: impl Future<Output = T>,
+    mut messages: mpsc::UnboundedReceiver<M>,
+    mut serve: impl FnMut(M),
+) -> T {
+    let mut call = std::pin::pin!(call);
+    loop {
+        tokio::select! {
+            biased;
+            Some(message) = messages.recv() => serve(message),
+            result = &mut call => {
+                while let Ok(message) = messages.try_recv() {
+                    serve(message);
+                }
+                return result;
+            }
+        }
+    }
+}
+
 impl<'a> Host<'a> {
     /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
     /// `embedded_sim` marks an API served by a simulator inside this process.
@@ -172,17 +215,45 @@ impl<'a> Host<'a> {
         self.provider.validate_config(&self.env)
     }
 
+    /// Runs `call_async` when `calls` is async and the provider has `hook`,
+    /// else (or when the version answering lacks it after all, as after a
+    /// swap) the blocking `call`.
+    async fn network<T>(
+        &self,
+        calls: Calls,
+        hook: Hook,
+        call_async: impl FnOnce() -> HookFuture<T>,
+        call: impl FnOnce() -> HookResult<T>,
+    ) -> HookResult<T> {
+        if calls == Calls::Async && self.provider.supports(hook) {
+            let result = call_async().await;
+            if !crate::async_host::lacks(&result, hook) {
+                return result;
+            }
+        }
+        call()
+    }
+
     /// `probe`, recorded as a probe row: `acquiring` until it returns, then
     /// `destroyed` unless the error says a sandbox may remain.
     pub fn probe(&self) -> HookResult<ProbeReport> {
+        pollster::block_on(self.probe_with(Calls::Blocking))
+    }
+
+    /// [`Host::probe`], calling the provider as `calls` says.
+    pub async fn probe_with(&self, calls: Calls) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
         let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
-        let outcome = if self.provider.supports(Hook::ProbeRecording) {
-            let mut record = |lease: &Lease| self.record_created(row, hook, lease);
-            self.provider.probe_recording(&self.env, &mut CreationRecorder::new(&mut record))
-        } else {
-            self.provider.probe(&self.env)
+        let blocking = || match self.provider.supports(Hook::ProbeRecording) {
+            true => {
+                let mut record = |lease: &Lease| self.record_created(row, hook, lease);
+                self.provider.probe_recording(&self.env, &mut CreationRecorder::new(&mut record))
+            }
+            false => self.provider.probe(&self.env),
         };
+        let outcome = self
+            .network(calls, Hook::ProbeAsync, || self.provider.probe_async(self.env.clone()), blocking)
+            .await;
         let error = outcome.as_ref().err();
         let state = match error {
             Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
@@ -202,6 +273,11 @@ impl<'a> Host<'a> {
     /// id the moment the provider reports the sandbox created (ABI 1.2), and
     /// `active` after it.
     pub fn acquire(&self) -> HookResult<HeldLease> {
+        pollster::block_on(self.acquire_with(Calls::Blocking))
+    }
+
+    /// [`Host::acquire`], calling the provider as `calls` says.
+    pub async fn acquire_with(&self, calls: Calls) -> HookResult<HeldLease> {
         let hook = Hook::AcquireLease.name();
         let row = self.ledger.begin(self.owner, &self.run_id, &self.lease_env, hook).map_err(ledger_error)?;
         let params = AcquireParams {
@@ -209,12 +285,21 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        let outcome = if self.provider.supports(Hook::AcquireLeaseRecording) {
-            let mut record = |lease: &Lease| self.record_created(row, hook, lease);
-            self.provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
-        } else {
-            self.provider.acquire_lease(&params)
+        let blocking = || match self.provider.supports(Hook::AcquireLeaseRecording) {
+            true => {
+                let mut record = |lease: &Lease| self.record_created(row, hook, lease);
+                self.provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
+            }
+            false => self.provider.acquire_lease(&params),
         };
+        let outcome = self
+            .network(
+                calls,
+                Hook::AcquireLeaseAsync,
+                || self.provider.acquire_lease_async(params.clone()),
+                blocking,
+            )
+            .await;
         match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
@@ -277,45 +362,60 @@ impl<'a> Host<'a> {
     }
 
     /// The seed's policy for a lease that must not be reused: log, destroy.
-    fn destroy_poisoned(&self, held: &HeldLease, instead_of: &str) -> HookResult<()> {
+    async fn destroy_poisoned(&self, calls: Calls, held: &HeldLease, instead_of: &str) -> HookResult<()> {
         tracing::warn!(
             lease = held.id().unwrap_or("-"),
             "lease cleanup is unconfirmed; destroying it instead of {instead_of}"
         );
-        self.destroy(held)
+        self.destroy_with(calls, held).await
     }
 
     /// Marks the lease unconfirmed (after `error`) and destroys it.
-    fn poisoned_by(
+    async fn poisoned_by(
         &self,
+        calls: Calls,
         held: &HeldLease,
         hook: &str,
         error: &ProviderError,
         instead_of: &str,
     ) -> HookResult<()> {
         self.record(held.row, LeaseState::Unconfirmed, hook, Some(error))?;
-        self.destroy_poisoned(held, instead_of)
+        self.destroy_poisoned(calls, held, instead_of).await
     }
 
     /// `resume_lease`. A lease the ledger knows as unconfirmed (or that the
     /// provider refuses as unconfirmed) is destroyed instead, and comes back
     /// expired: the caller must acquire a new one.
     pub fn resume(&self, held: &HeldLease) -> HookResult<Lease> {
+        pollster::block_on(self.resume_with(Calls::Blocking, held))
+    }
+
+    /// [`Host::resume`], calling the provider as `calls` says.
+    pub async fn resume_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Lease> {
         let hook = Hook::ResumeLease.name();
         let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
         if self.state(held)? == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, "resuming it")?;
+            self.destroy_poisoned(calls, held, "resuming it").await?;
             return Ok(gone);
         }
         // Recorded as active before the call: a resume cut short may leave it running.
         self.record(held.row, LeaseState::Active, hook, None)?;
-        match self.provider.resume_lease(&self.params(&held.lease)) {
+        let params = self.params(&held.lease);
+        let outcome = self
+            .network(
+                calls,
+                Hook::ResumeLeaseAsync,
+                || self.provider.resume_lease_async(params.clone()),
+                || self.provider.resume_lease(&params),
+            )
+            .await;
+        match outcome {
             Ok(lease) if lease.expired => {
                 // An expired lease's sandbox may still exist (the configuration
                 // changed, or its marker did not read back): give it back
                 // rather than leak it. A failed destroy leaves the row for
                 // `sweep`.
-                if let Err(error) = self.destroy(held) {
+                if let Err(error) = self.destroy_with(calls, held).await {
                     tracing::warn!(lease = ?held.id(), error = %error, "destroying an expired lease failed");
                 }
                 Ok(lease)
@@ -325,7 +425,7 @@ impl<'a> Host<'a> {
                 Ok(lease)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(held, hook, &error, "resuming it")?;
+                self.poisoned_by(calls, held, hook, &error, "resuming it").await?;
                 Ok(gone)
             }
             Err(error) => {
@@ -348,12 +448,27 @@ impl<'a> Host<'a> {
         self.provider.destroy_lease(&self.params(&held.lease)).map(|()| false)
     }
 
+    /// The blocking release: reporting (ABI 1.2), else plain and asked after.
+    fn release_reporting(&self, held: &HeldLease, params: &LeaseParams) -> HookResult<ReleaseReport> {
+        let kept = if self.provider.supports(Hook::ReleaseLeaseReporting) {
+            self.provider.release_lease_reporting(params).map(|report| report.kept)
+        } else {
+            self.provider.release_lease(params).and_then(|()| self.kept_by_unreporting_release(held))
+        };
+        kept.map(|kept| ReleaseReport { kept })
+    }
+
     /// `release_lease` for reuse, with the seed's fallback: an unconfirmed
     /// lease (known to the ledger, or reported by the release) is destroyed.
     pub fn release(&self, held: &HeldLease) -> HookResult<Released> {
+        pollster::block_on(self.release_with(Calls::Blocking, held))
+    }
+
+    /// [`Host::release`], calling the provider as `calls` says.
+    pub async fn release_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Released> {
         let hook = Hook::ReleaseLease.name();
         if self.state(held)? == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, "releasing it for reuse")?;
+            self.destroy_poisoned(calls, held, "releasing it for reuse").await?;
             let cause = ProviderError::new(
                 ErrorKind::CLEANUP_UNCONFIRMED,
                 "The lease ledger records the lease's cleanup as unconfirmed.",
@@ -362,11 +477,15 @@ impl<'a> Host<'a> {
         }
         self.record(held.row, LeaseState::Releasing, hook, None)?;
         let params = self.params(&held.lease);
-        let kept = if self.provider.supports(Hook::ReleaseLeaseReporting) {
-            self.provider.release_lease_reporting(&params).map(|report| report.kept)
-        } else {
-            self.provider.release_lease(&params).and_then(|()| self.kept_by_unreporting_release(held))
-        };
+        let kept = self
+            .network(
+                calls,
+                Hook::ReleaseLeaseAsync,
+                || self.provider.release_lease_async(params.clone()),
+                || self.release_reporting(held, &params),
+            )
+            .await
+            .map(|report| report.kept);
         match kept {
             Ok(true) => {
                 self.record(held.row, LeaseState::Paused, hook, None)?;
@@ -377,7 +496,7 @@ impl<'a> Host<'a> {
                 Ok(Released::Deleted)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(held, hook, &error, "releasing it for reuse")?;
+                self.poisoned_by(calls, held, hook, &error, "releasing it for reuse").await?;
                 Ok(Released::DestroyedInstead(error))
             }
             Err(error) if held.provisional && refused_before_any_request(&error) => {
@@ -392,9 +511,22 @@ impl<'a> Host<'a> {
 
     /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed` after.
     pub fn destroy(&self, held: &HeldLease) -> HookResult<()> {
+        pollster::block_on(self.destroy_with(Calls::Blocking, held))
+    }
+
+    /// [`Host::destroy`], calling the provider as `calls` says.
+    pub async fn destroy_with(&self, calls: Calls, held: &HeldLease) -> HookResult<()> {
         let hook = Hook::DestroyLease.name();
         self.record(held.row, LeaseState::Destroying, hook, None)?;
-        let outcome = self.provider.destroy_lease(&self.params(&held.lease));
+        let params = self.params(&held.lease);
+        let outcome = self
+            .network(
+                calls,
+                Hook::DestroyLeaseAsync,
+                || self.provider.destroy_lease_async(params.clone()),
+                || self.provider.destroy_lease(&params),
+            )
+            .await;
         let state = if outcome.is_ok() { LeaseState::Destroyed } else { LeaseState::CleanupFailed };
         self.record(held.row, state, hook, outcome.as_ref().err())?;
         outcome.map_err(|error| self.forget_if_refused(held, error))
@@ -422,7 +554,9 @@ impl<'a> Host<'a> {
         params: ExecuteParams,
         output: &mut OutputSink<'_>,
     ) -> HookResult<ExecuteResult> {
-        self.execute_via(held, params, |params| self.provider.execute(params, output))
+        let params = self.before_execute(held, params)?;
+        let outcome = self.provider.execute(&params, output);
+        self.after_execute(held, &params, outcome)
     }
 
     /// [`Self::execute`], handing `output` the raw bytes the command wrote:
@@ -434,28 +568,40 @@ impl<'a> Host<'a> {
         params: ExecuteParams,
         output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
     ) -> HookResult<ExecuteResult> {
-        if self.provider.supports(Hook::ExecuteBytes) {
-            self.execute_via(held, params, |params| {
-                self.provider.execute_bytes(
-                    params,
-                    &mut ByteSink::new(&mut |stream, bytes: &[u8]| output(stream, bytes)),
-                )
-            })
-        } else {
-            let mut text = |stream: OutputStream, chunk: &str| output(stream, chunk.as_bytes());
-            self.execute_via(held, params, |params| {
-                self.provider.execute(params, &mut OutputSink::new(&mut text))
-            })
-        }
+        pollster::block_on(self.execute_bytes_with(Calls::Blocking, held, params, output))
     }
 
-    /// Runs an execute hook through `call` under the ledger's policy.
-    fn execute_via(
+    /// [`Host::execute_bytes`], calling the provider as `calls` says: the
+    /// async `execute` (ABI 1.7) streams the output to `output` as it
+    /// arrives, and dropping the future stops the command.
+    pub async fn execute_bytes_with(
         &self,
+        calls: Calls,
         held: &HeldLease,
-        mut params: ExecuteParams,
-        call: impl FnOnce(&ExecuteParams) -> HookResult<ExecuteResult>,
+        params: ExecuteParams,
+        output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
     ) -> HookResult<ExecuteResult> {
+        let params = self.before_execute(held, params)?;
+        let (sender, chunks) = mpsc::unbounded_channel::<(OutputStream, Vec<u8>)>();
+        let call_async = || {
+            let sink =
+                OwnedByteSink::new(move |stream, chunk: &[u8]| drop(sender.send((stream, chunk.to_vec()))));
+            self.provider.execute_async(params.clone(), sink)
+        };
+        let outcome = match calls == Calls::Async && self.provider.supports(Hook::ExecuteAsync) {
+            true => serving(call_async(), chunks, |(stream, chunk)| output(stream, &chunk)).await,
+            false => Err(provider_abi::unsupported(Hook::ExecuteAsync)),
+        };
+        let outcome = match crate::async_host::lacks(&outcome, Hook::ExecuteAsync) {
+            true => crate::async_host::execute_blocking(self.provider, &params, output),
+            false => outcome,
+        };
+        self.after_execute(held, &params, outcome)
+    }
+
+    /// Before an execute hook: refuses a lease the ledger knows as
+    /// unconfirmed, and points the parameters at the held lease.
+    fn before_execute(&self, held: &HeldLease, mut params: ExecuteParams) -> HookResult<ExecuteParams> {
         if self.state(held)? == Some(LeaseState::Unconfirmed) {
             return Err(ProviderError::new(
                 ErrorKind::CLEANUP_UNCONFIRMED,
@@ -463,7 +609,16 @@ impl<'a> Host<'a> {
             ));
         }
         params.lease = self.params(&held.lease);
-        let outcome = call(&params);
+        Ok(params)
+    }
+
+    /// After an execute hook: the ledger's policy for its outcome.
+    fn after_execute(
+        &self,
+        held: &HeldLease,
+        params: &ExecuteParams,
+        outcome: HookResult<ExecuteResult>,
+    ) -> HookResult<ExecuteResult> {
         let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
         if let Err(error) = &outcome {
             // A worker that died under the command took its cleanup with it:

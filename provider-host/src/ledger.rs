@@ -271,6 +271,8 @@ pub(crate) enum Problem {
     ForeignDatabase,
     #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
     NewerMigration(i32, i32),
+    #[error("the ledger is closed")]
+    Closed,
     #[error("row {row} was taken over by host {host} (this host's heartbeat had expired); not changing it")]
     TakenOver { row: i64, host: String },
     #[error("{0}")]

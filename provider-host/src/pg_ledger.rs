@@ -56,7 +56,8 @@ pub struct PgOptions {
 
 /// The lease ledger in a PostgreSQL database, shared by a fleet of hosts.
 pub struct PgLedger {
-    pool: Pool,
+    /// Taken only by `drop`, to close the connections off an async runtime.
+    pool: Option<Pool>,
     location: String,
     host_id: String,
     pid: u32,
@@ -152,6 +153,10 @@ impl PgLedger {
     /// Connects to `url`, migrates the schema, registers this host and
     /// starts its heartbeat.
     pub fn open(url: &str, options: &PgOptions) -> Result<PgLedger, LedgerError> {
+        off_async_runtime(|| Self::open_here(url, options))
+    }
+
+    fn open_here(url: &str, options: &PgOptions) -> Result<PgLedger, LedgerError> {
         let location = redacted(url);
         let fail = |problem: Problem| LedgerError::at(&location, problem);
         let config = config(url).map_err(fail)?;
@@ -169,7 +174,7 @@ impl PgLedger {
         let pid = std::process::id();
         let host_id = format!("{}-{pid}-{}", hostname(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let mut ledger = PgLedger {
-            pool,
+            pool: Some(pool),
             location,
             host_id,
             pid,
@@ -208,12 +213,15 @@ impl PgLedger {
         self.with(|client| client.execute(BEAT, &params).map(drop))
     }
 
-    fn with<T>(
+    fn with<T: Send>(
         &self,
-        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error>,
+        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error> + Send,
     ) -> Result<T, LedgerError> {
-        let mut client = self.pool.get().map_err(|error| LedgerError::at(&self.location, error))?;
-        f(&mut client).map_err(|error| LedgerError::at(&self.location, error))
+        off_async_runtime(|| {
+            let pool = self.pool.as_ref().ok_or_else(|| LedgerError::at(&self.location, Problem::Closed))?;
+            let mut client = pool.get().map_err(|error| LedgerError::at(&self.location, error))?;
+            f(&mut client).map_err(|error| LedgerError::at(&self.location, error))
+        })
     }
 
     /// Runs a write of row `row` conditional on this host owning it
@@ -248,8 +256,19 @@ impl Drop for PgLedger {
     /// and its row expires now (or goes, when it owns no lease), so the rows
     /// it left are a survivor's without waiting for the expiry.
     fn drop(&mut self) {
-        let Some(heartbeat) = self.heartbeat.take() else { return };
-        drop(heartbeat);
+        if let Some(heartbeat) = self.heartbeat.take() {
+            drop(heartbeat);
+            self.expire_now();
+        }
+        // Closing the connections blocks on the driver's runtime too.
+        let pool = self.pool.take();
+        off_async_runtime(move || drop(pool));
+    }
+}
+
+impl PgLedger {
+    /// Ends this host's row now: gone when it owns no lease, else expired.
+    fn expire_now(&self) {
         let result = self.with(|client| {
             client.execute(
                 "DELETE FROM hosts h WHERE h.host_id = $1
@@ -481,9 +500,26 @@ impl LeaseStore for PgLedger {
     }
 }
 
+/// Runs `work`, which blocks on the synchronous PostgreSQL driver: on this
+/// thread, or on a thread of its own when this one drives an async runtime
+/// (the driver blocks on a runtime of its own, which tokio refuses to start
+/// inside another). A ledger call is milliseconds; the thread, microseconds.
+fn off_async_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work();
+    }
+    std::thread::scope(|scope| {
+        scope.spawn(work).join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// Every row of the ledger at `url`, read without migrating or registering
 /// (no ledger there yet: none).
 pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+    off_async_runtime(|| read_all_here(url))
+}
+
+fn read_all_here(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
     let location = redacted(url);
     let fail = |problem: Problem| LedgerError::at(&location, problem);
     let mut client = config(url).and_then(|config| Ok(config.connect(NoTls)?)).map_err(fail)?;

@@ -314,3 +314,21 @@ fn hosts_sharing_a_ledger_share_the_request_budget() {
         }
     }
 }
+
+/// A host on an async runtime (a tokio host awaiting `Host::acquire_with`
+/// with async calls) writes its ledger from the runtime's thread: every store
+/// must work there, including the PostgreSQL one, whose synchronous driver
+/// blocks on a runtime of its own.
+#[test]
+fn a_store_is_usable_from_inside_an_async_runtime() {
+    for bed in Bed::all("a_store_is_usable_from_inside_an_async_runtime") {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let state = runtime.block_on(async {
+            let ledger = bed.host();
+            let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+            ledger.set_lease(row, LeaseState::Active, "acquire_lease", &lease("sb-async")).unwrap();
+            ledger.get(row).unwrap().unwrap().state
+        });
+        assert_eq!(state, LeaseState::Active, "{}", bed.name());
+    }
+}
