@@ -8,11 +8,11 @@ use crate::{
     log::{LogLevel, LogSink},
     module::*,
     provider::Provider,
-    recorder::CreationRecorder,
+    recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -53,7 +53,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_7 {
+    let extension = if abi >= ABI_1_8 {
+        extensions_to_1_8::<P>
+    } else if abi >= ABI_1_7 {
         extensions_to_1_7::<P>
     } else if abi >= ABI_1_6 {
         extensions_to_1_6::<P>
@@ -160,6 +162,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
+/// The extension tables of a library built for ABI 1.8.
+extern "C" fn extensions_to_1_8<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        8 => RSome(Extension::of(Tables::<P>::V1_8)),
+        _ => extensions_to_1_7::<P>(minor),
+    }
+}
+
 /// The extension tables of a library built for ABI 1.7.
 extern "C" fn extensions_to_1_7<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
@@ -256,6 +266,8 @@ async_hook_shims! {
     resume_lease_async: ResumeLeaseAsync(params: &LeaseParams) -> Lease;
     release_lease_async: ReleaseLeaseAsync(params: &LeaseParams) -> ReleaseReport;
     destroy_lease_async: DestroyLeaseAsync(params: &LeaseParams) -> ();
+    sync_in_async: SyncInAsync(params: &SyncParams) -> SyncResult;
+    sync_out_async: SyncOutAsync(params: &SyncParams) -> SyncResult;
 }
 
 extern "C" fn execute_async<P: Provider>(
@@ -264,6 +276,26 @@ extern "C" fn execute_async<P: Provider>(
     output: OwnedByteSink,
 ) -> FfiHookFuture<ExecuteResult> {
     crate::future::export(Hook::ExecuteAsync, || instance::<P>(this).execute_async(params.clone(), output))
+}
+
+extern "C" fn acquire_lease_recording_async<P: Provider>(
+    this: InstancePtr,
+    params: &AcquireParams,
+    recorder: AsyncCreationRecorder,
+) -> FfiHookFuture<Lease> {
+    crate::future::export(Hook::AcquireLeaseRecordingAsync, || {
+        instance::<P>(this).acquire_lease_recording_async(params.clone(), recorder)
+    })
+}
+
+extern "C" fn probe_recording_async<P: Provider>(
+    this: InstancePtr,
+    params: &EnvironmentParams,
+    recorder: AsyncCreationRecorder,
+) -> FfiHookFuture<ProbeReport> {
+    crate::future::export(Hook::ProbeRecordingAsync, || {
+        instance::<P>(this).probe_recording_async(params.clone(), recorder)
+    })
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -307,6 +339,12 @@ impl<P: Provider> Tables<P> {
         release_lease_async: release_lease_async::<P>,
         destroy_lease_async: destroy_lease_async::<P>,
         execute_async: execute_async::<P>,
+    };
+    const V1_8: &'static HookTableV1_8 = &HookTableV1_8 {
+        sync_in_async: sync_in_async::<P>,
+        sync_out_async: sync_out_async::<P>,
+        acquire_lease_recording_async: acquire_lease_recording_async::<P>,
+        probe_recording_async: probe_recording_async::<P>,
     };
 }
 
