@@ -247,13 +247,15 @@ hook_shims! {
 }
 
 /// Generates one `extern "C"` shim per async hook: clones the parameters
-/// (the future owns them) and hands the trait method's future over through
-/// [`crate::future::export`].
+/// (the future owns them), passes an owned callback (after `;`) as it is, and
+/// hands the trait method's future over through [`crate::future::export`].
 macro_rules! async_hook_shims {
-    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),*) -> $ret:ty;)*) => {
+    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),* $(; $owned:ident: $oty:ty)?) -> $ret:ty;)*) => {
         $(
-            extern "C" fn $name<P: Provider>(this: InstancePtr $(, $arg: &$ty)*) -> FfiHookFuture<$ret> {
-                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),*))
+            extern "C" fn $name<P: Provider>(
+                this: InstancePtr $(, $arg: &$ty)* $(, $owned: $oty)?
+            ) -> FfiHookFuture<$ret> {
+                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),* $(, $owned)?))
             }
         )*
     };
@@ -266,36 +268,13 @@ async_hook_shims! {
     resume_lease_async: ResumeLeaseAsync(params: &LeaseParams) -> Lease;
     release_lease_async: ReleaseLeaseAsync(params: &LeaseParams) -> ReleaseReport;
     destroy_lease_async: DestroyLeaseAsync(params: &LeaseParams) -> ();
+    execute_async: ExecuteAsync(params: &ExecuteParams; output: OwnedByteSink) -> ExecuteResult;
     sync_in_async: SyncInAsync(params: &SyncParams) -> SyncResult;
     sync_out_async: SyncOutAsync(params: &SyncParams) -> SyncResult;
-}
-
-extern "C" fn execute_async<P: Provider>(
-    this: InstancePtr,
-    params: &ExecuteParams,
-    output: OwnedByteSink,
-) -> FfiHookFuture<ExecuteResult> {
-    crate::future::export(Hook::ExecuteAsync, || instance::<P>(this).execute_async(params.clone(), output))
-}
-
-extern "C" fn acquire_lease_recording_async<P: Provider>(
-    this: InstancePtr,
-    params: &AcquireParams,
-    recorder: AsyncCreationRecorder,
-) -> FfiHookFuture<Lease> {
-    crate::future::export(Hook::AcquireLeaseRecordingAsync, || {
-        instance::<P>(this).acquire_lease_recording_async(params.clone(), recorder)
-    })
-}
-
-extern "C" fn probe_recording_async<P: Provider>(
-    this: InstancePtr,
-    params: &EnvironmentParams,
-    recorder: AsyncCreationRecorder,
-) -> FfiHookFuture<ProbeReport> {
-    crate::future::export(Hook::ProbeRecordingAsync, || {
-        instance::<P>(this).probe_recording_async(params.clone(), recorder)
-    })
+    acquire_lease_recording_async:
+        AcquireLeaseRecordingAsync(params: &AcquireParams; recorder: AsyncCreationRecorder) -> Lease;
+    probe_recording_async:
+        ProbeRecordingAsync(params: &EnvironmentParams; recorder: AsyncCreationRecorder) -> ProbeReport;
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {

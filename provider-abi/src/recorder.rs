@@ -127,17 +127,10 @@ impl AsyncCreationRecorder {
             };
             guarded(Origin::Recorder, future)
         }
-        unsafe extern "C" fn drop_context<F>(context: *mut c_void) {
-            // SAFETY: called once, from `Drop`, on the box `new` leaked.
-            let callback = unsafe { Box::from_raw(context.cast::<F>()) };
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
-                crate::export::drop_panic_payload(payload);
-            }
-        }
         Self {
             context: Box::into_raw(Box::new(callback)).cast(),
             record_lease: trampoline::<F>,
-            drop_context: drop_context::<F>,
+            drop_context: crate::sink::drop_boxed::<F>,
         }
     }
 

@@ -85,26 +85,34 @@ fn requests_of<T>(
     (bed.ledger().requests.len() - before, value)
 }
 
-#[test]
-fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
+/// Drops `acquire()`'s future after N polls on the host's executor (N from
+/// 1 up) and after the provider's k-th request (for every request it makes).
+/// After each drop, once a lease the acquire did return (checked by
+/// `returned`) is destroyed, waits until the simulator created exactly one
+/// more sandbox and `settled` holds: once it exists, the provider deletes it
+/// on its own runtime.
+fn drop_acquire_at_every_point(
+    bed: &Bed,
+    config: &Value,
+    acquire: impl Fn() -> HookFuture<Lease>,
+    returned: impl Fn(&Lease),
+    settled: impl Fn(&createos_sim::Ledger) -> bool,
+) {
     let runtime = host_runtime();
-    let acquire = || bed.provider.acquire_lease_async(bed.acquire_params(&config));
-    let (requests, lease) = requests_of(&bed, &runtime, acquire);
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let (requests, lease) = requests_of(bed, &runtime, &acquire);
+    returned(&lease);
+    bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
     let mut created = 1;
-    let mut finish = |outcome: Option<HookResult<provider_abi::Lease>>, what: &str| {
+    let mut finish = |outcome: Option<HookResult<Lease>>, what: &str| {
         if let Some(result) = outcome {
             let lease = result.unwrap_or_else(|error| panic!("{what}: {error}"));
-            bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+            returned(&lease);
+            bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
         }
-        // Every acquire creates exactly one sandbox (no faults), cancelled or
-        // not; once it exists, the provider deletes it on its own runtime.
+        // Every acquire creates exactly one sandbox (no faults), cancelled or not.
         created += 1;
-        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && ledger.leaked().is_empty());
+        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && settled(ledger));
     };
-    // Dropped after N polls on the host's executor, for N from 1 up.
     for polls in 1.. {
         let outcome = runtime.block_on(DropAfter { future: Some(acquire()), polls });
         let completed = outcome.is_some();
@@ -113,12 +121,19 @@ fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
             break;
         }
     }
-    // Dropped after the provider's k-th request, for every request it makes.
     for after in 0..=requests {
         let before = bed.ledger().requests.len();
-        let outcome = runtime.block_on(drop_after_requests(&bed, acquire(), before, after));
+        let outcome = runtime.block_on(drop_after_requests(bed, acquire(), before, after));
         finish(outcome, &format!("acquire dropped after {after} of {requests} requests"));
     }
+}
+
+#[test]
+fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let acquire = || bed.provider.acquire_lease_async(bed.acquire_params(&config));
+    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
 }
 
 #[test]
@@ -338,45 +353,16 @@ fn all_recorded_and_deleted(ledger: &createos_sim::Ledger, seen: &Mutex<HashSet<
 fn dropping_an_async_recording_acquire_at_any_point_leaves_no_sandbox_the_recorder_did_not_see() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
-    let runtime = host_runtime();
     let seen = Arc::new(Mutex::new(HashSet::new()));
     let acquire = || {
         bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
     };
-    let (requests, lease) = requests_of(&bed, &runtime, acquire);
-    assert!(
-        seen.lock().unwrap().contains(&lease_id(&lease)),
-        "the lease was recorded before it was returned"
-    );
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
-    let mut created = 1;
-    let mut finish = |outcome: Option<HookResult<Lease>>, what: &str| {
-        if let Some(result) = outcome {
-            let lease = result.unwrap_or_else(|error| panic!("{what}: {error}"));
-            assert!(seen.lock().unwrap().contains(&lease_id(&lease)), "{what}: recorded before returned");
-            bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
-        }
-        // Every acquire creates exactly one sandbox, cancelled or not, and
-        // hands it to the recorder before anything else; once the future is
-        // dropped, the provider deletes it on its own runtime.
-        created += 1;
-        bed.wait_for_ledger(what, |ledger| {
-            ledger.sandboxes.len() == created && all_recorded_and_deleted(ledger, &seen)
-        });
-    };
-    for polls in 1.. {
-        let outcome = runtime.block_on(DropAfter { future: Some(acquire()), polls });
-        let completed = outcome.is_some();
-        finish(outcome, &format!("recording acquire dropped after {polls} polls"));
-        if completed {
-            break;
-        }
-    }
-    for after in 0..=requests {
-        let before = bed.ledger().requests.len();
-        let outcome = runtime.block_on(drop_after_requests(&bed, acquire(), before, after));
-        finish(outcome, &format!("recording acquire dropped after {after} of {requests} requests"));
-    }
+    // A returned lease was recorded before it was returned; every sandbox
+    // was handed to the recorder before anything else, and none is alive.
+    let returned = |lease: &Lease| assert!(seen.lock().unwrap().contains(&lease_id(lease)), "recorded first");
+    drop_acquire_at_every_point(&bed, &config, acquire, returned, |ledger| {
+        all_recorded_and_deleted(ledger, &seen)
+    });
 }
 
 #[test]
