@@ -89,8 +89,11 @@ impl<'a> CreationRecorder<'a> {
 /// created and fail the hook with that error. A panic in the host's closure,
 /// while it makes the future or while the future is polled, comes back as an
 /// `internal` error. The provider owns the recorder for as long as the call
-/// runs and may poll the record's future on its own runtime, so the host's
-/// future must not need the host's executor to make progress.
+/// runs and polls the record's future on its own runtime, where the host's
+/// tokio (a library has its own copy of tokio's thread-locals) finds no
+/// reactor: a record that needs the host's runtime (an async database
+/// client) is spawned there by the closure, which hands back a future of its
+/// result (the task's `JoinHandle`, a oneshot receiver).
 #[repr(C)]
 #[derive(StableAbi)]
 pub struct AsyncCreationRecorder {

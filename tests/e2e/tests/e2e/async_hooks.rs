@@ -416,6 +416,46 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
     assert!(bed.ledger().leaked().is_empty());
 }
 
+#[test]
+fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_provider() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let runtime = host_runtime();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    // The host's record needs the host's tokio (its timer here, a database
+    // client in a real host). Polled as it is on the provider's runtime, it
+    // finds no reactor: the panic is an internal error and the sandbox is
+    // deleted.
+    let unspawned = AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::ZERO).await;
+            Ok(())
+        })
+    });
+    let result =
+        runtime.block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), unspawned));
+    assert_eq!(result.unwrap_err().kind, ErrorKind::INTERNAL);
+    bed.wait_for_ledger("the unrecorded sandbox deleted", |ledger| {
+        ledger.sandboxes.len() == 1 && ledger.leaked().is_empty()
+    });
+    // Spawned on the host's runtime, the provider awaits its `JoinHandle`.
+    let (host, kept) = (runtime.handle().clone(), Arc::clone(&seen));
+    let spawned = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+        let (id, kept) = (lease_id(lease), Arc::clone(&kept));
+        let task = host.spawn(async move {
+            tokio::time::sleep(Duration::ZERO).await;
+            kept.lock().unwrap().insert(id);
+        });
+        Box::pin(async move { task.await.map_err(|_| ProviderError::internal("the host's record failed")) })
+    });
+    let lease = runtime
+        .block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), spawned))
+        .expect("the record ran on the host's runtime");
+    assert!(seen.lock().unwrap().contains(&lease_id(&lease)));
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+}
+
 /// One sync operation of `mappings`, with `commands` after an inbound one.
 fn sync_params(
     bed: &Bed,
