@@ -60,13 +60,23 @@ async fn drop_after_requests<T>(
     before: usize,
     after: usize,
 ) -> Option<HookResult<T>> {
+    drop_when(bed, future, |ledger| ledger.requests.len() >= before + after).await
+}
+
+/// Awaits `future` until it completes or `reached` holds on the simulator's
+/// ledger, then drops it: `Some(result)` if it completed first.
+async fn drop_when<T>(
+    bed: &Bed,
+    future: HookFuture<T>,
+    reached: impl Fn(&createos_sim::Ledger) -> bool,
+) -> Option<HookResult<T>> {
     let mut future = future;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     loop {
         tokio::select! {
             result = &mut future => return Some(result),
             _ = tick.tick() => {
-                if bed.ledger().requests.len() >= before + after {
+                if reached(&bed.ledger()) {
                     return None;
                 }
             }
@@ -136,6 +146,18 @@ fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
     drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
 }
 
+/// Processes created and not terminated by the provider (those that ended by
+/// themselves count too).
+fn unterminated(ledger: &createos_sim::Ledger) -> usize {
+    let created = ledger
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
+        .filter(|r| (200..300).contains(&r.status))
+        .count();
+    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
+}
+
 #[test]
 fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     let bed = Bed::new();
@@ -153,17 +175,6 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     // A command that never ends by itself: every process created from here
     // on must be terminated by the provider once the future is dropped (the
     // `echo` above ended by itself).
-    let unterminated = |ledger: &createos_sim::Ledger| {
-        let created = ledger
-            .requests
-            .iter()
-            .filter(|r| {
-                r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path)
-            })
-            .filter(|r| (200..300).contains(&r.status))
-            .count();
-        created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
-    };
     let ended_by_themselves = unterminated(&bed.ledger());
     let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
     // On the host's executor the future has one await point (its result,
@@ -545,6 +556,14 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     // and the lease stays usable.
     let (requests, _) =
         requests_of(&bed, &runtime, || bed.provider.sync_in_async(inbound("dropped", &["echo done"])));
+    let ended_by_themselves = unterminated(&bed.ledger());
+    let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
+    // Dropped once its post-upload command runs: the command's process is
+    // terminated (with no other sync under way, so no other can end it).
+    let sync = bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]));
+    let outcome = runtime.block_on(drop_when(&bed, sync, |ledger| !all_terminated(ledger)));
+    assert!(outcome.is_none(), "a sync with a 300 s command does not end: {outcome:?}");
+    bed.wait_for_ledger("the dropped sync's command terminated", all_terminated);
     let outcome = runtime.block_on(DropAfter {
         future: Some(bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]))),
         polls: 1,
@@ -556,6 +575,7 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
         let outcome = runtime.block_on(drop_after_requests(&bed, sync, before, after));
         assert!(outcome.is_none(), "dropped after {after} of {requests}: {outcome:?}");
     }
+    bed.wait_for_ledger("every dropped sync's command terminated", all_terminated);
     // An outbound sync dropped at its first requests.
     for after in 0..3 {
         let before = bed.ledger().requests.len();
