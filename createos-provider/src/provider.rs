@@ -7,9 +7,10 @@
 //! the lease or marks it unconfirmed; a sync stops as release stops it (its
 //! current request or post-upload command is cancelled, the command's
 //! process tree terminated, the scratch file removed): files already moved
-//! stay, a host file is replaced only whole, and the lease stays usable
-//! unless a command's termination could not be confirmed, which marks it
-//! unconfirmed exactly as a failed sync would.
+//! stay, a host file is replaced only whole (a temporary file renamed over
+//! it), an extraction on the host is never interrupted, and the lease stays
+//! usable unless a command's termination could not be confirmed, which marks
+//! it unconfirmed exactly as a failed sync would.
 
 use crate::{
     client::build_http_client,

@@ -3,10 +3,11 @@
 //!
 //! With a provider that has the async hooks (ABI 1.7; file sync from 1.8) a
 //! call takes no thread of the host's: the provider runs the work on its own
-//! runtime and the host awaits an FFI-safe future. Dropping the future cancels the call with the
-//! guarantees release gives (see `Provider::acquire_lease_async`...). With an
-//! older provider (or one out of process) the call falls back to tokio's
-//! blocking pool, at most [`BLOCKING_CALLS`] at a time per facade, so the
+//! runtime and the host awaits an FFI-safe future. Dropping the future
+//! cancels the call with the guarantees release gives (see
+//! `Provider::acquire_lease_async`...). With an older provider (or one out of
+//! process) the call falls back to tokio's blocking pool, at most
+//! [`BLOCKING_CALLS`] at a time per facade, so the
 //! threads a host pays stay bounded whatever the concurrency. `execute` hands
 //! its output over a channel as it arrives, so a host can stream it while
 //! awaiting the result.
