@@ -11,8 +11,8 @@ use crate::{
     transition::{self, transition_with_priority, Desired, Estimates, Lifecycle},
 };
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport,
-    ReleaseReport, Workspace,
+    AcquireParams, AsyncCreationRecorder, CreationRecorder, EnvironmentParams, HookResult, Lease,
+    LeaseParams, LeaseStatus, ProbeReport, ReleaseReport, Workspace,
 };
 use serde_json::json;
 use std::{
@@ -96,13 +96,32 @@ fn deadline(config: &ProviderConfig) -> Instant {
     Instant::now() + Duration::from_millis(config.timeout_ms)
 }
 
+/// Where a created lease is recorded ahead: the blocking recorder of ABI 1.2
+/// (answered on the calling thread) or the async one of ABI 1.8 (awaited).
+pub trait Record: Send {
+    /// Hands `lease` to the host; `Ok` once it is recorded.
+    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send;
+}
+
+impl Record for CreationRecorder<'_> {
+    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send {
+        std::future::ready(CreationRecorder::record(self, lease))
+    }
+}
+
+impl Record for AsyncCreationRecorder {
+    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send {
+        AsyncCreationRecorder::record(self, lease)
+    }
+}
+
 /// `acquire_lease`: create a sandbox, hand it to `recorder` the moment its
 /// id is known, wait for `running`, prepare the workspace and write the
 /// marker; on any failure delete the sandbox.
 pub async fn acquire(
     ctx: &Context,
     params: &AcquireParams,
-    recorder: &mut CreationRecorder<'_>,
+    recorder: &mut impl Record,
 ) -> Result<Lease, Error> {
     let config = parse_config(&params.env)?;
     if params.requested_expires_at.is_some() {
@@ -135,13 +154,13 @@ async fn create_lease(
     client: &CreateosClient,
     config: &ProviderConfig,
     env: &EnvironmentParams,
-    recorder: &mut CreationRecorder<'_>,
+    recorder: &mut impl Record,
 ) -> Result<(String, LeaseMetadata), Error> {
     let _admission = admit(client, config).await?;
     let metadata = LeaseMetadata::new(env, config);
     let id = create_sandbox(client, config).await?;
     tracing::info!(sandbox = %id, shape = %config.shape, "CreateOS sandbox created");
-    let prepared = match recorder.record(&lease_of(&id, &metadata, config)) {
+    let prepared = match recorder.record(&lease_of(&id, &metadata, config)).await {
         Ok(()) => {
             let estimates = Estimates::shared(&config.origin());
             prepare_workspace(client, &id, &metadata, deadline(config), &estimates).await
@@ -439,7 +458,7 @@ pub const PROBE_OUTPUT: &str = "paperclip-createos-ready";
 pub async fn probe(
     ctx: &Context,
     env: &EnvironmentParams,
-    recorder: &mut CreationRecorder<'_>,
+    recorder: &mut impl Record,
 ) -> Result<ProbeReport, Error> {
     let config = parse_config(env)?;
     let client = ctx.client(&config)?;

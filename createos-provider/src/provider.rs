@@ -1,19 +1,30 @@
 //! The CreateOS provider behind the ABI: owns its tokio runtime, blocks the
 //! calling host thread on each blocking hook, spawns the work of each async
-//! hook (ABI 1.7) on that runtime, and converts errors once, here.
+//! hook (ABI 1.7 and 1.8) on that runtime, and converts errors once, here.
+//!
+//! Dropping an async hook's future cancels the call (see [`CreateosProvider`]'s
+//! `spawn`): an acquire (recording or not) finishes its create, then deletes
+//! the lease or marks it unconfirmed; a sync stops as release stops it (its
+//! current request or post-upload command is cancelled, the command's
+//! process tree terminated, the scratch file removed): files already moved
+//! stay, a host file is replaced only whole (a temporary file renamed over
+//! it), an extraction on the host is never interrupted, and the lease stays
+//! usable unless a command's termination could not be confirmed, which marks
+//! it unconfirmed exactly as a failed sync would.
 
 use crate::{
     client::build_http_client,
     config::{self, config_schema},
     error::{Error, ErrorKind},
-    lease::{self, Context},
+    lease::{self, Context, Record},
     registry::Registry,
 };
 use provider_abi::{
-    ready, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
-    HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest,
-    OutputSink, OwnedByteSink, ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncParams,
-    SyncResult, ValidationReport, Workspace, ABI_VERSION,
+    ready, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
+    ExecuteParams, ExecuteResult, HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams,
+    LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, OwnedByteSink, ProbeReport, Provider,
+    ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
+    ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -283,14 +294,35 @@ impl Provider for CreateosProvider {
     }
 
     fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
-        self.spawn(
-            move |context| async move { lease::probe(&context, &params, &mut CreationRecorder::discard()).await },
-            keep,
-        )
+        self.probe_async_with(params, CreationRecorder::discard())
+    }
+
+    fn probe_recording_async(
+        &self,
+        params: EnvironmentParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<ProbeReport> {
+        self.probe_async_with(params, recorder)
     }
 
     fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
-        self.acquire_async(params)
+        self.acquire_async(params, CreationRecorder::discard())
+    }
+
+    fn acquire_lease_recording_async(
+        &self,
+        params: AcquireParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<Lease> {
+        self.acquire_async(params, recorder)
+    }
+
+    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.spawn(move |context| async move { crate::sync::sync_in(&context, &params).await }, keep)
+    }
+
+    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.spawn(move |context| async move { crate::sync::sync_out(&context, &params).await }, keep)
     }
 
     fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
@@ -317,14 +349,24 @@ impl Provider for CreateosProvider {
 }
 
 impl CreateosProvider {
-    /// The async hooks (ABI 1.7), as `Provider` forwards them.
-    fn acquire_async(&self, params: AcquireParams) -> HookFuture<Lease> {
+    /// `probe_async` and `probe_recording_async`: the probe deletes its own
+    /// sandbox, so a result nobody awaits leaves nothing behind.
+    fn probe_async_with(
+        &self,
+        params: EnvironmentParams,
+        mut recorder: impl Record + 'static,
+    ) -> HookFuture<ProbeReport> {
+        self.spawn(move |context| async move { lease::probe(&context, &params, &mut recorder).await }, keep)
+    }
+
+    /// `acquire_lease_async` and `acquire_lease_recording_async` (ABI 1.7,
+    /// 1.8): the recorder is awaited right after the creation reply; on its
+    /// refusal the sandbox is deleted (or the lease marked unconfirmed).
+    fn acquire_async(&self, params: AcquireParams, mut recorder: impl Record + 'static) -> HookFuture<Lease> {
         let env = params.env.clone();
         let run_id = params.run_id.clone();
         self.spawn(
-            move |context| async move {
-                lease::acquire(&context, &params, &mut CreationRecorder::discard()).await
-            },
+            move |context| async move { lease::acquire(&context, &params, &mut recorder).await },
             // The host dropped the future: nobody holds the lease, so it is
             // deleted (or marked unconfirmed if the delete cannot be confirmed).
             move |context, lease: Lease| async move {

@@ -631,12 +631,12 @@ fn through_the_worker_an_older_provider_lacks_the_newer_hooks() {
     );
 }
 
-/// The async hooks (ABI 1.7) do not cross the worker protocol: through
-/// `--isolate` a 1.7 library reports them unsupported (its manifest leaves
-/// them out), and the async facade falls back to the blocking hooks.
+/// The async hooks (ABI 1.7 and 1.8) do not cross the worker protocol:
+/// through `--isolate` a 1.8 library reports them unsupported (its manifest
+/// leaves them out), and the async facade falls back to the blocking hooks.
 #[test]
 fn async_hooks_are_unsupported_through_isolation_and_the_facade_falls_back() {
-    let provider = IsolatedProvider::start(fixture("fixture_v1_7"), options()).expect("start the worker");
+    let provider = IsolatedProvider::start(fixture("fixture_v1_8"), options()).expect("start the worker");
     for hook in Hook::ALL {
         assert_eq!(provider.supports(hook), !hook.is_async(), "{hook}");
         assert_eq!(
@@ -653,6 +653,6 @@ fn async_hooks_are_unsupported_through_isolation_and_the_facade_falls_back() {
             ExecuteParams { command: "echo".into(), args: vec!["a".into()].into(), ..Default::default() };
         (health, facade.execute(params).result().await.unwrap())
     });
-    assert_eq!(health.message, "fixture 1.7.0");
+    assert_eq!(health.message, "fixture 1.8.0");
     assert_eq!(result.stdout, "a");
 }

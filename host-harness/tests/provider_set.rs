@@ -17,17 +17,19 @@ fn health(set: &ProviderSet) -> String {
 }
 
 /// The version matrix through swaps: a 1.0 provider active, swapped to 1.1,
-/// to the newest, and back down; after each swap the set answers with the
-/// active version's own hooks, exactly those of its ABI, and a hook the
-/// active version lacks is `unsupported`.
+/// to 1.7 (the first async hooks), to the newest, and back down; after each
+/// swap the set answers with the active version's own hooks, exactly those
+/// of its ABI, and a hook the active version lacks is `unsupported`.
 #[test]
 fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
-    use provider_abi::{AbiVersion, ErrorKind, ABI_1_0, ABI_1_1, ABI_VERSION};
+    use provider_abi::{AbiVersion, ErrorKind, ABI_1_0, ABI_1_1, ABI_1_6, ABI_1_7, ABI_1_8, ABI_VERSION};
     let newest = format!("fixture_v{}_{}", ABI_VERSION.major, ABI_VERSION.minor);
-    let steps: [(&str, AbiVersion); 5] = [
+    let steps: [(&str, AbiVersion); 7] = [
         ("fixture_v1_0", ABI_1_0),
         ("fixture_v1_1", ABI_1_1),
+        ("fixture_v1_7", ABI_1_7),
         (&newest, ABI_VERSION),
+        ("fixture_v1_7", ABI_1_7),
         ("fixture_v1_1", ABI_1_1),
         ("fixture_v1_0", ABI_1_0),
     ];
@@ -38,8 +40,8 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
             assert_eq!(report.draining, 0, "nothing in flight: the old version drains at once");
         }
         // The share granted to the set while older versions were active
-        // reaches the newest when it is swapped in.
-        let share = if abi == ABI_VERSION { ", request share 500000 ppm" } else { "" };
+        // reaches the first version with the hook when it is swapped in.
+        let share = if abi >= ABI_1_6 { ", request share 500000 ppm" } else { "" };
         assert_eq!(health(&set), format!("fixture {}.{}.0{share}", abi.major, abi.minor), "{library}");
         assert_eq!(set.manifest().abi_version, abi, "{library}");
         for hook in Hook::ALL {
@@ -47,14 +49,17 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
         }
         // An async hook answers only on a version that has it.
         let asked = poll_once(set.health_async());
-        assert_eq!(asked.is_ok(), abi >= provider_abi::ABI_1_7, "{library}: {asked:?}");
-        // The newest hook answers only on the newest version.
+        assert_eq!(asked.is_ok(), abi >= ABI_1_7, "{library}: {asked:?}");
+        // An async hook of ABI 1.8 only on a 1.8 version.
+        let synced = poll_once(set.sync_in_async(Default::default()));
+        assert_eq!(synced.is_ok(), abi >= ABI_1_8, "{library}: {synced:?}");
+        // The request share answers only on a version that has the hook.
         match set.grant_request_share(500_000) {
-            Ok(()) => assert_eq!(abi, ABI_VERSION, "{library}"),
-            Err(error) => assert_eq!((error.kind, abi < ABI_VERSION), (ErrorKind::UNSUPPORTED, true)),
+            Ok(()) => assert!(abi >= ABI_1_6, "{library}"),
+            Err(error) => assert_eq!((error.kind, abi < ABI_1_6), (ErrorKind::UNSUPPORTED, true)),
         }
     }
-    assert_eq!(set.swaps(), 4);
+    assert_eq!(set.swaps(), 6);
     assert!(set.versions().iter().filter(|version| !version.is_drained()).count() == 1);
 }
 
@@ -85,13 +90,17 @@ fn poll_once<T>(mut future: provider_abi::HookFuture<T>) -> provider_abi::HookRe
 /// dropped: a swap retires the version, which drains only then.
 #[test]
 fn an_async_call_keeps_its_version_in_flight_until_its_future_is_dropped() {
-    let set = ProviderSet::new(load("fixture_v1_7"));
+    let set = ProviderSet::new(load("fixture_v1_8"));
     let pending = set.health_async();
+    let syncing = set.sync_out_async(Default::default());
     let old = set.active();
+    assert_eq!(old.in_flight(), 2, "an ABI 1.8 async call counts in flight too");
     let report = set.swap_to(load("fixture_v1_1")).unwrap();
-    assert_eq!(report.draining, 1);
+    assert_eq!(report.draining, 2, "both calls are in flight on the retired version");
     assert!(old.is_retired() && !old.is_drained());
     drop(pending);
+    assert!(!old.is_drained(), "the 1.8 async call still holds the version");
+    drop(syncing);
     assert_eq!(old.in_flight(), 0);
     assert!(old.is_drained(), "the version drains once its last async call is dropped");
 }

@@ -8,11 +8,11 @@ use crate::{
     log::{LogLevel, LogSink},
     module::*,
     provider::Provider,
-    recorder::CreationRecorder,
+    recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7},
+    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8},
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -53,7 +53,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_7 {
+    let extension = if abi >= ABI_1_8 {
+        extensions_to_1_8::<P>
+    } else if abi >= ABI_1_7 {
         extensions_to_1_7::<P>
     } else if abi >= ABI_1_6 {
         extensions_to_1_6::<P>
@@ -160,6 +162,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
+/// The extension tables of a library built for ABI 1.8.
+extern "C" fn extensions_to_1_8<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        8 => RSome(Extension::of(Tables::<P>::V1_8)),
+        _ => extensions_to_1_7::<P>(minor),
+    }
+}
+
 /// The extension tables of a library built for ABI 1.7.
 extern "C" fn extensions_to_1_7<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
@@ -237,13 +247,15 @@ hook_shims! {
 }
 
 /// Generates one `extern "C"` shim per async hook: clones the parameters
-/// (the future owns them) and hands the trait method's future over through
-/// [`crate::future::export`].
+/// (the future owns them), passes an owned callback (after `;`) as it is, and
+/// hands the trait method's future over through [`crate::future::export`].
 macro_rules! async_hook_shims {
-    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),*) -> $ret:ty;)*) => {
+    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),* $(; $owned:ident: $oty:ty)?) -> $ret:ty;)*) => {
         $(
-            extern "C" fn $name<P: Provider>(this: InstancePtr $(, $arg: &$ty)*) -> FfiHookFuture<$ret> {
-                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),*))
+            extern "C" fn $name<P: Provider>(
+                this: InstancePtr $(, $arg: &$ty)* $(, $owned: $oty)?
+            ) -> FfiHookFuture<$ret> {
+                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),* $(, $owned)?))
             }
         )*
     };
@@ -256,14 +268,13 @@ async_hook_shims! {
     resume_lease_async: ResumeLeaseAsync(params: &LeaseParams) -> Lease;
     release_lease_async: ReleaseLeaseAsync(params: &LeaseParams) -> ReleaseReport;
     destroy_lease_async: DestroyLeaseAsync(params: &LeaseParams) -> ();
-}
-
-extern "C" fn execute_async<P: Provider>(
-    this: InstancePtr,
-    params: &ExecuteParams,
-    output: OwnedByteSink,
-) -> FfiHookFuture<ExecuteResult> {
-    crate::future::export(Hook::ExecuteAsync, || instance::<P>(this).execute_async(params.clone(), output))
+    execute_async: ExecuteAsync(params: &ExecuteParams; output: OwnedByteSink) -> ExecuteResult;
+    sync_in_async: SyncInAsync(params: &SyncParams) -> SyncResult;
+    sync_out_async: SyncOutAsync(params: &SyncParams) -> SyncResult;
+    acquire_lease_recording_async:
+        AcquireLeaseRecordingAsync(params: &AcquireParams; recorder: AsyncCreationRecorder) -> Lease;
+    probe_recording_async:
+        ProbeRecordingAsync(params: &EnvironmentParams; recorder: AsyncCreationRecorder) -> ProbeReport;
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -307,6 +318,12 @@ impl<P: Provider> Tables<P> {
         release_lease_async: release_lease_async::<P>,
         destroy_lease_async: destroy_lease_async::<P>,
         execute_async: execute_async::<P>,
+    };
+    const V1_8: &'static HookTableV1_8 = &HookTableV1_8 {
+        sync_in_async: sync_in_async::<P>,
+        sync_out_async: sync_out_async::<P>,
+        acquire_lease_recording_async: acquire_lease_recording_async::<P>,
+        probe_recording_async: probe_recording_async::<P>,
     };
 }
 

@@ -1,4 +1,5 @@
-//! The futures the async hooks (ABI 1.7) hand across the boundary.
+//! The futures the async hooks (ABI 1.7) and the async recorder (ABI 1.8)
+//! hand across the boundary.
 //!
 //! A provider returns a [`HookFuture`]: `'static`, so it owns what it needs
 //! (the provider runs the work on its own runtime and hands back a future of
@@ -32,6 +33,54 @@ pub fn ready<T: Send + 'static>(result: HookResult<T>) -> HookFuture<T> {
     Box::pin(std::future::ready(result))
 }
 
+/// Whose future crosses the boundary, for the error a panic in it becomes.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum Origin {
+    /// An async hook's future, made by the provider.
+    Hook(Hook),
+    /// A write-ahead record's future, made by the host (ABI 1.8).
+    Recorder,
+}
+
+/// What a panic in the host's recorder becomes: the host's panic text stays
+/// on the host side.
+pub(crate) const RECORDER_PANICKED: &str = "The host panicked while recording a created lease.";
+
+impl Origin {
+    /// The `internal` error for a panic caught here; drops the payload.
+    fn panicked(self, payload: Box<dyn std::any::Any + Send>) -> ProviderError {
+        match self {
+            Origin::Hook(hook) => caught_panic(hook, payload),
+            Origin::Recorder => {
+                drop_panic_payload(payload);
+                ProviderError::internal(RECORDER_PANICKED)
+            }
+        }
+    }
+
+    /// The error for a panic a foreign library reported through `async_ffi`.
+    fn foreign_panic(self) -> ProviderError {
+        match self {
+            Origin::Hook(hook) => {
+                ProviderError::internal(format!("The provider panicked in the `{hook}` hook's future."))
+            }
+            Origin::Recorder => ProviderError::internal(RECORDER_PANICKED),
+        }
+    }
+
+    /// The error for a future polled again after it completed.
+    fn polled_again(self) -> ProviderError {
+        match self {
+            Origin::Hook(hook) => {
+                ProviderError::internal(format!("the `{hook}` hook's future was polled after it completed"))
+            }
+            Origin::Recorder => {
+                ProviderError::internal("the recorder's future was polled after it completed")
+            }
+        }
+    }
+}
+
 /// The provider side: builds the hook's future under [`guard`] and wraps it
 /// so that no panic crosses the boundary.
 pub(crate) fn export<T: Send + 'static>(
@@ -42,12 +91,18 @@ pub(crate) fn export<T: Send + 'static>(
         Ok(future) => future,
         Err(error) => ready(Err(error)),
     };
-    Guarded { hook, future: Some(future) }.into_ffi()
+    guarded(Origin::Hook(hook), future)
 }
 
-/// A hook's future whose poll and drop never unwind.
+/// Wraps `future` so that its poll and drop never unwind (a panic is an
+/// `internal` error of `origin`) and hands it over as an `FfiFuture`.
+pub(crate) fn guarded<T: Send + 'static>(origin: Origin, future: HookFuture<T>) -> FfiFuture<FfiResult<T>> {
+    Guarded { origin, future: Some(future) }.into_ffi()
+}
+
+/// A future whose poll and drop never unwind.
 struct Guarded<T> {
-    hook: Hook,
+    origin: Origin,
     future: Option<HookFuture<T>>,
 }
 
@@ -55,20 +110,15 @@ impl<T> Future for Guarded<T> {
     type Output = FfiResult<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let hook = self.hook;
+        let origin = self.origin;
         let Some(future) = self.future.as_mut() else {
-            return Poll::Ready(
-                Err(ProviderError::internal(format!(
-                    "the `{hook}` hook's future was polled after it completed"
-                )))
-                .into(),
-            );
+            return Poll::Ready(Err(origin.polled_again()).into());
         };
         let polled = catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)));
         let ready = match polled {
             Ok(Poll::Pending) => return Poll::Pending,
             Ok(Poll::Ready(result)) => result,
-            Err(payload) => Err(caught_panic(hook, payload)),
+            Err(payload) => Err(origin.panicked(payload)),
         };
         drop_quietly(self.future.take());
         Poll::Ready(ready.into())
@@ -81,23 +131,30 @@ impl<T> Drop for Guarded<T> {
     }
 }
 
-/// Drops a hook's future, swallowing a panic of its `Drop` (which would
-/// otherwise abort inside `async_ffi`'s drop function).
+/// Drops a future, swallowing a panic of its `Drop` (which would otherwise
+/// abort inside `async_ffi`'s drop function).
 fn drop_quietly<T>(future: Option<HookFuture<T>>) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(future))) {
         drop_panic_payload(payload);
     }
 }
 
-/// The host side: a hook's future as the library handed it over.
+/// The receiving side: a future as the other side of the boundary handed
+/// it over (a hook's future on the host, a record's on the provider).
 pub(crate) struct Imported<T> {
-    hook: Hook,
+    origin: Origin,
     future: FfiFuture<FfiResult<T>>,
 }
 
 impl<T> Imported<T> {
+    /// A hook's future, on the host side.
     pub(crate) fn new(hook: Hook, future: FfiFuture<FfiResult<T>>) -> Self {
-        Self { hook, future }
+        Self { origin: Origin::Hook(hook), future }
+    }
+
+    /// A write-ahead record's future, on the provider side.
+    pub(crate) fn recorded(future: FfiFuture<FfiResult<T>>) -> Self {
+        Self { origin: Origin::Recorder, future }
     }
 }
 
@@ -105,17 +162,16 @@ impl<T> Future for Imported<T> {
     type Output = HookResult<T>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let hook = self.hook;
-        // A library built by this crate never reports a panic (see `export`);
-        // another one may, which `async_ffi` raises here as a panic.
+        let origin = self.origin;
+        // A library built by this crate never reports a panic (see
+        // `guarded`); another one may, which `async_ffi` raises here as a
+        // panic.
         match catch_unwind(AssertUnwindSafe(|| Pin::new(&mut self.future).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(result)) => Poll::Ready(result.into()),
             Err(payload) => {
                 drop_panic_payload(payload);
-                Poll::Ready(Err(ProviderError::internal(format!(
-                    "The provider panicked in the `{hook}` hook's future."
-                ))))
+                Poll::Ready(Err(origin.foreign_panic()))
             }
         }
     }

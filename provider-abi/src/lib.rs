@@ -40,10 +40,11 @@ pub use loader::{library_file_name, LoadError, LoadedProvider};
 pub use log::{LogField, LogLevel, LogRecord, LogSink};
 pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
-pub use recorder::CreationRecorder;
+pub use recorder::{AsyncCreationRecorder, CreationRecorder};
 pub use sink::{ByteSink, OutputSink, OutputStream, OwnedByteSink};
 pub use sync::*;
 pub use types::*;
 pub use version::{
-    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION,
+    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
+    ABI_VERSION,
 };

@@ -10,11 +10,13 @@ use crate::{
     log::{LogLevel, LogSink},
     module::*,
     provider::{unsupported, Provider},
-    recorder::CreationRecorder,
+    recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_VERSION},
+    version::{
+        AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_VERSION,
+    },
 };
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
@@ -168,6 +170,7 @@ pub struct LoadedProvider {
     hooks_v1_5: Option<&'static HookTableV1_5>,
     hooks_v1_6: Option<&'static HookTableV1_6>,
     hooks_v1_7: Option<&'static HookTableV1_7>,
+    hooks_v1_8: Option<&'static HookTableV1_8>,
     manifest: Manifest,
 }
 
@@ -234,6 +237,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_8 = if host_abi >= ABI_1_8 {
+            extension_table::<HookTableV1_8>(&path, module, image, ABI_1_8.minor)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -248,6 +256,7 @@ impl LoadedProvider {
             hooks_v1_5,
             hooks_v1_6,
             hooks_v1_7,
+            hooks_v1_8,
             manifest: empty_manifest(),
             path,
         };
@@ -280,6 +289,10 @@ impl LoadedProvider {
             Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
             Hook::ImportUnconfirmed => self.hooks_v1_5.is_some(),
             Hook::GrantRequestShare => self.hooks_v1_6.is_some(),
+            Hook::AcquireLeaseRecordingAsync
+            | Hook::ProbeRecordingAsync
+            | Hook::SyncInAsync
+            | Hook::SyncOutAsync => self.hooks_v1_8.is_some(),
             hook if hook.is_async() => self.hooks_v1_7.is_some(),
             _ => true,
         }
@@ -584,6 +597,34 @@ impl Provider for LoadedProvider {
             (table.execute_async)(instance, &params, output)
         })
     }
+
+    fn acquire_lease_recording_async(
+        &self,
+        params: AcquireParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<Lease> {
+        self.call_async_1_8(Hook::AcquireLeaseRecordingAsync, |table, instance| {
+            (table.acquire_lease_recording_async)(instance, &params, recorder)
+        })
+    }
+
+    fn probe_recording_async(
+        &self,
+        params: EnvironmentParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<ProbeReport> {
+        self.call_async_1_8(Hook::ProbeRecordingAsync, |table, instance| {
+            (table.probe_recording_async)(instance, &params, recorder)
+        })
+    }
+
+    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_async_1_8(Hook::SyncInAsync, |table, instance| (table.sync_in_async)(instance, &params))
+    }
+
+    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_async_1_8(Hook::SyncOutAsync, |table, instance| (table.sync_out_async)(instance, &params))
+    }
 }
 
 impl LoadedProvider {
@@ -595,9 +636,29 @@ impl LoadedProvider {
         hook: Hook,
         call: impl FnOnce(&'static HookTableV1_7, InstancePtr) -> FfiHookFuture<T>,
     ) -> HookFuture<T> {
-        match self.hooks_v1_7 {
-            Some(table) => Box::pin(Imported::new(hook, call(table, self.instance))),
-            None => crate::future::ready(Err(unsupported(hook))),
-        }
+        import(hook, self.hooks_v1_7, self.instance, call)
+    }
+
+    /// Calls an async hook of the 1.8 table, or answers `unsupported`, as
+    /// [`LoadedProvider::call_async`] does for the 1.7 table.
+    fn call_async_1_8<T: Send + 'static>(
+        &self,
+        hook: Hook,
+        call: impl FnOnce(&'static HookTableV1_8, InstancePtr) -> FfiHookFuture<T>,
+    ) -> HookFuture<T> {
+        import(hook, self.hooks_v1_8, self.instance, call)
+    }
+}
+
+/// Calls an async hook of `table`, or answers `unsupported` without one.
+fn import<Table, T: Send + 'static>(
+    hook: Hook,
+    table: Option<&'static Table>,
+    instance: InstancePtr,
+    call: impl FnOnce(&'static Table, InstancePtr) -> FfiHookFuture<T>,
+) -> HookFuture<T> {
+    match table {
+        Some(table) => Box::pin(Imported::new(hook, call(table, instance))),
+        None => crate::future::ready(Err(unsupported(hook))),
     }
 }

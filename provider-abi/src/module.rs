@@ -52,7 +52,7 @@
 use crate::{
     error::ProviderError,
     log::{LogLevel, LogSink},
-    recorder::CreationRecorder,
+    recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
@@ -171,6 +171,20 @@ pub struct HookTableV1_7 {
     pub(crate) destroy_lease_async: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<()>,
     pub(crate) execute_async:
         extern "C" fn(InstancePtr, &ExecuteParams, OwnedByteSink) -> FfiHookFuture<ExecuteResult>,
+}
+
+/// The hooks ABI 1.8 added: async file sync, and the write-ahead creation
+/// hooks of ABI 1.2 as futures whose recorder answers with a future. Frozen
+/// once 1.8 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_8 {
+    pub(crate) sync_in_async: extern "C" fn(InstancePtr, &SyncParams) -> FfiHookFuture<SyncResult>,
+    pub(crate) sync_out_async: extern "C" fn(InstancePtr, &SyncParams) -> FfiHookFuture<SyncResult>,
+    pub(crate) acquire_lease_recording_async:
+        extern "C" fn(InstancePtr, &AcquireParams, AsyncCreationRecorder) -> FfiHookFuture<Lease>,
+    pub(crate) probe_recording_async:
+        extern "C" fn(InstancePtr, &EnvironmentParams, AsyncCreationRecorder) -> FfiHookFuture<ProbeReport>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -315,6 +329,17 @@ impl CodeAddresses for HookTableV1_7 {
             self.release_lease_async as *const c_void,
             self.destroy_lease_async as *const c_void,
             self.execute_async as *const c_void,
+        ]
+    }
+}
+
+impl CodeAddresses for HookTableV1_8 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![
+            self.sync_in_async as *const c_void,
+            self.sync_out_async as *const c_void,
+            self.acquire_lease_recording_async as *const c_void,
+            self.probe_recording_async as *const c_void,
         ]
     }
 }

@@ -4,7 +4,7 @@ use crate::{
     error::{HookResult, ProviderError},
     future::{ready, HookFuture},
     log::{LogLevel, LogSink},
-    recorder::CreationRecorder,
+    recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
     sync::{SyncParams, SyncResult},
     types::*,
@@ -185,6 +185,45 @@ pub trait Provider: Send + Sync + 'static {
     /// as release stops it.
     fn execute_async(&self, _params: ExecuteParams, _output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         ready(Err(unsupported(Hook::ExecuteAsync)))
+    }
+
+    // The async hooks of ABI 1.8, with the same cancellation guarantees.
+
+    /// `acquire_lease_recording`, as a future (ABI 1.8): the lease goes to
+    /// `recorder` the moment its remote resource exists and the provider
+    /// awaits the host's durable record before going on; if the host refuses,
+    /// the provider deletes what it created and fails with that error.
+    /// Dropped before it is ready, it leaves no lease behind: one already
+    /// created is deleted once its creation is known (or marked unconfirmed).
+    fn acquire_lease_recording_async(
+        &self,
+        _params: AcquireParams,
+        _recorder: AsyncCreationRecorder,
+    ) -> HookFuture<Lease> {
+        ready(Err(unsupported(Hook::AcquireLeaseRecordingAsync)))
+    }
+
+    /// `probe_recording`, as a future (ABI 1.8), recording its lease as
+    /// `acquire_lease_recording_async` does.
+    fn probe_recording_async(
+        &self,
+        _params: EnvironmentParams,
+        _recorder: AsyncCreationRecorder,
+    ) -> HookFuture<ProbeReport> {
+        ready(Err(unsupported(Hook::ProbeRecordingAsync)))
+    }
+
+    /// `sync_in`, as a future (ABI 1.8). Dropped before it is ready, the sync
+    /// stops as release stops it, leaving no more than a failed sync would.
+    fn sync_in_async(&self, _params: SyncParams) -> HookFuture<SyncResult> {
+        ready(Err(unsupported(Hook::SyncInAsync)))
+    }
+
+    /// `sync_out`, as a future (ABI 1.8). Dropped before it is ready, the
+    /// sync stops as release stops it, leaving no more than a failed sync
+    /// would.
+    fn sync_out_async(&self, _params: SyncParams) -> HookFuture<SyncResult> {
+        ready(Err(unsupported(Hook::SyncOutAsync)))
     }
 }
 

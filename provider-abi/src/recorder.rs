@@ -1,9 +1,13 @@
 //! The write-ahead callback of ABI 1.2: a provider hands the host each lease
 //! the moment its remote resource exists, and goes on only once the host has
-//! made the record durable.
+//! made the record durable. ABI 1.8 adds [`AsyncCreationRecorder`], the same
+//! callback answering with a future, which the provider awaits without
+//! blocking a thread.
 
 use crate::{
     error::{HookResult, ProviderError},
+    future::{guarded, ready, HookFuture, Imported, Origin, RECORDER_PANICKED},
+    module::FfiHookFuture,
     types::Lease,
 };
 use abi_stable::{std_types::RResult, StableAbi};
@@ -75,6 +79,82 @@ impl<'a> CreationRecorder<'a> {
     }
 }
 
+/// An FFI-safe, owned callback receiving each lease an async recording hook
+/// creates (`acquire_lease_recording_async`, `probe_recording_async`, ABI
+/// 1.8): [`CreationRecorder`] whose answer is a future.
+///
+/// The provider calls [`AsyncCreationRecorder::record`] right after the
+/// creation reply arrives and awaits the future before going on. `Ok` means
+/// the host committed the record; on `Err` the provider must delete what it
+/// created and fail the hook with that error. A panic in the host's closure,
+/// while it makes the future or while the future is polled, comes back as an
+/// `internal` error. The provider owns the recorder for as long as the call
+/// runs and polls the record's future on its own runtime, where the host's
+/// tokio (a library has its own copy of tokio's thread-locals) finds no
+/// reactor: a record that needs the host's runtime (an async database
+/// client) is spawned there by the closure, which hands back a future of its
+/// result (the task's `JoinHandle`, a oneshot receiver).
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct AsyncCreationRecorder {
+    context: *mut c_void,
+    record_lease: unsafe extern "C" fn(*mut c_void, &Lease) -> FfiHookFuture<()>,
+    drop_context: unsafe extern "C" fn(*mut c_void),
+}
+
+// SAFETY: `new` only accepts `Send` closures, and `record` needs `&mut self`,
+// so the closure is never called from two threads at once.
+unsafe impl Send for AsyncCreationRecorder {}
+
+impl AsyncCreationRecorder {
+    /// A recorder calling `callback(lease)` for every lease created and
+    /// handing its future to the provider.
+    pub fn new<F>(callback: F) -> Self
+    where
+        F: FnMut(&Lease) -> HookFuture<()> + Send + 'static,
+    {
+        unsafe extern "C" fn trampoline<F>(context: *mut c_void, lease: &Lease) -> FfiHookFuture<()>
+        where
+            F: FnMut(&Lease) -> HookFuture<()> + Send,
+        {
+            // SAFETY: `context` is the `Box<F>` leaked by `new`, freed only by
+            // `drop_context`; `record` takes `&mut self`, so no other
+            // reference to it is live.
+            let callback = unsafe { &mut *context.cast::<F>() };
+            let future = match catch_unwind(AssertUnwindSafe(|| callback(lease))) {
+                Ok(future) => future,
+                Err(payload) => {
+                    crate::export::drop_panic_payload(payload);
+                    ready(Err(ProviderError::internal(RECORDER_PANICKED)))
+                }
+            };
+            guarded(Origin::Recorder, future)
+        }
+        Self {
+            context: Box::into_raw(Box::new(callback)).cast(),
+            record_lease: trampoline::<F>,
+            drop_context: crate::sink::drop_boxed::<F>,
+        }
+    }
+
+    /// Hands `lease` to the host; the future is ready once the host recorded
+    /// it (`Ok`) or refused (`Err`: delete what was created and fail with it).
+    pub fn record(&mut self, lease: &Lease) -> HookFuture<()> {
+        // SAFETY: `context` and `record_lease` were paired by `new` (private
+        // fields), and `lease` outlives the call (the host's closure clones
+        // what its future keeps).
+        let future = unsafe { (self.record_lease)(self.context, lease) };
+        Box::pin(Imported::recorded(future))
+    }
+}
+
+impl Drop for AsyncCreationRecorder {
+    fn drop(&mut self) {
+        // SAFETY: paired by `new`; `drop` runs once.
+        unsafe { (self.drop_context)(self.context) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +192,54 @@ mod tests {
     #[test]
     fn the_discarding_recorder_accepts_everything() {
         assert!(CreationRecorder::discard().record(&lease("a")).is_ok());
+    }
+
+    /// Polls a future that never waits once.
+    fn now<T>(mut future: HookFuture<T>) -> HookResult<T> {
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut context) {
+            std::task::Poll::Ready(result) => result,
+            std::task::Poll::Pending => panic!("the record's future waited"),
+        }
+    }
+
+    fn id_of(lease: &Lease) -> String {
+        lease.provider_lease_id.as_ref().map(|id| id.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn async_records_reach_the_host_and_its_answer_comes_back() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&seen);
+        let mut recorder = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+            let (id, kept) = (id_of(lease), std::sync::Arc::clone(&kept));
+            Box::pin(async move {
+                if id == "refused" {
+                    return Err(ProviderError::internal("ledger is full"));
+                }
+                kept.lock().unwrap().push(id);
+                Ok(())
+            })
+        });
+        assert!(now(recorder.record(&lease("a"))).is_ok());
+        assert_eq!(now(recorder.record(&lease("refused"))).unwrap_err().message.as_str(), "ledger is full");
+        drop(recorder);
+        assert_eq!(std::sync::Arc::strong_count(&seen), 1, "dropping the recorder drops the closure");
+        assert_eq!(*seen.lock().unwrap(), ["a"]);
+    }
+
+    #[test]
+    fn a_host_panic_making_or_polling_the_record_is_an_internal_error() {
+        let mut recorder = AsyncCreationRecorder::new(|lease: &Lease| -> HookFuture<()> {
+            if id_of(lease) == "now" {
+                panic!("host ledger exploded");
+            }
+            Box::pin(async { panic!("host ledger exploded later") })
+        });
+        for id in ["now", "later"] {
+            let error = now(recorder.record(&lease(id))).unwrap_err();
+            assert_eq!(error.kind, ErrorKind::INTERNAL, "{id}");
+            assert_eq!(error.message.as_str(), RECORDER_PANICKED, "{id}: the host's text stays on its side");
+        }
     }
 }

@@ -160,17 +160,10 @@ impl OwnedByteSink {
                 crate::export::drop_panic_payload(payload);
             }
         }
-        unsafe extern "C" fn drop_context<F>(context: *mut c_void) {
-            // SAFETY: called once, from `Drop`, on the box `new` leaked.
-            let callback = unsafe { Box::from_raw(context.cast::<F>()) };
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
-                crate::export::drop_panic_payload(payload);
-            }
-        }
         Self {
             context: Box::into_raw(Box::new(callback)).cast(),
             write_chunk: trampoline::<F>,
-            drop_context: drop_context::<F>,
+            drop_context: drop_boxed::<F>,
         }
     }
 
@@ -179,6 +172,20 @@ impl OwnedByteSink {
         // SAFETY: `context` and `write_chunk` were paired by `new` (private
         // fields), and `chunk` outlives the call.
         unsafe { (self.write_chunk)(self.context, stream, RSlice::from_slice(chunk)) }
+    }
+}
+
+/// Drops the `Box<F>` an owned callback leaked as its context (the sink's,
+/// the async recorder's), swallowing a panic of the closure's `Drop`.
+///
+/// # Safety
+/// `context` is a `Box<F>` leaked with `Box::into_raw`, and this is its one
+/// and only drop.
+pub(crate) unsafe extern "C" fn drop_boxed<F>(context: *mut c_void) {
+    // SAFETY: the caller's contract.
+    let callback = unsafe { Box::from_raw(context.cast::<F>()) };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
+        crate::export::drop_panic_payload(payload);
     }
 }
 

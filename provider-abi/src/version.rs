@@ -49,10 +49,13 @@ pub const ABI_1_6: AbiVersion = AbiVersion::new(1, 6);
 /// ABI 1.7: adds the async hooks (`health_async`, `probe_async`,
 /// `acquire_lease_async`, `resume_lease_async`, `release_lease_async`,
 /// `destroy_lease_async`, `execute_async`), which return an FFI-safe future.
-///
 pub const ABI_1_7: AbiVersion = AbiVersion::new(1, 7);
+/// ABI 1.8: adds async file sync (`sync_in_async`, `sync_out_async`) and the
+/// async write-ahead creation hooks (`acquire_lease_recording_async`,
+/// `probe_recording_async`), whose recorder answers with a future.
+pub const ABI_1_8: AbiVersion = AbiVersion::new(1, 8);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_7;
+pub const ABI_VERSION: AbiVersion = ABI_1_8;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -116,11 +119,21 @@ pub enum Hook {
     /// `execute_async` (ABI 1.7): `execute_bytes`, as a future streaming to
     /// an owned sink.
     ExecuteAsync,
+    /// `acquire_lease_recording_async` (ABI 1.8): `acquire_lease_recording`,
+    /// as a future whose recorder answers with a future.
+    AcquireLeaseRecordingAsync,
+    /// `probe_recording_async` (ABI 1.8): `probe_recording`, as a future
+    /// whose recorder answers with a future.
+    ProbeRecordingAsync,
+    /// `sync_in_async` (ABI 1.8): `sync_in`, as a future.
+    SyncInAsync,
+    /// `sync_out_async` (ABI 1.8): `sync_out`, as a future.
+    SyncOutAsync,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 28] = [
+    pub const ALL: [Hook; 32] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -149,6 +162,10 @@ impl Hook {
         Hook::ReleaseLeaseAsync,
         Hook::DestroyLeaseAsync,
         Hook::ExecuteAsync,
+        Hook::AcquireLeaseRecordingAsync,
+        Hook::ProbeRecordingAsync,
+        Hook::SyncInAsync,
+        Hook::SyncOutAsync,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -182,6 +199,10 @@ impl Hook {
             Hook::ReleaseLeaseAsync => "release_lease_async",
             Hook::DestroyLeaseAsync => "destroy_lease_async",
             Hook::ExecuteAsync => "execute_async",
+            Hook::AcquireLeaseRecordingAsync => "acquire_lease_recording_async",
+            Hook::ProbeRecordingAsync => "probe_recording_async",
+            Hook::SyncInAsync => "sync_in_async",
+            Hook::SyncOutAsync => "sync_out_async",
         }
     }
 
@@ -201,13 +222,17 @@ impl Hook {
             | Hook::ReleaseLeaseAsync
             | Hook::DestroyLeaseAsync
             | Hook::ExecuteAsync => ABI_1_7,
+            Hook::AcquireLeaseRecordingAsync
+            | Hook::ProbeRecordingAsync
+            | Hook::SyncInAsync
+            | Hook::SyncOutAsync => ABI_1_8,
             _ => ABI_1_0,
         }
     }
 
-    /// True for the async hooks (ABI 1.7), which return a future.
+    /// True for the async hooks (ABI 1.7 and 1.8), which return a future.
     pub const fn is_async(self) -> bool {
-        matches!(self.since(), ABI_1_7)
+        matches!(self.since(), ABI_1_7 | ABI_1_8)
     }
 
     /// Looks a hook up by its manifest name.

@@ -2,7 +2,8 @@
 //! were built with: making their fields crate-private changed no layout
 //! abi_stable checks, so every shipped library still loads (the version-matrix
 //! test loads them; this test compares the definitions themselves). The ABI
-//! 1.6 and 1.7 tables are pinned the same way from the day they shipped.
+//! 1.6, 1.7 and 1.8 tables (and 1.8's async recorder) are pinned the same
+//! way from the day they shipped.
 
 #[path = "frozen/abi_1_1.rs"]
 mod frozen;
@@ -10,6 +11,8 @@ mod frozen;
 mod frozen_1_6;
 #[path = "frozen/abi_1_7.rs"]
 mod frozen_1_7;
+#[path = "frozen/abi_1_8.rs"]
+mod frozen_1_8;
 
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility, type_layout::TypeLayout, StableAbi,
@@ -17,7 +20,7 @@ use abi_stable::{
 use provider_abi::{module, ProviderModuleRef};
 
 /// Each pair is (as shipped, as defined now).
-fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 7] {
+fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 9] {
     [
         ("root module", frozen::ProviderModuleRef::LAYOUT, ProviderModuleRef::LAYOUT),
         ("instance pointer", frozen::InstancePtr::LAYOUT, module::InstancePtr::LAYOUT),
@@ -26,6 +29,12 @@ fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 7] {
         ("extension", frozen::Extension::LAYOUT, module::Extension::LAYOUT),
         ("ABI 1.6 hooks", frozen_1_6::HookTableV1_6::LAYOUT, module::HookTableV1_6::LAYOUT),
         ("ABI 1.7 hooks", frozen_1_7::HookTableV1_7::LAYOUT, module::HookTableV1_7::LAYOUT),
+        ("ABI 1.8 hooks", frozen_1_8::HookTableV1_8::LAYOUT, module::HookTableV1_8::LAYOUT),
+        (
+            "ABI 1.8 async recorder",
+            frozen_1_8::AsyncCreationRecorder::LAYOUT,
+            provider_abi::AsyncCreationRecorder::LAYOUT,
+        ),
     ]
 }
 

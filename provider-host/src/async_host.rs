@@ -1,12 +1,13 @@
 //! An async facade for tokio hosts: each hook is awaited without blocking
 //! the runtime.
 //!
-//! With a provider that has the async hooks (ABI 1.7) a call takes no thread
-//! of the host's: the provider runs the work on its own runtime and the host
-//! awaits an FFI-safe future. Dropping the future cancels the call with the
-//! guarantees release gives (see `Provider::acquire_lease_async`...). With an
-//! older provider (or one out of process) the call falls back to tokio's
-//! blocking pool, at most [`BLOCKING_CALLS`] at a time per facade, so the
+//! With a provider that has the async hooks (ABI 1.7; file sync from 1.8) a
+//! call takes no thread of the host's: the provider runs the work on its own
+//! runtime and the host awaits an FFI-safe future. Dropping the future
+//! cancels the call with the guarantees release gives (see
+//! `Provider::acquire_lease_async`...). With an older provider (or one out of
+//! process) the call falls back to tokio's blocking pool, at most
+//! [`BLOCKING_CALLS`] at a time per facade, so the
 //! threads a host pays stay bounded whatever the concurrency. `execute` hands
 //! its output over a channel as it arrives, so a host can stream it while
 //! awaiting the result.
@@ -14,7 +15,7 @@
 use provider_abi::{
     unsupported, AcquireParams, ByteSink, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport,
     Hook, HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink, ProbeReport,
-    Provider, ProviderError, ReleaseReport, ValidationReport, Workspace,
+    Provider, ProviderError, ReleaseReport, SyncParams, SyncResult, ValidationReport, Workspace,
 };
 use std::{future::Future, sync::Arc};
 use tokio::sync::{mpsc, Semaphore};
@@ -186,6 +187,30 @@ impl<P: Provider + ?Sized + 'static> AsyncProvider<P> {
             Hook::DestroyLeaseAsync,
             |provider| provider.destroy_lease_async(copy),
             move |provider| provider.destroy_lease(&params),
+        )
+        .await
+    }
+
+    /// `sync_in`. Dropped before it is ready (async provider), the sync
+    /// stops as release stops it (see `Provider::sync_in_async`).
+    pub async fn sync_in(&self, params: SyncParams) -> HookResult<SyncResult> {
+        let copy = params.clone();
+        self.either(
+            Hook::SyncInAsync,
+            |provider| provider.sync_in_async(copy),
+            move |provider| provider.sync_in(&params),
+        )
+        .await
+    }
+
+    /// `sync_out`. Dropped before it is ready (async provider), the sync
+    /// stops as release stops it (see `Provider::sync_out_async`).
+    pub async fn sync_out(&self, params: SyncParams) -> HookResult<SyncResult> {
+        let copy = params.clone();
+        self.either(
+            Hook::SyncOutAsync,
+            |provider| provider.sync_out_async(copy),
+            move |provider| provider.sync_out(&params),
         )
         .await
     }

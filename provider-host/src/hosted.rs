@@ -9,7 +9,9 @@ use provider_abi::{
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
-use provider_abi::{ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult};
+use provider_abi::{
+    AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult,
+};
 use std::path::{Path, PathBuf};
 
 /// A provider the host can ask which hooks it can call ([`crate::host::Host`]
@@ -202,6 +204,7 @@ impl Provider for HostedProvider {
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         self.inner().grant_request_share(parts_per_million)
     }
+
     fn health_async(&self) -> HookFuture<HealthReport> {
         self.inner().health_async()
     }
@@ -228,5 +231,29 @@ impl Provider for HostedProvider {
 
     fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         self.inner().execute_async(params, output)
+    }
+
+    fn acquire_lease_recording_async(
+        &self,
+        params: AcquireParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<Lease> {
+        self.inner().acquire_lease_recording_async(params, recorder)
+    }
+
+    fn probe_recording_async(
+        &self,
+        params: EnvironmentParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<ProbeReport> {
+        self.inner().probe_recording_async(params, recorder)
+    }
+
+    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.inner().sync_in_async(params)
+    }
+
+    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.inner().sync_out_async(params)
     }
 }

@@ -17,7 +17,9 @@ use provider_abi::{
     HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
     ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
-use provider_abi::{ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult};
+use provider_abi::{
+    AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult,
+};
 use std::{
     fmt,
     path::PathBuf,
@@ -490,6 +492,30 @@ impl Provider for ProviderSet {
 
     fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         self.call_async(move |provider| provider.execute_async(params, output))
+    }
+
+    fn acquire_lease_recording_async(
+        &self,
+        params: AcquireParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<Lease> {
+        self.call_async(move |provider| provider.acquire_lease_recording_async(params, recorder))
+    }
+
+    fn probe_recording_async(
+        &self,
+        params: EnvironmentParams,
+        recorder: AsyncCreationRecorder,
+    ) -> HookFuture<ProbeReport> {
+        self.call_async(move |provider| provider.probe_recording_async(params, recorder))
+    }
+
+    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_async(move |provider| provider.sync_in_async(params))
+    }
+
+    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_async(move |provider| provider.sync_out_async(params))
     }
 }
 

@@ -154,7 +154,7 @@ impl IsolatedProvider {
     /// worker protocol; a library older than the hook reports `unsupported`,
     /// and hosts fall back as in process).
     ///
-    /// The async hooks (ABI 1.7) do not cross the worker protocol: never
+    /// The async hooks (ABI 1.7 and 1.8) do not cross the worker protocol: never
     /// supported here, so async hosts fall back to the blocking hooks.
     pub fn supports(&self, hook: Hook) -> bool {
         !hook.is_async() && self.supported.iter().any(|name| name == hook.name())

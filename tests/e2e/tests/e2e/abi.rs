@@ -3,10 +3,10 @@
 
 use e2e::library;
 use provider_abi::{
-    AbiVersion, AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook,
-    LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream,
-    OwnedByteSink, Provider, SetupParams, SyncMapping, SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2,
-    ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7,
+    AbiVersion, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
+    ErrorKind, ExecuteParams, Hook, LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink,
+    OutputSink, OutputStream, OwnedByteSink, Provider, SetupParams, SyncMapping, SyncOperation, SyncParams,
+    ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
 };
 use std::{path::Path, sync::Arc};
 
@@ -32,7 +32,7 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 7] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 8] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
@@ -51,10 +51,15 @@ const ADDED_HOOKS: [(AbiVersion, &[Hook]); 7] = [
             Hook::ExecuteAsync,
         ],
     ),
+    (
+        ABI_1_8,
+        &[Hook::SyncInAsync, Hook::SyncOutAsync, Hook::AcquireLeaseRecordingAsync, Hook::ProbeRecordingAsync],
+    ),
 ];
 
 /// Every host version of major 1 this crate can act as.
-const HOSTS: [AbiVersion; 8] = [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7];
+const HOSTS: [AbiVersion; 9] =
+    [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8];
 
 /// Runs a hook's future on a runtime of the host's own (the provider's work
 /// runs on the provider's runtime).
@@ -75,6 +80,7 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_5", ABI_1_5),
         ("fixture_v1_6", ABI_1_6),
         ("fixture_v1_7", ABI_1_7),
+        ("fixture_v1_8", ABI_1_8),
     ];
     for (name, library_abi) in libraries {
         for host in HOSTS {
@@ -108,29 +114,44 @@ fn version_matrix_within_major_1() {
 
 /// Calls one of the hooks a minor version added, checking what it returns.
 fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider_abi::ProviderError> {
-    let recorded = std::sync::Mutex::new(Vec::new());
+    let recorded = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let id_of =
+        |lease: &provider_abi::Lease| lease.provider_lease_id.clone().into_option().map(|id| id.to_string());
     let mut record = |lease: &provider_abi::Lease| {
-        recorded.lock().unwrap().push(lease.provider_lease_id.clone().into_option().map(|id| id.to_string()));
+        recorded.lock().unwrap().push(id_of(lease));
         Ok(())
     };
     let mut recorder = CreationRecorder::new(&mut record);
+    let kept = Arc::clone(&recorded);
+    let async_recorder = AsyncCreationRecorder::new(move |lease: &provider_abi::Lease| {
+        kept.lock().unwrap().push(id_of(lease));
+        provider_abi::ready(Ok(()))
+    });
+    let recorded_first = |lease: provider_abi::Lease| {
+        let id = id_of(&lease);
+        assert!(id.is_some());
+        assert_eq!(*recorded.lock().unwrap(), [id], "the lease was recorded before the hook returned it");
+    };
     let acquire = AcquireParams { run_id: "matrix".into(), ..Default::default() };
     let result = match hook {
         Hook::InspectLease => provider.inspect_lease(&lease_params()).map(|status| assert!(status.exists)),
         Hook::AcquireLeaseRecording => {
-            provider.acquire_lease_recording(&acquire, &mut recorder).map(|lease| {
-                let id = lease.provider_lease_id.into_option().map(|id| id.to_string());
-                assert!(id.is_some());
-                assert_eq!(
-                    *recorded.lock().unwrap(),
-                    [id],
-                    "the lease was recorded before the hook returned it"
-                );
-            })
+            provider.acquire_lease_recording(&acquire, &mut recorder).map(recorded_first)
+        }
+        Hook::AcquireLeaseRecordingAsync => {
+            block_on(provider.acquire_lease_recording_async(acquire.clone(), async_recorder))
+                .map(recorded_first)
         }
         Hook::ProbeRecording => provider
             .probe_recording(&EnvironmentParams::default(), &mut recorder)
             .map(|report| assert!(report.ok)),
+        Hook::ProbeRecordingAsync => block_on(
+            provider.probe_recording_async(EnvironmentParams::default(), async_recorder),
+        )
+        .map(|report| {
+            assert!(report.ok);
+            assert_eq!(recorded.lock().unwrap().len(), 1, "the probe's lease was recorded");
+        }),
         Hook::ReleaseLeaseReporting => {
             provider.release_lease_reporting(&lease_params()).map(|report| assert!(!report.kept))
         }
@@ -159,18 +180,29 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
                 assert_eq!(*seen.lock().unwrap(), ["INFO fixture set up"]);
             })
         }
-        Hook::SyncIn => provider.sync_in(&sync_params("in", "/matrix/in.txt")).map(|result| {
-            assert_eq!(result.operations.len(), 1);
-            assert_eq!(result.operations[0].files_transferred, 1);
-        }),
-        Hook::SyncOut => {
+        Hook::SyncIn | Hook::SyncInAsync => {
+            let params = sync_params("in", "/matrix/in.txt");
+            let result = match hook {
+                Hook::SyncIn => provider.sync_in(&params),
+                _ => block_on(provider.sync_in_async(params)),
+            };
+            result.map(|result| {
+                assert_eq!(result.operations.len(), 1);
+                assert_eq!(result.operations[0].files_transferred, 1);
+            })
+        }
+        Hook::SyncOut | Hook::SyncOutAsync => {
             // What comes out is what the matrix's `sync_in` put in.
             let _ = provider.sync_in(&sync_params("in", "/matrix/in.txt"));
             let out = tempfile::tempdir().unwrap();
             let target = out.path().join("out.txt");
             let mut params = sync_params("out", target.to_str().unwrap());
             params.operations[0].mappings[0].source_path = "/matrix/in.txt".into();
-            provider.sync_out(&params).map(|result| {
+            let result = match hook {
+                Hook::SyncOut => provider.sync_out(&params),
+                _ => block_on(provider.sync_out_async(params)),
+            };
+            result.map(|result| {
                 assert_eq!(result.operations[0].bytes_transferred, 6);
                 assert_eq!(std::fs::read(&target).unwrap(), b"matrix");
             })

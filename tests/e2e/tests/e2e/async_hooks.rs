@@ -1,17 +1,21 @@
-//! The async hooks (ABI 1.7) through the loaded libraries: cancellation by
-//! dropping the future, panics, streaming, and the async facade's fallback
-//! to the blocking hooks of older providers.
+//! The async hooks (ABI 1.7 and 1.8) through the loaded libraries:
+//! cancellation by dropping the future, panics, streaming, the async
+//! write-ahead recorder, async file sync, and the async facade's fallback to
+//! the blocking hooks of older providers.
 
 use crate::support::*;
 use e2e::library;
 use host_harness::async_host::AsyncProvider;
 use provider_abi::{
-    EnvironmentParams, ErrorKind, ExecuteParams, HookFuture, HookResult, LoadedProvider, OutputStream,
-    OwnedByteSink, Provider, ABI_1_5, ABI_1_6, ABI_1_7,
+    AsyncCreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook, HookFuture, HookResult, Lease,
+    LoadedProvider, OutputStream, OwnedByteSink, PostUploadCommand, Provider, ProviderError, SyncMapping,
+    SyncOperation, SyncParams, SyncResult, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 use std::{
+    collections::HashSet,
     future::Future,
+    path::Path,
     pin::Pin,
     sync::{Arc, Mutex},
     task::{Context, Poll},
@@ -56,13 +60,23 @@ async fn drop_after_requests<T>(
     before: usize,
     after: usize,
 ) -> Option<HookResult<T>> {
+    drop_when(bed, future, |ledger| ledger.requests.len() >= before + after).await
+}
+
+/// Awaits `future` until it completes or `reached` holds on the simulator's
+/// ledger, then drops it: `Some(result)` if it completed first.
+async fn drop_when<T>(
+    bed: &Bed,
+    future: HookFuture<T>,
+    reached: impl Fn(&createos_sim::Ledger) -> bool,
+) -> Option<HookResult<T>> {
     let mut future = future;
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     loop {
         tokio::select! {
             result = &mut future => return Some(result),
             _ = tick.tick() => {
-                if bed.ledger().requests.len() >= before + after {
+                if reached(&bed.ledger()) {
                     return None;
                 }
             }
@@ -81,26 +95,34 @@ fn requests_of<T>(
     (bed.ledger().requests.len() - before, value)
 }
 
-#[test]
-fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
+/// Drops `acquire()`'s future after N polls on the host's executor (N from
+/// 1 up) and after the provider's k-th request (for every request it makes).
+/// After each drop, once a lease the acquire did return (checked by
+/// `returned`) is destroyed, waits until the simulator created exactly one
+/// more sandbox and `settled` holds: once it exists, the provider deletes it
+/// on its own runtime.
+fn drop_acquire_at_every_point(
+    bed: &Bed,
+    config: &Value,
+    acquire: impl Fn() -> HookFuture<Lease>,
+    returned: impl Fn(&Lease),
+    settled: impl Fn(&createos_sim::Ledger) -> bool,
+) {
     let runtime = host_runtime();
-    let acquire = || bed.provider.acquire_lease_async(bed.acquire_params(&config));
-    let (requests, lease) = requests_of(&bed, &runtime, acquire);
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let (requests, lease) = requests_of(bed, &runtime, &acquire);
+    returned(&lease);
+    bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
     let mut created = 1;
-    let mut finish = |outcome: Option<HookResult<provider_abi::Lease>>, what: &str| {
+    let mut finish = |outcome: Option<HookResult<Lease>>, what: &str| {
         if let Some(result) = outcome {
             let lease = result.unwrap_or_else(|error| panic!("{what}: {error}"));
-            bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+            returned(&lease);
+            bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
         }
-        // Every acquire creates exactly one sandbox (no faults), cancelled or
-        // not; once it exists, the provider deletes it on its own runtime.
+        // Every acquire creates exactly one sandbox (no faults), cancelled or not.
         created += 1;
-        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && ledger.leaked().is_empty());
+        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && settled(ledger));
     };
-    // Dropped after N polls on the host's executor, for N from 1 up.
     for polls in 1.. {
         let outcome = runtime.block_on(DropAfter { future: Some(acquire()), polls });
         let completed = outcome.is_some();
@@ -109,12 +131,31 @@ fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
             break;
         }
     }
-    // Dropped after the provider's k-th request, for every request it makes.
     for after in 0..=requests {
         let before = bed.ledger().requests.len();
-        let outcome = runtime.block_on(drop_after_requests(&bed, acquire(), before, after));
+        let outcome = runtime.block_on(drop_after_requests(bed, acquire(), before, after));
         finish(outcome, &format!("acquire dropped after {after} of {requests} requests"));
     }
+}
+
+#[test]
+fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let acquire = || bed.provider.acquire_lease_async(bed.acquire_params(&config));
+    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
+}
+
+/// Processes created and not terminated by the provider (those that ended by
+/// themselves count too).
+fn unterminated(ledger: &createos_sim::Ledger) -> usize {
+    let created = ledger
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
+        .filter(|r| (200..300).contains(&r.status))
+        .count();
+    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
 }
 
 #[test]
@@ -134,17 +175,6 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     // A command that never ends by itself: every process created from here
     // on must be terminated by the provider once the future is dropped (the
     // `echo` above ended by itself).
-    let unterminated = |ledger: &createos_sim::Ledger| {
-        let created = ledger
-            .requests
-            .iter()
-            .filter(|r| {
-                r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path)
-            })
-            .filter(|r| (200..300).contains(&r.status))
-            .count();
-        created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
-    };
     let ended_by_themselves = unterminated(&bed.ledger());
     let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
     // On the host's executor the future has one await point (its result,
@@ -286,5 +316,349 @@ fn the_async_facade_uses_async_hooks_when_the_library_has_them_and_falls_back_ot
         assert_eq!(health.status, "ok", "{name} as {host}");
         assert!(lease.provider_lease_id.is_some(), "{name} as {host}");
         assert_eq!((result.stdout.as_str(), output.as_slice()), ("ab", b"ab".as_slice()), "{name} as {host}");
+    }
+}
+
+/// Waits once before it is ready (waking itself), with no runtime of its
+/// own: an await point inside the host's record, wherever it is polled.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// A recorder keeping every lease id it is handed in `seen` (after one
+/// await point), answering `answer` for each.
+fn recorder(
+    seen: &Arc<Mutex<HashSet<String>>>,
+    answer: impl Fn() -> HookResult<()> + Send + Sync + 'static,
+) -> AsyncCreationRecorder {
+    let (seen, answer) = (Arc::clone(seen), Arc::new(answer));
+    AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+        let (id, seen, answer) = (lease_id(lease), Arc::clone(&seen), Arc::clone(&answer));
+        Box::pin(async move {
+            YieldOnce(false).await;
+            seen.lock().unwrap().insert(id);
+            answer()
+        })
+    })
+}
+
+/// True when every sandbox the simulator ever created was handed to the
+/// recorder, and none is alive.
+fn all_recorded_and_deleted(ledger: &createos_sim::Ledger, seen: &Mutex<HashSet<String>>) -> bool {
+    let seen = seen.lock().unwrap();
+    ledger.leaked().is_empty() && ledger.sandboxes.iter().all(|sandbox| seen.contains(&sandbox.id))
+}
+
+#[test]
+fn dropping_an_async_recording_acquire_at_any_point_leaves_no_sandbox_the_recorder_did_not_see() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let acquire = || {
+        bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
+    };
+    // A returned lease was recorded before it was returned; every sandbox
+    // was handed to the recorder before anything else, and none is alive.
+    let returned = |lease: &Lease| assert!(seen.lock().unwrap().contains(&lease_id(lease)), "recorded first");
+    drop_acquire_at_every_point(&bed, &config, acquire, returned, |ledger| {
+        all_recorded_and_deleted(ledger, &seen)
+    });
+}
+
+#[test]
+fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sandbox() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let runtime = host_runtime();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    let refuse = || Err(ProviderError::new(ErrorKind::API, "the host's ledger is full"));
+    // Refused: the sandbox is deleted and the hook fails with the host's error.
+    let refused = recorder(&seen, refuse);
+    let error =
+        runtime.block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), refused));
+    let error = error.unwrap_err();
+    assert!(error.message.contains("the host's ledger is full"), "{error}");
+    bed.wait_for_ledger("the refused acquire's sandbox deleted", |ledger| {
+        ledger.sandboxes.len() == 1 && all_recorded_and_deleted(ledger, &seen)
+    });
+    let probed =
+        runtime.block_on(bed.provider.probe_recording_async(bed.env(&config), recorder(&seen, refuse)));
+    assert!(probed.unwrap_err().message.contains("the host's ledger is full"));
+    bed.wait_for_ledger("the refused probe's sandbox deleted", |ledger| {
+        ledger.sandboxes.len() == 2 && all_recorded_and_deleted(ledger, &seen)
+    });
+    // A host that panics making the record's future, or while it is polled:
+    // an internal error, and the sandbox deleted all the same.
+    let panics_now =
+        AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> { panic!("host ledger exploded") });
+    let panics_later = AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> {
+        Box::pin(async { panic!("host ledger exploded later") })
+    });
+    for (index, panicking) in [panics_now, panics_later].into_iter().enumerate() {
+        let result = runtime
+            .block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), panicking));
+        let error = result.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::INTERNAL, "{error}");
+        assert!(error.message.contains("The host panicked while recording a created lease."), "{error}");
+        assert!(!error.message.contains("exploded"), "the host's panic text stays on the host side");
+        bed.wait_for_ledger("the panicking recorder's sandbox deleted", |ledger| {
+            ledger.sandboxes.len() == 3 + index && ledger.leaked().is_empty()
+        });
+    }
+    // The provider carries on.
+    let lease = runtime
+        .block_on(
+            bed.provider
+                .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(()))),
+        )
+        .expect("a recorder that accepts");
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+}
+
+#[test]
+fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_provider() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let runtime = host_runtime();
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    // The host's record needs the host's tokio (its timer here, a database
+    // client in a real host). Polled as it is on the provider's runtime, it
+    // finds no reactor: the panic is an internal error and the sandbox is
+    // deleted.
+    let unspawned = AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::ZERO).await;
+            Ok(())
+        })
+    });
+    let result =
+        runtime.block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), unspawned));
+    assert_eq!(result.unwrap_err().kind, ErrorKind::INTERNAL);
+    bed.wait_for_ledger("the unrecorded sandbox deleted", |ledger| {
+        ledger.sandboxes.len() == 1 && ledger.leaked().is_empty()
+    });
+    // Spawned on the host's runtime, the provider awaits its `JoinHandle`.
+    let (host, kept) = (runtime.handle().clone(), Arc::clone(&seen));
+    let spawned = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+        let (id, kept) = (lease_id(lease), Arc::clone(&kept));
+        let task = host.spawn(async move {
+            tokio::time::sleep(Duration::ZERO).await;
+            kept.lock().unwrap().insert(id);
+        });
+        Box::pin(async move { task.await.map_err(|_| ProviderError::internal("the host's record failed")) })
+    });
+    let lease = runtime
+        .block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), spawned))
+        .expect("the record ran on the host's runtime");
+    assert!(seen.lock().unwrap().contains(&lease_id(&lease)));
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+}
+
+/// One sync operation of `mappings`, with `commands` after an inbound one.
+fn sync_params(
+    bed: &Bed,
+    config: &Value,
+    lease: &Lease,
+    mappings: Vec<SyncMapping>,
+    commands: &[&str],
+) -> SyncParams {
+    let commands =
+        commands.iter().map(|command| PostUploadCommand { command: (*command).into(), ..Default::default() });
+    SyncParams {
+        lease: bed.lease_params(config, lease),
+        operations: vec![SyncOperation {
+            id: "op".into(),
+            mappings: mappings.into(),
+            post_upload_commands: commands.collect(),
+        }]
+        .into(),
+    }
+}
+
+fn directory(source: &Path, target: &Path) -> SyncMapping {
+    SyncMapping {
+        kind: "directory".into(),
+        source_path: source.to_str().unwrap().into(),
+        target_path: target.to_str().unwrap().into(),
+        ..Default::default()
+    }
+}
+
+/// Every file under `root`, relative, with its bytes.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(root).unwrap().to_str().unwrap().to_owned();
+                files.push((relative, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn counts(result: &SyncResult) -> Vec<(u64, u64)> {
+    result.operations.iter().map(|op| (op.files_transferred, op.bytes_transferred)).collect()
+}
+
+#[test]
+fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the_lease_usable() {
+    let bed = Bed::new();
+    let config = bed.config(json!({"reuseLease": true, "timeoutMs": 120_000}));
+    let lease = bed.acquire(&config);
+    let runtime = host_runtime();
+    let host = tempfile::tempdir().unwrap();
+    let source = host.path().join("source");
+    std::fs::create_dir_all(source.join("deep")).unwrap();
+    std::fs::write(source.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(source.join("deep/b.bin"), (0..=255u8).cycle().take(10_000).collect::<Vec<u8>>()).unwrap();
+    let workspace = Path::new("/paperclip-workspace");
+    let inbound = |target: &str, commands: &[&str]| {
+        sync_params(&bed, &config, &lease, vec![directory(&source, &workspace.join(target))], commands)
+    };
+    let outbound = |from: &str, to: &str| {
+        sync_params(&bed, &config, &lease, vec![directory(&workspace.join(from), &host.path().join(to))], &[])
+    };
+    // Round trip, blocking and async crossed: in blocking, out async, and
+    // the other way round; both bring back the source's files.
+    let blocking_in = bed.provider.sync_in(&inbound("blocking", &[])).unwrap();
+    let async_in = runtime.block_on(bed.provider.sync_in_async(inbound("async", &[]))).unwrap();
+    assert_eq!(counts(&blocking_in), counts(&async_in));
+    let blocking_out = bed.provider.sync_out(&outbound("async", "back-blocking")).unwrap();
+    let async_out =
+        runtime.block_on(bed.provider.sync_out_async(outbound("blocking", "back-async"))).unwrap();
+    assert_eq!(counts(&blocking_out), counts(&async_out));
+    assert_eq!(counts(&blocking_out), counts(&blocking_in));
+    assert_eq!(tree(&host.path().join("back-blocking")), tree(&source));
+    assert_eq!(tree(&host.path().join("back-async")), tree(&source));
+    // Dropped after the provider's k-th request, for every request an
+    // inbound sync with a post-upload command makes, and after its first
+    // poll: the sync stops (its command terminated, its scratch removed),
+    // and the lease stays usable.
+    let (requests, _) =
+        requests_of(&bed, &runtime, || bed.provider.sync_in_async(inbound("dropped", &["echo done"])));
+    let ended_by_themselves = unterminated(&bed.ledger());
+    let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
+    // Dropped once its post-upload command runs: the command's process is
+    // terminated (with no other sync under way, so no other can end it).
+    let sync = bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]));
+    let outcome = runtime.block_on(drop_when(&bed, sync, |ledger| !all_terminated(ledger)));
+    assert!(outcome.is_none(), "a sync with a 300 s command does not end: {outcome:?}");
+    bed.wait_for_ledger("the dropped sync's command terminated", all_terminated);
+    let outcome = runtime.block_on(DropAfter {
+        future: Some(bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]))),
+        polls: 1,
+    });
+    assert!(outcome.is_none(), "a sync with a 300 s command does not end after one poll");
+    for after in 0..requests {
+        let before = bed.ledger().requests.len();
+        let sync = bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]));
+        let outcome = runtime.block_on(drop_after_requests(&bed, sync, before, after));
+        assert!(outcome.is_none(), "dropped after {after} of {requests}: {outcome:?}");
+    }
+    bed.wait_for_ledger("every dropped sync's command terminated", all_terminated);
+    // An outbound sync dropped at its first requests.
+    for after in 0..3 {
+        let before = bed.ledger().requests.len();
+        let sync = bed.provider.sync_out_async(outbound("blocking", "dropped-out"));
+        let _ = runtime.block_on(drop_after_requests(&bed, sync, before, after));
+    }
+    let again = runtime
+        .block_on(bed.provider.sync_out_async(outbound("blocking", "again")))
+        .expect("the lease is still usable");
+    assert_eq!(counts(&again), counts(&blocking_in));
+    assert_eq!(tree(&host.path().join("again")), tree(&source));
+    let synced = runtime.block_on(bed.provider.sync_in_async(inbound("again", &["echo done"])));
+    assert_eq!(counts(&synced.expect("the lease still takes files and runs commands")), counts(&blocking_in));
+    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    assert!(bed.ledger().leaked().is_empty());
+}
+
+#[test]
+fn an_older_provider_answers_the_1_8_hooks_unsupported_and_the_facade_falls_back() {
+    let runtime = host_runtime();
+    let hooks_1_8 =
+        [Hook::SyncInAsync, Hook::SyncOutAsync, Hook::AcquireLeaseRecordingAsync, Hook::ProbeRecordingAsync];
+    let host_dir = tempfile::tempdir().unwrap();
+    let source = host_dir.path().join("in.txt");
+    std::fs::write(&source, "fallback").unwrap();
+    for (name, host, has_1_8) in [
+        ("fixture_v1_8", ABI_1_8, true),
+        ("fixture_v1_7", ABI_1_8, false),
+        ("fixture_v1_5", ABI_1_8, false),
+        ("fixture_v1_8", ABI_1_7, false),
+    ] {
+        let loaded = LoadedProvider::load_as(library(name), host).unwrap();
+        for hook in hooks_1_8 {
+            assert_eq!(loaded.supports(hook), has_1_8, "{name} as {host}: {hook}");
+        }
+        if !has_1_8 {
+            let seen = Arc::new(Mutex::new(HashSet::new()));
+            let unsupported =
+                |error: ProviderError| assert_eq!(error.kind, ErrorKind::UNSUPPORTED, "{error}");
+            unsupported(runtime.block_on(loaded.sync_in_async(Default::default())).unwrap_err());
+            unsupported(runtime.block_on(loaded.sync_out_async(Default::default())).unwrap_err());
+            let recorded = recorder(&seen, || Ok(()));
+            unsupported(
+                runtime
+                    .block_on(loaded.acquire_lease_recording_async(Default::default(), recorded))
+                    .unwrap_err(),
+            );
+            let recorded = recorder(&seen, || Ok(()));
+            unsupported(
+                runtime.block_on(loaded.probe_recording_async(Default::default(), recorded)).unwrap_err(),
+            );
+            assert!(seen.lock().unwrap().is_empty(), "nothing was created, nothing recorded");
+        }
+        // The facade's sync answers the same either way (async hook or the
+        // blocking one on the bounded pool).
+        let provider = AsyncProvider::new(Arc::new(loaded));
+        let lease = provider_abi::LeaseParams {
+            provider_lease_id: Some(format!("{name}-{host}").into()).into(),
+            ..Default::default()
+        };
+        let mapping = |source: &Path, target: &str| SyncMapping {
+            kind: "file".into(),
+            source_path: source.to_str().unwrap().into(),
+            target_path: target.into(),
+            ..Default::default()
+        };
+        let params = |mapping: SyncMapping| SyncParams {
+            lease: lease.clone(),
+            operations: vec![SyncOperation {
+                id: "op".into(),
+                mappings: vec![mapping].into(),
+                ..Default::default()
+            }]
+            .into(),
+        };
+        let back = host_dir.path().join(format!("back-{name}-{host}.txt"));
+        let (synced_in, synced_out) = runtime.block_on(async {
+            let synced_in = provider.sync_in(params(mapping(&source, "/fallback.txt"))).await;
+            let out = params(mapping(Path::new("/fallback.txt"), back.to_str().unwrap()));
+            (synced_in, provider.sync_out(out).await)
+        });
+        assert_eq!(counts(&synced_in.unwrap()), [(1, 8)], "{name} as {host}");
+        assert_eq!(counts(&synced_out.unwrap()), [(1, 8)], "{name} as {host}");
+        assert_eq!(std::fs::read_to_string(&back).unwrap(), "fallback", "{name} as {host}");
     }
 }
