@@ -3,7 +3,8 @@
 use super::{Failure, Printer};
 
 /// Serves the simulator on `listen` until SIGINT or SIGTERM, after printing
-/// its URL and development API key; `rate_limit` is its limit (`None`: off).
+/// its URL and development API key, then prints the requests it answered
+/// and the sandboxes still live; `rate_limit` is its limit (`None`: off).
 pub fn serve(
     listen: std::net::SocketAddr,
     rate_limit: Option<createos_sim::RateLimit>,
@@ -24,6 +25,12 @@ pub fn serve(
         )
     });
     signals.forever().next();
+    // What a run against it left behind, for the run's own checks.
+    let live = sim.live_sandboxes().len();
+    let requests = sim.ledger().requests.len();
+    out.value(&serde_json::json!({"stopped": true, "liveSandboxes": live, "requests": requests}), || {
+        format!("stopped after {requests} requests; {live} sandboxes were still live")
+    });
     drop(sim);
     Ok(())
 }

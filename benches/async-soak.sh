@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Async hooks at scale (issue 15): whole lifecycles, all in flight at once,
+# through the loaded CreateOS provider against the simulator run as its own
+# process (rate limit off), so the harness's figures hold only the harness
+# and the provider. One run reports, side by side:
+#   async, 100 / 1,000 / BIG in flight (soak's default: every lifecycle a
+#          future on one thread, the provider's async hooks);
+#   blocking, 1,000 in flight (`soak --blocking`: a thread per lifecycle).
+# Per row: lifecycles/s, failed, sandboxes left live in the simulator,
+# peak threads of the harness process, resident memory added per lifecycle
+# in flight, and the harness's CPU per lifecycle (which must not grow with
+# the number in flight).
+#
+#   bash benches/async-soak.sh [BIG]        # BIG defaults to 10000
+set -euo pipefail
+cd "$(dirname "$0")/.."
+big=${1:-10000}
+cargo build --release -q -p host-harness
+harness=./target/release/host-harness
+work=$(mktemp -d)
+sim=
+trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+
+# run LABEL IN_FLIGHT [SOAK ARGS...]: one soak of IN_FLIGHT lifecycles, all
+# at once, against a fresh simulator; prints one row.
+run() {
+    local label=$1 in_flight=$2
+    shift 2
+    rm -f "$work"/sim.json "$work"/ledger.sqlite3*
+    "$harness" sim --no-rate-limit --json >"$work/sim.json" &
+    sim=$!
+    for _ in $(seq 1 200); do [ -s "$work/sim.json" ] && break; sleep 0.05; done
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+sim = json.loads(open(f"{work}/sim.json").readline())
+config = {"companyId": "bench", "environmentId": "bench", "config": {
+    "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb",
+    "reuseLease": True, "timeoutMs": 600000, "requestsPerMinute": 1000000}}
+json.dump(config, open(f"{work}/config.json", "w"))
+PY
+    "$harness" --json soak --leases "$in_flight" --concurrency "$in_flight" "$@" \
+        --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 1 >"$work/soak.json" || true
+    kill -TERM "$sim"
+    wait "$sim" || true
+    sim=
+    python3 - "$work" "$label" "$in_flight" <<'PY'
+import json, sys
+work, label, in_flight = sys.argv[1], sys.argv[2], int(sys.argv[3])
+soak = json.load(open(f"{work}/soak.json"))
+stopped = [json.loads(line) for line in open(f"{work}/sim.json") if '"stopped"' in line]
+live = stopped[-1]["liveSandboxes"] if stopped else "?"
+failed = sum(soak["failed"].values())
+print(f"| {label:<8} | {in_flight:>6,} | {soak['lifecyclesPerS']:>8.1f} | {failed:>6} | {live:>4} | "
+      f"{soak['peakThreads']:>7} | {soak['rssPerInFlightLifecycleBytes'] / 1024:>8.1f} | "
+      f"{soak['cpuPerLifecycleMs']:>7.2f} | {'held' if soak['invariantsHeld'] else 'BROKEN: ' + '; '.join(soak['broken'])} |")
+PY
+}
+
+echo "| calls    | in flight | lifecycles/s | failed | live sandboxes after | peak threads | RSS KiB per lifecycle in flight | harness CPU ms per lifecycle | invariants |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
+run async 100
+run async 1000
+run blocking 1000 --blocking
+run async "$big"
