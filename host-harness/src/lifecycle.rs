@@ -15,7 +15,7 @@ use crate::{
     host::{Calls, HeldLease, Host, Released},
     interrupt,
 };
-use provider_abi::{ErrorKind, ExecuteParams, HookResult, OutputStream, ProviderError, SyncParams};
+use provider_abi::{ErrorKind, ExecuteParams, Hook, HookResult, OutputStream, ProviderError, SyncParams};
 use serde_json::{json, Value};
 use std::{
     future::Future,
@@ -218,7 +218,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.refuse_if_interrupted("sync-in")?;
         let started = Instant::now();
-        let outcome = host.sync_in(held, params);
+        let outcome = host.sync_with(self.calls, held, params, Hook::SyncIn).await;
         let note = moved(&outcome);
         self.finish("sync-in", &note, started, outcome)?;
         Ok(Some(local))
@@ -232,7 +232,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.refuse_if_interrupted("sync-out")?;
         let started = Instant::now();
-        let outcome = host.sync_out(held, params);
+        let outcome = host.sync_with(self.calls, held, params, Hook::SyncOut).await;
         let note = moved(&outcome);
         self.finish("sync-out", &note, started, outcome)?;
         if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {

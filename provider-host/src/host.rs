@@ -21,13 +21,13 @@ use crate::{
     store::LeaseStore,
 };
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
-    HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink, ProbeReport,
-    ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
+    AcquireParams, AsyncCreationRecorder, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
+    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink,
+    ProbeReport, ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 use std::future::Future;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// How a [`Host`] calls the hooks that wait on the network.
 ///
@@ -153,6 +153,29 @@ async fn serving<T, M>(
     }
 }
 
+/// A lease an async creating hook reports created, and where to answer
+/// whether its record is committed.
+type CreatedLease = (Lease, oneshot::Sender<HookResult<()>>);
+
+/// The write-ahead callback of an async creating hook (ABI 1.8): each lease
+/// goes to the host's future, which commits it and answers. The provider
+/// polls the answer on its own runtime; a channel needs none. Once the host
+/// stopped waiting (its future dropped), the answer is an error, and the
+/// provider deletes what it created.
+fn async_recorder() -> (AsyncCreationRecorder, mpsc::UnboundedReceiver<CreatedLease>) {
+    let (sender, created) = mpsc::unbounded_channel::<CreatedLease>();
+    let recorder = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+        let (answer, answered) = oneshot::channel();
+        let sent = sender.send((lease.clone(), answer));
+        Box::pin(async move {
+            let gone = || ProviderError::internal("The host stopped waiting for the created lease's record.");
+            sent.map_err(|_| gone())?;
+            answered.await.unwrap_or_else(|_| Err(gone()))
+        })
+    });
+    (recorder, created)
+}
+
 impl<'a> Host<'a> {
     /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
     /// `embedded_sim` marks an API served by a simulator inside this process.
@@ -234,6 +257,31 @@ impl<'a> Host<'a> {
         call()
     }
 
+    /// Runs a creating hook: its async recording variant `hook` (ABI 1.8)
+    /// when `calls` is async and the provider has it, each lease it creates
+    /// committed to row `row` (as by hook `record_as`) before the provider
+    /// goes on with it; else `otherwise`.
+    async fn creating<T>(
+        &self,
+        calls: Calls,
+        hook: Hook,
+        (row, record_as): (i64, &str),
+        call_async: impl FnOnce(AsyncCreationRecorder) -> HookFuture<T>,
+        otherwise: impl Future<Output = HookResult<T>>,
+    ) -> HookResult<T> {
+        if calls == Calls::Async && self.provider.supports(hook) {
+            let (recorder, created) = async_recorder();
+            let record = |(lease, answer): CreatedLease| {
+                drop(answer.send(self.record_created(row, record_as, &lease)));
+            };
+            let result = serving(call_async(recorder), created, record).await;
+            if !crate::async_host::lacks(&result, hook) {
+                return result;
+            }
+        }
+        otherwise.await
+    }
+
     /// `probe`, recorded as a probe row: `acquiring` until it returns, then
     /// `destroyed` unless the error says a sandbox may remain.
     pub fn probe(&self) -> HookResult<ProbeReport> {
@@ -244,16 +292,27 @@ impl<'a> Host<'a> {
     pub async fn probe_with(&self, calls: Calls) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
         let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
-        let blocking = || match self.provider.supports(Hook::ProbeRecording) {
+        // Write-ahead first: async (1.8), blocking (1.2); then async without it (1.7).
+        let recording = self.provider.supports(Hook::ProbeRecording);
+        let blocking = || match recording {
             true => {
                 let mut record = |lease: &Lease| self.record_created(row, hook, lease);
                 self.provider.probe_recording(&self.env, &mut CreationRecorder::new(&mut record))
             }
             false => self.provider.probe(&self.env),
         };
-        let outcome = self
-            .network(calls, Hook::ProbeAsync, || self.provider.probe_async(self.env.clone()), blocking)
-            .await;
+        let otherwise = async {
+            match recording {
+                true => blocking(),
+                false => {
+                    let call_async = || self.provider.probe_async(self.env.clone());
+                    self.network(calls, Hook::ProbeAsync, call_async, blocking).await
+                }
+            }
+        };
+        let call_async = |recorder| self.provider.probe_recording_async(self.env.clone(), recorder);
+        let outcome =
+            self.creating(calls, Hook::ProbeRecordingAsync, (row, hook), call_async, otherwise).await;
         let error = outcome.as_ref().err();
         let state = match error {
             Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
@@ -285,21 +344,27 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        let blocking = || match self.provider.supports(Hook::AcquireLeaseRecording) {
+        // Write-ahead first: async (1.8), blocking (1.2); then async without it (1.7).
+        let recording = self.provider.supports(Hook::AcquireLeaseRecording);
+        let blocking = || match recording {
             true => {
                 let mut record = |lease: &Lease| self.record_created(row, hook, lease);
                 self.provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
             }
             false => self.provider.acquire_lease(&params),
         };
-        let outcome = self
-            .network(
-                calls,
-                Hook::AcquireLeaseAsync,
-                || self.provider.acquire_lease_async(params.clone()),
-                blocking,
-            )
-            .await;
+        let otherwise = async {
+            match recording {
+                true => blocking(),
+                false => {
+                    let call_async = || self.provider.acquire_lease_async(params.clone());
+                    self.network(calls, Hook::AcquireLeaseAsync, call_async, blocking).await
+                }
+            }
+        };
+        let call_async = |recorder| self.provider.acquire_lease_recording_async(params.clone(), recorder);
+        let outcome =
+            self.creating(calls, Hook::AcquireLeaseRecordingAsync, (row, hook), call_async, otherwise).await;
         match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
@@ -665,16 +730,25 @@ impl<'a> Host<'a> {
     /// commands. An older provider is refused with `unsupported`, and a lease
     /// the ledger knows as unconfirmed is refused, both before any call.
     pub fn sync_in(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
-        self.sync(held, params, Hook::SyncIn)
+        pollster::block_on(self.sync_with(Calls::Blocking, held, params, Hook::SyncIn))
     }
 
     /// `sync_out` from the lease: lease files to the host; refused as
     /// [`Host::sync_in`] is.
     pub fn sync_out(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
-        self.sync(held, params, Hook::SyncOut)
+        pollster::block_on(self.sync_with(Calls::Blocking, held, params, Hook::SyncOut))
     }
 
-    fn sync(&self, held: &HeldLease, mut params: SyncParams, hook: Hook) -> HookResult<SyncResult> {
+    /// [`Host::sync_in`] (`hook` [`Hook::SyncIn`]) or [`Host::sync_out`]
+    /// ([`Hook::SyncOut`]), calling the provider as `calls` says: the async
+    /// variant (ABI 1.8) holds no thread, and dropping it stops the sync.
+    pub async fn sync_with(
+        &self,
+        calls: Calls,
+        held: &HeldLease,
+        mut params: SyncParams,
+        hook: Hook,
+    ) -> HookResult<SyncResult> {
         if !self.provider.supports(hook) {
             return Err(provider_abi::unsupported(hook));
         }
@@ -686,8 +760,14 @@ impl<'a> Host<'a> {
         }
         params.lease = self.params(&held.lease);
         let outcome = match hook {
-            Hook::SyncIn => self.provider.sync_in(&params),
-            _ => self.provider.sync_out(&params),
+            Hook::SyncIn => {
+                let call_async = || self.provider.sync_in_async(params.clone());
+                self.network(calls, Hook::SyncInAsync, call_async, || self.provider.sync_in(&params)).await
+            }
+            _ => {
+                let call_async = || self.provider.sync_out_async(params.clone());
+                self.network(calls, Hook::SyncOutAsync, call_async, || self.provider.sync_out(&params)).await
+            }
         };
         outcome.map_err(|error| self.forget_if_refused(held, error))
     }

@@ -132,11 +132,11 @@ pub struct SoakOptions {
     pub blocking: bool,
 }
 
-/// How `soak` calls the provider: its async hooks (ABI 1.7) on one thread
-/// when it has them in this process, else (or with `--blocking`) a thread
-/// per lifecycle in flight.
+/// How `soak` calls the provider: its async hooks on one thread when it has
+/// them in this process, the write-ahead acquire among them (ABI 1.8), else
+/// (or with `--blocking`) a thread per lifecycle in flight.
 fn soak_calls(provider: &dyn HookSupport, blocking: bool) -> Calls {
-    match !blocking && provider.supports(Hook::AcquireLeaseAsync) {
+    match !blocking && provider.supports(Hook::AcquireLeaseRecordingAsync) {
         true => Calls::Async,
         false => Calls::Blocking,
     }
