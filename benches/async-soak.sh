@@ -36,7 +36,7 @@ work = sys.argv[1]
 sim = json.loads(open(f"{work}/sim.json").readline())
 config = {"companyId": "bench", "environmentId": "bench", "config": {
     "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb",
-    "reuseLease": True, "timeoutMs": 600000, "requestsPerMinute": 1000000}}
+    "reuseLease": True, "timeoutMs": 600000, "requestsPerMinute": 100000}}
 json.dump(config, open(f"{work}/config.json", "w"))
 PY
     "$harness" --json soak --leases "$in_flight" --concurrency "$in_flight" "$@" \

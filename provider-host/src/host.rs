@@ -153,6 +153,15 @@ async fn serving<T, M>(
     }
 }
 
+/// A creating hook's variants (`acquire_lease`, `probe`), each with the hook
+/// that says whether the provider has it: see [`Host::creating`].
+struct CreatingHook<RecordingAsync, Recording, PlainAsync, Plain> {
+    recording_async: (Hook, RecordingAsync),
+    recording: (Hook, Recording),
+    plain_async: (Hook, PlainAsync),
+    plain: Plain,
+}
+
 /// A lease an async creating hook reports created, and where to answer
 /// whether its record is committed.
 type CreatedLease = (Lease, oneshot::Sender<HookResult<()>>);
@@ -257,29 +266,42 @@ impl<'a> Host<'a> {
         call()
     }
 
-    /// Runs a creating hook: its async recording variant `hook` (ABI 1.8)
-    /// when `calls` is async and the provider has it, each lease it creates
-    /// committed to row `row` (as by hook `record_as`) before the provider
-    /// goes on with it; else `otherwise`.
-    async fn creating<T>(
+    /// Runs a creating hook through its best variant the provider has:
+    /// async with the write-ahead record (ABI 1.8, when `calls` is async),
+    /// blocking with it (1.2), async without it (1.7, when `calls` is
+    /// async), blocking without it. Each lease a recording variant reports
+    /// created is committed to row `row` (as by hook `record_as`) before the
+    /// provider goes on with it.
+    async fn creating<T, RecordingAsync, Recording, PlainAsync, Plain>(
         &self,
         calls: Calls,
-        hook: Hook,
         (row, record_as): (i64, &str),
-        call_async: impl FnOnce(AsyncCreationRecorder) -> HookFuture<T>,
-        otherwise: impl Future<Output = HookResult<T>>,
-    ) -> HookResult<T> {
-        if calls == Calls::Async && self.provider.supports(hook) {
+        hook: CreatingHook<RecordingAsync, Recording, PlainAsync, Plain>,
+    ) -> HookResult<T>
+    where
+        RecordingAsync: FnOnce(AsyncCreationRecorder) -> HookFuture<T>,
+        Recording: FnOnce(&mut CreationRecorder<'_>) -> HookResult<T>,
+        PlainAsync: FnOnce() -> HookFuture<T>,
+        Plain: FnOnce() -> HookResult<T>,
+    {
+        let (recording_async, call) = hook.recording_async;
+        if calls == Calls::Async && self.provider.supports(recording_async) {
             let (recorder, created) = async_recorder();
             let record = |(lease, answer): CreatedLease| {
                 drop(answer.send(self.record_created(row, record_as, &lease)));
             };
-            let result = serving(call_async(recorder), created, record).await;
-            if !crate::async_host::lacks(&result, hook) {
+            let result = serving(call(recorder), created, record).await;
+            if !crate::async_host::lacks(&result, recording_async) {
                 return result;
             }
         }
-        otherwise.await
+        let (recording, call) = hook.recording;
+        if self.provider.supports(recording) {
+            let mut record = |lease: &Lease| self.record_created(row, record_as, lease);
+            return call(&mut CreationRecorder::new(&mut record));
+        }
+        let (plain_async, call_async) = hook.plain_async;
+        self.network(calls, plain_async, call_async, hook.plain).await
     }
 
     /// `probe`, recorded as a probe row: `acquiring` until it returns, then
@@ -292,27 +314,22 @@ impl<'a> Host<'a> {
     pub async fn probe_with(&self, calls: Calls) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
         let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
-        // Write-ahead first: async (1.8), blocking (1.2); then async without it (1.7).
-        let recording = self.provider.supports(Hook::ProbeRecording);
-        let blocking = || match recording {
-            true => {
-                let mut record = |lease: &Lease| self.record_created(row, hook, lease);
-                self.provider.probe_recording(&self.env, &mut CreationRecorder::new(&mut record))
-            }
-            false => self.provider.probe(&self.env),
-        };
-        let otherwise = async {
-            match recording {
-                true => blocking(),
-                false => {
-                    let call_async = || self.provider.probe_async(self.env.clone());
-                    self.network(calls, Hook::ProbeAsync, call_async, blocking).await
-                }
-            }
-        };
-        let call_async = |recorder| self.provider.probe_recording_async(self.env.clone(), recorder);
-        let outcome =
-            self.creating(calls, Hook::ProbeRecordingAsync, (row, hook), call_async, otherwise).await;
+        let outcome = self
+            .creating(
+                calls,
+                (row, hook),
+                CreatingHook {
+                    recording_async: (Hook::ProbeRecordingAsync, |recorder| {
+                        self.provider.probe_recording_async(self.env.clone(), recorder)
+                    }),
+                    recording: (Hook::ProbeRecording, |recorder: &mut CreationRecorder<'_>| {
+                        self.provider.probe_recording(&self.env, recorder)
+                    }),
+                    plain_async: (Hook::ProbeAsync, || self.provider.probe_async(self.env.clone())),
+                    plain: || self.provider.probe(&self.env),
+                },
+            )
+            .await;
         let error = outcome.as_ref().err();
         let state = match error {
             Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
@@ -344,27 +361,24 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        // Write-ahead first: async (1.8), blocking (1.2); then async without it (1.7).
-        let recording = self.provider.supports(Hook::AcquireLeaseRecording);
-        let blocking = || match recording {
-            true => {
-                let mut record = |lease: &Lease| self.record_created(row, hook, lease);
-                self.provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
-            }
-            false => self.provider.acquire_lease(&params),
-        };
-        let otherwise = async {
-            match recording {
-                true => blocking(),
-                false => {
-                    let call_async = || self.provider.acquire_lease_async(params.clone());
-                    self.network(calls, Hook::AcquireLeaseAsync, call_async, blocking).await
-                }
-            }
-        };
-        let call_async = |recorder| self.provider.acquire_lease_recording_async(params.clone(), recorder);
-        let outcome =
-            self.creating(calls, Hook::AcquireLeaseRecordingAsync, (row, hook), call_async, otherwise).await;
+        let outcome = self
+            .creating(
+                calls,
+                (row, hook),
+                CreatingHook {
+                    recording_async: (Hook::AcquireLeaseRecordingAsync, |recorder| {
+                        self.provider.acquire_lease_recording_async(params.clone(), recorder)
+                    }),
+                    recording: (Hook::AcquireLeaseRecording, |recorder: &mut CreationRecorder<'_>| {
+                        self.provider.acquire_lease_recording(&params, recorder)
+                    }),
+                    plain_async: (Hook::AcquireLeaseAsync, || {
+                        self.provider.acquire_lease_async(params.clone())
+                    }),
+                    plain: || self.provider.acquire_lease(&params),
+                },
+            )
+            .await;
         match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;

@@ -27,14 +27,17 @@ fn host_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a host runtime")
 }
 
+/// A hook's future, or a host's (which borrows the host).
+type CallFuture<'a, T> = Pin<Box<dyn Future<Output = HookResult<T>> + 'a>>;
+
 /// Polls `future` at most `polls` times (each time it is woken), then drops
 /// it: `Some(result)` if it completed first.
-struct DropAfter<T> {
-    future: Option<HookFuture<T>>,
+struct DropAfter<'a, T> {
+    future: Option<CallFuture<'a, T>>,
     polls: usize,
 }
 
-impl<T> Future for DropAfter<T> {
+impl<T> Future for DropAfter<'_, T> {
     type Output = Option<HookResult<T>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -56,7 +59,7 @@ impl<T> Future for DropAfter<T> {
 /// completed first.
 async fn drop_after_requests<T>(
     bed: &Bed,
-    future: HookFuture<T>,
+    future: CallFuture<'_, T>,
     before: usize,
     after: usize,
 ) -> Option<HookResult<T>> {
@@ -67,7 +70,7 @@ async fn drop_after_requests<T>(
 /// ledger, then drops it: `Some(result)` if it completed first.
 async fn drop_when<T>(
     bed: &Bed,
-    future: HookFuture<T>,
+    future: CallFuture<'_, T>,
     reached: impl Fn(&createos_sim::Ledger) -> bool,
 ) -> Option<HookResult<T>> {
     let mut future = future;
@@ -85,10 +88,10 @@ async fn drop_when<T>(
 }
 
 /// How many requests one uncancelled call of `call` makes.
-fn requests_of<T>(
+fn requests_of<T, F: Future<Output = HookResult<T>>>(
     bed: &Bed,
     runtime: &tokio::runtime::Runtime,
-    call: impl FnOnce() -> HookFuture<T>,
+    call: impl FnOnce() -> F,
 ) -> (usize, T) {
     let before = bed.ledger().requests.len();
     let value = runtime.block_on(call()).expect("the uncancelled call succeeds");
@@ -101,10 +104,10 @@ fn requests_of<T>(
 /// `returned`) is destroyed, waits until the simulator created exactly one
 /// more sandbox and `settled` holds: once it exists, the provider deletes it
 /// on its own runtime.
-fn drop_acquire_at_every_point(
+fn drop_acquire_at_every_point<'a, F: Future<Output = HookResult<Lease>> + 'a>(
     bed: &Bed,
     config: &Value,
-    acquire: impl Fn() -> HookFuture<Lease>,
+    acquire: impl Fn() -> F,
     returned: impl Fn(&Lease),
     settled: impl Fn(&createos_sim::Ledger) -> bool,
 ) {
@@ -124,7 +127,7 @@ fn drop_acquire_at_every_point(
         bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && settled(ledger));
     };
     for polls in 1.. {
-        let outcome = runtime.block_on(DropAfter { future: Some(acquire()), polls });
+        let outcome = runtime.block_on(DropAfter { future: Some(Box::pin(acquire())), polls });
         let completed = outcome.is_some();
         finish(outcome, &format!("acquire dropped after {polls} polls"));
         if completed {
@@ -133,7 +136,7 @@ fn drop_acquire_at_every_point(
     }
     for after in 0..=requests {
         let before = bed.ledger().requests.len();
-        let outcome = runtime.block_on(drop_after_requests(bed, acquire(), before, after));
+        let outcome = runtime.block_on(drop_after_requests(bed, Box::pin(acquire()), before, after));
         finish(outcome, &format!("acquire dropped after {after} of {requests} requests"));
     }
 }
@@ -660,5 +663,49 @@ fn an_older_provider_answers_the_1_8_hooks_unsupported_and_the_facade_falls_back
         assert_eq!(counts(&synced_in.unwrap()), [(1, 8)], "{name} as {host}");
         assert_eq!(counts(&synced_out.unwrap()), [(1, 8)], "{name} as {host}");
         assert_eq!(std::fs::read_to_string(&back).unwrap(), "fallback", "{name} as {host}");
+    }
+}
+
+/// The host's own async acquire (`Host::acquire_with(Calls::Async)`), the
+/// write-ahead record crossing as the async recorder: dropped at any point
+/// (after N polls, after each of the provider's requests), it leaves no live
+/// sandbox, and the ledger holds one row per acquire, whose lease id, once
+/// the record was committed, names the sandbox the simulator made.
+#[test]
+fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per_call() {
+    use host_harness::{
+        host::{Calls, Host},
+        ledger::{LeaseState, Ledger, Owner},
+        request::HarnessConfig,
+    };
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+    let harness = HarnessConfig {
+        driver_key: None,
+        company_id: COMPANY.into(),
+        environment_id: ENVIRONMENT.into(),
+        config: config.clone(),
+    };
+    let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1", false);
+    let acquire = || async { host.acquire_with(Calls::Async).await.map(|held| held.lease) };
+    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |sim| sim.leaked().is_empty());
+
+    let rows = ledger.list().unwrap();
+    let made: HashSet<String> = bed.ledger().sandboxes.iter().map(|sandbox| sandbox.id.clone()).collect();
+    assert_eq!(rows.len(), made.len(), "one row per acquire, each of which made one sandbox: {rows:?}");
+    let named: Vec<&str> = rows.iter().filter_map(|row| row.provider_lease_id.as_deref()).collect();
+    assert!(named.iter().all(|id| made.contains(*id)), "{named:?} not all among {made:?}");
+    assert!(named.len() >= 2, "the completed acquires at least are named: {rows:?}");
+    for row in &rows {
+        match row.provider_lease_id {
+            // Completed: the lease was handed over as active.
+            Some(_) if row.state == LeaseState::Active => {}
+            // Dropped after its record was committed, or before the sandbox
+            // existed, or between the two (the provider deleted it): the
+            // row stays `acquiring`, for a sweep to resolve.
+            _ => assert_eq!(row.state, LeaseState::Acquiring, "{row:?}"),
+        }
     }
 }

@@ -1,0 +1,96 @@
+//! `soak` on the async hooks (ABI 1.8 providers): every lifecycle is a
+//! future on one thread, so the harness's threads stay bounded however many
+//! lifecycles are in flight, where `--blocking` pays a thread for each. The
+//! simulator runs as its own process (`host-harness sim`), so the harness's
+//! figures are its own and the provider's.
+
+use serde_json::{json, Value};
+use std::{
+    io::{BufRead, BufReader, Read},
+    path::Path,
+    process::{Child, ChildStdout, Command, Stdio},
+};
+
+/// The simulator in a process of its own, and its output after the first line.
+struct Sim {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Sim {
+    /// Starts it and writes a harness configuration for it to `config`.
+    fn start(config: &Path) -> Sim {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .args(["--json", "sim", "--no-rate-limit"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        stdout.read_line(&mut first).unwrap();
+        let sim: Value = serde_json::from_str(&first).unwrap_or_else(|_| panic!("not JSON: {first}"));
+        let harness_config = json!({"companyId": "acme", "environmentId": "dev", "config": {
+            "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb", "reuseLease": true,
+            "requestsPerMinute": 100_000}});
+        std::fs::write(config, harness_config.to_string()).unwrap();
+        Sim { child, stdout }
+    }
+
+    /// Stops it (SIGTERM) and returns its last report: what was left live.
+    fn stop(mut self) -> Value {
+        // SAFETY: `kill` only sends a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        self.child.wait().unwrap();
+        let last = rest.lines().last().unwrap_or_else(|| panic!("the simulator reported nothing"));
+        serde_json::from_str(last).unwrap_or_else(|_| panic!("not JSON: {last}"))
+    }
+}
+
+/// Runs `in_flight` lifecycles, all at once; returns the summary.
+fn soak(dir: &Path, in_flight: usize, extra: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .arg("--json")
+        .arg("--ledger")
+        .arg(dir.join("ledger.sqlite3"))
+        .args(["soak", "--leases", &in_flight.to_string(), "--concurrency", &in_flight.to_string()])
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().expect("a summary")).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{summary}\n{}", String::from_utf8_lossy(&output.stderr));
+    summary
+}
+
+#[test]
+fn an_async_soak_holds_a_bounded_number_of_threads_where_a_blocking_one_holds_one_per_lifecycle() {
+    const IN_FLIGHT: usize = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(&dir.path().join("config.json"));
+    let awaited = soak(dir.path(), IN_FLIGHT, &[]);
+    let blocking = soak(dir.path(), IN_FLIGHT, &["--blocking"]);
+    let left = sim.stop();
+
+    for (summary, calls) in [(&awaited, "async"), (&blocking, "blocking")] {
+        assert_eq!(summary["hookCalls"], calls, "{summary}");
+        assert_eq!(summary["succeeded"], IN_FLIGHT, "{summary}");
+        assert_eq!(summary["invariantsHeld"], true, "{summary}");
+        assert_eq!(summary["unswept"], 0, "{summary}");
+    }
+    // The bound: at most 16 threads in the harness process, with
+    // the provider's runtime, the ledger's heartbeat, the sweep patrol and
+    // the resource monitor among them.
+    let threads = awaited["peakThreads"].as_u64().unwrap();
+    assert!(threads <= 16, "{threads} threads for {IN_FLIGHT} lifecycles in flight: {awaited}");
+    let threads = blocking["peakThreads"].as_u64().unwrap();
+    assert!(threads >= IN_FLIGHT as u64, "{threads} threads for {IN_FLIGHT} blocking lifecycles: {blocking}");
+    assert_eq!(left["liveSandboxes"], 0, "{left}");
+    assert_eq!(left["stopped"], true, "{left}");
+}
