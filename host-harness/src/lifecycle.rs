@@ -133,7 +133,7 @@ impl Lifecycle<'_, '_> {
         }
         self.refuse_if_interrupted("release")?;
         let started = Instant::now();
-        match host.release_with(calls, &held).await {
+        match Box::pin(host.release_with(calls, &held)).await {
             Ok(Released::DestroyedInstead(cause)) => {
                 let note = "cleanup unconfirmed: destroyed instead of reused";
                 let _ = self.finish("release", note, started, Err::<(), _>(cause));
@@ -181,7 +181,7 @@ impl Lifecycle<'_, '_> {
         let outcome = {
             let reporter = &mut *self.reporter;
             let mut live = |stream: OutputStream, chunk: &[u8]| reporter.output(stream, chunk);
-            host.execute_bytes_with(self.calls, &held, params, &mut live).await
+            Box::pin(host.execute_bytes_with(self.calls, &held, params, &mut live)).await
         };
         let result = self.finish(step, "", started, outcome)?;
         if result.exit_code.into_option() != Some(0) || !result.stdout.contains(expect) {
@@ -218,7 +218,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.refuse_if_interrupted("sync-in")?;
         let started = Instant::now();
-        let outcome = host.sync_with(self.calls, held, params, Hook::SyncIn).await;
+        let outcome = Box::pin(host.sync_with(self.calls, held, params, Hook::SyncIn)).await;
         let note = moved(&outcome);
         self.finish("sync-in", &note, started, outcome)?;
         Ok(Some(local))
@@ -232,7 +232,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.refuse_if_interrupted("sync-out")?;
         let started = Instant::now();
-        let outcome = host.sync_with(self.calls, held, params, Hook::SyncOut).await;
+        let outcome = Box::pin(host.sync_with(self.calls, held, params, Hook::SyncOut)).await;
         let note = moved(&outcome);
         self.finish("sync-out", &note, started, outcome)?;
         if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {
@@ -253,7 +253,9 @@ impl Lifecycle<'_, '_> {
     ) -> Result<T, ()> {
         self.refuse_if_interrupted(step)?;
         let started = Instant::now();
-        let outcome = hook.await;
+        // On the heap while it runs: a lifecycle in flight then holds only
+        // the step under way, not room for the largest of them.
+        let outcome = Box::pin(hook).await;
         self.finish(step, note, started, outcome)
     }
 
@@ -307,7 +309,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.lease = Some(held.clone());
         let started = Instant::now();
-        let outcome = host.destroy_with(self.calls, &held).await;
+        let outcome = Box::pin(host.destroy_with(self.calls, &held)).await;
         let _ = self.finish("destroy", "clean-up after a failed step", started, outcome);
         self.lease = None;
     }

@@ -466,8 +466,25 @@ fn limit_malloc_arenas() {
     }
 }
 
+/// Raises this process's soft limit of open files to its hard limit, as
+/// servers do: a soak holds a connection per request in flight, and the
+/// simulator one per request and three pipes per process (the usual soft
+/// limit, 1,024, ends a soak of a thousand leases with "Too many open
+/// files"). Failing to raise it changes nothing.
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    raise_open_files_limit();
     let cli = Cli::parse();
     if let Command::Worker { library } = &cli.command {
         return host_harness::isolation::serve_worker(library);

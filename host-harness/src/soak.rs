@@ -97,7 +97,12 @@ pub struct Tally {
 struct Watcher<'a> {
     ledger: &'a dyn LeaseStore,
     secrets: &'a [&'a str],
-    steps: Vec<StepReport>,
+    /// The first failed step and its error.
+    first_error: Option<(&'static str, ProviderError)>,
+    /// How long each step that called a hook took.
+    latencies: Vec<(&'static str, Duration)>,
+    /// Internal errors mentioning a panic.
+    panics: usize,
     secrets_seen: usize,
     unconfirmed_reused: usize,
     unconfirmed_known: bool,
@@ -123,26 +128,19 @@ impl Watcher<'_> {
 impl Watcher<'_> {
     /// Adds this lifecycle to `tally`; returns its first error (its step
     /// and the error), if any.
-    fn tally_into(&self, tally: &mut Tally, ok: bool) -> Option<(&'static str, ProviderError)> {
-        let first_error =
-            self.steps.iter().find_map(|step| step.error.clone().map(|error| (step.step, error)));
-        match (&first_error, ok) {
+    fn tally_into(self, tally: &mut Tally, ok: bool) -> Option<(&'static str, ProviderError)> {
+        match (&self.first_error, ok) {
             (None, true) => tally.succeeded += 1,
             (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
             (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
         }
-        for step in self.steps.iter().filter(|step| step.duration > Duration::ZERO) {
-            tally.latencies.entry(step.step).or_default().push(step.duration);
+        for (step, duration) in self.latencies {
+            tally.latencies.entry(step).or_default().push(duration);
         }
-        let panicked = |step: &&StepReport| {
-            step.error.as_ref().is_some_and(|error| {
-                error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic")
-            })
-        };
-        tally.panics += self.steps.iter().filter(panicked).count();
+        tally.panics += self.panics;
         tally.secrets_seen += self.secrets_seen;
         tally.unconfirmed_reused += self.unconfirmed_reused;
-        first_error
+        self.first_error
     }
 }
 
@@ -159,7 +157,16 @@ impl Reporter for Watcher<'_> {
         if unconfirmed || (report.error.is_some() && self.ledger_says_unconfirmed(report)) {
             self.unconfirmed_known = true;
         }
-        self.steps.push(report.clone());
+        // Kept as counts, not reports: a lifecycle in flight holds little.
+        if report.duration > Duration::ZERO {
+            self.latencies.push((report.step, report.duration));
+        }
+        if let Some(error) = &report.error {
+            if error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic") {
+                self.panics += 1;
+            }
+            self.first_error.get_or_insert_with(|| (report.step, error.clone()));
+        }
     }
 
     fn output(&mut self, _stream: OutputStream, chunk: &[u8]) {
@@ -203,7 +210,9 @@ pub fn run(
             let mut watcher = Watcher {
                 ledger,
                 secrets,
-                steps: Vec::new(),
+                first_error: None,
+                latencies: Vec::new(),
+                panics: 0,
                 secrets_seen: 0,
                 unconfirmed_reused: 0,
                 unconfirmed_known: false,

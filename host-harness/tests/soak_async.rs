@@ -44,9 +44,17 @@ impl Sim {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) }, 0);
         let mut rest = String::new();
         self.stdout.read_to_string(&mut rest).unwrap();
-        self.child.wait().unwrap();
         let last = rest.lines().last().unwrap_or_else(|| panic!("the simulator reported nothing"));
         serde_json::from_str(last).unwrap_or_else(|_| panic!("not JSON: {last}"))
+    }
+}
+
+impl Drop for Sim {
+    /// Also when a test fails before `stop`: no simulator outlives its test.
+    fn drop(&mut self) {
+        // SAFETY: as in `stop`; the child may have exited already.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
     }
 }
 

@@ -163,8 +163,9 @@ struct CreatingHook<RecordingAsync, Recording, PlainAsync, Plain> {
 }
 
 /// A lease an async creating hook reports created, and where to answer
-/// whether its record is committed.
-type CreatedLease = (Lease, oneshot::Sender<HookResult<()>>);
+/// whether its record is committed. Boxed: a channel allocates its slots 32
+/// at a time, for every acquire in flight.
+type CreatedLease = Box<(Lease, oneshot::Sender<HookResult<()>>)>;
 
 /// The write-ahead callback of an async creating hook (ABI 1.8): each lease
 /// goes to the host's future, which commits it and answers. The provider
@@ -175,7 +176,7 @@ fn async_recorder() -> (AsyncCreationRecorder, mpsc::UnboundedReceiver<CreatedLe
     let (sender, created) = mpsc::unbounded_channel::<CreatedLease>();
     let recorder = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
         let (answer, answered) = oneshot::channel();
-        let sent = sender.send((lease.clone(), answer));
+        let sent = sender.send(Box::new((lease.clone(), answer)));
         Box::pin(async move {
             let gone = || ProviderError::internal("The host stopped waiting for the created lease's record.");
             sent.map_err(|_| gone())?;
@@ -287,7 +288,8 @@ impl<'a> Host<'a> {
         let (recording_async, call) = hook.recording_async;
         if calls == Calls::Async && self.provider.supports(recording_async) {
             let (recorder, created) = async_recorder();
-            let record = |(lease, answer): CreatedLease| {
+            let record = |created: CreatedLease| {
+                let (lease, answer) = *created;
                 drop(answer.send(self.record_created(row, record_as, &lease)));
             };
             let result = serving(call(recorder), created, record).await;
@@ -661,14 +663,16 @@ impl<'a> Host<'a> {
         output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
     ) -> HookResult<ExecuteResult> {
         let params = self.before_execute(held, params)?;
-        let (sender, chunks) = mpsc::unbounded_channel::<(OutputStream, Vec<u8>)>();
+        // Boxed chunks: a channel allocates its slots 32 at a time.
+        let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
         let call_async = || {
-            let sink =
-                OwnedByteSink::new(move |stream, chunk: &[u8]| drop(sender.send((stream, chunk.to_vec()))));
+            let sink = OwnedByteSink::new(move |stream, chunk: &[u8]| {
+                drop(sender.send(Box::new((stream, chunk.to_vec()))))
+            });
             self.provider.execute_async(params.clone(), sink)
         };
         let outcome = match calls == Calls::Async && self.provider.supports(Hook::ExecuteAsync) {
-            true => serving(call_async(), chunks, |(stream, chunk)| output(stream, &chunk)).await,
+            true => serving(call_async(), chunks, |chunk| output(chunk.0, &chunk.1)).await,
             false => Err(provider_abi::unsupported(Hook::ExecuteAsync)),
         };
         let outcome = match crate::async_host::lacks(&outcome, Hook::ExecuteAsync) {

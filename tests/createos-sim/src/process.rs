@@ -544,6 +544,10 @@ impl ManagedProcess {
             };
             pw.lock().exit = Some(exit);
             pw.changed.send_modify(|v| *v += 1);
+            // A tree with no member left lets go of its namespace's file now,
+            // not when its sandbox goes: ten thousand sandboxes alive would
+            // otherwise hold tens of thousands of open files.
+            pw.tree.is_gone();
         });
         Ok(p)
     }
