@@ -3,6 +3,7 @@
 # provider, against the simulator run as its own process (rate limit off),
 # so the harness's memory, threads and CPU figures hold only the harness and
 # the provider. Usage: bash benches/soak.sh [LEASES] [CONCURRENCY] [PLUGIN]
+# [SOAK OPTIONS...] (for instance --blocking: a thread per lifecycle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 leases=${1:-1000}
@@ -26,5 +27,5 @@ json.dump(config, open(f"{work}/config.json", "w"))
 PY
 plugin=()
 [ -n "${3:-}" ] && plugin=(--plugin "$3")
-"$harness" "${plugin[@]}" soak --leases "$leases" --concurrency "$concurrency" \
+"$harness" "${plugin[@]}" soak --leases "$leases" --concurrency "$concurrency" "${@:4}" \
     --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 14
