@@ -6,6 +6,7 @@ mod binding;
 mod commands;
 mod execute;
 mod lease;
+mod lease_outcomes;
 mod pacing;
 mod support;
 mod sync;
