@@ -231,3 +231,22 @@ fn inspect_reports_a_failed_read_and_only_a_404_as_gone() {
     let status = bed.provider.inspect_lease(&params).unwrap();
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
 }
+
+/// The probe is ok only when its command both exits 0 and prints the
+/// expected line: a command that printed it but failed is not ok.
+#[test]
+fn a_probe_whose_command_fails_is_not_ok_whatever_it_printed() {
+    let bed = Bed::new();
+    // The second command is the probe's (the first prepares the workspace).
+    bed.sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/exec",
+        FaultTrigger::nth(2),
+        FaultKind::ExitCode(1),
+    ));
+    let report = bed.provider.probe(&bed.env(&bed.config(json!({})))).unwrap();
+    assert!(!report.ok, "{report:?}");
+    assert_eq!(report.message, "CreateOS probe command did not print the expected output.");
+    let metadata: serde_json::Value = serde_json::from_str(&report.metadata_json).unwrap();
+    assert_eq!(metadata["exitCode"], 1, "{metadata}");
+    assert!(bed.ledger().leaked().is_empty());
+}
