@@ -5,6 +5,7 @@ mod async_hooks;
 mod binding;
 mod commands;
 mod execute;
+mod hook_offer;
 mod lease;
 mod lease_outcomes;
 mod pacing;
