@@ -18,6 +18,8 @@
 #   MUTANTS_OUT=DIR      where the reports go (default target/mutants).
 #   MUTANTS_RE=REGEX     only the mutants whose name matches (e.g. a rerun of
 #                        the ones a previous run missed).
+#   MUTANTS_EXCLUDE_RE=REGEX  skip the mutants whose name matches (e.g. the
+#                        return-value replacements that never compile).
 #
 # Files tested through the loaded library run, for each mutant, only the
 # tests that exercise them (`e2e_tests` below, a cargo-nextest filter), and
@@ -62,7 +64,7 @@ e2e_tests() {
     # The crate's tests but the compile-fail ones (they test the types, not
     # the code), and the ABI contract through the fixture libraries.
     provider-abi/*)
-        echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^abi::/))' ;;
+        echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^(abi|hook_offer)::/))' ;;
     *) echo 'all()' ;;
     esac
 }
@@ -74,6 +76,7 @@ out_root=${MUTANTS_OUT:-target/mutants}
 common=(--baseline=skip --timeout "$timeout_s" --copy-target=true)
 [[ ${MUTANTS_IN_PLACE:-0} == 1 ]] && common=(--baseline=skip --timeout "$timeout_s" --in-place)
 [[ -n ${MUTANTS_RE:-} ]] && common+=(--re "$MUTANTS_RE")
+[[ -n ${MUTANTS_EXCLUDE_RE:-} ]] && common+=(--exclude-re "$MUTANTS_EXCLUDE_RE")
 
 needs_e2e() {
     local file=$1 pattern
