@@ -64,7 +64,7 @@ e2e_tests() {
     # The crate's tests but the compile-fail ones (they test the types, not
     # the code), and the ABI contract through the fixture libraries.
     provider-abi/*)
-        echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^(abi|hook_offer)::/))' ;;
+        echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^(abi|loading)::/))' ;;
     *) echo 'all()' ;;
     esac
 }

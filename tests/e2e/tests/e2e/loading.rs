@@ -1,12 +1,16 @@
-//! Which hooks a loaded library offers a host: every hook, the ABI 1.0 ones
-//! included, exactly when both the library and the host have its version,
-//! as `supports` and the manifest both say.
+//! What loading a library gives a host: the hooks it offers (every hook,
+//! the ABI 1.0 ones included, exactly when both the library and the host
+//! have its version, as `supports` and the manifest both say), and an
+//! instance that goes when the loaded provider is dropped.
 
+use crate::support::Bed;
 use e2e::library;
 use provider_abi::{
     AbiVersion, Hook, LoadedProvider, Provider, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5,
     ABI_1_6, ABI_1_7,
 };
+use serde_json::json;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_hook_is_offered_exactly_when_library_and_host_both_have_its_version() {
@@ -41,5 +45,22 @@ fn a_hook_is_offered_exactly_when_library_and_host_both_have_its_version() {
             expected.sort();
             assert_eq!(listed, expected, "{name} as {host}");
         }
+    }
+}
+
+/// Dropping a loaded provider drops its instance: the CreateOS provider's
+/// runtime and connection pool go with it, so its connections to the API
+/// close (an instance kept alive would hold them open until they idle out).
+#[test]
+fn dropping_a_loaded_provider_drops_its_instance_and_closes_its_connections() {
+    let bed = Bed::new();
+    bed.acquire(&bed.config(json!({})));
+    assert!(bed.sim.open_connections() > 0, "the pool keeps its connection to the API open");
+    let Bed { sim, provider } = bed;
+    drop(provider);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sim.open_connections() > 0 {
+        assert!(Instant::now() < deadline, "the dropped provider's connections are still open");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
