@@ -1,15 +1,51 @@
-//! What acquire and cleanup report about the remote side: a creation the
-//! API refused, one whose outcome is unknown and one never sent; a cleanup
-//! delete repeated while its failure may be passing, then reported. Through
-//! the loaded CreateOS provider against the simulator.
+//! What the lease hooks report about the remote side: a creation the API
+//! refused, one whose outcome is unknown and one never sent; a cleanup delete
+//! repeated while its failure may be passing, then reported; a marker read,
+//! a state read and a probe command that failed. Through the loaded CreateOS
+//! provider against the simulator.
 
 use crate::support::Bed;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, RateLimit};
-use provider_abi::{ErrorKind, Provider};
-use serde_json::json;
+use provider_abi::{ErrorKind, Lease, LeaseParams, Provider, ProviderError};
+use serde_json::{json, Value};
 use std::time::Duration;
 
 const MARKER_PATH: &str = "/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease";
+const CREATE: &str = "POST /v1/sandboxes";
+const DELETE: &str = "DELETE /v1/sandboxes/*";
+
+/// A bed holding one lease, acquired under the config with `extra` keys.
+struct Leased {
+    bed: Bed,
+    config: Value,
+    lease: Lease,
+    params: LeaseParams,
+}
+
+fn leased(extra: Value) -> Leased {
+    let bed = Bed::new();
+    let config = bed.config(extra);
+    let lease = bed.acquire(&config);
+    let params = bed.lease_params(&config, &lease);
+    Leased { bed, config, lease, params }
+}
+
+/// Makes `route` fail with `kind` on the calls `trigger` picks.
+fn fault(bed: &Bed, route: &str, trigger: FaultTrigger, kind: FaultKind) {
+    bed.sim.add_fault(FaultRule::new(route, trigger, kind));
+}
+
+/// Asserts that `error` is of `kind` and carries HTTP `status`.
+fn assert_status(error: &ProviderError, kind: ErrorKind, status: u16) {
+    assert_eq!((error.kind, error.status()), (kind, Some(status)), "{error}");
+}
+
+/// The error of an acquisition whose creation the API answers with `status`.
+fn acquire_answered(status: u16) -> ProviderError {
+    let bed = Bed::new();
+    fault(&bed, CREATE, FaultTrigger::nth(1), FaultKind::Status(status));
+    bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err()
+}
 
 /// A creation the API refused (4xx) created nothing: the refusal itself is
 /// reported, never "creation unconfirmed" (which asks the host to hunt for
@@ -20,16 +56,9 @@ fn a_refused_creation_is_reported_as_the_refusal() {
     let mut config = bed.config(json!({}));
     config["apiKey"] = "not-the-key".into();
     let error = bed.provider.acquire_lease(&bed.acquire_params(&config)).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::UNAUTHORIZED, Some(401)), "{error}");
+    assert_status(&error, ErrorKind::UNAUTHORIZED, 401);
     for status in [400, 422] {
-        let bed = Bed::new();
-        bed.sim.add_fault(FaultRule::new(
-            "POST /v1/sandboxes",
-            FaultTrigger::nth(1),
-            FaultKind::Status(status),
-        ));
-        let error = bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err();
-        assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(status)), "{error}");
+        assert_status(&acquire_answered(status), ErrorKind::API, status);
     }
 }
 
@@ -38,13 +67,7 @@ fn a_refused_creation_is_reported_as_the_refusal() {
 #[test]
 fn a_creation_answered_with_a_server_error_is_unconfirmed() {
     for status in [500, 503] {
-        let bed = Bed::new();
-        bed.sim.add_fault(FaultRule::new(
-            "POST /v1/sandboxes",
-            FaultTrigger::nth(1),
-            FaultKind::Status(status),
-        ));
-        let error = bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err();
+        let error = acquire_answered(status);
         assert_eq!(error.kind, ErrorKind::CREATION_UNCONFIRMED, "{status}: {error}");
     }
 }
@@ -71,10 +94,8 @@ fn a_creation_never_sent_is_not_unconfirmed() {
 /// A cleanup delete that succeeds is sent once.
 #[test]
 fn a_release_that_deletes_sends_one_delete() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let Leased { bed, params, .. } = leased(json!({}));
+    bed.provider.release_lease(&params).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 1);
     assert!(ledger.leaked().is_empty());
@@ -84,16 +105,9 @@ fn a_release_that_deletes_sends_one_delete() {
 /// 500 ms, three times in all; then its failure is reported.
 #[test]
 fn a_failing_delete_is_sent_three_times_with_growing_pauses_then_reported() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    bed.sim.add_fault(FaultRule::new(
-        "DELETE /v1/sandboxes/*",
-        FaultTrigger::from_nth(1),
-        FaultKind::Status(503),
-    ));
-    let error = bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)), "{error}");
+    let Leased { bed, params, .. } = leased(json!({}));
+    fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503));
+    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::API, 503);
     let ledger = bed.ledger();
     let deletes: Vec<_> =
         ledger.requests.iter().filter(|r| r.method == "DELETE").map(|r| r.received_at).collect();
@@ -106,13 +120,9 @@ fn a_failing_delete_is_sent_three_times_with_growing_pauses_then_reported() {
 /// A delete whose first two attempts fail transiently is confirmed by the third.
 #[test]
 fn a_delete_that_fails_twice_is_confirmed_by_its_third_attempt() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    bed.sim.add_fault(
-        FaultRule::new("DELETE /v1/sandboxes/*", FaultTrigger::from_nth(1), FaultKind::Status(503)).times(2),
-    );
-    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let Leased { bed, params, .. } = leased(json!({}));
+    bed.sim.add_fault(FaultRule::new(DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503)).times(2));
+    bed.provider.release_lease(&params).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 3);
     assert!(ledger.leaked().is_empty());
@@ -123,16 +133,9 @@ fn a_delete_that_fails_twice_is_confirmed_by_its_third_attempt() {
 /// timeout of a request that could not be sent in time.
 #[test]
 fn a_delete_is_not_repeated_past_its_deadline() {
-    let bed = Bed::new();
-    let config = bed.config(json!({"timeoutMs": 600}));
-    let lease = bed.acquire(&config);
-    bed.sim.add_fault(FaultRule::new(
-        "DELETE /v1/sandboxes/*",
-        FaultTrigger::from_nth(1),
-        FaultKind::Status(503),
-    ));
-    let error = bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)), "{error}");
+    let Leased { bed, params, .. } = leased(json!({"timeoutMs": 600}));
+    fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503));
+    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::API, 503);
     // 250 ms after the first attempt, the second; 500 ms more would pass the
     // 600 ms deadline.
     assert!(bed.ledger().count("DELETE", "/v1/sandboxes/*") <= 2);
@@ -143,29 +146,16 @@ fn a_delete_is_not_repeated_past_its_deadline() {
 /// the API refuses (403) is not repeated.
 #[test]
 fn a_delete_with_an_unreadable_reply_is_repeated_and_a_refused_one_is_not() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    bed.sim.add_fault(FaultRule::new(
-        "DELETE /v1/sandboxes/*",
-        FaultTrigger::nth(1),
-        FaultKind::MalformedJson,
-    ));
-    bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let Leased { bed, params, .. } = leased(json!({}));
+    fault(&bed, DELETE, FaultTrigger::nth(1), FaultKind::MalformedJson);
+    bed.provider.release_lease(&params).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 2);
     assert!(ledger.leaked().is_empty());
 
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    bed.sim.add_fault(FaultRule::new(
-        "DELETE /v1/sandboxes/*",
-        FaultTrigger::from_nth(1),
-        FaultKind::Status(403),
-    ));
-    let error = bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::UNAUTHORIZED, Some(403)), "{error}");
+    let Leased { bed, params, .. } = leased(json!({}));
+    fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(403));
+    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::UNAUTHORIZED, 403);
     assert_eq!(bed.ledger().count("DELETE", "/v1/sandboxes/*"), 1);
 }
 
@@ -174,17 +164,10 @@ fn a_delete_with_an_unreadable_reply_is_repeated_and_a_refused_one_is_not() {
 /// is reported and expires nothing.
 #[test]
 fn resume_expires_a_lease_whose_marker_is_gone_and_reports_a_failed_read() {
-    let bed = Bed::new();
-    let config = bed.config(json!({"reuseLease": true}));
-    let lease = bed.acquire(&config);
-    let params = bed.lease_params(&config, &lease);
-    bed.sim.add_fault(FaultRule::new(
-        "GET /v1/sandboxes/*/files",
-        FaultTrigger::nth(1),
-        FaultKind::Status(503),
-    ));
+    let Leased { bed, config, lease, params } = leased(json!({"reuseLease": true}));
+    fault(&bed, "GET /v1/sandboxes/*/files", FaultTrigger::nth(1), FaultKind::Status(503));
     let error = bed.provider.resume_lease(&params).map(|_| ()).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)), "{error}");
+    assert_status(&error, ErrorKind::API, 503);
     let (removed, _) = bed.execute(&bed.command(&config, &lease, "/bin/rm", &[MARKER_PATH]));
     assert_eq!(removed.unwrap().exit_code.into_option(), Some(0));
     assert!(bed.provider.resume_lease(&params).unwrap().expired);
@@ -195,10 +178,7 @@ fn resume_expires_a_lease_whose_marker_is_gone_and_reports_a_failed_read() {
 /// (`import_unconfirmed`) can only be destroyed from then on.
 #[test]
 fn an_imported_unconfirmed_lease_can_only_be_destroyed() {
-    let bed = Bed::new();
-    let config = bed.config(json!({"reuseLease": true}));
-    let lease = bed.acquire(&config);
-    let params = bed.lease_params(&config, &lease);
+    let Leased { bed, params, .. } = leased(json!({"reuseLease": true}));
     assert!(!bed.provider.inspect_lease(&params).unwrap().unconfirmed);
     bed.provider.import_unconfirmed(&params).unwrap();
     bed.provider.import_unconfirmed(&params).unwrap();
@@ -220,13 +200,9 @@ fn an_imported_unconfirmed_lease_can_only_be_destroyed() {
 /// a failed read is reported.
 #[test]
 fn inspect_reports_a_failed_read_and_only_a_404_as_gone() {
-    let bed = Bed::new();
-    let config = bed.config(json!({}));
-    let lease = bed.acquire(&config);
-    let params = bed.lease_params(&config, &lease);
-    bed.sim.add_fault(FaultRule::new("GET /v1/sandboxes/*", FaultTrigger::nth(1), FaultKind::Status(503)));
-    let error = bed.provider.inspect_lease(&params).map(|_| ()).unwrap_err();
-    assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)), "{error}");
+    let Leased { bed, params, .. } = leased(json!({}));
+    fault(&bed, "GET /v1/sandboxes/*", FaultTrigger::nth(1), FaultKind::Status(503));
+    assert_status(&bed.provider.inspect_lease(&params).map(|_| ()).unwrap_err(), ErrorKind::API, 503);
     bed.provider.destroy_lease(&params).unwrap();
     let status = bed.provider.inspect_lease(&params).unwrap();
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
@@ -238,15 +214,11 @@ fn inspect_reports_a_failed_read_and_only_a_404_as_gone() {
 fn a_probe_whose_command_fails_is_not_ok_whatever_it_printed() {
     let bed = Bed::new();
     // The second command is the probe's (the first prepares the workspace).
-    bed.sim.add_fault(FaultRule::new(
-        "POST /v1/sandboxes/*/exec",
-        FaultTrigger::nth(2),
-        FaultKind::ExitCode(1),
-    ));
+    fault(&bed, "POST /v1/sandboxes/*/exec", FaultTrigger::nth(2), FaultKind::ExitCode(1));
     let report = bed.provider.probe(&bed.env(&bed.config(json!({})))).unwrap();
     assert!(!report.ok, "{report:?}");
     assert_eq!(report.message, "CreateOS probe command did not print the expected output.");
-    let metadata: serde_json::Value = serde_json::from_str(&report.metadata_json).unwrap();
+    let metadata: Value = serde_json::from_str(&report.metadata_json).unwrap();
     assert_eq!(metadata["exitCode"], 1, "{metadata}");
     assert!(bed.ledger().leaked().is_empty());
 }
