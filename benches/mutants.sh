@@ -18,10 +18,18 @@
 #   MUTANTS_OUT=DIR      where the reports go (default target/mutants).
 #   MUTANTS_RE=REGEX     only the mutants whose name matches (e.g. a rerun of
 #                        the ones a previous run missed).
+#   MUTANTS_EXCLUDE_RE=REGEX  skip the mutants whose name matches (e.g. the
+#                        return-value replacements that never compile).
+#
+# Files tested through the loaded library run, for each mutant, only the
+# tests that exercise them (`e2e_tests` below, a cargo-nextest filter), and
+# stop at the first failure: a caught mutant costs seconds, not the whole
+# suite. They need cargo-nextest (installed like cargo-mutants when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
+command -v cargo-nextest >/dev/null || cargo install cargo-nextest --locked
 
 # Modules with unit tests: their crate's own tests judge them.
 own_tests=(
@@ -37,6 +45,30 @@ with_e2e=(
     provider-abi/src/*.rs
 )
 
+# The packages whose tests judge a file of `with_e2e`, and which of their
+# tests (a cargo-nextest filter expression).
+e2e_packages() {
+    case $1 in
+    provider-abi/src/elf.rs) echo provider-abi ;;
+    provider-abi/*) echo provider-abi e2e ;;
+    *) echo e2e ;;
+    esac
+}
+e2e_tests() {
+    case $1 in
+    createos-provider/src/lease.rs)
+        echo 'binary_id(e2e::e2e) & test(/^(lease|lease_outcomes|binding|commands)::/)' ;;
+    # Its unit tests forge headers of every kind; loading real files adds nothing.
+    provider-abi/src/elf.rs)
+        echo 'package(provider-abi) & kind(lib)' ;;
+    # The crate's tests but the compile-fail ones (they test the types, not
+    # the code), and the ABI contract through the fixture libraries.
+    provider-abi/*)
+        echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^(abi|loading)::/))' ;;
+    *) echo 'all()' ;;
+    esac
+}
+
 if (($#)); then files=("$@"); else files=("${own_tests[@]}" "${with_e2e[@]}"); fi
 
 timeout_s=${MUTANTS_TIMEOUT:-300}
@@ -44,6 +76,7 @@ out_root=${MUTANTS_OUT:-target/mutants}
 common=(--baseline=skip --timeout "$timeout_s" --copy-target=true)
 [[ ${MUTANTS_IN_PLACE:-0} == 1 ]] && common=(--baseline=skip --timeout "$timeout_s" --in-place)
 [[ -n ${MUTANTS_RE:-} ]] && common+=(--re "$MUTANTS_RE")
+[[ -n ${MUTANTS_EXCLUDE_RE:-} ]] && common+=(--exclude-re "$MUTANTS_EXCLUDE_RE")
 
 needs_e2e() {
     local file=$1 pattern
@@ -54,11 +87,10 @@ needs_e2e() {
     return 1
 }
 
-unit_files=() e2e_files=() e2e_packages=()
+unit_files=() e2e_files=()
 for file in "${files[@]}"; do
     if needs_e2e "$file"; then
-        e2e_files+=(--file "$file")
-        e2e_packages+=(--test-package "${file%%/*}")
+        e2e_files+=("$file")
     else
         unit_files+=(--file "$file")
     fi
@@ -81,14 +113,21 @@ mkdir -p "$out_root/unit" "$out_root/e2e"
 if ((${#unit_files[@]})); then
     cargo mutants "${common[@]}" "${unit_files[@]}" --output "$out_root/unit" -- --lib || true
 fi
-if ((${#e2e_files[@]})); then
-    mapfile -t e2e_packages < <(printf '%s\n' "${e2e_packages[@]}" | awk '!seen[$0]++')
-    cargo mutants "${common[@]}" "${e2e_files[@]}" "${e2e_packages[@]}" --test-package e2e \
-        --output "$out_root/e2e" || true
-fi
+# One run per file tested end to end, each with its own test filter.
+for file in "${e2e_files[@]}"; do
+    out="$out_root/e2e/$(basename "$file" .rs)-${file%%/*}"
+    mkdir -p "$out"
+    packages=()
+    for package in $(e2e_packages "$file"); do packages+=(--test-package "$package"); done
+    cargo mutants "${common[@]}" --file "$file" --test-tool nextest "${packages[@]}" --output "$out" \
+        -- --max-fail 1:immediate -E "$(e2e_tests "$file")" || true
+done
 
-count() { # count FILE OUTCOME: mutants of FILE with that outcome, both runs
-    cat "$out_root"/{unit,e2e}/mutants.out/"$2".txt 2>/dev/null | grep -c "^$1:" || true
+reports() { # reports OUTCOME: the report files of every run
+    find "$out_root/unit" "$out_root/e2e" -path "*/mutants.out/$1.txt" 2>/dev/null
+}
+count() { # count FILE OUTCOME: mutants of FILE with that outcome, all runs
+    reports "$2" | xargs -r cat | grep -c "^$1:" || true
 }
 
 echo
@@ -99,9 +138,8 @@ for file in "${files[@]}"; do
     printf '%-40s %4d / %-4d caught+timeout / viable  (%d missed, %d unviable)\n' \
         "$file" $((caught + timeout)) $((caught + timeout + missed)) "$missed" "$unviable"
 done
-missed_lists=("$out_root"/{unit,e2e}/mutants.out/missed.txt)
-if cat "${missed_lists[@]}" 2>/dev/null | grep -q .; then
+if reports missed | xargs -r cat | grep -q .; then
     echo
     echo "Missed:"
-    cat "${missed_lists[@]}" 2>/dev/null | sed 's/^/  /'
+    reports missed | xargs -r cat | sed 's/^/  /'
 fi

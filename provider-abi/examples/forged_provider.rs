@@ -6,55 +6,21 @@
 //! pointer to other data. A host that trusted the layout check alone would
 //! call `inspect_lease` at address 0x10; the loader must refuse the library.
 
-#[path = "../tests/frozen/abi_1_1.rs"]
-mod frozen;
+mod forged;
 
-use abi_stable::{
-    export_root_module,
-    prefix_type::PrefixTypeTrait,
-    std_types::{RErr, RNone, ROption, RSome},
-    StableAbi,
+use abi_stable::{export_root_module, std_types::RSome, StableAbi};
+use forged::{
+    frozen::{Extension, ProviderModuleRef},
+    RNone, ROption,
 };
-use frozen::{Extension, FfiResult, HookTableV1_0, InstancePtr, ProviderModule, ProviderModuleRef};
-use provider_abi::{OutputSink, ProviderError, ABI_1_1};
 
 /// What the forged table points at: data where a function should be.
 static OTHER_DATA: [usize; 1] = [0x10];
 
-fn refuse<T>() -> FfiResult<T> {
-    RErr(ProviderError::internal("forged provider"))
-}
-
-extern "C" fn new_instance() -> FfiResult<InstancePtr> {
-    refuse()
-}
-
-extern "C" fn drop_instance(_: InstancePtr) {}
-
-extern "C" fn manifest(_: InstancePtr) -> FfiResult<provider_abi::Manifest> {
-    refuse()
-}
-
-extern "C" fn no_params<T>(_: InstancePtr) -> FfiResult<T> {
-    refuse()
-}
-
-extern "C" fn with_params<P, T>(_: InstancePtr, _: &P) -> FfiResult<T> {
-    refuse()
-}
-
-extern "C" fn execute(
-    _: InstancePtr,
-    _: &provider_abi::ExecuteParams,
-    _: &mut OutputSink<'_>,
-) -> FfiResult<provider_abi::ExecuteResult> {
-    refuse()
-}
-
 extern "C" fn extension(minor: u16) -> ROption<Extension> {
     match minor {
         1 => RSome(Extension {
-            layout: (<frozen::HookTableV1_1 as StableAbi>::LAYOUT
+            layout: (<forged::frozen::HookTableV1_1 as StableAbi>::LAYOUT
                 as *const abi_stable::type_layout::TypeLayout)
                 .cast(),
             table: OTHER_DATA.as_ptr().cast(),
@@ -66,25 +32,5 @@ extern "C" fn extension(minor: u16) -> ROption<Extension> {
 /// The forged root module.
 #[export_root_module]
 pub fn provider_root_module() -> ProviderModuleRef {
-    ProviderModule {
-        abi_version: ABI_1_1,
-        new_instance,
-        drop_instance,
-        hooks: HookTableV1_0 {
-            manifest,
-            setup: with_params,
-            shutdown: no_params,
-            health: no_params,
-            validate_config: with_params,
-            probe: with_params,
-            acquire_lease: with_params,
-            resume_lease: with_params,
-            release_lease: with_params,
-            destroy_lease: with_params,
-            realize_workspace: with_params,
-            execute,
-        },
-        extension,
-    }
-    .leak_into_prefix()
+    forged::root_module(forged::drop_instance, extension)
 }

@@ -11,7 +11,7 @@
 //! `[{"route": "POST /v1/sandboxes/*/processes", "trigger": {"nth": 2},
 //!    "kind": {"status": 503}, "times": 1}]` where `trigger` is one of
 //! `{"nth": N}`, `{"from": N}`, `{"probability": P, "seed": S}` and `kind` is
-//! `{"status": CODE}`, `{"delay_ms": MS}`, `{"delay_reply_ms": MS}` or one of the strings
+//! `{"status": CODE}`, `{"delay_ms": MS}`, `{"delay_reply_ms": MS}`, `{"exit_code": CODE}` or one of the strings
 //! `"drop_after_action"`, `"malformed_json"`, `"wrong_id"`, `"cut_stream"`,
 //! `"force_stopped"`, `"transition_stuck"`, `"transition_error"`.
 
@@ -53,6 +53,9 @@ pub enum FaultKind {
     TransitionStuck,
     /// create/pause/resume only: the transition ends in `error`.
     TransitionError,
+    /// exec only: run the command, then reply with this exit code (its
+    /// output as it was): a sandbox whose command misbehaves.
+    ExitCode(i32),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -68,6 +71,7 @@ enum KindWire {
     ForceStopped,
     TransitionStuck,
     TransitionError,
+    ExitCode(i32),
 }
 
 impl From<KindWire> for FaultKind {
@@ -83,6 +87,7 @@ impl From<KindWire> for FaultKind {
             KindWire::ForceStopped => FaultKind::ForceStopped,
             KindWire::TransitionStuck => FaultKind::TransitionStuck,
             KindWire::TransitionError => FaultKind::TransitionError,
+            KindWire::ExitCode(code) => FaultKind::ExitCode(code),
         }
     }
 }
@@ -100,6 +105,7 @@ impl From<FaultKind> for KindWire {
             FaultKind::ForceStopped => KindWire::ForceStopped,
             FaultKind::TransitionStuck => KindWire::TransitionStuck,
             FaultKind::TransitionError => KindWire::TransitionError,
+            FaultKind::ExitCode(code) => KindWire::ExitCode(code),
         }
     }
 }

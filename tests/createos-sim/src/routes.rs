@@ -359,7 +359,12 @@ fn spawn_error(e: SpawnError) -> ApiError {
     }
 }
 
-async fn exec(State(sh): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Reply {
+async fn exec(
+    State(sh): State<Arc<Shared>>,
+    Extension(fired): Extension<Fired>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Reply {
     let sb = lookup(&sh, &id)?;
     let spec = command_spec(&body)?;
     require_running(&sb)?;
@@ -377,8 +382,16 @@ async fn exec(State(sh): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes
         tracing::error!("createos-sim: exec wait failed: {e}");
         err(StatusCode::INTERNAL_SERVER_ERROR, "command failed")
     })?;
+    let exit_code = fired
+        .0
+        .iter()
+        .find_map(|kind| match kind {
+            FaultKind::ExitCode(code) => Some(*code),
+            _ => None,
+        })
+        .unwrap_or(out.exit_code);
     Ok(ok(json!({"result": {
-        "exit_code": out.exit_code,
+        "exit_code": exit_code,
         "stdout": String::from_utf8_lossy(&out.stdout),
         "stderr": String::from_utf8_lossy(&out.stderr),
     }})))

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,8 @@ pub(crate) struct Shared {
     pub ledger: LedgerStore,
     pub limiter: RateLimiter,
     pub faults: FaultEngine,
+    /// Client connections open now.
+    pub connections: Arc<AtomicUsize>,
 }
 
 impl Shared {
@@ -56,6 +59,7 @@ impl Shared {
             ledger: LedgerStore::default(),
             limiter: RateLimiter::new(cfg.rate_limit),
             faults: FaultEngine::default(),
+            connections: Arc::default(),
         }
     }
 
@@ -160,10 +164,28 @@ pub(crate) struct ConnCtx {
     pub kill: Arc<Notify>,
 }
 
-/// Accept connections until `shutdown` fires.
+/// Counts a client connection in `connections` until dropped.
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(connections: &Arc<AtomicUsize>) -> Self {
+        connections.fetch_add(1, Ordering::SeqCst);
+        OpenConnection(connections.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accept connections until `shutdown` fires, counting the open ones in
+/// `connections`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    connections: Arc<AtomicUsize>,
     mut shutdown: oneshot::Receiver<()>,
 ) {
     loop {
@@ -183,7 +205,9 @@ pub(crate) async fn serve(
         let kill = Arc::new(Notify::new());
         let ctx = ConnCtx { peer, kill: kill.clone() };
         let router = router.clone();
+        let open = OpenConnection::new(&connections);
         tokio::spawn(async move {
+            let _open = open;
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(ctx.clone());
                 let mut r = router.clone();

@@ -81,7 +81,7 @@ impl Simulator {
         let sh = shared.clone();
         let thread = std::thread::Builder::new().name("createos-sim-main".into()).spawn(move || {
             rt.block_on(async move {
-                crate::server::serve(listener, router, rx).await;
+                crate::server::serve(listener, router, sh.connections.clone(), rx).await;
                 sh.shutdown_all().await;
             });
             rt.shutdown_timeout(std::time::Duration::from_secs(2));
@@ -97,6 +97,11 @@ impl Simulator {
     /// The bound socket address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How many client connections are open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.connections.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The accepted API key.

@@ -6,6 +6,8 @@ mod binding;
 mod commands;
 mod execute;
 mod lease;
+mod lease_outcomes;
+mod loading;
 mod pacing;
 mod support;
 mod sync;

@@ -1,0 +1,63 @@
+//! The small public values hosts and providers build on: how a version, an
+//! error kind and an output stream are written (load errors, logs and
+//! output show them), which hooks a library built for a version can have,
+//! and what an error carries.
+
+use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_1_0};
+
+#[test]
+fn a_version_is_written_major_dot_minor() {
+    assert_eq!(ABI_1_0.to_string(), "1.0");
+    assert_eq!(AbiVersion::new(2, 13).to_string(), "2.13");
+}
+
+#[test]
+fn the_hooks_available_at_a_version_are_its_majors_up_to_its_minor() {
+    let names = |abi: AbiVersion| Hook::available_at(abi).map(Hook::name).collect::<Vec<_>>();
+    let mut versions: Vec<AbiVersion> = Hook::ALL.iter().map(|hook| hook.since()).collect();
+    versions.dedup();
+    for abi in versions {
+        let expected: Vec<&str> =
+            Hook::ALL.into_iter().filter(|hook| hook.since() <= abi).map(Hook::name).collect();
+        assert_eq!(names(abi), expected, "{abi}");
+    }
+    assert!(names(ABI_1_0).contains(&"execute"));
+    assert!(!names(ABI_1_0).contains(&Hook::InspectLease.name()), "a 1.1 hook");
+    // A library of another major version can have none of major 1's hooks.
+    assert_eq!(names(AbiVersion::new(2, 0)), Vec::<&str>::new());
+}
+
+#[test]
+fn an_error_kind_is_written_by_its_name_or_its_code() {
+    assert_eq!(ErrorKind::CLEANUP_UNCONFIRMED.to_string(), "cleanup_unconfirmed");
+    assert_eq!(format!("{:?}", ErrorKind::TIMEOUT), "timeout");
+    assert_eq!(ErrorKind(999).to_string(), "unknown(999)");
+}
+
+#[test]
+fn an_api_error_carries_its_status_and_operation() {
+    let error = ProviderError::api(503, "sandbox lifecycle", "CreateOS answered 503.");
+    assert_eq!(error.kind, ErrorKind::API);
+    assert_eq!(error.status(), Some(503));
+    assert_eq!(error.operation(), Some("sandbox lifecycle"));
+    assert_eq!(error.message, "CreateOS answered 503.");
+    assert_eq!(error.to_string(), "CreateOS answered 503.");
+    assert_eq!(
+        format!("{error:?}"),
+        r#"ProviderError { kind: api, http_status: 503, operation: "sandbox lifecycle", message: "CreateOS answered 503." }"#
+    );
+}
+
+#[test]
+fn an_error_without_a_status_or_operation_has_none() {
+    let error = ProviderError::internal("a broken invariant");
+    assert_eq!((error.status(), error.operation()), (None, None));
+    assert_eq!(format!("{error:?}"), r#"ProviderError { kind: internal, message: "a broken invariant" }"#);
+    let error = error.with_http(Some(409), Some("process creation"));
+    assert_eq!((error.status(), error.operation()), (Some(409), Some("process creation")));
+}
+
+#[test]
+fn an_output_stream_is_written_by_its_name() {
+    assert_eq!((OutputStream::Stdout.name(), OutputStream::Stderr.name()), ("stdout", "stderr"));
+}
