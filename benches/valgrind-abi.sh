@@ -11,7 +11,7 @@ if ! command -v valgrind >/dev/null; then
     apt-get update -qq && apt-get install -y -qq valgrind
 fi
 
-# Build every test binary (and the forged_provider example) once.
+# Build every test binary (and the forged provider examples) once.
 cargo test -p provider-abi -p e2e --no-run -q
 cargo build -q -p host-harness
 

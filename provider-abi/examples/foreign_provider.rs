@@ -26,5 +26,5 @@ extern "C" fn no_extensions(_minor: u16) -> ROption<Extension> {
 /// The forged root module.
 #[export_root_module]
 pub fn provider_root_module() -> ProviderModuleRef {
-    forged::root_module(free, no_extensions)
+    forged::root_module(free, forged::hooks(), no_extensions)
 }

@@ -30,7 +30,9 @@
 //!    `LoadedProvider::load_as` with `extension_table` when the host's ABI is
 //!    at least `1.N`; a library without it reports the hooks `unsupported`.
 //! 4. List every function pointer of the table in its [`CodeAddresses`] impl,
-//!    so the loader checks they lie in the library it loaded.
+//!    so the loader checks they lie in the library it loaded, and forge the
+//!    table in `examples/forged/table.rs` with a `forged_table_1_N` example
+//!    (`Cargo.toml`), which `tests/forged_module.rs` checks is refused.
 //! 5. Add a fixture library exported at `1.N` and grow the version-matrix
 //!    test (`tests/e2e/tests/e2e/abi.rs`) with it: every older fixture loads
 //!    into the new host, and the new fixture loads into a 1.0 host.
