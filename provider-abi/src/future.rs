@@ -176,3 +176,45 @@ impl<T> Future for Imported<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hook's future whose drop panics, ready at once or never.
+    struct PanicsWhenDropped {
+        ready: bool,
+    }
+
+    impl Future for PanicsWhenDropped {
+        type Output = HookResult<()>;
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+            if self.ready {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    impl Drop for PanicsWhenDropped {
+        fn drop(&mut self) {
+            panic!("a provider's future panicked while dropped");
+        }
+    }
+
+    /// Unguarded, the panic would unwind out of `async_ffi`'s `extern "C"`
+    /// drop function and abort the process (the test binary with it).
+    #[test]
+    fn a_future_that_panics_when_dropped_crosses_without_aborting() {
+        let origin = Origin::Hook(Hook::HealthAsync);
+        // Dropped (cancelled) before it is ready.
+        drop(guarded(origin, Box::pin(PanicsWhenDropped { ready: false })));
+        // Dropped by the poll that found it ready.
+        let mut crossed = guarded(origin, Box::pin(PanicsWhenDropped { ready: true }));
+        let mut context = Context::from_waker(std::task::Waker::noop());
+        let polled = Pin::new(&mut crossed).poll(&mut context);
+        assert!(matches!(polled, Poll::Ready(abi_stable::std_types::RResult::ROk(()))));
+    }
+}

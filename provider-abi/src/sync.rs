@@ -109,3 +109,23 @@ pub struct SyncResult {
     /// One entry per operation, in order.
     pub operations: RVec<SyncOperationResult>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_is_one_operation_with_one_mapping_and_no_commands() {
+        let lease = LeaseParams { run_id: "run-1".into(), ..Default::default() };
+        let params = SyncParams::single(lease.clone(), "input", "directory", "/host/in", "/workspace/in");
+        assert_eq!(params.lease, lease);
+        let [operation] = params.operations.as_slice() else { panic!("one operation: {params:?}") };
+        assert_eq!(operation.id, "input");
+        assert!(operation.post_upload_commands.is_empty());
+        let [mapping] = operation.mappings.as_slice() else { panic!("one mapping: {operation:?}") };
+        assert_eq!(
+            (mapping.kind.as_str(), mapping.source_path.as_str(), mapping.target_path.as_str()),
+            ("directory", "/host/in", "/workspace/in")
+        );
+    }
+}
