@@ -24,12 +24,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 big=${1:-3000}
 cargo build --release -q -p host-harness
-# Ten thousand lifecycles in flight hold ten thousand connections in each
-# process and three pipes per running command in the simulator's: the
-# harness raises its soft limit of open files to the hard one; as root, lift
-# the hard one first.
+# Thousands of lifecycles in flight hold a connection each in both
+# processes and three pipes per running command in the simulator's: the
+# harness (and `sim`) raise their soft limit of open files to the hard one;
+# as root, lift the hard one first (a container may refuse).
 if [ "$(id -u)" = 0 ]; then ulimit -Hn 262144 2>/dev/null || true; fi
-ulimit -n "$(ulimit -Hn)"
 harness=./target/release/host-harness
 work=$(mktemp -d)
 sim=

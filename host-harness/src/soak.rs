@@ -1,8 +1,8 @@
 //! `soak`: many lifecycles at once under injected faults, and the invariants
 //! that must hold anyway.
 //!
-//! Each lifecycle is [`crate::lifecycle::run_with`] (without the sync steps) with a quiet [`Reporter`] that
-//! feeds a shared [`Tally`]. At the end: lifecycles succeeded and failed (by
+//! Each lifecycle is [`crate::lifecycle::run_with`] (without the sync steps)
+//! with a quiet [`Reporter`] that feeds a shared [`Tally`]. At the end: lifecycles succeeded and failed (by
 //! the kind of their first error), latency percentiles per hook, API requests
 //! and 429s and leaked sandboxes (when the simulator is embedded), and the
 //! invariants: no sandbox leaked that the host could name, no unconfirmed
@@ -123,9 +123,7 @@ impl Watcher<'_> {
                 && record.state == crate::ledger::LeaseState::Unconfirmed
         })
     }
-}
 
-impl Watcher<'_> {
     /// Adds this lifecycle to `tally`; returns its first error (its step
     /// and the error), if any.
     fn tally_into(self, tally: &mut Tally, ok: bool) -> Option<(&'static str, ProviderError)> {
@@ -176,8 +174,8 @@ impl Reporter for Watcher<'_> {
 
 /// Runs `plan.leases` lifecycles, `plan.concurrency` at a time; `progress`
 /// is called after each. With [`Calls::Async`] they all run on this thread,
-/// each lifecycle a future awaiting the provider's async hooks; with [`Calls::Blocking`], one scoped thread per
-/// lifecycle in flight.
+/// each lifecycle a future awaiting the provider's async hooks; with
+/// [`Calls::Blocking`], one scoped thread per lifecycle in flight.
 pub fn run(
     provider: &dyn HookSupport,
     ledger: &dyn LeaseStore,

@@ -102,18 +102,8 @@ impl<'a> ByteSink<'a> {
     where
         F: FnMut(OutputStream, &[u8]) + Send,
     {
-        unsafe extern "C" fn trampoline<F>(context: *mut c_void, stream: OutputStream, chunk: RSlice<'_, u8>)
-        where
-            F: FnMut(OutputStream, &[u8]) + Send,
-        {
-            // SAFETY: `context` is the `&'a mut F` given to `new`, alive for 'a;
-            // `write` takes `&mut self`, so no other reference to it is live.
-            let callback = unsafe { &mut *context.cast::<F>() };
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
-                crate::export::drop_panic_payload(payload);
-            }
-        }
-        Self { context: (callback as *mut F).cast(), write_chunk: trampoline::<F>, _borrow: PhantomData }
+        // `context` is the `&'a mut F` given here, alive for 'a.
+        Self { context: (callback as *mut F).cast(), write_chunk: write_bytes::<F>, _borrow: PhantomData }
     }
 
     /// Delivers one chunk to the host.
@@ -148,21 +138,10 @@ impl OwnedByteSink {
     where
         F: FnMut(OutputStream, &[u8]) + Send + 'static,
     {
-        unsafe extern "C" fn trampoline<F>(context: *mut c_void, stream: OutputStream, chunk: RSlice<'_, u8>)
-        where
-            F: FnMut(OutputStream, &[u8]) + Send,
-        {
-            // SAFETY: `context` is the `Box<F>` leaked by `new`, freed only by
-            // `drop_context`; `write` takes `&mut self`, so no other
-            // reference to it is live.
-            let callback = unsafe { &mut *context.cast::<F>() };
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
-                crate::export::drop_panic_payload(payload);
-            }
-        }
+        // `context` is the `Box<F>` leaked here, freed only by `drop_context`.
         Self {
             context: Box::into_raw(Box::new(callback)).cast(),
-            write_chunk: trampoline::<F>,
+            write_chunk: write_bytes::<F>,
             drop_context: drop_boxed::<F>,
         }
     }
@@ -172,6 +151,23 @@ impl OwnedByteSink {
         // SAFETY: `context` and `write_chunk` were paired by `new` (private
         // fields), and `chunk` outlives the call.
         unsafe { (self.write_chunk)(self.context, stream, RSlice::from_slice(chunk)) }
+    }
+}
+
+/// The write function of both byte sinks: hands `chunk` to the closure
+/// `context` points at, catching its panic (the chunk is dropped).
+///
+/// # Safety
+/// `context` must point at a live `F` to which no other reference is live
+/// (both sinks pair it with their own closure, and `write` takes `&mut self`).
+unsafe extern "C" fn write_bytes<F>(context: *mut c_void, stream: OutputStream, chunk: RSlice<'_, u8>)
+where
+    F: FnMut(OutputStream, &[u8]) + Send,
+{
+    // SAFETY: as the caller promises.
+    let callback = unsafe { &mut *context.cast::<F>() };
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
+        crate::export::drop_panic_payload(payload);
     }
 }
 

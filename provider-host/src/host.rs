@@ -682,15 +682,22 @@ impl<'a> Host<'a> {
         self.after_execute(held, &params, outcome)
     }
 
+    /// Refuses, before any call, a lease the ledger knows as unconfirmed:
+    /// a command or a sync must not run where processes may still be running.
+    fn refuse_if_unconfirmed(&self, held: &HeldLease) -> HookResult<()> {
+        match self.state(held)? {
+            Some(LeaseState::Unconfirmed) => Err(ProviderError::new(
+                ErrorKind::CLEANUP_UNCONFIRMED,
+                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Before an execute hook: refuses a lease the ledger knows as
     /// unconfirmed, and points the parameters at the held lease.
     fn before_execute(&self, held: &HeldLease, mut params: ExecuteParams) -> HookResult<ExecuteParams> {
-        if self.state(held)? == Some(LeaseState::Unconfirmed) {
-            return Err(ProviderError::new(
-                ErrorKind::CLEANUP_UNCONFIRMED,
-                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
-            ));
-        }
+        self.refuse_if_unconfirmed(held)?;
         params.lease = self.params(&held.lease);
         Ok(params)
     }
@@ -770,12 +777,7 @@ impl<'a> Host<'a> {
         if !self.provider.supports(hook) {
             return Err(provider_abi::unsupported(hook));
         }
-        if self.state(held)? == Some(LeaseState::Unconfirmed) {
-            return Err(ProviderError::new(
-                ErrorKind::CLEANUP_UNCONFIRMED,
-                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
-            ));
-        }
+        self.refuse_if_unconfirmed(held)?;
         params.lease = self.params(&held.lease);
         let outcome = match hook {
             Hook::SyncIn => {

@@ -245,6 +245,21 @@ impl PgLedger {
         }
     }
 
+    /// Ends this host's row now: gone when it owns no lease, else expired.
+    fn expire_now(&self) {
+        let result = self.with(|client| {
+            client.execute(
+                "DELETE FROM hosts h WHERE h.host_id = $1
+                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.host_id = h.host_id)",
+                &[&self.host_id],
+            )?;
+            client.execute("UPDATE hosts SET expires_at = now() WHERE host_id = $1", &[&self.host_id])
+        });
+        if let Err(error) = result {
+            tracing::warn!(%error, "cannot end this host's heartbeat; its rows wait for the expiry");
+        }
+    }
+
     fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<LeaseRecord>, LedgerError> {
         let rows = self.with(|client| client.query(sql, params))?;
         Ok(rows.iter().map(read_row).collect())
@@ -263,23 +278,6 @@ impl Drop for PgLedger {
         // Closing the connections blocks on the driver's runtime too.
         let pool = self.pool.take();
         off_async_runtime(move || drop(pool));
-    }
-}
-
-impl PgLedger {
-    /// Ends this host's row now: gone when it owns no lease, else expired.
-    fn expire_now(&self) {
-        let result = self.with(|client| {
-            client.execute(
-                "DELETE FROM hosts h WHERE h.host_id = $1
-                   AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.host_id = h.host_id)",
-                &[&self.host_id],
-            )?;
-            client.execute("UPDATE hosts SET expires_at = now() WHERE host_id = $1", &[&self.host_id])
-        });
-        if let Err(error) = result {
-            tracing::warn!(%error, "cannot end this host's heartbeat; its rows wait for the expiry");
-        }
     }
 }
 
