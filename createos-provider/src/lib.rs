@@ -10,6 +10,7 @@ pub mod client;
 pub mod config;
 pub mod error;
 pub mod execute;
+mod handoff;
 pub mod lease;
 mod logs;
 pub mod metadata;

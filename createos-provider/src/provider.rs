@@ -16,6 +16,7 @@ use crate::{
     client::build_http_client,
     config::{self, config_schema},
     error::{Error, ErrorKind},
+    handoff,
     lease::{self, Context, Record},
     registry::Registry,
 };
@@ -80,8 +81,9 @@ impl CreateosProvider {
     /// (its process tree is terminated, or the lease marked unconfirmed).
     /// Everything else runs to its end on the provider runtime: a create
     /// learns its outcome, a delete is never abandoned half-way. A result
-    /// nobody awaits any more goes to `unclaimed` (an acquired lease is
-    /// deleted there).
+    /// nobody awaits any more, whether the future was dropped before it was
+    /// sent or after it arrived unread, goes to `unclaimed` (an acquired
+    /// lease is deleted there).
     fn spawn<T, F, U>(
         &self,
         work: impl FnOnce(Context) -> F,
@@ -98,18 +100,17 @@ impl CreateosProvider {
         };
         let call = Context { shutdown: context.shutdown.child_token(), ..context.clone() };
         let cancel_on_drop = call.shutdown.clone().drop_guard();
-        let (sender, receiver) = tokio::sync::oneshot::channel();
-        let task = work(call);
-        self.runtime().spawn(async move {
-            let result = task.await.map_err(to_abi);
-            if let Err(Ok(value)) = sender.send(result) {
+        let (giver, claim) = handoff::channel(self.runtime().handle().clone(), move |result| async move {
+            if let Ok(value) = result {
                 unclaimed(context, value).await;
             }
         });
+        let task = work(call);
+        self.runtime().spawn(async move { giver.give(task.await.map_err(to_abi)).await });
         Box::pin(async move {
-            let result = receiver.await;
+            let result = claim.await;
             cancel_on_drop.disarm();
-            result.unwrap_or_else(|_| {
+            result.unwrap_or_else(|| {
                 Err(ProviderError::internal(
                     "The CreateOS provider's task ended without a result (it panicked, or the provider was dropped).",
                 ))

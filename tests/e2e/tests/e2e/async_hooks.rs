@@ -149,6 +149,50 @@ fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
     drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
 }
 
+/// Polls `future` once, waits (bounded) until it is woken, which for a
+/// provider's hook means its result has reached the future, then drops it
+/// without polling again: the host walked away just as the answer arrived.
+/// `Some(result)` if it was ready at the first poll.
+fn drop_once_answered<T>(future: CallFuture<'_, T>) -> Option<HookResult<T>> {
+    struct Signal(Mutex<std::sync::mpsc::Sender<()>>);
+    impl std::task::Wake for Signal {
+        fn wake(self: Arc<Self>) {
+            let _ = self.0.lock().unwrap().send(());
+        }
+    }
+    let (woken, wait) = std::sync::mpsc::channel();
+    let waker = Arc::new(Signal(Mutex::new(woken))).into();
+    let mut future = future;
+    if let Poll::Ready(result) = future.as_mut().poll(&mut Context::from_waker(&waker)) {
+        return Some(result);
+    }
+    wait.recv_timeout(Duration::from_secs(20)).expect("the hook's future is woken once its result is there");
+    None
+}
+
+/// An acquire whose lease reached its future, which the host then dropped
+/// without polling it again: nobody holds that lease, so the provider
+/// deletes it, with or without the write-ahead recorder.
+#[test]
+fn an_acquired_lease_the_host_never_polled_for_is_deleted() {
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let seen = Arc::new(Mutex::new(HashSet::new()));
+    for round in 1..=4 {
+        let acquire = if round % 2 == 1 {
+            bed.provider.acquire_lease_async(bed.acquire_params(&config))
+        } else {
+            bed.provider
+                .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
+        };
+        let outcome = drop_once_answered(acquire);
+        assert!(outcome.is_none(), "an acquire needs the network, so it is not ready at once");
+        bed.wait_for_ledger(&format!("acquire {round}'s unclaimed lease deleted"), |ledger| {
+            ledger.sandboxes.len() == round && ledger.leaked().is_empty()
+        });
+    }
+}
+
 /// Processes created and not terminated by the provider (those that ended by
 /// themselves count too).
 fn unterminated(ledger: &createos_sim::Ledger) -> usize {
