@@ -145,23 +145,27 @@ fn a_lease_the_ledger_knows_as_unconfirmed_is_destroyed_never_reused() {
 ///
 /// Write-ahead: the provider hands the host each sandbox the moment the
 /// creation reply arrives, and the host commits it before the provider goes
-/// on. Sandbox creation here takes 1.5 s, so before write-ahead every
+/// on. Sandbox creation here takes 3 s, so before write-ahead every
 /// lifecycle killed while its sandbox was `creating` leaked a sandbox the
-/// ledger could not name. Now a sandbox still live after the sweep must have
-/// been created within moments of a kill (its reply in flight, or read but
-/// not yet committed), and each is matched by a row without a lease id that
-/// `sweep` reports, exiting non-zero with one line saying what to do.
+/// ledger could not name; every kill comes 1.8 to 3 s after the soak
+/// started, so the first creates were always among them. Now a sandbox still
+/// live after the sweep must have been created within moments of a kill (its
+/// reply in flight, or read but not yet committed), and each is matched by a
+/// row without a lease id that `sweep` reports, exiting non-zero with one
+/// line saying what to do.
 #[test]
 fn after_sigkill_sweep_leaves_no_sandbox_whose_creation_reply_was_read() {
     const CONCURRENCY: usize = 6;
     /// How long before a kill a sandbox may have been created and still
-    /// escape the ledger: the reply's trip and one synchronous SQLite commit,
-    /// with room for a loaded CI machine whose fsyncs queue behind other
-    /// tests. Far below the 1.5 s a sandbox spends creating.
-    const IN_FLIGHT: Duration = Duration::from_millis(400);
+    /// escape the ledger: the reply's trip and one synchronous SQLite commit
+    /// (on the async path, once the soak's one thread gets to it), with room
+    /// for a loaded CI machine whose fsyncs queue behind other tests (400 ms
+    /// was once too little there). Below the earliest kill, and far below
+    /// the 3 s a sandbox spends creating.
+    const IN_FLIGHT: Duration = Duration::from_millis(1000);
     let sim = Simulator::start(SimConfig {
         rate_limit: None,
-        create_delay: Duration::from_millis(1500),
+        create_delay: Duration::from_millis(3000),
         ..Default::default()
     })
     .expect("start the simulator");
@@ -180,7 +184,7 @@ fn after_sigkill_sweep_leaves_no_sandbox_whose_creation_reply_was_read() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let delay = Duration::from_millis(rng.gen_range(600..3000));
+        let delay = Duration::from_millis(rng.gen_range(1800..3000));
         std::thread::sleep(delay); // a random kill instant, not a synchronisation
         assert!(
             child.try_wait().unwrap().is_none(),
