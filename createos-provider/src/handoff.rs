@@ -84,3 +84,53 @@ impl<T> Drop for Claim<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc;
+
+    /// A runtime, and a channel whose clean-up reports each value it gets.
+    fn setup() -> (tokio::runtime::Runtime, Giver<u32>, Claim<u32>, mpsc::UnboundedReceiver<u32>) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let (cleaned, seen) = mpsc::unbounded_channel();
+        let (giver, claim) = channel(runtime.handle().clone(), move |value| async move {
+            cleaned.send(value).unwrap();
+        });
+        (runtime, giver, claim, seen)
+    }
+
+    #[test]
+    fn a_claimed_value_is_not_cleaned_up() {
+        let (runtime, giver, claim, mut seen) = setup();
+        runtime.block_on(giver.give(7));
+        assert_eq!(runtime.block_on(claim), Some(7));
+        assert!(seen.try_recv().is_err(), "the claim took it");
+    }
+
+    #[test]
+    fn a_value_given_after_the_claim_was_dropped_is_cleaned_up_by_the_giver() {
+        let (runtime, giver, claim, mut seen) = setup();
+        drop(claim);
+        runtime.block_on(giver.give(8));
+        assert_eq!(seen.try_recv(), Ok(8));
+    }
+
+    #[test]
+    fn a_value_that_arrived_unread_is_cleaned_up_once_the_claim_is_dropped() {
+        let (runtime, giver, claim, mut seen) = setup();
+        runtime.block_on(giver.give(9));
+        drop(claim);
+        // The clean-up was spawned on the runtime: it runs there.
+        assert_eq!(runtime.block_on(seen.recv()), Some(9));
+        assert!(seen.try_recv().is_err(), "cleaned up exactly once");
+    }
+
+    #[test]
+    fn a_giver_dropped_without_a_value_resolves_the_claim_to_none() {
+        let (runtime, giver, claim, mut seen) = setup();
+        drop(giver);
+        assert_eq!(runtime.block_on(claim), None);
+        assert!(seen.try_recv().is_err());
+    }
+}

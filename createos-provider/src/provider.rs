@@ -105,7 +105,12 @@ impl CreateosProvider {
                 unclaimed(context, value).await;
             }
         });
-        let task = work(call);
+        // Boxed, so that the work's state (4.5 KiB for an acquire) is freed
+        // the moment it finishes: a tokio task's cell holds its future inline
+        // and stays allocated while anything still holds a waker of the task.
+        // Measured with heaptrack on a soak of 1,000 lifecycles in flight:
+        // the peak heap fell from 55.3 to 50.3 MB.
+        let task = Box::pin(work(call));
         self.runtime().spawn(async move { giver.give(task.await.map_err(to_abi)).await });
         Box::pin(async move {
             let result = claim.await;
