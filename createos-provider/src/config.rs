@@ -772,6 +772,24 @@ mod tests {
     }
 
     #[test]
+    fn unknown_keys_are_named_beside_errors() {
+        // A config with errors still warns of its unknown keys (and of
+        // nothing else), by the same rule as a valid one.
+        let config = json!({"apiKey": KEY, "shape": "s-9vcpu", "timeoutMs": 0, "colour": 1});
+        assert!(parse(config.clone()).is_err());
+        assert_eq!(unknown_key_warnings(&config), ["unknown config key colour is ignored."]);
+        // The config's own API key hides a name that holds it, whatever the
+        // environment says.
+        let mut config = json!({"apiKey": KEY, "shape": "s-9vcpu"});
+        config[format!("x-{KEY}")] = json!(1);
+        assert_eq!(
+            unknown_key_warnings(&config),
+            ["an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key)."]
+        );
+        assert!(unknown_key_warnings(&json!(["colour"])).is_empty());
+    }
+
+    #[test]
     fn schema_lists_the_catalog() {
         let schema = config_schema();
         assert_eq!(schema["properties"]["shape"]["enum"], json!(SHAPES));

@@ -766,6 +766,51 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_byte_emitter_gets_each_frames_bytes_as_written() {
+        // Invalid UTF-8 and a character split across frames included, in
+        // order, once per frame; an empty frame is no call; the tails keep
+        // the decoded text.
+        let input = [
+            data(1, "stdout", b"caf\xc3"),
+            data(2, "stderr", b""),
+            data(3, "stdout", b"\xa9 \xff"),
+            data(4, "stderr", b"e\n"),
+            exit(0),
+        ]
+        .concat();
+        let mut decoder = OutputDecoder::new();
+        let mut seen: Vec<(OutputStream, Vec<u8>)> = Vec::new();
+        let status = decoder
+            .feed_to(input.as_bytes(), &mut ByteEmit(|s: OutputStream, b: &[u8]| seen.push((s, b.to_vec()))))
+            .unwrap();
+        assert!(status.is_some());
+        assert_eq!(
+            seen,
+            [
+                (OutputStream::Stdout, b"caf\xc3".to_vec()),
+                (OutputStream::Stdout, b"\xa9 \xff".to_vec()),
+                (OutputStream::Stderr, b"e\n".to_vec()),
+            ]
+        );
+        let output = decoder.finish();
+        assert_eq!((output.stdout.as_str(), output.stderr.as_str()), ("café \u{fffd}", "e\n"));
+    }
+
+    #[test]
+    fn flushing_ends_a_stream_cut_short() {
+        // No exit frame (a timeout): the incomplete character is emitted as
+        // U+FFFD, and the tail keeps it.
+        let mut decoder = OutputDecoder::new();
+        let (seen, result) = collect(&mut decoder, &[data(1, "stdout", b"caf\xc3").as_bytes()]);
+        assert!(result.unwrap().is_none());
+        assert_eq!(joined(&seen, OutputStream::Stdout), "caf");
+        let mut flushed = Vec::new();
+        decoder.flush(&mut |s, t| flushed.push((s, t.to_owned())));
+        assert_eq!(flushed, [(OutputStream::Stdout, "\u{fffd}".to_string())]);
+        assert_eq!(decoder.finish().stdout, "caf\u{fffd}");
+    }
+
     /// A valid stream: frames with random bytes, heartbeats and replays.
     fn valid_stream() -> impl Strategy<Value = (Vec<u8>, Vec<u8>, Vec<u8>, i32)> {
         let frame = (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..12), 0u8..8);
