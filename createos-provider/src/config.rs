@@ -177,16 +177,13 @@ pub fn parse_with_env(
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
 
     // apiKey first: later messages must not contain it.
-    let api_key = match field("apiKey") {
-        Some(Value::String(s)) if !s.trim().is_empty() => check_api_key(s.trim(), "apiKey", &mut errors),
-        Some(Value::String(_)) | None => match env(API_KEY_ENV) {
-            Some(s) if !s.trim().is_empty() => check_api_key(s.trim(), API_KEY_ENV, &mut errors),
-            _ => {
-                errors.push(MISSING_API_KEY.to_string());
-                None
-            }
-        },
-        Some(_) => {
+    let api_key = match find_api_key(map, &env) {
+        FoundKey::Used { key, source } => check_api_key(&key, source, &mut errors),
+        FoundKey::Missing => {
+            errors.push(MISSING_API_KEY.to_string());
+            None
+        }
+        FoundKey::NotAString => {
             errors.push("apiKey must be a non-empty string.".to_string());
             None
         }
@@ -286,6 +283,35 @@ pub fn parse_with_env(
     }
 }
 
+/// Where the API key of a config comes from.
+enum FoundKey {
+    /// The key as it is used (trimmed) and where it was found.
+    Used { key: String, source: &'static str },
+    /// Neither `apiKey` nor `CREATEOS_API_KEY` holds one.
+    Missing,
+    /// `apiKey` is set to something other than a string.
+    NotAString,
+}
+
+/// Finds the API key: `apiKey` unless it is absent, `null`, empty or blank,
+/// else `CREATEOS_API_KEY` unless that is empty or blank; trimmed, like the
+/// reference.
+fn find_api_key(map: &Map<String, Value>, env: impl Fn(&str) -> Option<String>) -> FoundKey {
+    let trimmed = |text: &str| Some(text.trim()).filter(|key| !key.is_empty()).map(str::to_owned);
+    let from_env = || {
+        env(API_KEY_ENV)
+            .and_then(|text| trimmed(&text))
+            .map_or(FoundKey::Missing, |key| FoundKey::Used { key, source: API_KEY_ENV })
+    };
+    match map.get("apiKey") {
+        Some(Value::String(text)) => {
+            trimmed(text).map_or_else(from_env, |key| FoundKey::Used { key, source: "apiKey" })
+        }
+        None | Some(Value::Null) => from_env(),
+        Some(_) => FoundKey::NotAString,
+    }
+}
+
 fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Secret> {
     // A header value cannot carry control characters other than TAB; CR, LF
     // and NUL would also allow header injection.
@@ -378,14 +404,15 @@ fn integer_in(
 /// The warnings of a configuration that may also have errors: one per
 /// unknown key, naming it (unless the name is not plain or holds the key).
 pub fn unknown_key_warnings(value: &Value) -> Vec<String> {
+    unknown_key_warnings_with_env(value, |name| std::env::var(name).ok())
+}
+
+fn unknown_key_warnings_with_env(value: &Value, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
     let Value::Object(map) = value else { return Vec::new() };
-    let api_key = map
-        .get("apiKey")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .filter(|key| !key.is_empty())
-        .or_else(|| std::env::var(API_KEY_ENV).ok())
-        .map(Secret::new);
+    let api_key = match find_api_key(map, env) {
+        FoundKey::Used { key, .. } => Some(Secret::new(key)),
+        FoundKey::Missing | FoundKey::NotAString => None,
+    };
     map.keys()
         .filter(|name| !KNOWN_KEYS.contains(&name.as_str()))
         .map(|name| unknown_key_warning(name, api_key.as_ref()))
@@ -787,6 +814,30 @@ mod tests {
             ["an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key)."]
         );
         assert!(unknown_key_warnings(&json!(["colour"])).is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_are_hidden_by_the_key_as_it_is_used() {
+        // The key is used trimmed, so a name holding the trimmed key holds
+        // the key, wherever the key comes from.
+        let hidden = ["an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key)."];
+        let mut config = json!({"apiKey": format!("  {KEY}\t"), "shape": "s-9vcpu"});
+        config[format!("x-{KEY}")] = json!(1);
+        assert_eq!(unknown_key_warnings_with_env(&config, no_env), hidden);
+        let mut config = json!({"apiKey": " ", "shape": "s-9vcpu"});
+        config[format!("x-{KEY}")] = json!(1);
+        let padded_env = |name: &str| (name == API_KEY_ENV).then(|| format!(" {KEY} "));
+        assert_eq!(unknown_key_warnings_with_env(&config, padded_env), hidden);
+        // An empty or blank CREATEOS_API_KEY is no key: it hides nothing.
+        for blank in ["", "  "] {
+            let env = |name: &str| (name == API_KEY_ENV).then(|| blank.to_string());
+            let config = json!({"shape": "s-9vcpu", "colour": 1});
+            assert_eq!(
+                unknown_key_warnings_with_env(&config, env),
+                ["unknown config key colour is ignored."],
+                "CREATEOS_API_KEY={blank:?}"
+            );
+        }
     }
 
     #[test]
