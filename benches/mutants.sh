@@ -38,6 +38,7 @@ own_tests=(
     createos-provider/src/ndjson.rs
     createos-provider/src/registry.rs
     createos-provider/src/pacer.rs
+    createos-provider/src/handoff.rs
 )
 # Modules exercised through the loaded library: the end-to-end tests too.
 with_e2e=(
@@ -111,7 +112,8 @@ trap cleanup EXIT
 rm -rf "$out_root/unit" "$out_root/e2e"
 mkdir -p "$out_root/unit" "$out_root/e2e"
 if ((${#unit_files[@]})); then
-    cargo mutants "${common[@]}" "${unit_files[@]}" --output "$out_root/unit" -- --lib || true
+    # process_share: the process-wide share, tested in a process of its own.
+    cargo mutants "${common[@]}" "${unit_files[@]}" --output "$out_root/unit" -- --lib --test process_share || true
 fi
 # One run per file tested end to end, each with its own test filter.
 for file in "${e2e_files[@]}"; do
