@@ -428,6 +428,7 @@ impl Summary {
             "peakThreads": self.resources.peak_threads,
             "peakProviderThreads": self.resources.peak_provider_threads,
             "cpuPerLifecycleMs": self.cpu_per_lifecycle_ms(),
+            "monitorCpuMs": Self::millis(self.resources.monitor_cpu),
             "hookCalls": self.calls_name(),
             "swaps": self.swaps.done,
             "swapsRefused": self.swaps.refused,
@@ -464,7 +465,7 @@ impl Summary {
     }
 
     /// CPU time of the process (harness, provider and any embedded
-    /// simulator) per lifecycle.
+    /// simulator; not the resource monitor's sampling) per lifecycle.
     pub fn cpu_per_lifecycle_ms(&self) -> f64 {
         Self::millis(self.resources.cpu) / self.leases.max(1) as f64
     }

@@ -10,11 +10,13 @@
 //!
 //! Requires Linux and root (see [`Simulator`]).
 
+mod admission;
 mod config;
 mod faults;
 mod isolation;
 mod ledger;
 mod process;
+mod proctable;
 mod ratelimit;
 mod routes;
 mod server;

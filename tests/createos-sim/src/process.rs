@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::watch;
+use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::isolation::{ChildSetup, SandboxDirs};
+use crate::proctable::ProcTable;
 
 /// How long to wait for pipes to reach EOF after the leader exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
@@ -66,48 +67,30 @@ impl Tree {
     }
 
     /// Process ids of live members, reaping zombie orphans that are ours.
+    /// The table is taken after this call began, so a member that existed
+    /// when it was asked (and after the leader was reaped) is in it.
     fn members(&self) -> Vec<i32> {
         let me = std::process::id() as i32;
+        let table = ProcTable::taken_since(Instant::now());
         let mut out = Vec::new();
-        let Ok(rd) = std::fs::read_dir("/proc") else {
-            return out;
-        };
-        for ent in rd.flatten() {
-            let Some(pid) = ent.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-                continue;
-            };
-            let mut f = rest.split_whitespace();
-            let state = f.next().unwrap_or("");
-            let ppid: i32 = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            let pgrp: i32 = f.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            let mut member = pgrp == self.pgid;
-            if !member {
-                if let Some(ns) = self.mnt_ns {
-                    member = std::fs::metadata(format!("/proc/{pid}/ns/mnt"))
-                        .map(|m| m.ino() == ns)
-                        .unwrap_or(false);
-                }
-            }
+        for entry in table.entries() {
+            let member = entry.pgrp == self.pgid || (self.mnt_ns.is_some() && entry.mnt_ns == self.mnt_ns);
             if !member {
                 continue;
             }
-            if state == "Z" && ppid == me && pid != self.pgid {
-                // An orphan re-parented to us (subreaper): reap it.
+            if entry.zombie && entry.ppid == me && entry.pid != self.pgid {
+                // An orphan re-parented to us (subreaper): reap it. Another
+                // tree sharing the table may have reaped it already: then
+                // this finds nothing.
                 let mut st = 0;
                 // SAFETY: reaping a specific zombie child of ours.
-                unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) };
+                unsafe { libc::waitpid(entry.pid, &mut st, libc::WNOHANG) };
                 continue;
             }
-            if pid == self.pgid && self.leader_reaped.load(Ordering::SeqCst) {
+            if entry.pid == self.pgid && self.leader_reaped.load(Ordering::SeqCst) {
                 continue; // pid reused after our leader was reaped
             }
-            out.push(pid);
+            out.push(entry.pid);
         }
         out
     }
@@ -249,17 +232,20 @@ pub(crate) struct ExecOutput {
 pub(crate) struct ExecRun {
     pub tree: Arc<Tree>,
     child: tokio::process::Child,
+    /// Its room among the running commands, held until it is finished.
+    _room: OwnedSemaphorePermit,
 }
 
-/// Start an `/exec` command.
+/// Start an `/exec` command in the `room` admission gave it.
 pub(crate) fn start_exec(
     dirs: &SandboxDirs,
     cmd: &str,
     args: &[String],
     cwd: Option<&str>,
+    room: OwnedSemaphorePermit,
 ) -> Result<ExecRun, SpawnError> {
     let (child, tree) = spawn(dirs, cmd, args, cwd)?;
-    Ok(ExecRun { tree, child })
+    Ok(ExecRun { tree, child, _room: room })
 }
 
 impl ExecRun {
@@ -493,13 +479,15 @@ pub(crate) struct ManagedProcess {
 }
 
 impl ManagedProcess {
-    /// Spawn the command and start journaling its output.
+    /// Spawn the command in the `room` admission gave it (held until its
+    /// output is drained and its tree gone) and start journaling its output.
     pub(crate) fn spawn(
         dirs: &SandboxDirs,
         cmd: &str,
         args: &[String],
         cwd: Option<&str>,
         journal_bytes: usize,
+        room: OwnedSemaphorePermit,
     ) -> Result<Arc<ManagedProcess>, SpawnError> {
         let (mut child, tree) = spawn(dirs, cmd, args, cwd)?;
         let p = Arc::new(ManagedProcess {
@@ -548,6 +536,7 @@ impl ManagedProcess {
             // not when its sandbox goes: ten thousand sandboxes alive would
             // otherwise hold tens of thousands of open files.
             pw.tree.is_gone();
+            drop(room);
         });
         Ok(p)
     }

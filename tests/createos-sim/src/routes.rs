@@ -367,9 +367,10 @@ async fn exec(
 ) -> Reply {
     let sb = lookup(&sh, &id)?;
     let spec = command_spec(&body)?;
+    let room = sh.admission.command().await;
     require_running(&sb)?;
     isolation_ok(&sh)?;
-    let run = crate::process::start_exec(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref())
+    let run = crate::process::start_exec(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref(), room)
         .map_err(spawn_error)?;
     let tree = run.tree.clone();
     let Some(key) = sb.register_exec(tree.clone()) else {
@@ -517,10 +518,12 @@ async fn get_file(
 async fn create_process(State(sh): State<Arc<Shared>>, Path(id): Path<String>, body: Bytes) -> Reply {
     let sb = lookup(&sh, &id)?;
     let spec = command_spec(&body)?;
+    let room = sh.admission.command().await;
     require_running(&sb)?;
     isolation_ok(&sh)?;
-    let p = ManagedProcess::spawn(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref(), sh.journal_bytes)
-        .map_err(spawn_error)?;
+    let p =
+        ManagedProcess::spawn(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref(), sh.journal_bytes, room)
+            .map_err(spawn_error)?;
     let pid = format!("proc-{}", uuid::Uuid::new_v4().simple());
     sh.ledger.record_process(&id, &body);
     if !sb.add_process(pid.clone(), p.clone()) {

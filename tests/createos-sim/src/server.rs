@@ -6,12 +6,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::http::{header, HeaderValue};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{oneshot, Notify};
 use tower_service::Service;
 
+use crate::admission::Admission;
 use crate::config::SimConfig;
 use crate::faults::FaultEngine;
 use crate::isolation::SandboxDirs;
@@ -43,6 +45,8 @@ pub(crate) struct Shared {
     pub faults: FaultEngine,
     /// Client connections open now.
     pub connections: Arc<AtomicUsize>,
+    /// Bounds on connections and running commands.
+    pub admission: Arc<Admission>,
 }
 
 impl Shared {
@@ -60,6 +64,7 @@ impl Shared {
             limiter: RateLimiter::new(cfg.rate_limit),
             faults: FaultEngine::default(),
             connections: Arc::default(),
+            admission: Arc::new(Admission::for_this_process()),
         }
     }
 
@@ -181,14 +186,20 @@ impl Drop for OpenConnection {
 }
 
 /// Accept connections until `shutdown` fires, counting the open ones in
-/// `connections`.
+/// `connections`; past the admission bound, the next waits in the listen
+/// queue until one closes, and every response closes its connection.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     connections: Arc<AtomicUsize>,
+    admission: Arc<Admission>,
     mut shutdown: oneshot::Receiver<()>,
 ) {
     loop {
+        let room = tokio::select! {
+            _ = &mut shutdown => break,
+            room = admission.connection() => room,
+        };
         let accepted = tokio::select! {
             _ = &mut shutdown => break,
             a = listener.accept() => a,
@@ -206,12 +217,21 @@ pub(crate) async fn serve(
         let ctx = ConnCtx { peer, kill: kill.clone() };
         let router = router.clone();
         let open = OpenConnection::new(&connections);
+        let admission = admission.clone();
         tokio::spawn(async move {
-            let _open = open;
+            let _open = (open, room);
             let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
                 req.extensions_mut().insert(ctx.clone());
                 let mut r = router.clone();
-                async move { r.call(req).await }
+                let admission = admission.clone();
+                async move {
+                    let mut response = r.call(req).await?;
+                    // Full: give a queued connection the next turn.
+                    if admission.connections_exhausted() {
+                        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             });
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc);
             tokio::select! {
@@ -219,5 +239,68 @@ pub(crate) async fn serve(
                 _ = kill.notified() => {}
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    /// Serves `GET /` with a router that answers "ok", admitting at most
+    /// `connections` at once; returns its address and its shutdown switch.
+    async fn serve_ok(connections: usize) -> (SocketAddr, oneshot::Sender<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = oneshot::channel();
+        let admission = Arc::new(Admission::bounded(connections, 1));
+        tokio::spawn(serve(listener, router, Arc::default(), admission, stopped));
+        (addr, stop)
+    }
+
+    /// Sends one `GET /` on `stream` and returns the response's head,
+    /// lower-cased (the body, "ok", is read past).
+    async fn get(stream: &mut TcpStream) -> String {
+        stream.write_all(b"GET / HTTP/1.1\r\nhost: sim\r\n\r\n").await.unwrap();
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !seen.ends_with(b"\r\n\r\nok") {
+            let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut byte))
+                .await
+                .expect("no response within 10 s: the connection waits in the listen queue")
+                .unwrap();
+            assert_eq!(read, 1, "connection closed before the response ended");
+            seen.push(byte[0]);
+        }
+        String::from_utf8_lossy(&seen).to_lowercase()
+    }
+
+    #[tokio::test]
+    async fn below_the_bound_connections_are_kept_alive() {
+        let (addr, _stop) = serve_ok(2).await;
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        for _ in 0..3 {
+            assert!(!get(&mut client).await.contains("connection: close"));
+        }
+    }
+
+    #[tokio::test]
+    async fn at_the_bound_a_queued_connection_gets_the_next_turn() {
+        let (addr, _stop) = serve_ok(1).await;
+        // The only connection admitted, kept by a client that would reuse it
+        // for ever.
+        let mut first = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            get(&mut first).await.contains("connection: close"),
+            "the full server kept its only connection"
+        );
+        // Its close let the queued one in.
+        let mut queued = TcpStream::connect(addr).await.unwrap();
+        get(&mut queued).await;
+        let mut rest = Vec::new();
+        first.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "the first connection was closed after its response");
     }
 }

@@ -62,8 +62,7 @@ impl Simulator {
             tracing::error!("createos-sim: {msg}; process creation will answer 500");
         }
         crate::process::become_subreaper();
-        let std_listener = std::net::TcpListener::bind(config.listen)?;
-        std_listener.set_nonblocking(true)?;
+        let std_listener = listen(config.listen)?;
         let addr = std_listener.local_addr()?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -81,7 +80,8 @@ impl Simulator {
         let sh = shared.clone();
         let thread = std::thread::Builder::new().name("createos-sim-main".into()).spawn(move || {
             rt.block_on(async move {
-                crate::server::serve(listener, router, sh.connections.clone(), rx).await;
+                crate::server::serve(listener, router, sh.connections.clone(), sh.admission.clone(), rx)
+                    .await;
                 sh.shutdown_all().await;
             });
             rt.shutdown_timeout(std::time::Duration::from_secs(2));
@@ -250,4 +250,16 @@ impl std::fmt::Debug for Simulator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Simulator").field("addr", &self.addr).finish_non_exhaustive()
     }
+}
+
+/// A nonblocking listener on `addr` whose queue holds
+/// [`LISTEN_BACKLOG`](crate::admission::LISTEN_BACKLOG) connections not yet
+/// accepted (the standard library's holds 128).
+fn listen(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(crate::admission::LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
