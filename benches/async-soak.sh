@@ -13,6 +13,8 @@
 # lifecycle and per request.
 #
 #   bash benches/async-soak.sh [BIG]        # BIG defaults to 3000
+#   SOAK_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 bash benches/async-soak.sh 10000
+#       # the same with another allocator preloaded into the soak process only
 #
 # The simulator runs every command as a real process, on the same two
 # cores: it is the bottleneck, and slows as lifecycles pile up. It bounds
@@ -56,7 +58,7 @@ config = {"companyId": "bench", "environmentId": "bench", "config": {
     "reuseLease": True, "timeoutMs": 1800000, "requestsPerMinute": 100000}}
 json.dump(config, open(f"{work}/config.json", "w"))
 PY
-    "$harness" --json soak --leases "$in_flight" --concurrency "$in_flight" "$@" \
+    LD_PRELOAD=${SOAK_PRELOAD:-} "$harness" --json soak --leases "$in_flight" --concurrency "$in_flight" "$@" \
         --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 1 >"$work/soak.json" || true
     kill -TERM "$sim"
     wait "$sim" || true
