@@ -271,8 +271,10 @@ fn survivors_destroy_every_lease_of_a_killed_host_exactly_once() {
     assert_eq!(taken_over, named.len(), "the survivors' summaries count each taken-over lease once");
 
     let seen = fleet.sim.ledger();
-    // 0 double destroys: one DELETE per sandbox, two only where the victim
-    // was destroying it when killed (its DELETE may have gone out).
+    // 0 double destroys: one DELETE per sandbox. Where the victim may have
+    // sent one before the kill (its row `destroying`, or `acquiring` in a
+    // probe or a failed acquire, both of which delete their sandbox), the
+    // survivor asks first whether the sandbox still exists.
     let mut deletes: BTreeMap<&str, usize> = BTreeMap::new();
     for request in seen.requests.iter().filter(|request| request.method == "DELETE") {
         if let Some(id) = request.path.strip_prefix("/v1/sandboxes/").filter(|id| !id.contains('/')) {
@@ -280,11 +282,11 @@ fn survivors_destroy_every_lease_of_a_killed_host_exactly_once() {
         }
     }
     for (sandbox, count) in &deletes {
-        let destroying_at_kill =
-            held.values().any(|(lease, state)| lease.as_deref() == Some(sandbox) && state == "destroying");
         assert!(
-            *count == 1 || (*count == 2 && destroying_at_kill),
-            "sandbox {sandbox} deleted {count} times"
+            *count == 1,
+            "sandbox {sandbox} deleted {count} times; at the kill the victim held {:?}; its requests: {}",
+            held.values().find(|(lease, _)| lease.as_deref() == Some(sandbox)),
+            history_of(&seen, sandbox, killed)
         );
     }
     // 0 unconfirmed leases reused: after a process creation answered 500 (its
@@ -316,4 +318,22 @@ fn survivors_destroy_every_lease_of_a_killed_host_exactly_once() {
         leaked.len() <= unnamed_in_flight,
         "sandboxes {leaked:?} leaked; the victim had only {unnamed_in_flight} creations in flight at the kill"
     );
+}
+
+/// `sandbox`'s requests, each with its time relative to `kill` (negative:
+/// before it): what a failed assertion about that sandbox prints.
+fn history_of(seen: &createos_sim::Ledger, sandbox: &str, kill: Instant) -> String {
+    let prefix = format!("/v1/sandboxes/{sandbox}");
+    seen.requests
+        .iter()
+        .filter(|request| request.path == prefix || request.path.starts_with(&format!("{prefix}/")))
+        .map(|request| {
+            let at = match request.received_at.checked_duration_since(kill) {
+                Some(after) => after.as_secs_f64(),
+                None => -kill.duration_since(request.received_at).as_secs_f64(),
+            };
+            format!("{at:+.3}s {} {} {}", request.method, &request.path[prefix.len()..], request.status)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

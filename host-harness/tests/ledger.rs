@@ -328,3 +328,73 @@ fn a_call_refused_before_any_request_leaves_no_ledger_row() {
     let swept = harness(&ledger_path, &["sweep", "--config", &config]);
     assert_eq!(swept.status.code(), Some(0), "later sweeps still succeed: {}", stderr(&swept));
 }
+
+/// Polls `condition` until it holds; panics after `limit` (a guard against
+/// a hang, not a measurement).
+fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !condition() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A host killed after its DELETE reached the API (a probe deleting its own
+/// sandbox, a `destroy` whose reply was still in flight) leaves its row
+/// `acquiring` or `destroying` although the sandbox is gone. The sweep that
+/// finds the row closes it without deleting the sandbox a second time: the
+/// chaos test's "0 double destroys" once failed on a probe killed so.
+#[test]
+fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
+    let sim = simulator();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(&sim, dir.path());
+    let ledger_path = dir.path().join("ledger.sqlite3");
+    let acquired = harness(&ledger_path, &["acquire", "--config", &config]);
+    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+    let lease_path = dir.path().join("lease.json");
+    std::fs::write(&lease_path, stdout_json(&acquired).to_string()).unwrap();
+    let lease_path = lease_path.to_str().unwrap();
+    for (args, left) in [
+        (vec!["probe", "--config", &config], LeaseState::Acquiring),
+        (vec!["destroy", "--config", &config, "--lease", lease_path], LeaseState::Destroying),
+    ] {
+        // Every DELETE is carried out, then its reply held past the test's end.
+        sim.add_fault(FaultRule::new(
+            "DELETE /v1/sandboxes/*",
+            FaultTrigger::from_nth(1),
+            FaultKind::DelayReply(Duration::from_secs(3600)),
+        ));
+        let deleted_before = sim.ledger().sandboxes.iter().filter(|sandbox| sandbox.deleted).count();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .arg("--ledger")
+            .arg(&ledger_path)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("the API deleted the sandbox", Duration::from_secs(60), || {
+            sim.ledger().sandboxes.iter().filter(|sandbox| sandbox.deleted).count() > deleted_before
+        });
+        child.kill().unwrap(); // SIGKILL, its DELETE's reply still in flight
+        child.wait().unwrap();
+        sim.clear_faults();
+        let rows = Ledger::open(&ledger_path).unwrap().list().unwrap();
+        let row =
+            rows.iter().find(|row| row.state == left).unwrap_or_else(|| panic!("{args:?}: no {left} row"));
+        let sandbox = row.provider_lease_id.clone().expect("the row names its sandbox");
+        assert!(!sim.live_sandboxes().contains(&sandbox));
+
+        let swept = harness(&ledger_path, &["sweep", "--config", &config, "--json"]);
+        assert_eq!(swept.status.code(), Some(0), "{args:?}: {}", stderr(&swept));
+        assert_eq!(stdout_json(&swept)["destroyed"], 1, "{args:?}");
+        let row = Ledger::open(&ledger_path).unwrap().get(row.id).unwrap().unwrap();
+        assert_eq!(row.state, LeaseState::Destroyed, "{args:?}");
+        // The killed host's own DELETE is never recorded (its reply is still
+        // held), so any DELETE of the sandbox on record is the sweep's.
+        let deletes = sim.ledger().count("DELETE", &format!("/v1/sandboxes/{sandbox}"));
+        assert_eq!(deletes, 0, "{args:?}: the sweep deleted {sandbox} again");
+    }
+}

@@ -112,6 +112,17 @@ fn may_have_left_a_sandbox(error: &ProviderError) -> bool {
     ) || error.kind.name() == "unknown"
 }
 
+/// Whether a host that stopped with its row in `state` may have sent the
+/// lease's DELETE: a probe deletes its own sandbox and an acquire the one it
+/// could not prepare (both still `acquiring`), a release without reuse
+/// deletes (`releasing`), and so do `destroying` and a failed cleanup.
+fn delete_may_have_gone_out(state: LeaseState) -> bool {
+    matches!(
+        state,
+        LeaseState::Acquiring | LeaseState::Releasing | LeaseState::Destroying | LeaseState::CleanupFailed
+    )
+}
+
 /// What the ledger stores of `config`: the provider's normalised form when it
 /// validates (its own spelling of every value), else `config` as given, and
 /// in either case without the properties the provider's schema marks secret.
@@ -611,6 +622,23 @@ impl<'a> Host<'a> {
         let state = if outcome.is_ok() { LeaseState::Destroyed } else { LeaseState::CleanupFailed };
         self.record(held.row, state, hook, outcome.as_ref().err())?;
         outcome.map_err(|error| self.forget_if_refused(held, error))
+    }
+
+    /// Destroys a lease a gone host left behind in `state`. Where that host
+    /// may already have sent the DELETE ([`delete_may_have_gone_out`]), the
+    /// provider is asked first whether the lease still exists
+    /// (`inspect_lease`, ABI 1.1): one already gone is recorded destroyed
+    /// without a second DELETE. Otherwise, or when it cannot say, destroys.
+    pub fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
+        if delete_may_have_gone_out(state) && self.provider.supports(Hook::InspectLease) {
+            if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
+                if !status.exists {
+                    tracing::info!(lease = ?held.id(), %state, "a lease left behind was already gone");
+                    return self.record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None);
+                }
+            }
+        }
+        self.destroy(held)
     }
 
     /// `realize_workspace` (no state change).

@@ -9,7 +9,9 @@
 //! ledger stored; secrets are never stored, so they come from the caller's
 //! current configuration, for rows of the same account only
 //! ([`SecretFields::restore`]); without one the provider uses its own
-//! fallback. Rows whose API was a simulator embedded in a process that has
+//! fallback. A row whose host may already have deleted its sandbox is
+//! checked first ([`Host::destroy_left_behind`]), so a sandbox is deleted
+//! once. Rows whose API was a simulator embedded in a process that has
 //! exited are closed without a request: their sandboxes died with it. A row
 //! without a lease id (an `acquire` or `probe` whose creation reply was still
 //! in flight) cannot be acted on and is reported.
@@ -188,7 +190,7 @@ fn sweep_one(
     };
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id, record.env.embedded_sim);
     let held = HeldLease::new(record.id, record.lease());
-    Ok(match host.destroy(&held) {
+    Ok(match host.destroy_left_behind(&held, record.state) {
         Ok(()) => Outcome::Destroyed,
         Err(error) => Outcome::Failed(error),
     })
