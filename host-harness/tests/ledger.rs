@@ -53,6 +53,13 @@ fn harness(ledger: &Path, args: &[&str]) -> Output {
         .expect("run host-harness")
 }
 
+/// `host-harness acquire`: the lease it holds, as it printed it.
+fn acquire(ledger: &Path, config: &str) -> Value {
+    let acquired = harness(ledger, &["acquire", "--config", config]);
+    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+    stdout_json(&acquired)
+}
+
 fn stdout_json(output: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr: {}", stderr(output)));
@@ -109,9 +116,7 @@ fn a_lease_the_ledger_knows_as_unconfirmed_is_destroyed_never_reused() {
     let config = config_file(&sim, dir.path());
     let ledger_path = dir.path().join("ledger.sqlite3");
     for command in ["release", "resume"] {
-        let acquired = harness(&ledger_path, &["acquire", "--config", &config]);
-        assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
-        let lease = stdout_json(&acquired);
+        let lease = acquire(&ledger_path, &config);
         let id = lease["providerLeaseId"].as_str().unwrap().to_owned();
         let lease_path = dir.path().join("lease.json");
         std::fs::write(&lease_path, lease.to_string()).unwrap();
@@ -266,9 +271,7 @@ fn a_held_lease_is_swept_only_when_the_user_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_file(&sim, dir.path());
     let ledger_path = dir.path().join("ledger.sqlite3");
-    let acquired = harness(&ledger_path, &["acquire", "--config", &config]);
-    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
-    let id = stdout_json(&acquired)["providerLeaseId"].as_str().unwrap().to_owned();
+    let id = acquire(&ledger_path, &config)["providerLeaseId"].as_str().unwrap().to_owned();
 
     // A lifecycle sweeps dead runs first; a plain sweep sweeps the abandoned:
     // neither touches the held lease (its key in the config or not).
@@ -293,8 +296,7 @@ fn a_call_refused_before_any_request_leaves_no_ledger_row() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_file(&sim, dir.path());
     let ledger_path = dir.path().join("ledger.sqlite3");
-    let acquired = harness(&ledger_path, &["acquire", "--config", &config]);
-    let lease = stdout_json(&acquired);
+    let lease = acquire(&ledger_path, &config);
     let other_tenant = dir.path().join("other-tenant.json");
     let other = json!({"companyId": "globex", "environmentId": "dev", "config": provider_config(&sim)});
     std::fs::write(&other_tenant, other.to_string()).unwrap();
@@ -350,10 +352,8 @@ fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_file(&sim, dir.path());
     let ledger_path = dir.path().join("ledger.sqlite3");
-    let acquired = harness(&ledger_path, &["acquire", "--config", &config]);
-    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
     let lease_path = dir.path().join("lease.json");
-    std::fs::write(&lease_path, stdout_json(&acquired).to_string()).unwrap();
+    std::fs::write(&lease_path, acquire(&ledger_path, &config).to_string()).unwrap();
     let lease_path = lease_path.to_str().unwrap();
     for (args, left) in [
         (vec!["probe", "--config", &config], LeaseState::Acquiring),
