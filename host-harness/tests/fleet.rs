@@ -3,6 +3,9 @@
 //! starts (its request log is the ground truth). Each harness process is a
 //! host with its own heartbeat.
 
+mod common;
+
+use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
     ledger::LeaseState,
@@ -81,16 +84,6 @@ fn last_json(stdout: &[u8]) -> Value {
     let stdout = String::from_utf8_lossy(stdout);
     let line = stdout.lines().last().unwrap_or_else(|| panic!("no output"));
     serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}"))
-}
-
-/// Polls `condition` until it holds; panics after `limit` (a guard against
-/// a hang, not a measurement).
-fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A lease that one host records as unconfirmed is never resumed or

@@ -3,6 +3,9 @@
 //! process the tests run (and kill), and its own view of which sandboxes are
 //! live is the ground truth the ledger is checked against.
 
+mod common;
+
+use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
     host::{Host, Released},
@@ -331,16 +334,6 @@ fn a_call_refused_before_any_request_leaves_no_ledger_row() {
     assert_eq!(swept.status.code(), Some(0), "later sweeps still succeed: {}", stderr(&swept));
 }
 
-/// Polls `condition` until it holds; panics after `limit` (a guard against
-/// a hang, not a measurement).
-fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !condition() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// A host killed after its DELETE reached the API (a probe deleting its own
 /// sandbox, a `destroy` whose reply was still in flight) leaves its row
 /// `acquiring` or `destroying` although the sandbox is gone. The sweep that
@@ -365,7 +358,8 @@ fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
             FaultTrigger::from_nth(1),
             FaultKind::DelayReply(Duration::from_secs(3600)),
         ));
-        let deleted_before = sim.ledger().sandboxes.iter().filter(|sandbox| sandbox.deleted).count();
+        let deleted = || sim.ledger().sandboxes.iter().filter(|sandbox| sandbox.deleted).count();
+        let deleted_before = deleted();
         let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
             .arg("--ledger")
             .arg(&ledger_path)
@@ -375,9 +369,7 @@ fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        wait_until("the API deleted the sandbox", Duration::from_secs(60), || {
-            sim.ledger().sandboxes.iter().filter(|sandbox| sandbox.deleted).count() > deleted_before
-        });
+        wait_until("the API deleted the sandbox", Duration::from_secs(60), || deleted() > deleted_before);
         child.kill().unwrap(); // SIGKILL, its DELETE's reply still in flight
         child.wait().unwrap();
         sim.clear_faults();

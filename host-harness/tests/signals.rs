@@ -7,11 +7,14 @@
 use createos_sim::{SimConfig, Simulator};
 use host_harness::ledger::{LeaseState, Ledger};
 use serde_json::{json, Value};
+mod common;
+
+use common::{signal, wait_until};
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 fn simulator(create_delay: Duration) -> Simulator {
@@ -58,23 +61,9 @@ impl Bed {
     }
 }
 
-/// Polls `condition` until it holds; panics after 60 s.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(child: &Child, signal: i32) {
-    // SAFETY: `kill` only sends a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-}
-
 /// Waits for the child to exit (60 s at most); returns its status and output.
 fn finish(mut child: Child) -> (ExitStatus, String, String) {
-    wait_until("the harness exits", || child.try_wait().unwrap().is_some());
+    wait_until("the harness exits", Duration::from_secs(60), || child.try_wait().unwrap().is_some());
     let output = child.wait_with_output().unwrap();
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
     (output.status, text(&output.stdout), text(&output.stderr))
@@ -95,7 +84,7 @@ fn sigint_during_exec_terminates_the_command_and_keeps_the_held_lease() {
     std::fs::write(&lease_path, lease.to_string()).unwrap();
 
     let child = bed.spawn(&["exec", "--lease", lease_path.to_str().unwrap(), "--", "/bin/sleep", "300"]);
-    wait_until("the command runs", || !sim.ledger().processes.is_empty());
+    wait_until("the command runs", Duration::from_secs(60), || !sim.ledger().processes.is_empty());
     signal(&child, libc::SIGINT);
     let (status, _, stderr) = finish(child);
     assert_eq!(status.code(), Some(130), "{stderr}");
@@ -111,7 +100,7 @@ fn sigterm_during_lifecycle_destroys_the_lease_in_flight() {
     let sim = simulator(Duration::from_millis(1500));
     let bed = Bed::new(&sim);
     let child = bed.spawn(&["lifecycle", "--json"]);
-    wait_until("the lifecycle acquires", || posted_sandboxes(&sim) == 2); // probe, then acquire
+    wait_until("the lifecycle acquires", Duration::from_secs(60), || posted_sandboxes(&sim) == 2); // probe, then acquire
     signal(&child, libc::SIGTERM);
     let (status, stdout, stderr) = finish(child);
     assert_eq!(status.code(), Some(143), "{stdout}{stderr}");
@@ -128,7 +117,7 @@ fn sigint_during_soak_stops_admitting_and_cleans_up_what_is_in_flight() {
     let sim = simulator(Duration::from_millis(300));
     let bed = Bed::new(&sim);
     let child = bed.spawn(&["soak", "--leases", "400", "--concurrency", "4", "--json"]);
-    wait_until("lifecycles are in flight", || posted_sandboxes(&sim) >= 8);
+    wait_until("lifecycles are in flight", Duration::from_secs(60), || posted_sandboxes(&sim) >= 8);
     signal(&child, libc::SIGINT);
     let (status, stdout, stderr) = finish(child);
     assert_eq!(status.code(), Some(130), "{stderr}");
@@ -145,7 +134,7 @@ fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
     // The probe's sandbox is recorded the moment its creation reply arrives
     // (write-ahead): wait for that record, not only for the request, which a
     // loaded machine may take a while to answer and record.
-    wait_until("the probe's sandbox is recorded", || {
+    wait_until("the probe's sandbox is recorded", Duration::from_secs(60), || {
         Ledger::open_read_only(Path::new(&bed.ledger()))
             .ok()
             .flatten()
@@ -171,5 +160,5 @@ fn a_second_signal_exits_at_once_and_sweep_cleans_up() {
     assert!(stderr.contains("exiting at once"), "{stderr}");
     let swept = bed.command(&["sweep"]).output().unwrap();
     assert!(swept.status.success(), "{}", String::from_utf8_lossy(&swept.stderr));
-    wait_until("the sandbox is gone", || sim.live_sandboxes().is_empty());
+    wait_until("the sandbox is gone", Duration::from_secs(60), || sim.live_sandboxes().is_empty());
 }

@@ -3,11 +3,14 @@
 //! directories of simulators that were killed are removed when the next one
 //! starts. Real signals to the real binary, each run with a private TMPDIR.
 
+mod common;
+
+use common::{signal, wait_until};
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    process::{Command, Stdio},
+    time::Duration,
 };
 
 fn harness(tmp: &Path, args: &[&str]) -> Command {
@@ -33,20 +36,6 @@ fn sim_dirs(tmp: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Polls `condition` until it holds; panics after 60 s.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn signal(child: &Child, signal: i32) {
-    // SAFETY: `kill` only sends a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
-}
-
 #[test]
 fn sim_removes_its_directory_on_sigterm() {
     let tmp = tempfile::tempdir().unwrap();
@@ -67,7 +56,7 @@ fn a_second_ctrl_c_still_removes_the_embedded_simulators_directory() {
         .spawn()
         .unwrap();
     // Sandboxes exist: their directories are inside the simulator's.
-    wait_until("sandboxes exist", || {
+    wait_until("sandboxes exist", Duration::from_secs(60), || {
         sim_dirs(tmp.path()).iter().any(|dir| std::fs::read_dir(dir).is_ok_and(|entries| entries.count() > 2))
     });
     signal(&child, libc::SIGINT);
