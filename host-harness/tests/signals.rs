@@ -4,12 +4,12 @@
 //! exits at once and leaves the rest to `sweep`. Real signals, sent to the
 //! real binary, against a simulator this test process owns.
 
-use createos_sim::{SimConfig, Simulator};
-use host_harness::ledger::{LeaseState, Ledger};
-use serde_json::{json, Value};
 mod common;
 
 use common::{signal, wait_until};
+use createos_sim::{SimConfig, Simulator};
+use host_harness::ledger::{LeaseState, Ledger};
+use serde_json::{json, Value};
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},

@@ -38,12 +38,11 @@ const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/postgres/00
 /// older build still open the ledger (they refuse newer migrations); an
 /// index changes no row's meaning. Building one locks `leases` against
 /// writes once, on the first open by a build that has it.
-const INDEXES: &[(&str, &str)] = &[(
-    "leases_live_owners",
+const INDEXES: &[&str] = &[
     // What a patrol reads every half expiry: the rows not destroyed, by
     // owner, never the whole ledger's history.
-    "CREATE INDEX leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
-)];
+    "CREATE INDEX IF NOT EXISTS leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
+];
 
 /// The advisory lock migrations hold ("HHLg", as the SQLite ledger's application id).
 const MIGRATION_LOCK: i64 = 0x4848_4c67;
@@ -150,11 +149,8 @@ fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
         tx.batch_execute(sql)?;
         tx.execute("INSERT INTO ledger_migrations (version) VALUES ($1)", &[version])?;
     }
-    for (name, sql) in INDEXES {
-        let missing: bool = tx.query_one("SELECT to_regclass($1::text) IS NULL", &[name])?.get(0);
-        if missing {
-            tx.batch_execute(sql)?;
-        }
+    for sql in INDEXES {
+        tx.batch_execute(sql)?;
     }
     Ok(tx.commit()?)
 }
