@@ -17,15 +17,14 @@
 #       # the same with another allocator preloaded into the soak process only
 #
 # The simulator runs every command as a real process, on the same two
-# cores: it is the bottleneck, and slows as lifecycles pile up. It bounds
-# what it admits by its limit of open files (a connection holds a socket, a
-# running command about 6 files): at 20,000, 8,000 connections and 1,333
-# commands, the rest waiting (connections in a 4,096-deep listen queue,
-# commands for a running one to end), and while connections are at the
-# bound every response closes its own so the queued ones take turns. At
-# 10,000 in flight a request so waits about a minute: the lifecycles' hooks
-# get a 30-minute timeout (`timeoutMs`), so what the row measures is the
-# harness, not how long an overloaded simulator makes a hook wait.
+# cores: it is the bottleneck, and slows as lifecycles pile up. The
+# provider keeps at most 1,024 requests awaiting a reply from it (its
+# request gate), the rest waiting in the provider without a connection; the
+# simulator bounds the commands it runs by its limit of open files (1,333
+# at 20,000), the rest waiting for a running one to end. At 10,000 in
+# flight a request so waits minutes: the lifecycles' hooks get a 30-minute
+# timeout (`timeoutMs`), so what the row measures is the harness, not how
+# long an overloaded simulator makes a hook wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 big=${1:-3000}

@@ -3,8 +3,10 @@
 //! - Base `<origin>/v1`, header `X-Api-Key` (marked sensitive), rustls,
 //!   redirects never followed (a 3xx is an API error: the key must not travel
 //!   to another host).
-//! - Every request first takes a permit from the shared [`Pacer`] at the
-//!   caller's [`Priority`], and the whole call (pacing, request, reply body)
+//! - Every request first takes a pass from its origin's [`RequestGate`]
+//!   (a bound on the requests awaiting a reply, held until the reply's head
+//!   arrives), then a permit from the shared [`Pacer`] at the caller's
+//!   [`Priority`], and the whole call (pacing, request, reply body)
 //!   is bounded by the caller's deadline (a `Timeout` error). Cancel by
 //!   dropping the future.
 //! - A non-2xx reply is an `Api` error with the status and the call's fixed
@@ -52,6 +54,7 @@ use url::Url;
 
 use crate::config::{ProviderConfig, Secret};
 use crate::error::{op, Error};
+use crate::gate::RequestGate;
 use crate::pacer::{key_fingerprint, Pacer, Priority};
 
 /// `Retry-After` assumed when a 429 has none.
@@ -221,6 +224,7 @@ pub struct CreateosClient {
     base: String,
     key: HeaderValue,
     pacer: Arc<Pacer>,
+    gate: Arc<RequestGate>,
 }
 
 impl std::fmt::Debug for CreateosClient {
@@ -255,7 +259,15 @@ impl CreateosClient {
         let mut key = HeaderValue::from_bytes(key.expose().as_bytes())
             .map_err(|_| Error::invalid_config("apiKey cannot be sent in an HTTP header."))?;
         key.set_sensitive(true);
-        Ok(CreateosClient { http, base: format!("{}/v1", origin.origin().ascii_serialization()), key, pacer })
+        let origin = origin.origin().ascii_serialization();
+        let gate = RequestGate::shared(&origin);
+        Ok(CreateosClient { http, base: format!("{origin}/v1"), key, pacer, gate })
+    }
+
+    /// The same client behind another request gate.
+    #[cfg(test)]
+    fn with_gate(self, gate: Arc<RequestGate>) -> Self {
+        CreateosClient { gate, ..self }
     }
 
     /// The shared request budget.
@@ -615,16 +627,23 @@ impl CreateosClient {
     ) -> Result<Response, Error> {
         let mut retries = 0;
         loop {
-            // Racing the permit against the deadline here (inside `bounded`,
-            // whose timeout polls this future first) tells "never sent"
-            // apart from "sent, outcome unknown".
-            if tokio::time::timeout_at(opts.deadline, self.pacer.acquire(opts.priority)).await.is_err() {
+            // Racing the pass and the permit against the deadline here
+            // (inside `bounded`, whose timeout polls this future first)
+            // tells "never sent" apart from "sent, outcome unknown".
+            let admitted = async {
+                let pass = self.gate.enter(opts.priority).await;
+                self.pacer.acquire(opts.priority).await;
+                pass
+            };
+            let Ok(pass) = tokio::time::timeout_at(opts.deadline, admitted).await else {
                 return Err(Error::NotSent { operation: label });
-            }
+            };
             let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
                 log_transport(label, &e);
                 Error::from_transport(label, &e)
             })?;
+            // The reply's head is here: its body is read without a pass.
+            drop(pass);
             if resp.status() != StatusCode::TOO_MANY_REQUESTS {
                 return Ok(resp);
             }
@@ -1091,6 +1110,86 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::Timeout);
         assert_eq!(err.to_string(), "CreateOS sandbox lifecycle timed out.");
         assert!(Instant::now() >= deadline);
+    }
+
+    /// A server that holds every request until the test lets replies go,
+    /// counting the requests it holds at once.
+    #[derive(Clone)]
+    struct Holding {
+        held: Arc<std::sync::atomic::AtomicUsize>,
+        peak: Arc<std::sync::atomic::AtomicUsize>,
+        arrived: Arc<std::sync::atomic::AtomicUsize>,
+        replies: Arc<tokio::sync::Semaphore>,
+    }
+
+    async fn hold(State(server): State<Holding>) -> AxumResponse {
+        use std::sync::atomic::Ordering::SeqCst;
+        let held = server.held.fetch_add(1, SeqCst) + 1;
+        server.peak.fetch_max(held, SeqCst);
+        server.arrived.fetch_add(1, SeqCst);
+        server.replies.acquire().await.unwrap().forget();
+        server.held.fetch_sub(1, SeqCst);
+        let body = json!({"status": "success", "data": {"id": "s", "status": "running"}});
+        AxumResponse::builder().status(200).body(Body::from(body.to_string())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_past_the_gate_are_sent_only_once_a_reply_arrived() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let server = Holding {
+            held: Arc::default(),
+            peak: Arc::default(),
+            arrived: Arc::default(),
+            replies: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        let app = axum::Router::new().fallback(hold).with_state(server.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let client = CreateosClient::with_pacer(
+            &Url::parse(&format!("http://{addr}")).unwrap(),
+            &Secret::new(KEY),
+            build_http_client().unwrap(),
+            Arc::new(Pacer::new(100_000)),
+        )
+        .unwrap()
+        .with_gate(Arc::new(RequestGate::new(3, 1)));
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { client.get_sandbox("s", opts()).await })
+            })
+            .collect();
+        while server.arrived.load(SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        server.replies.add_permits(8);
+        for call in calls {
+            assert_eq!(call.await.unwrap().unwrap().status, SandboxStatus::Running);
+        }
+        assert_eq!(server.arrived.load(SeqCst), 8);
+        assert_eq!(server.peak.load(SeqCst), 3, "at most the gate's bound awaits a reply at once");
+    }
+
+    #[tokio::test]
+    async fn a_deadline_that_passes_at_the_gate_means_the_request_was_never_sent() {
+        let (mock, client) = server().await;
+        let client = client.with_gate(Arc::new(RequestGate::new(1, 0)));
+        mock.push(Reply::Hang);
+        let hanging = tokio::spawn({
+            let client = client.clone();
+            async move { client.get_sandbox("s", opts()).await }
+        });
+        while mock.seen().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let err =
+            client.create_process("s", "true", None, CallOptions::new(deadline, Priority::NewWork)).await;
+        let err = err.unwrap_err();
+        assert!(err.is_not_sent(), "{err}");
+        assert_eq!(mock.seen().len(), 1, "the creation never reached the server");
+        hanging.abort();
     }
 
     #[test]

@@ -2,14 +2,16 @@
 //! `provider-abi` (and usable in-process as an `rlib`).
 //!
 //! One module per concern: `config`, `client` (HTTP), `pacer` (the shared
-//! request budget), `transition` (state machine polling), `metadata` and
-//! `registry` (lease state), `lease` (the lease hooks), `sync` (file sync) and `provider` (the
+//! request budget), `gate` (the bound on requests awaiting a reply),
+//! `transition` (state machine polling), `metadata` and `registry` (lease
+//! state), `lease` (the lease hooks), `sync` (file sync) and `provider` (the
 //! thin ABI layer).
 
 pub mod client;
 pub mod config;
 pub mod error;
 pub mod execute;
+mod gate;
 mod handoff;
 pub mod lease;
 mod logs;
