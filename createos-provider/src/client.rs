@@ -836,19 +836,23 @@ mod tests {
 
     async fn server() -> (Mock, CreateosClient) {
         let mock = Mock::default();
-        let app = axum::Router::new().fallback(handler).with_state(mock.clone());
+        let client = client_of(axum::Router::new().fallback(handler).with_state(mock.clone())).await;
+        (mock, client)
+    }
+
+    /// Serves `app` on a loopback port and returns a client of it.
+    async fn client_of(app: axum::Router) -> CreateosClient {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         let origin = Url::parse(&format!("http://{addr}")).unwrap();
-        let client = CreateosClient::with_pacer(
+        CreateosClient::with_pacer(
             &origin,
             &Secret::new(KEY),
             build_http_client().unwrap(),
             Arc::new(Pacer::new(100_000)),
         )
-        .unwrap();
-        (mock, client)
+        .unwrap()
     }
 
     fn opts() -> CallOptions {
@@ -1142,18 +1146,9 @@ mod tests {
             arrived: Arc::default(),
             replies: Arc::new(tokio::sync::Semaphore::new(0)),
         };
-        let app = axum::Router::new().fallback(hold).with_state(server.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let client = CreateosClient::with_pacer(
-            &Url::parse(&format!("http://{addr}")).unwrap(),
-            &Secret::new(KEY),
-            build_http_client().unwrap(),
-            Arc::new(Pacer::new(100_000)),
-        )
-        .unwrap()
-        .with_gate(Arc::new(RequestGate::new(3, 1)));
+        let client = client_of(axum::Router::new().fallback(hold).with_state(server.clone()))
+            .await
+            .with_gate(Arc::new(RequestGate::new(3, 1)));
         let calls: Vec<_> = (0..8)
             .map(|_| {
                 let client = client.clone();
