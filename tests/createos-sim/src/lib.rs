@@ -15,6 +15,7 @@ mod config;
 mod faults;
 mod isolation;
 mod ledger;
+mod pidfd;
 mod process;
 mod proctable;
 mod ratelimit;

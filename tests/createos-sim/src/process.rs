@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{ChildStderr, ChildStdout};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::isolation::{ChildSetup, SandboxDirs};
-use crate::proctable::ProcTable;
+use crate::pidfd::{Leader, Pidfd};
+use crate::proctable::{read_entry, ProcEntry, ProcTable};
 
 /// How long to wait for pipes to reach EOF after the leader exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
@@ -40,91 +42,110 @@ pub(crate) fn become_subreaper() {
 /// A process tree rooted at a leader that called `setsid`.
 #[derive(Debug)]
 pub(crate) struct Tree {
-    pgid: i32,
+    /// Its number is the group's; unreaped until the tree is gone.
+    leader: Leader,
     mnt_ns: Option<u64>,
     /// Keeps the namespace (and so its inode number) alive while the tree
     /// may still have members; namespace inodes are reused once freed.
     ns_fd: Mutex<Option<std::fs::File>>,
-    leader_reaped: AtomicBool,
+    /// Held while signalling and while declaring the tree gone (which
+    /// releases the leader's number): no signal outlives the number.
+    life: Mutex<()>,
     gone: AtomicBool,
 }
 
 impl Tree {
-    fn new(pid: i32) -> Tree {
+    fn new(leader: Leader) -> Tree {
         let own = std::fs::metadata("/proc/self/ns/mnt").ok().map(|m| m.ino());
         // Only a private namespace identifies the tree.
-        let ns_fd = std::fs::File::open(format!("/proc/{pid}/ns/mnt")).ok().and_then(|f| {
+        let ns_fd = std::fs::File::open(format!("/proc/{}/ns/mnt", leader.pid())).ok().and_then(|f| {
             let ino = f.metadata().ok()?.ino();
             (Some(ino) != own).then_some((f, ino))
         });
         Tree {
-            pgid: pid,
+            leader,
             mnt_ns: ns_fd.as_ref().map(|(_, ino)| *ino),
             ns_fd: Mutex::new(ns_fd.map(|(f, _)| f)),
-            leader_reaped: AtomicBool::new(false),
+            life: Mutex::new(()),
             gone: AtomicBool::new(false),
         }
     }
 
-    /// Process ids of live members, reaping zombie orphans that are ours.
+    fn pgid(&self) -> i32 {
+        self.leader.pid()
+    }
+
+    fn life(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.life.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Live members (the leader until it exits), reaping zombie orphans
+    /// that are ours; the leader is only ever reaped by [`Leader::release`].
     /// The table is taken after this call began, so a member that existed
-    /// when it was asked (and after the leader was reaped) is in it.
-    fn members(&self) -> Vec<i32> {
+    /// when it was asked is in it.
+    fn members(&self) -> Vec<ProcEntry> {
         let me = std::process::id() as i32;
         let table = ProcTable::taken_since(Instant::now());
         let mut out = Vec::new();
         for entry in table.entries() {
-            let member = entry.pgrp == self.pgid || (self.mnt_ns.is_some() && entry.mnt_ns == self.mnt_ns);
+            let member = entry.pgrp == self.pgid() || (self.mnt_ns.is_some() && entry.mnt_ns == self.mnt_ns);
             if !member {
                 continue;
             }
-            if entry.zombie && entry.ppid == me && entry.pid != self.pgid {
-                // An orphan re-parented to us (subreaper): reap it. Another
-                // tree sharing the table may have reaped it already: then
-                // this finds nothing.
-                let mut st = 0;
-                // SAFETY: reaping a specific zombie child of ours.
-                unsafe { libc::waitpid(entry.pid, &mut st, libc::WNOHANG) };
+            if entry.pid == self.pgid() {
+                if !entry.zombie && self.leader.exit_status().is_none() {
+                    out.push(*entry);
+                }
                 continue;
             }
-            if entry.pid == self.pgid && self.leader_reaped.load(Ordering::SeqCst) {
-                continue; // pid reused after our leader was reaped
+            if entry.zombie && entry.ppid == me {
+                // An orphan re-parented to us (subreaper).
+                reap_orphan(entry.pid, self.pgid());
+                continue;
             }
-            out.push(entry.pid);
+            out.push(*entry);
         }
         out
     }
 
     /// Send `sig` to every member of the tree.
     pub(crate) fn signal(&self, sig: i32) {
+        let _life = self.life();
         if self.gone.load(Ordering::SeqCst) {
             return;
         }
-        // SAFETY: signalling our own process group.
-        unsafe { libc::kill(-self.pgid, sig) };
-        if self.mnt_ns.is_some() {
-            for pid in self.members() {
-                // SAFETY: signalling a member of our tree.
-                unsafe { libc::kill(pid, sig) };
+        // SAFETY: signalling our own process group, whose number the
+        // unreleased leader keeps ours.
+        unsafe { libc::kill(-self.pgid(), sig) };
+        if self.mnt_ns.is_none() {
+            return;
+        }
+        // Members that left the group (their own session) but not the
+        // namespace, each through a pidfd checked to be in the namespace
+        // after it was opened: never a process that took a member's id.
+        for entry in self.members().into_iter().filter(|e| e.pgrp != self.pgid()) {
+            if let Ok(pidfd) = Pidfd::open(entry.pid) {
+                if read_entry(entry.pid).is_some_and(|now| now.mnt_ns == self.mnt_ns) {
+                    pidfd.signal(sig);
+                }
             }
         }
     }
 
-    /// True once no member remains (the leader reaped, nothing else alive).
+    /// True once no member remains (the leader exited, nothing else
+    /// alive); the leader is then reaped and its number freed.
     pub(crate) fn is_gone(&self) -> bool {
         if self.gone.load(Ordering::SeqCst) {
             return true;
         }
-        if !self.leader_reaped.load(Ordering::SeqCst) {
+        if self.leader.exit_status().is_none() || !self.members().is_empty() {
             return false;
         }
-        if self.members().is_empty() {
-            self.gone.store(true, Ordering::SeqCst);
-            self.ns_fd.lock().unwrap_or_else(|e| e.into_inner()).take();
-            true
-        } else {
-            false
-        }
+        let _life = self.life();
+        self.gone.store(true, Ordering::SeqCst);
+        self.leader.release();
+        self.ns_fd.lock().unwrap_or_else(|e| e.into_inner()).take();
+        true
     }
 
     /// Poll until the tree is gone or `deadline` passes.
@@ -170,6 +191,16 @@ impl Tree {
     }
 }
 
+/// Reap the zombie child `pid` if it still is one of group `pgid` (a
+/// pidfd, then a fresh look: never a process that took the id since).
+fn reap_orphan(pid: i32, pgid: i32) {
+    let me = std::process::id() as i32;
+    let Ok(pidfd) = Pidfd::open(pid) else { return };
+    if read_entry(pid).is_some_and(|now| now.zombie && now.ppid == me && now.pgrp == pgid) {
+        pidfd.exit_status(true);
+    }
+}
+
 /// Why spawning failed.
 #[derive(Debug)]
 pub(crate) enum SpawnError {
@@ -193,9 +224,10 @@ fn spawn(
     cmd: &str,
     args: &[String],
     cwd: Option<&str>,
-) -> Result<(tokio::process::Child, Arc<Tree>), SpawnError> {
+) -> Result<(Pipes, Arc<Tree>), SpawnError> {
+    use std::os::unix::process::CommandExt;
     let setup = ChildSetup::new(dirs, cwd).map_err(SpawnError::BadCommand)?;
-    let mut c = tokio::process::Command::new(cmd);
+    let mut c = std::process::Command::new(cmd);
     c.args(args)
         .env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -212,12 +244,30 @@ fn spawn(
     unsafe {
         c.pre_exec(move || setup.apply(true));
     }
-    let child = c.spawn().map_err(|e| match e.raw_os_error() {
+    let mut child = c.spawn().map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT | libc::EACCES | libc::ENOTDIR | libc::ENOEXEC) => SpawnError::BadCommand(e),
         _ => SpawnError::Internal(e),
     })?;
-    let pid = child.id().unwrap_or(0) as i32;
-    Ok((child, Arc::new(Tree::new(pid))))
+    // The child is never waited for through `child`: its leader holds it.
+    let leader = match Leader::new(child.id() as i32) {
+        Ok(leader) => leader,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(SpawnError::Internal(e));
+        }
+    };
+    let pipes = Pipes {
+        stdout: child.stdout.take().map(ChildStdout::from_std).transpose().map_err(SpawnError::Internal)?,
+        stderr: child.stderr.take().map(ChildStderr::from_std).transpose().map_err(SpawnError::Internal)?,
+    };
+    Ok((pipes, Arc::new(Tree::new(leader))))
+}
+
+/// A started command's output pipes.
+struct Pipes {
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
 }
 
 /// Result of a synchronous `/exec`.
@@ -231,7 +281,7 @@ pub(crate) struct ExecOutput {
 /// A running `/exec` command, registered with its sandbox so it can be killed.
 pub(crate) struct ExecRun {
     pub tree: Arc<Tree>,
-    child: tokio::process::Child,
+    pipes: Pipes,
     /// Its room among the running commands, held until it is finished.
     _room: OwnedSemaphorePermit,
 }
@@ -244,8 +294,8 @@ pub(crate) fn start_exec(
     cwd: Option<&str>,
     room: OwnedSemaphorePermit,
 ) -> Result<ExecRun, SpawnError> {
-    let (child, tree) = spawn(dirs, cmd, args, cwd)?;
-    Ok(ExecRun { tree, child, _room: room })
+    let (pipes, tree) = spawn(dirs, cmd, args, cwd)?;
+    Ok(ExecRun { tree, pipes, _room: room })
 }
 
 impl ExecRun {
@@ -253,11 +303,9 @@ impl ExecRun {
     pub(crate) async fn finish(mut self) -> io::Result<ExecOutput> {
         let out_buf = Arc::new(Mutex::new(Vec::new()));
         let err_buf = Arc::new(Mutex::new(Vec::new()));
-        let out_task = tokio::spawn(collect(self.child.stdout.take(), out_buf.clone()));
-        let err_task = tokio::spawn(collect(self.child.stderr.take(), err_buf.clone()));
-        let status = self.child.wait().await;
-        self.tree.leader_reaped.store(true, Ordering::SeqCst);
-        let status = status?;
+        let out_task = tokio::spawn(collect(self.pipes.stdout.take(), out_buf.clone()));
+        let err_task = tokio::spawn(collect(self.pipes.stderr.take(), err_buf.clone()));
+        let status = self.tree.leader.exited().await?;
         // Pipes reach EOF unless a leftover descendant holds them.
         finished(&out_task, &err_task, DRAIN_AFTER_EXIT).await;
         // A short command: whatever it left running is killed when it
@@ -475,7 +523,8 @@ pub(crate) struct ManagedProcess {
     journal: Mutex<Journal>,
     changed: watch::Sender<u64>,
     stdin_closed: AtomicBool,
-    reaped: watch::Sender<bool>,
+    /// True once the leader has exited.
+    exited: watch::Sender<bool>,
 }
 
 impl ManagedProcess {
@@ -489,26 +538,24 @@ impl ManagedProcess {
         journal_bytes: usize,
         room: OwnedSemaphorePermit,
     ) -> Result<Arc<ManagedProcess>, SpawnError> {
-        let (mut child, tree) = spawn(dirs, cmd, args, cwd)?;
+        let (pipes, tree) = spawn(dirs, cmd, args, cwd)?;
         let p = Arc::new(ManagedProcess {
             tree,
             journal: Mutex::new(Journal::new(journal_bytes)),
             changed: watch::channel(0).0,
             stdin_closed: AtomicBool::new(false),
-            reaped: watch::channel(false).0,
+            exited: watch::channel(false).0,
         });
         let chunk = journal_bytes.clamp(1, 64 * 1024);
-        let out = child.stdout.take();
-        let err = child.stderr.take();
+        let Pipes { stdout: out, stderr: err } = pipes;
         let unread =
             UnreadProbe::new([out.as_ref().map(AsRawFd::as_raw_fd), err.as_ref().map(AsRawFd::as_raw_fd)]);
         let out_task = tokio::spawn(pump(p.clone(), out, false, chunk));
         let err_task = tokio::spawn(pump(p.clone(), err, true, chunk));
         let pw = p.clone();
         tokio::spawn(async move {
-            let status = child.wait().await;
-            pw.tree.leader_reaped.store(true, Ordering::SeqCst);
-            pw.reaped.send_replace(true);
+            let status = pw.tree.leader.exited().await;
+            pw.exited.send_replace(true);
             // Wait for EOF on both pipes, or until they have been idle for
             // DRAIN_AFTER_EXIT with nothing left unread in them (a leftover
             // descendant may hold them open). "Nothing unread" matters under
@@ -560,9 +607,9 @@ impl ManagedProcess {
         !self.stdin_closed.swap(true, Ordering::SeqCst)
     }
 
-    /// Wait (bounded) until the leader has been reaped.
-    pub(crate) async fn wait_reaped(&self, limit: Duration) -> bool {
-        let mut rx = self.reaped.subscribe();
+    /// Wait (bounded) until the leader has exited.
+    pub(crate) async fn wait_exited(&self, limit: Duration) -> bool {
+        let mut rx = self.exited.subscribe();
         let ok = tokio::time::timeout(limit, async { rx.wait_for(|r| *r).await.is_ok() }).await;
         ok.unwrap_or(false)
     }
@@ -585,6 +632,47 @@ async fn pump<R: AsyncRead + Unpin>(p: Arc<ManagedProcess>, r: Option<R>, stderr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Starts `sleep 30` in a session of its own, asking the kernel for
+    /// process id `pid` (the next after `ns_last_pid`): what any new
+    /// sandbox command does, at the moment a finished tree's number is free.
+    fn start_session_leader_at(pid: i32) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut sleep = std::process::Command::new("sleep");
+        sleep.arg("30");
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            sleep.pre_exec(|| match libc::setsid() {
+                -1 => Err(io::Error::last_os_error()),
+                _ => Ok(()),
+            });
+        }
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).expect("write ns_last_pid");
+        sleep.spawn().expect("spawn sleep")
+    }
+
+    #[tokio::test]
+    async fn a_finished_tree_never_signals_the_process_that_takes_its_number() {
+        let state = tempfile::tempdir().expect("tempdir");
+        let dirs = SandboxDirs::new(state.path(), "reuse");
+        dirs.create().expect("sandbox dirs");
+        let (_pipes, tree) = spawn(&dirs, "sh", &["-c".into(), "exit 0".into()], None).expect("spawn");
+        tree.leader.exited().await.expect("the leader exits");
+        // The tree is not known to be gone yet (its output may still be
+        // draining) when a new command starts and a pause or a delete of
+        // the sandbox signals every tree it has.
+        let mut newcomer = start_session_leader_at(tree.pgid());
+        tree.signal(libc::SIGKILL);
+        // SAFETY: signalling the child we started.
+        unsafe { libc::kill(newcomer.id() as i32, libc::SIGTERM) };
+        let status = newcomer.wait().expect("wait for the newcomer");
+        assert_eq!(
+            status.signal(),
+            Some(libc::SIGTERM),
+            "the newcomer (pid {}) was hit by the old tree",
+            newcomer.id()
+        );
+    }
 
     #[test]
     fn journal_evicts_and_reports() {

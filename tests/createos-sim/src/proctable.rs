@@ -70,7 +70,7 @@ impl ProcTable {
 }
 
 /// Reads one process's entry (`None` once it is gone).
-fn read_entry(pid: i32) -> Option<ProcEntry> {
+pub(crate) fn read_entry(pid: i32) -> Option<ProcEntry> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields start after
     // the last ')'.

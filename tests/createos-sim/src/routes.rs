@@ -558,7 +558,7 @@ async fn delete_process(
     let exited = p.tree.terminate(Duration::from_millis(grace)).await;
     if exited {
         // Let the exit frame land before answering.
-        p.wait_reaped(Duration::from_secs(1)).await;
+        p.wait_exited(Duration::from_secs(1)).await;
     }
     Ok(ok(json!({"tree_exited": exited})))
 }
