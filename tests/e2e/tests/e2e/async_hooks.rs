@@ -284,6 +284,7 @@ fn a_panicking_async_hook_is_an_error_before_and_while_polled() {
 fn many_concurrent_async_executes_stream_their_output() {
     const LEASES: usize = 10;
     const PER_LEASE: usize = 100;
+    let _machine = e2e::machine::saturated();
     let bed = Bed::new();
     // Generous: a thousand processes on a shared two-core machine.
     let config = bed.config(json!({"timeoutMs": 300_000}));

@@ -373,6 +373,7 @@ fn forty_leases_at_once_stay_within_the_rate_limit() {
 fn twenty_loops_under_overload_finish_their_work() {
     const LOOPS: usize = 20;
     const RUN: Duration = Duration::from_secs(6);
+    let _machine = e2e::machine::scaled_deadlines();
     let limit = RateLimit::sliding_window(3_000, Duration::from_secs(60));
     let bed = Bed::with(SimConfig { rate_limit: Some(limit), ..SimConfig::default() });
     let config = bed.config(json!({"requestsPerMinute": 3_000, "timeoutMs": 2_000, "reuseLease": true}));
