@@ -4,7 +4,9 @@
 //! process sharing the child's private mount namespace (so even a descendant
 //! that started its own session is found). The simulator process is made a
 //! child subreaper, so orphaned descendants are re-parented to it and reaped
-//! here; nothing is left as a zombie.
+//! here. The leader alone stays a zombie after it exits, until its tree is
+//! gone, so the group's number is never another process's while the tree
+//! may signal it (see [`crate::pidfd`]).
 
 use std::collections::VecDeque;
 use std::io;
