@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::io::unix::AsyncFd;
 
+use crate::proctable::{read_entry, ProcEntry};
+
 /// A pidfd of one process.
 #[derive(Debug)]
 pub(crate) struct Pidfd(OwnedFd);
@@ -32,6 +34,14 @@ impl Pidfd {
         }
         // SAFETY: a fresh descriptor nobody else owns.
         Ok(Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// A pidfd of `pid` if the process holding `pid`, looked at after the
+    /// pidfd was opened, still passes `still`: so it never names a process
+    /// that took the id since the caller last looked.
+    pub(crate) fn open_if(pid: i32, still: impl FnOnce(&ProcEntry) -> bool) -> Option<Pidfd> {
+        let pidfd = Pidfd::open(pid).ok()?;
+        read_entry(pid).is_some_and(|now| still(&now)).then_some(pidfd)
     }
 
     /// Send `sig` to this process (never to one that took its id later).

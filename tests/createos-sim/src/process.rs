@@ -26,7 +26,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit};
 
 use crate::isolation::{ChildSetup, SandboxDirs};
 use crate::pidfd::{Leader, Pidfd};
-use crate::proctable::{read_entry, ProcEntry, ProcTable};
+use crate::proctable::{ProcEntry, ProcTable};
 
 /// How long to wait for pipes to reach EOF after the leader exited.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(200);
@@ -101,8 +101,12 @@ impl Tree {
                 continue;
             }
             if entry.zombie && entry.ppid == me {
-                // An orphan re-parented to us (subreaper).
-                reap_orphan(entry.pid, self.pgid());
+                // An orphan re-parented to us (subreaper): reap it if it
+                // still is one (another call may have reaped it already).
+                let still_ours = |now: &ProcEntry| now.zombie && now.ppid == me && now.pgrp == self.pgid();
+                if let Some(orphan) = Pidfd::open_if(entry.pid, still_ours) {
+                    orphan.exit_status(true);
+                }
                 continue;
             }
             out.push(*entry);
@@ -123,13 +127,11 @@ impl Tree {
             return;
         }
         // Members that left the group (their own session) but not the
-        // namespace, each through a pidfd checked to be in the namespace
-        // after it was opened: never a process that took a member's id.
+        // namespace, each through a pidfd: never a process that took a
+        // member's id.
         for entry in self.members().into_iter().filter(|e| e.pgrp != self.pgid()) {
-            if let Ok(pidfd) = Pidfd::open(entry.pid) {
-                if read_entry(entry.pid).is_some_and(|now| now.mnt_ns == self.mnt_ns) {
-                    pidfd.signal(sig);
-                }
+            if let Some(member) = Pidfd::open_if(entry.pid, |now| now.mnt_ns == self.mnt_ns) {
+                member.signal(sig);
             }
         }
     }
@@ -190,16 +192,6 @@ impl Tree {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-}
-
-/// Reap the zombie child `pid` if it still is one of group `pgid` (a
-/// pidfd, then a fresh look: never a process that took the id since).
-fn reap_orphan(pid: i32, pgid: i32) {
-    let me = std::process::id() as i32;
-    let Ok(pidfd) = Pidfd::open(pid) else { return };
-    if read_entry(pid).is_some_and(|now| now.zombie && now.ppid == me && now.pgrp == pgid) {
-        pidfd.exit_status(true);
     }
 }
 
