@@ -6,7 +6,8 @@
 //! simulator's response time, which is not scaled. Beside a thousand
 //! processes on two cores that response time grows enough to spend the whole
 //! deadline: the slowest resume of the overload test took 1.68 to 1.99 s of
-//! its 2 s there (six runs), 1.24 to 1.65 s alone (five runs).
+//! its 2 s there (six runs), 1.24 to 1.90 s alone (sixteen runs, 1.65 s or
+//! less in fifteen).
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 

@@ -378,6 +378,7 @@ fn twenty_loops_under_overload_finish_their_work() {
     let bed = Bed::with(SimConfig { rate_limit: Some(limit), ..SimConfig::default() });
     let config = bed.config(json!({"requestsPerMinute": 3_000, "timeoutMs": 2_000, "reuseLease": true}));
     let started = std::time::Instant::now();
+    let slowest_resume_nanos = std::sync::atomic::AtomicU64::new(0);
     let outcomes: Vec<Result<usize, String>> = std::thread::scope(|scope| {
         let loops: Vec<_> = (0..LOOPS)
             .map(|_| {
@@ -390,8 +391,11 @@ fn twenty_loops_under_overload_finish_their_work() {
                             .map_err(|e| format!("acquire: {e:?}"))?;
                         let params = bed.lease_params(&config, &lease);
                         bed.provider.release_lease(&params).map_err(|e| format!("release: {e:?}"))?;
+                        let resume_started = std::time::Instant::now();
                         let resumed =
                             bed.provider.resume_lease(&params).map_err(|e| format!("resume: {e:?}"))?;
+                        let took = resume_started.elapsed().as_nanos() as u64;
+                        slowest_resume_nanos.fetch_max(took, std::sync::atomic::Ordering::Relaxed);
                         assert!(!resumed.expired);
                         bed.provider.destroy_lease(&params).map_err(|e| format!("destroy: {e:?}"))?;
                         completed += 1;
@@ -411,7 +415,8 @@ fn twenty_loops_under_overload_finish_their_work() {
     let affordable = 3_000.0 / 60.0 * elapsed.as_secs_f64() / per_lifecycle;
     eprintln!(
         "completed {completed} lifecycles in {elapsed:?}; {requests} requests, {per_lifecycle:.1} per lifecycle; \
-         the budget affords {affordable:.1}"
+         the budget affords {affordable:.1}; the slowest resume took {:?} of its 2 s",
+        Duration::from_nanos(slowest_resume_nanos.into_inner())
     );
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(ledger.count_status(429), 0);
