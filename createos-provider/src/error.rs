@@ -366,27 +366,27 @@ impl Error {
         Error::Internal { message: one_line(message.into()) }
     }
 
-    /// "CreateOS <operation> failed with HTTP <status>."
+    /// "CreateOS `<operation>` failed with HTTP `<status>`."
     pub fn api(operation: &'static str, status: u16) -> Self {
         Error::Api { operation, status }
     }
 
-    /// "CreateOS returned a malformed <operation> response."
+    /// "CreateOS returned a malformed `<operation>` response."
     pub fn protocol(operation: &'static str) -> Self {
         Error::Protocol { operation }
     }
 
-    /// "CreateOS <operation> request failed: connection error."
+    /// "CreateOS `<operation>` request failed: connection error."
     pub fn connection(operation: &'static str) -> Self {
         Error::Connection { operation }
     }
 
-    /// "CreateOS <operation> timed out."
+    /// "CreateOS `<operation>` timed out."
     pub fn timeout(operation: &'static str) -> Self {
         Error::Timeout { operation }
     }
 
-    /// "CreateOS sandbox did not reach <desired>."
+    /// "CreateOS sandbox did not reach `<desired>`."
     pub fn did_not_reach(desired: SandboxTarget, state: impl Into<String>) -> Self {
         Error::DidNotReach { desired, state: state.into() }
     }

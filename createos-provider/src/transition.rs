@@ -5,7 +5,7 @@
 //! `resuming`) poll; submit pause only from `running`, resume only from
 //! `paused` or `error`, at most once per transition (a 409 answer counts as
 //! the submission and is reconciled by reading the state at once); any other
-//! state ends the transition with "CreateOS sandbox did not reach <desired>."
+//! state ends the transition with "CreateOS sandbox did not reach `<desired>`."
 //! Everything is bounded by the deadline (`Timeout`, label
 //! `sandbox lifecycle`).
 //!
@@ -24,7 +24,7 @@
 //! per API origin ([`Estimates::shared`]) and in-flight phase (`creating`,
 //! `pausing`, `resuming`), the last [`SAMPLES`] (16) durations of that phase.
 //! A phase is timed from the reply to our accepted pause/resume or creation
-//! ([`created`], which reads nothing before its first poll), or, for
+//! ([`created_then`], which reads nothing before its first poll), or, for
 //! `creating` found by the first read of [`transition`], from that read;
 //! phases we find already under way (after a 409, or someone else's) are
 //! polled like the reference and teach nothing.

@@ -313,7 +313,7 @@ fn failed(detail: impl Into<String>) -> Verdict {
     Verdict::Failed(detail.into())
 }
 
-/// "`hook` failed: message [kind]".
+/// "`hook` failed: message \[kind\]".
 fn hook_failed(hook: &str, error: &ProviderError) -> Verdict {
     failed(format!("{hook} failed: {} [{}]", error.message, error.kind))
 }

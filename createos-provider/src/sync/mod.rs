@@ -8,7 +8,7 @@
 //!    (no host link may leave its source). Any failure sends no request and
 //!    writes nothing, even when earlier mappings were valid.
 //! 2. The sync registers on its lease like a command
-//!    ([`Registry::start_command`]): refused while the lease is closing or
+//!    ([`crate::registry::Registry::start_command`]): refused while the lease is closing or
 //!    unconfirmed, cancelled by release or shutdown.
 //! 3. Each mapping stages through a scratch file
 //!    `/tmp/paperclip-createos-transfer-<uuid>` in the sandbox, moved with
