@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ -z "$from" ]; then
-    cargo build --release -p host-harness -p createos-provider
+    cargo build --locked --release -p host-harness -p createos-provider
     from=target/release
 fi
 library=libcreateos_provider.so

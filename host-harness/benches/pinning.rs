@@ -10,7 +10,7 @@ use std::hint::black_box;
 fn pinning(c: &mut Criterion) {
     let library = default_plugin_path();
     let bytes = std::fs::read(&library)
-        .expect("build the provider first: cargo build --release -p createos-provider");
+        .expect("build the provider first: cargo build --locked --release -p createos-provider");
     println!("provider library: {} ({:.1} MB)", library.display(), bytes.len() as f64 / 1e6);
     let dir = tempfile::tempdir().unwrap();
     let mut lock = LockFile::open(&dir.path().join("providers.lock")).unwrap();

@@ -17,7 +17,7 @@ fn kib(bytes: u64) -> f64 {
 fn main() {
     let library = default_plugin_path();
     let bytes = std::fs::read(&library)
-        .expect("build the provider first: cargo build --release -p createos-provider");
+        .expect("build the provider first: cargo build --locked --release -p createos-provider");
     let dir = tempfile::tempdir().unwrap();
     let copy = |index: usize| {
         let path = dir.path().join(format!("version-{index}.so"));

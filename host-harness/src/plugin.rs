@@ -45,7 +45,7 @@ pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<(Pat
         return Ok((beside, Source::BesideBinary));
     }
     Err(format!(
-        "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --release -p createos-provider`, then `host-harness providers install target/release/{}`",
+        "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --locked --release -p createos-provider`, then `host-harness providers install target/release/{}`",
         providers.root().display(),
         beside.display(),
         createos_library_name()

@@ -94,7 +94,7 @@ fn an_installed_harness_runs_the_lifecycle_once_its_provider_is_installed() {
     assert_eq!(missing.status.code(), Some(2));
     let message = stderr(&missing);
     assert_eq!(message.lines().count(), 1, "{message}");
-    assert!(message.contains("cargo build --release -p createos-provider"), "{message}");
+    assert!(message.contains("cargo build --locked --release -p createos-provider"), "{message}");
     assert!(message.contains("host-harness providers install"), "{message}");
     assert!(message.contains(&home.providers_dir().display().to_string()), "{message}");
 
