@@ -44,7 +44,7 @@ if "$harness" completions bash >/dev/null 2>&1; then
     for shell in bash zsh fish; do
         "$harness" completions "$shell" >"$stage/$name/share/completions/host-harness.$shell"
     done
-    "$harness" man >"$stage/$name/share/man/man1/host-harness.1" 2>/dev/null || true
+    "$harness" man --out "$stage/$name/share/man/man1"
 fi
 cat >"$stage/$name/INSTALL" <<TEXT
 host-harness $version

@@ -390,11 +390,19 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff), generated from these definitions.
+    /// Print the man page (roff) of the harness or of one subcommand, or
+    /// write every page to a directory; generated from these definitions.
     #[command(
-        after_help = "Examples:\n  host-harness man > ~/.local/share/man/man1/host-harness.1 && man host-harness"
+        after_help = "Examples:\n  host-harness man --out ~/.local/share/man/man1 && man host-harness-soak\n  host-harness man lock add | man -l -"
     )]
-    Man,
+    Man {
+        /// The subcommand whose page to print (e.g. `soak`, or `lock add`).
+        subcommand: Vec<String>,
+        /// Write every page (host-harness.1, host-harness-soak.1, ...) into
+        /// DIR instead of printing one.
+        #[arg(long, value_name = "DIR", conflicts_with = "subcommand")]
+        out: Option<PathBuf>,
+    },
     /// The worker process of --isolate: serves the library's hooks on the
     /// socket the harness hands it (file descriptor 3).
     #[command(name = "__worker", hide = true)]
@@ -514,18 +522,20 @@ fn init_logging(verbose: u8, format: LogFormat) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
-    use commands::{info, ledger};
+    use commands::{generated, info, ledger};
     let global = &cli.global;
     if let Command::Completions { shell } = &cli.command {
-        let mut command = <Cli as clap::CommandFactory>::command();
-        clap_complete::generate(*shell, &mut command, "host-harness", &mut std::io::stdout());
-        return Ok(());
+        let command = <Cli as clap::CommandFactory>::command();
+        return generated::completions(*shell, &command, &mut std::io::stdout())
+            .map_err(|error| Failure::Usage(format!("cannot write the completions: {error}")));
     }
-    if let Command::Man = &cli.command {
-        let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
-        return page
-            .render(&mut std::io::stdout())
-            .map_err(|error| Failure::Usage(format!("cannot write the man page: {error}")));
+    if let Command::Man { subcommand, out } = &cli.command {
+        let command = <Cli as clap::CommandFactory>::command();
+        return match out {
+            Some(directory) => generated::man_pages(&command, directory),
+            None => generated::man_page(&command, subcommand, &mut std::io::stdout()),
+        }
+        .map_err(Failure::Usage);
     }
     if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
         let limit = match (no_rate_limit, token_bucket) {
@@ -705,7 +715,7 @@ fn dispatch(cli: &Cli, session: &commands::Session, lock: &Option<LockFile>) -> 
         | Command::Lock(_)
         | Command::Conform { .. }
         | Command::Completions { .. }
-        | Command::Man
+        | Command::Man { .. }
         | Command::Worker { .. } => unreachable!("handled before opening the ledger"),
     }
 }

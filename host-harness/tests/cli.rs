@@ -172,23 +172,79 @@ fn every_subcommands_help_has_an_example() {
     }
 }
 
+/// What bash offers for the last of `words` (a `host-harness` command line),
+/// through the completion script the harness prints, sourced in a real bash.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("host-harness.bash");
+    std::fs::write(&script, harness(&["completions", "bash"], "").stdout).unwrap();
+    let complete = r#"
+        source "$1"; shift
+        function=$(complete -p host-harness | sed -E 's/.* -F ([^ ]+) .*/\1/')
+        COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 ))
+        "$function" host-harness "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+        printf '%s\n' "${COMPREPLY[@]}"
+    "#;
+    let output =
+        Command::new("bash").arg("-c").arg(complete).arg("bash").arg(&script).args(words).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 #[test]
-fn completions_and_the_man_page_come_from_the_clap_definitions() {
-    for shell in ["bash", "zsh", "fish"] {
+fn bash_completes_subcommands_and_their_options() {
+    assert_eq!(bash_completes(&["host-harness", "soak", "--lea"]), ["--leases"]);
+    assert_eq!(bash_completes(&["host-harness", "lock", "a"]), ["add"]);
+    assert_eq!(bash_completes(&["host-harness", "providers", "ins"]), ["install"]);
+    assert_eq!(bash_completes(&["host-harness", "exec", "--std"]), ["--stdin"]);
+    assert!(bash_completes(&["host-harness", "li"]).contains(&"lifecycle".to_owned()));
+    // The --isolate worker is the harness talking to itself, never offered.
+    assert_eq!(bash_completes(&["host-harness", "__"]), Vec::<String>::new());
+    for shell in ["zsh", "fish"] {
         let output = harness(&["completions", shell], "");
         assert_eq!(output.status.code(), Some(0), "{shell}");
         let script = String::from_utf8(output.stdout).unwrap();
-        assert!(
-            script.contains("host-harness") && script.contains("exec") && script.contains("stdin"),
-            "{shell}"
-        );
+        assert!(script.contains("leases") && !script.contains("__worker"), "{shell}");
     }
-    let man = harness(&["man"], "");
-    assert_eq!(man.status.code(), Some(0));
-    let page = String::from_utf8(man.stdout).unwrap();
-    assert!(page.contains(".TH host-harness 1"), "{page}");
-    assert!(
-        subcommands().iter().all(|name| page.contains(&name.replace('-', "\\-"))),
-        "every subcommand is in the page"
-    );
+}
+
+/// `man` run on the pages in `directory` (a `man1` folder's parent).
+fn man(directory: &std::path::Path, page: &str) -> String {
+    let output = Command::new("man")
+        .env("MANPATH", directory)
+        .env("MANWIDTH", "200")
+        .args(["-P", "cat", page])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "man {page}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn man_opens_a_page_for_the_harness_and_every_subcommand() {
+    let root = tempfile::tempdir().unwrap();
+    let pages = root.path().join("man1");
+    let written = harness(&["man", "--out", pages.to_str().unwrap()], "");
+    assert_eq!(written.status.code(), Some(0), "{}", String::from_utf8_lossy(&written.stderr));
+    let top = man(root.path(), "host-harness");
+    for name in subcommands() {
+        assert!(top.contains(&format!("host-harness-{name}(1)")), "the top page names {name}'s page");
+        let page = man(root.path(), &format!("host-harness-{name}"));
+        assert!(page.contains(&format!("host-harness {name}")), "{page}");
+    }
+    assert!(man(root.path(), "host-harness-soak").contains("--leases"));
+    assert!(man(root.path(), "host-harness-lock-add").contains("<PATH>"));
+    assert!(!pages.join("host-harness-__worker.1").exists());
+
+    // One page printed, as `man -l` reads it.
+    let printed = harness(&["man", "lock", "add"], "");
+    assert!(String::from_utf8_lossy(&printed.stdout).contains(".TH host-harness-lock-add 1"));
+    let unknown = harness(&["man", "lock", "ad"], "");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&unknown.stderr).lines().count(), 1, "{unknown:?}");
 }

@@ -217,7 +217,15 @@ fn the_release_bundle_unpacks_and_runs_from_anywhere() {
     let untar = Command::new("tar").arg("-xzf").arg(&archive).arg("-C").arg(&unpacked).status().unwrap();
     assert!(untar.success());
     let folder = std::fs::read_dir(&unpacked).unwrap().next().unwrap().unwrap().path();
-    for file in ["bin/host-harness", "bin/libcreateos_provider.so", "SHA256SUMS", "INSTALL"] {
+    for file in [
+        "bin/host-harness",
+        "bin/libcreateos_provider.so",
+        "SHA256SUMS",
+        "INSTALL",
+        "share/completions/host-harness.bash",
+        "share/man/man1/host-harness.1",
+        "share/man/man1/host-harness-lock-add.1",
+    ] {
         assert!(folder.join(file).exists(), "the bundle holds {file}");
     }
     let sums = Command::new("sha256sum")

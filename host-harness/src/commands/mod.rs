@@ -1,9 +1,10 @@
 //! The commands behind the clap front end, one file per group: `info`
 //! (inspect, health, validate), `hooks` (acquire, resume, release, destroy,
 //! probe, exec), `runs` (lifecycle, soak), `ledger` (sweep, leases), `sim`,
-//! `conform`.
+//! `conform`, `generated` (completions and man pages).
 
 pub mod conform;
+pub mod generated;
 pub mod hooks;
 pub mod info;
 pub mod ledger;
