@@ -4,7 +4,7 @@
 
 mod commands;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
 use commands::{Failure, Printer};
 use host_harness::{
     hangup, interrupt,
@@ -35,6 +35,42 @@ struct Cli {
     command: Command,
 }
 
+/// Headings of the global options in `--help`, after each command's own.
+const HEADING_PROVIDER: &str = "Provider options";
+const HEADING_LEDGER: &str = "Ledger options";
+const HEADING_OUTPUT: &str = "Output options";
+const HEADING_ISOLATION: &str = "Isolation options";
+
+/// The groups of global options a top-level command has no use for: hidden
+/// from its help, man page and completions (still accepted, so one alias can
+/// carry them to every command).
+fn unused_global_headings(command: &str) -> &'static [&'static str] {
+    match command {
+        "sim" | "completions" | "man" => &[HEADING_PROVIDER, HEADING_LEDGER, HEADING_ISOLATION],
+        "providers" | "lock" => &[HEADING_LEDGER, HEADING_ISOLATION],
+        _ => &[],
+    }
+}
+
+/// The command line's definition: the derived one, with each command showing
+/// only the global options it uses. A subcommand that holds its own hidden
+/// copy of a global option is not given the visible one.
+fn cli_command() -> clap::Command {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let globals: Vec<clap::Arg> =
+        command.get_arguments().filter(|arg| arg.is_global_set()).cloned().collect();
+    let names: Vec<String> = command.get_subcommands().map(|sub| sub.get_name().to_owned()).collect();
+    for name in names {
+        let unused = unused_global_headings(&name);
+        let hidden = globals
+            .iter()
+            .filter(|arg| arg.get_help_heading().is_some_and(|heading| unused.contains(&heading)))
+            .map(|arg| arg.clone().hide(true));
+        command = command.mut_subcommand(name, |sub| sub.args(hidden));
+    }
+    command
+}
+
 /// Options every command takes.
 #[derive(Args)]
 pub struct Global {
@@ -42,43 +78,43 @@ pub struct Global {
     /// $HOST_HARNESS_PLUGIN; the active provider of the providers directory
     /// (`providers install`, `providers use`); the CreateOS provider built
     /// next to this binary.
-    #[arg(long, global = true, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = HEADING_PROVIDER, value_name = "PATH")]
     plugin: Option<PathBuf>,
     /// The providers directory (default: $XDG_DATA_HOME/host-harness/providers,
     /// or ~/.local/share/host-harness/providers).
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = HEADING_PROVIDER, value_name = "DIR")]
     providers_dir: Option<PathBuf>,
     /// The lock file of pinned provider libraries (default: providers.lock
     /// beside the ledger).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, help_heading = HEADING_PROVIDER, value_name = "FILE")]
     lock: Option<PathBuf>,
     /// Refuse, before opening it, a provider library whose SHA-256 the lock
     /// file does not pin.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_PROVIDER)]
     locked: bool,
     /// A minisign public key (base64) trusted to sign provider libraries
     /// (`LIBRARY.minisig`); repeatable. `inspect` reports the verdict.
-    #[arg(long = "trusted-key", global = true, value_name = "KEY")]
+    #[arg(long = "trusted-key", global = true, help_heading = HEADING_PROVIDER, value_name = "KEY")]
     trusted_keys: Vec<String>,
     /// The lease ledger: a SQLite file (default:
     /// $XDG_STATE_HOME/host-harness/ledger.sqlite3, or
     /// ~/.local/state/host-harness/ledger.sqlite3), or a fleet's PostgreSQL
     /// database (postgres://USER@HOST/DB, or postgres:///DB?host=/socket/dir).
-    #[arg(long, global = true, value_name = "PATH|URL")]
+    #[arg(long, global = true, help_heading = HEADING_LEDGER, value_name = "PATH|URL")]
     ledger: Option<PathBuf>,
     /// With a PostgreSQL ledger: how long this host's heartbeat lasts
     /// unrenewed (renewed every third of it) before a surviving host takes
     /// over its leases, e.g. 30s.
-    #[arg(long, global = true, value_name = "DURATION", default_value = "30s", value_parser = parse_expiry)]
+    #[arg(long, global = true, help_heading = HEADING_LEDGER, value_name = "DURATION", default_value = "30s", value_parser = parse_expiry)]
     heartbeat_expiry: Duration,
     /// Print machine-readable JSON instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_OUTPUT)]
     json: bool,
     /// More logging (-v info, -vv debug), the provider's included; RUST_LOG overrides.
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, help_heading = HEADING_OUTPUT, action = clap::ArgAction::Count)]
     verbose: u8,
     /// Log format on stderr: text (coloured only on a terminal) or json, one object a line.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    #[arg(long, global = true, help_heading = HEADING_OUTPUT, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     log_format: LogFormat,
     #[command(flatten)]
     isolation: IsolationArgs,
@@ -100,23 +136,23 @@ pub struct IsolationArgs {
     /// fault, abort, stack overflow, runaway allocation) fails the calls in
     /// flight, not the harness, and the next call starts a new worker.
     /// Costs microseconds a call instead of nanoseconds.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = HEADING_ISOLATION)]
     isolate: bool,
     /// With --isolate: seconds a hook may run before its worker is killed
     /// and restarted [default: 900].
-    #[arg(long, global = true, value_name = "SECONDS")]
+    #[arg(long, global = true, help_heading = HEADING_ISOLATION, value_name = "SECONDS")]
     hook_deadline: Option<u64>,
     /// With --isolate: the worker's address space in MiB, 0 for the
     /// harness's own limit [default: 16384].
-    #[arg(long, global = true, value_name = "MIB")]
+    #[arg(long, global = true, help_heading = HEADING_ISOLATION, value_name = "MIB")]
     worker_memory: Option<u64>,
     /// With --isolate: the worker's CPU time in seconds, 0 for no limit
     /// [default: 3600].
-    #[arg(long, global = true, value_name = "SECONDS")]
+    #[arg(long, global = true, help_heading = HEADING_ISOLATION, value_name = "SECONDS")]
     worker_cpu: Option<u64>,
     /// With --isolate: the worker's open files, 0 for the harness's own
     /// limit [default: 8192].
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = HEADING_ISOLATION, value_name = "N")]
     worker_files: Option<u64>,
 }
 
@@ -416,15 +452,20 @@ enum Command {
 #[derive(Subcommand)]
 enum LockCommand {
     /// Check a library as a load would and pin its SHA-256, id, version and ABI.
-    ///
-    /// Example: host-harness lock add target/release/libcreateos_provider.so
+    #[command(after_help = "Examples:\n  host-harness lock add target/release/libcreateos_provider.so")]
     Add {
         /// The library to pin.
         path: PathBuf,
     },
     /// List the pinned libraries.
+    #[command(
+        after_help = "Examples:\n  host-harness lock list\n  host-harness --lock ./providers.lock --json lock list"
+    )]
     List,
     /// Check that each pinned library (or PATH) still has its pinned hash.
+    #[command(
+        after_help = "Examples:\n  host-harness lock verify\n  host-harness lock verify target/release/libcreateos_provider.so"
+    )]
     Verify {
         /// Check this library only.
         path: Option<PathBuf>,
@@ -436,8 +477,9 @@ enum LockCommand {
 enum ProvidersCommand {
     /// Check a provider library as a load would and install it as
     /// <id>/<version>; the first version installed becomes active.
-    ///
-    /// Example: host-harness providers install target/release/libcreateos_provider.so
+    #[command(
+        after_help = "Examples:\n  host-harness providers install target/release/libcreateos_provider.so"
+    )]
     Install {
         /// The library to install.
         path: PathBuf,
@@ -446,13 +488,16 @@ enum ProvidersCommand {
         force: bool,
     },
     /// List installed versions: id, version, ABI, SHA-256, active, path.
+    #[command(after_help = "Examples:\n  host-harness providers list\n  host-harness providers list --json")]
     List,
     /// Make an installed version active (ID@VERSION, e.g. createos@0.1.0).
+    #[command(after_help = "Examples:\n  host-harness providers use createos@0.1.0")]
     Use {
         /// ID@VERSION.
         spec: String,
     },
     /// Remove an installed version (never the active one).
+    #[command(after_help = "Examples:\n  host-harness providers remove createos@0.1.0")]
     Remove {
         /// ID@VERSION.
         spec: String,
@@ -493,7 +538,7 @@ fn raise_open_files_limit() {
 fn main() -> ExitCode {
     limit_malloc_arenas();
     raise_open_files_limit();
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&cli_command().get_matches()).unwrap_or_else(|error| error.exit());
     if let Command::Worker { library } = &cli.command {
         return host_harness::isolation::serve_worker(library);
     }
@@ -525,12 +570,12 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     use commands::{generated, info, ledger};
     let global = &cli.global;
     if let Command::Completions { shell } = &cli.command {
-        let command = <Cli as clap::CommandFactory>::command();
+        let command = cli_command();
         return generated::completions(*shell, &command, &mut std::io::stdout())
             .map_err(|error| Failure::Usage(format!("cannot write the completions: {error}")));
     }
     if let Command::Man { subcommand, out } = &cli.command {
-        let command = <Cli as clap::CommandFactory>::command();
+        let command = cli_command();
         return match out {
             Some(directory) => generated::man_pages(&command, directory),
             None => generated::man_page(&command, subcommand, &mut std::io::stdout()),

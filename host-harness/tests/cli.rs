@@ -145,11 +145,12 @@ fn a_soak_scans_the_providers_log_lines_for_secrets() {
     assert_eq!(summary["secretsSeen"], 0, "{summary}");
 }
 
-/// The subcommands `--help` lists.
-fn subcommands() -> Vec<String> {
-    let help = harness(&["--help"], "");
+/// The subcommands `--help` lists for the command `path` names (the
+/// harness itself when `path` is empty).
+fn subcommands_of(path: &[&str]) -> Vec<String> {
+    let help = harness(&[path, &["--help"]].concat(), "");
     let text = String::from_utf8(help.stdout).unwrap();
-    let listed = text.split("Commands:\n").nth(1).expect("a command list");
+    let Some(listed) = text.split("Commands:\n").nth(1) else { return Vec::new() };
     listed
         .lines()
         .take_while(|line| line.starts_with("  "))
@@ -159,16 +160,41 @@ fn subcommands() -> Vec<String> {
         .collect()
 }
 
+/// The top-level subcommands `--help` lists.
+fn subcommands() -> Vec<String> {
+    subcommands_of(&[])
+}
+
+/// Every command the help reaches, as the words that name it.
+fn every_command() -> Vec<Vec<String>> {
+    let mut commands = Vec::new();
+    for name in subcommands() {
+        let nested = subcommands_of(&[name.as_str()]);
+        commands.extend(nested.into_iter().map(|sub| vec![name.clone(), sub]));
+        commands.push(vec![name]);
+    }
+    commands
+}
+
 #[test]
-fn every_subcommands_help_has_an_example() {
-    let names = subcommands();
-    assert!(names.len() >= 16, "{names:?}");
-    for name in names {
-        let help = harness(&[&name, "--help"], "");
+fn every_commands_help_has_an_example_and_only_the_global_options_it_uses() {
+    let commands = every_command();
+    assert!(commands.len() >= 24, "{commands:?}");
+    for words in commands {
+        let name = words.join(" ");
+        let args: Vec<&str> = words.iter().map(String::as_str).chain(["--help"]).collect();
+        let help = harness(&args, "");
         let text = String::from_utf8_lossy(&help.stdout);
         let examples =
             text.split("Examples:\n").nth(1).unwrap_or_else(|| panic!("{name} --help has no example"));
         assert!(examples.lines().next().unwrap_or("").contains("host-harness"), "{name}: {examples}");
+        // The command's own options come first, the global ones after.
+        let own = text.find("Options:\n").unwrap_or_else(|| panic!("{name}: {text}"));
+        let output = text.find("Output options:\n").unwrap_or_else(|| panic!("{name}: {text}"));
+        assert!(own < output, "{name}");
+        let uses_hooks = !["sim", "completions", "man", "providers", "lock"].contains(&words[0].as_str());
+        assert_eq!(text.contains("--isolate"), uses_hooks, "{name}: {text}");
+        assert_eq!(text.contains("--ledger"), uses_hooks, "{name}: {text}");
     }
 }
 
