@@ -110,12 +110,17 @@ struct Lifecycle<'a, 'h> {
 impl Lifecycle<'_, '_> {
     async fn steps(&mut self) -> Result<(), ()> {
         let (host, calls) = (self.host, self.calls);
-        let validation = self.step("validate", "", async { host.validate() }).await?;
-        if !validation.ok {
+        // One verdict for the step: a configuration the provider finds
+        // invalid fails it with the provider's reasons.
+        let validate = async {
+            let validation = host.validate()?;
+            if validation.ok {
+                return Ok(());
+            }
             let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join(" ");
-            self.fail("validate", ProviderError::new(ErrorKind::INVALID_CONFIG, message));
-            return Err(());
-        }
+            Err(ProviderError::new(ErrorKind::INVALID_CONFIG, message))
+        };
+        self.step("validate", "", validate).await?;
         self.step("probe", "", host.probe_with(calls)).await?;
         let held = self.step("acquire", "", host.acquire_with(calls)).await?;
         self.lease = Some(held.clone());

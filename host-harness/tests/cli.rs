@@ -274,3 +274,21 @@ fn man_opens_a_page_for_the_harness_and_every_subcommand() {
     assert_eq!(unknown.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&unknown.stderr).lines().count(), 1, "{unknown:?}");
 }
+
+#[test]
+fn lifecycle_gives_an_invalid_configuration_one_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("keyless.json");
+    std::fs::write(&config, r#"{"apiUrl": "http://127.0.0.1:1", "shape": "s-1vcpu-1gb"}"#).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env("XDG_STATE_HOME", dir.path())
+        .env_remove("CREATEOS_API_KEY")
+        .args(["lifecycle", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let verdicts: Vec<&str> = stdout.lines().filter(|line| line.starts_with("validate")).collect();
+    assert_eq!(verdicts.len(), 1, "{stdout}");
+    assert!(verdicts[0].contains("FAILED") && verdicts[0].contains("API key"), "{stdout}");
+}
