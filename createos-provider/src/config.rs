@@ -425,10 +425,25 @@ fn unknown_key_warning(name: &str, api_key: Option<&Secret>) -> String {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     let has_key = api_key.is_some_and(|k| name.contains(k.expose()));
     if plain && !has_key {
-        format!("unknown config key {name} is ignored.")
+        match nearest_known_key(name) {
+            Some(known) => format!("unknown config key {name} is ignored; did you mean {known}?"),
+            None => format!("unknown config key {name} is ignored."),
+        }
     } else {
         "an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key).".to_string()
     }
+}
+
+/// The known key `name` was most likely meant to be, when one is close
+/// (case aside, Jaro-Winkler similarity of at least 0.85).
+fn nearest_known_key(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_lowercase();
+    KNOWN_KEYS
+        .iter()
+        .map(|known| (strsim::jaro_winkler(&name, &known.to_ascii_lowercase()), *known))
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, known)| known)
 }
 
 /// The JSON schema (draft 2020-12) of the provider config.
@@ -757,6 +772,18 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_key_gets_the_nearest_known_one() {
+        for (typed, meant) in
+            [("reuselease", "reuseLease"), ("apikey", "apiKey"), ("timeout", "timeoutMs"), ("shap", "shape")]
+        {
+            let mut config = json!({"apiKey": KEY, "shape": "s-1vcpu-1gb"});
+            config[typed] = json!(1);
+            let (_, warnings) = parse(config).unwrap();
+            assert_eq!(warnings, [format!("unknown config key {typed} is ignored; did you mean {meant}?")]);
+        }
+    }
+
+    #[test]
     fn an_unknown_key_is_named_only_when_short_and_plain() {
         let sixty_four = "k".repeat(64);
         let sixty_five = "k".repeat(65);
@@ -766,7 +793,7 @@ mod tests {
             ("colour", true),
             ("my_key", true),
             ("x-y", true),
-            ("Timeout2", true),
+            ("Volume2", true),
             (&sixty_four, true),
             (&sixty_five, false),
             (&with_key, false),

@@ -88,10 +88,21 @@ fn every_problem_is_reported_at_once_and_unknown_keys_are_named() {
             "warning: unknown config key colour is ignored.",
         ]
     );
-    let harness_level =
-        validate(r#"{"companyID": "acme", "config": {"shape": "s-1vcpu-1gb", "apiKey": "k-123"}}"#);
-    let stderr = String::from_utf8_lossy(&harness_level.stderr);
-    assert!(stderr.contains("unknown key companyID in the harness configuration is ignored"), "{stderr}");
+}
+
+#[test]
+fn a_misspelt_key_gets_a_suggestion_in_one_format_at_both_layers() {
+    let output = validate(
+        r#"{"companyID": "acme", "config": {"shape": "s-1vcpu-1gb", "apiKey": "k-123", "reuselease": true}}"#,
+    );
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        problems(&output),
+        [
+            "warning: unknown key companyID in the configuration file is ignored; did you mean companyId?",
+            "warning: unknown config key reuselease is ignored; did you mean reuseLease?",
+        ]
+    );
 }
 
 #[test]
@@ -114,5 +125,9 @@ fn lifecycle_names_an_unknown_key_once_before_its_steps() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
-    assert_eq!(stderr.matches("unknown config key reuselease is ignored.").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("unknown config key reuselease is ignored; did you mean reuseLease?").count(),
+        1,
+        "{stderr}"
+    );
 }

@@ -33,6 +33,7 @@ pub fn unconfirmed_leases(
                 company_id: record.env.company_id.clone(),
                 environment_id: record.env.environment_id.clone(),
                 config: secrets.config_for(&fields, &record),
+                warnings: Vec::new(),
             };
             LeaseParams {
                 env: config.environment(&record.env.driver_key),

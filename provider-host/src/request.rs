@@ -15,6 +15,9 @@ pub struct HarnessConfig {
     pub environment_id: String,
     /// The provider configuration.
     pub config: Value,
+    /// Remarks on the file around the provider's configuration (a key the
+    /// harness does not know), one line each.
+    pub warnings: Vec<String>,
 }
 
 /// The keys of a harness configuration file around the provider's `config`.
@@ -33,6 +36,7 @@ impl HarnessConfig {
             company_id: DEFAULT_COMPANY.into(),
             environment_id: DEFAULT_ENVIRONMENT.into(),
             config,
+            warnings: Vec::new(),
         }
     }
 
@@ -62,21 +66,18 @@ impl HarnessConfig {
                     Some(_) => Err(format!("`{key}` must be a non-empty string")),
                 }
             };
-        for key in object.keys().filter(|key| !HARNESS_KEYS.contains(&key.as_str())) {
-            let plain =
-                key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            let shown = if plain { key.as_str() } else { "(not a plain name)" };
-            tracing::warn!(
-                "unknown key {shown} in the harness configuration is ignored (known: {})",
-                HARNESS_KEYS.join(", ")
-            );
-        }
+        let warnings = object
+            .keys()
+            .filter(|key| !HARNESS_KEYS.contains(&key.as_str()))
+            .map(|key| unknown_key_warning(key))
+            .collect();
         Ok(Self {
             driver_key: text_field(&object, "driverKey")?,
             company_id: text_field(&object, "companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),
             environment_id: text_field(&object, "environmentId")?
                 .unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
             config,
+            warnings,
         })
     }
 
@@ -88,6 +89,32 @@ impl HarnessConfig {
             environment_id: self.environment_id.as_str().into(),
             config_json: self.config.to_string().into(),
         }
+    }
+}
+
+/// "unknown key K in the configuration file is ignored", naming the harness
+/// key K most likely meant (case aside, Jaro-Winkler similarity of at least
+/// 0.85) or else the known ones. A name that is not plain is not shown.
+fn unknown_key_warning(key: &str) -> String {
+    let plain = key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !plain {
+        return "an unknown key in the configuration file is ignored (its name is not shown: it is not a plain name)."
+            .into();
+    }
+    let lower = key.to_ascii_lowercase();
+    let nearest = HARNESS_KEYS
+        .iter()
+        .map(|known| (strsim::jaro_winkler(&lower, &known.to_ascii_lowercase()), *known))
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match nearest {
+        Some((_, known)) => {
+            format!("unknown key {key} in the configuration file is ignored; did you mean {known}?")
+        }
+        None => format!(
+            "unknown key {key} in the configuration file is ignored (known: {}).",
+            HARNESS_KEYS.join(", ")
+        ),
     }
 }
 

@@ -187,6 +187,7 @@ fn sweep_one(
         company_id: record.env.company_id.clone(),
         environment_id: record.env.environment_id.clone(),
         config: secrets.config_for(fields, record),
+        warnings: Vec::new(),
     };
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id, record.env.embedded_sim);
     let held = HeldLease::new(record.id, record.lease());

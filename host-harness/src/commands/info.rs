@@ -1,8 +1,8 @@
 //! `inspect`, `health` and `validate`: hooks that touch no lease, so they run
 //! without a ledger (a read-only home directory is no obstacle).
 
-use super::{read_config, Failure, Printer};
-use host_harness::{hosted::HostedProvider, lock::Signature, render};
+use super::{Failure, Printer};
+use host_harness::{hosted::HostedProvider, lock::Signature, render, request::HarnessConfig};
 use provider_abi::Provider;
 use serde_json::json;
 use std::path::Path;
@@ -45,8 +45,12 @@ pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
 
 /// Calls `validate_config` on the configuration at `path`.
 pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
-    let config = read_config(path)?;
-    let report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
+    let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
+    let mut report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
+    // The file's remarks beside the provider's, in one list.
+    for (at, warning) in config.warnings.iter().enumerate() {
+        report.warnings.insert(at, warning.as_str().into());
+    }
     out.value(&render::validation(&report), || {
         let verdict = match report.normalized_config_json.as_ref().into_option() {
             Some(normalized) if report.ok => format!("valid; normalised configuration: {normalized}"),

@@ -101,9 +101,14 @@ pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Resu
     Ok(shutdown?)
 }
 
-/// Reads a harness configuration file.
+/// Reads a harness configuration file, logging its remarks (an unknown key)
+/// as the provider's are logged.
 pub fn read_config(path: &Path) -> Result<HarnessConfig, Failure> {
-    HarnessConfig::read(path).map_err(Failure::Usage)
+    let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
+    for warning in &config.warnings {
+        tracing::warn!("configuration: {warning}");
+    }
+    Ok(config)
 }
 
 /// What a command runs with: the loaded provider, the ledger, the printer.

@@ -732,6 +732,7 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
         company_id: COMPANY.into(),
         environment_id: ENVIRONMENT.into(),
         config: config.clone(),
+        warnings: Vec::new(),
     };
     let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1", false);
     let acquire = || async { host.acquire_with(Calls::Async).await.map(|held| held.lease) };
