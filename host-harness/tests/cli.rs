@@ -292,3 +292,31 @@ fn lifecycle_gives_an_invalid_configuration_one_verdict() {
     assert_eq!(verdicts.len(), 1, "{stdout}");
     assert!(verdicts[0].contains("FAILED") && verdicts[0].contains("API key"), "{stdout}");
 }
+
+#[test]
+fn a_configuration_for_another_provider_is_refused_naming_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("other.json");
+    std::fs::write(
+        &config,
+        r#"{"driverKey": "my-local", "config": {"apiKey": "k-1", "shape": "s-1vcpu-1gb"}}"#,
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    for command in [
+        vec!["validate", "--config", config],
+        vec!["lifecycle", "--config", config],
+        vec!["soak", "--leases", "1", "--config", config],
+        vec!["acquire", "--config", config],
+        vec!["conform", "--config", config],
+    ] {
+        let output = harness(&command, "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command:?}: {stderr}");
+        let errors: Vec<&str> =
+            stderr.lines().filter(|line| !line.starts_with("created ledger directory")).collect();
+        assert_eq!(errors.len(), 1, "{command:?}: {stderr}");
+        assert!(stderr.contains("`my-local`") && stderr.contains("`createos`"), "{command:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{command:?}: nothing ran");
+    }
+}

@@ -81,6 +81,18 @@ impl HarnessConfig {
         })
     }
 
+    /// Refuses, in one line naming both, a file whose `driverKey` names
+    /// another provider than the loaded one (whose driver key is
+    /// `loaded_driver_key`).
+    pub fn check_driver(&self, loaded_driver_key: &str) -> Result<(), String> {
+        match &self.driver_key {
+            Some(meant) if meant != loaded_driver_key => Err(format!(
+                "this configuration is for provider `{meant}` (its driverKey), but the loaded provider is `{loaded_driver_key}`: load {meant}'s library (--plugin, or `host-harness providers use`)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The hook parameters for this environment.
     pub fn environment(&self, manifest_driver_key: &str) -> EnvironmentParams {
         EnvironmentParams {

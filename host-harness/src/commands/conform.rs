@@ -20,7 +20,7 @@ pub fn run(plugin: Option<&Path>, config: Option<&Path>, out: Printer) -> Result
         host_harness::plugin::load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))?,
     );
     let (sim, config) = match config {
-        Some(path) => (None, read_config(path)?),
+        Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {
             let sim_config = createos_sim::SimConfig { rate_limit: None, ..Default::default() };
             let (sim, mut config) = embedded::start_with(sim_config)

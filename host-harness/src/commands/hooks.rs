@@ -10,8 +10,8 @@ use host_harness::{
     render,
 };
 use provider_abi::{
-    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, SyncMapping, SyncOperation, SyncParams,
-    SyncResult,
+    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncMapping, SyncOperation,
+    SyncParams, SyncResult,
 };
 use std::{
     io::{IsTerminal, Read, Write},
@@ -23,7 +23,7 @@ use std::{
 const RUN_ID: &str = "harness-cli";
 
 fn host<'s>(session: &'s Session, config: &Path) -> Result<Host<'s>, Failure> {
-    let config = read_config(config)?;
+    let config = read_config(config, &session.provider.manifest().driver_key)?;
     Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID, false))
 }
 

@@ -46,6 +46,7 @@ pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
 /// Calls `validate_config` on the configuration at `path`.
 pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
     let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
+    config.check_driver(&provider.manifest().driver_key).map_err(Failure::Usage)?;
     let mut report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
     // The file's remarks beside the provider's, in one list.
     for (at, warning) in config.warnings.iter().enumerate() {

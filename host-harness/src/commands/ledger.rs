@@ -6,6 +6,7 @@ use host_harness::{
     store::LedgerLocation,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
+use provider_abi::Provider;
 
 /// The widest lease id `leases` shows; longer ones are shortened in the middle.
 const LEASE_WIDTH: usize = 40;
@@ -23,7 +24,10 @@ pub fn sweep(
     forget_unresolvable: bool,
 ) -> Result<(), Failure> {
     let secrets = match config {
-        Some(path) => SweepSecrets::from_config(&session.provider, &read_config(path)?),
+        Some(path) => SweepSecrets::from_config(
+            &session.provider,
+            &read_config(path, &session.provider.manifest().driver_key)?,
+        ),
         None => SweepSecrets::default(),
     };
     let scope = Scope::Abandoned { include_held };

@@ -101,10 +101,12 @@ pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Resu
     Ok(shutdown?)
 }
 
-/// Reads a harness configuration file, logging its remarks (an unknown key)
-/// as the provider's are logged.
-pub fn read_config(path: &Path) -> Result<HarnessConfig, Failure> {
+/// Reads a harness configuration file meant for the provider whose driver
+/// key is `driver_key`, logging its remarks (an unknown key) as the
+/// provider's are logged.
+pub fn read_config(path: &Path, driver_key: &str) -> Result<HarnessConfig, Failure> {
     let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
+    config.check_driver(driver_key).map_err(Failure::Usage)?;
     for warning in &config.warnings {
         tracing::warn!("configuration: {warning}");
     }

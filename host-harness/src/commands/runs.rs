@@ -16,7 +16,7 @@ use host_harness::{
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
-use provider_abi::Hook;
+use provider_abi::{Hook, Provider};
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 
 /// The environment of a run: an external API, or a simulator embedded in
@@ -27,9 +27,15 @@ struct Target {
 }
 
 impl Target {
-    fn new(config: Option<&Path>, sim_config: createos_sim::SimConfig) -> Result<Target, Failure> {
+    fn new(
+        session: &Session,
+        config: Option<&Path>,
+        sim_config: createos_sim::SimConfig,
+    ) -> Result<Target, Failure> {
         match config {
-            Some(path) => Ok(Target { config: read_config(path)?, sim: None }),
+            Some(path) => {
+                Ok(Target { config: read_config(path, &session.provider.manifest().driver_key)?, sim: None })
+            }
             None => {
                 let (sim, config) = embedded::start_with(sim_config).map_err(|error| {
                     Failure::Usage(format!("cannot start the embedded simulator: {error}"))
@@ -64,7 +70,7 @@ impl Target {
 
 /// `lifecycle`: one whole lifecycle, each step printed.
 pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
-    let target = Target::new(config, createos_sim::SimConfig::default())?;
+    let target = Target::new(session, config, createos_sim::SimConfig::default())?;
     if let Some(sim) = &target.sim {
         if !session.out.json {
             println!("embedded CreateOS simulator at {}", sim.url());
@@ -170,7 +176,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         rate_limit: options.rate_limit.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
     };
-    let mut target = Target::new(options.config.as_deref(), sim_config)?;
+    let mut target = Target::new(session, options.config.as_deref(), sim_config)?;
     let budget = options.requests_per_minute.or((!options.rate_limit).then_some(100_000));
     if let (Some(budget), serde_json::Value::Object(config)) = (budget, &mut target.config.config) {
         config.insert("requestsPerMinute".into(), budget.into());
