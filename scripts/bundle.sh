@@ -46,11 +46,17 @@ if "$harness" completions bash >/dev/null 2>&1; then
     done
     "$harness" man --out "$stage/$name/share/man/man1"
 fi
+contents=$(
+    printf '  %-34s %s\n' \
+        bin/host-harness "the harness; finds bin/$library beside it" \
+        "bin/$library" "the CreateOS provider" \
+        share/completions/ "bash, zsh and fish completions" \
+        share/man/man1/ "a man page per command (man host-harness)"
+)
 cat >"$stage/$name/INSTALL" <<TEXT
 host-harness $version
 
-  bin/host-harness               the harness; finds bin/$library beside it
-  bin/$library     the CreateOS provider
+$contents
 
 Run it from anywhere:
   $name/bin/host-harness lifecycle        # a whole lease lifecycle, offline

@@ -320,3 +320,34 @@ fn a_configuration_for_another_provider_is_refused_naming_both() {
         assert!(output.stdout.is_empty(), "{command:?}: nothing ran");
     }
 }
+
+#[test]
+fn sim_prints_a_configuration_that_runs_and_names_a_busy_address() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut sim = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env("TMPDIR", dir.path())
+        .args(["sim", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(sim.stdout.take().unwrap()).lines().map(Result::unwrap);
+    let printed: Vec<String> = lines.by_ref().take_while(|line| !line.starts_with("(Ctrl-C")).collect();
+    let url = printed[0].rsplit(' ').next().unwrap().to_owned();
+    let pasted = printed.iter().skip_while(|line| !line.starts_with("a configuration")).nth(1).unwrap();
+    let config = dir.path().join("sim.json");
+    std::fs::write(&config, pasted).unwrap();
+    let lifecycle = harness(&["lifecycle", "--config", config.to_str().unwrap()], "");
+    assert_eq!(lifecycle.status.code(), Some(0), "{}", String::from_utf8_lossy(&lifecycle.stderr));
+
+    let address = url.trim_start_matches("http://");
+    let second = harness(&["sim", "--listen", address], "");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(address) && stderr.lines().count() == 1, "{stderr}");
+    // SAFETY: `kill` only sends a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(sim.id() as i32, libc::SIGTERM) }, 0);
+    sim.wait().unwrap();
+}

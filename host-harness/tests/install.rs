@@ -141,8 +141,18 @@ fn each_refusal_is_one_line_and_changes_nothing() {
     let forced = home.run(&["providers", "install", "--force", altered.to_str().unwrap()]);
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
 
+    // A second version is installed inactive, and says so.
+    let second = home.run(&["providers", "install", library("fixture_v1_2").to_str().unwrap()]);
+    assert!(second.status.success());
+    assert!(
+        String::from_utf8_lossy(&second.stdout)
+            .contains("fixture@1.2.0 is not active: `host-harness providers use fixture@1.2.0` makes it so"),
+        "{second:?}"
+    );
+    // A bare id lists its installed versions.
+    refused(&home.run(&["providers", "use", "fixture"]), "installed: fixture@1.1.0, fixture@1.2.0");
+
     // Removing the active version; another one can go.
-    assert!(home.run(&["providers", "install", library("fixture_v1_2").to_str().unwrap()]).status.success());
     refused(&home.run(&["providers", "remove", "fixture@1.1.0"]), "active");
     assert!(home.run(&["providers", "use", "fixture@1.2.0"]).status.success());
     assert!(home.run(&["providers", "remove", "fixture@1.1.0"]).status.success());
@@ -228,6 +238,14 @@ fn the_release_bundle_unpacks_and_runs_from_anywhere() {
     ] {
         assert!(folder.join(file).exists(), "the bundle holds {file}");
     }
+    // INSTALL lists the contents in two aligned columns.
+    let install = std::fs::read_to_string(folder.join("INSTALL")).unwrap();
+    let columns: Vec<usize> = install
+        .lines()
+        .filter(|line| line.starts_with("  bin/") || line.starts_with("  share/"))
+        .map(|line| line.len() - line[2..].split_once("  ").unwrap().1.trim_start().len())
+        .collect();
+    assert!(columns.len() == 4 && columns.iter().all(|&at| at == columns[0]), "{install}");
     let sums = Command::new("sha256sum")
         .arg("--check")
         .arg("--quiet")

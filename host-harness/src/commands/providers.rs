@@ -41,7 +41,14 @@ pub fn run(
             if lock.exists() {
                 lock.add(&entry.path).map_err(|error| Failure::Usage(error.to_string()))?;
             }
-            print(out, "installed", &entry)
+            print(out, "installed", &entry);
+            if !entry.active && !out.json {
+                println!(
+                    "{} is not active: `host-harness providers use {}` makes it so",
+                    entry.installed.spec(),
+                    entry.installed.spec()
+                );
+            }
         }
         Action::List => {
             let entries = providers.list().map_err(failed)?;
@@ -50,10 +57,35 @@ pub fn run(
             }
             entries.iter().for_each(|entry| print(out, "", entry));
         }
-        Action::Use(spec) => print(out, "active", &providers.use_version(spec).map_err(failed)?),
-        Action::Remove(spec) => print(out, "removed", &providers.remove(spec).map_err(failed)?),
+        Action::Use(spec) => {
+            versions_needed(providers, spec)?;
+            print(out, "active", &providers.use_version(spec).map_err(failed)?)
+        }
+        Action::Remove(spec) => {
+            versions_needed(providers, spec)?;
+            print(out, "removed", &providers.remove(spec).map_err(failed)?)
+        }
     }
     Ok(())
+}
+
+/// Refuses a bare provider id where `ID@VERSION` is needed, listing the
+/// versions of that id that are installed.
+fn versions_needed(providers: &ProvidersDir, spec: &str) -> Result<(), Failure> {
+    if spec.contains('@') {
+        return Ok(());
+    }
+    let entries = providers.list().map_err(|error| Failure::Usage(error.to_string()))?;
+    let versions: Vec<String> = entries
+        .iter()
+        .filter(|entry| entry.installed.id == spec)
+        .map(|entry| entry.installed.spec())
+        .collect();
+    Err(Failure::Usage(if versions.is_empty() {
+        format!("`{spec}` is not ID@VERSION, and no version of a provider `{spec}` is installed (`host-harness providers list`)")
+    } else {
+        format!("`{spec}` is not ID@VERSION; installed: {}", versions.join(", "))
+    }))
 }
 
 fn print(out: Printer, what: &str, entry: &Entry) {

@@ -3,7 +3,8 @@
 use super::{Failure, Printer};
 
 /// Serves the simulator on `listen` until SIGINT or SIGTERM, after printing
-/// its URL and development API key, then prints the requests it answered
+/// its URL, development API key and a configuration file that runs against
+/// it (for `--config`), then prints the requests it answered
 /// and the sandboxes still live; `rate_limit` is its limit (`None`: off).
 pub fn serve(
     listen: std::net::SocketAddr,
@@ -16,10 +17,11 @@ pub fn serve(
     let mut signals = signal_hook::iterator::Signals::new([libc::SIGINT, libc::SIGTERM])
         .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let sim = createos_sim::Simulator::start(config)
-        .map_err(|error| Failure::Usage(format!("cannot start the simulator: {error}")))?;
-    out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key()}), || {
+        .map_err(|error| Failure::Usage(format!("cannot start the simulator on {listen}: {error}")))?;
+    let config = serde_json::json!({"driverKey": "createos", "config": sim.provider_config(true)});
+    out.value(&serde_json::json!({"url": sim.url(), "apiKey": sim.api_key(), "configuration": config}), || {
         format!(
-            "CreateOS simulator listening at {}\ndevelopment API key: {}\n(Ctrl-C to stop)",
+            "CreateOS simulator listening at {}\ndevelopment API key: {}\na configuration for --config (save it as sim.json):\n{config}\n(Ctrl-C to stop)",
             sim.url(),
             sim.api_key()
         )
