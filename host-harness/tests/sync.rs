@@ -120,6 +120,14 @@ fn sync_moves_a_directory_in_runs_then_and_brings_a_result_out() {
     assert_eq!(std::fs::read_to_string(&output_file).unwrap(), "FROM THE HOST\n");
     assert_eq!(std::fs::metadata(&output_file).unwrap().permissions().mode() & 0o777, 0o640);
 
+    // A mapping of the wrong kind says which kind the source is.
+    let as_file = format!("/paperclip-workspace/project:{}", bed.path("as-file").display());
+    let wrong = one_line_failure(&bed.run(None, &["sync", "--lease", &lease, "--out", &as_file]));
+    assert!(wrong.contains("CreateOS transfer source is a directory"), "{wrong}");
+    let as_directory = format!("/paperclip-workspace/project/output.txt/:{}", bed.path("as-dir").display());
+    let wrong = one_line_failure(&bed.run(None, &["sync", "--lease", &lease, "--out", &as_directory]));
+    assert!(wrong.contains("CreateOS transfer source is not a directory"), "{wrong}");
+
     let escape = format!("{}:/etc/passwd", local.join("input.txt").display());
     let refused = one_line_failure(&bed.run(None, &["sync", "--lease", &lease, "--in", &escape]));
     assert!(refused.contains("CreateOS transfer path escapes the workspace."), "{refused}");

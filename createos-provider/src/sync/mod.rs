@@ -195,8 +195,9 @@ impl Transfer<'_> {
                 *staged = true;
                 let script =
                     format!(
-                    "{}[ -f \"$s\" ] && {{ ln -- \"$s\" {q_scratch} 2>/dev/null || cp -- \"$s\" {q_scratch}; }}",
-                    paths::guard("s", source, true)
+                    "{}[ -d \"$s\" ] && exit {}\n[ -f \"$s\" ] && {{ ln -- \"$s\" {q_scratch} 2>/dev/null || cp -- \"$s\" {q_scratch}; }}",
+                    paths::guard("s", source, true),
+                    paths::IS_A_DIRECTORY_STATUS,
                 );
                 self.run_script(&script).await?;
                 let parent = paths::host_parent(target)?;
@@ -215,8 +216,9 @@ impl Transfer<'_> {
                 *staged = true;
                 let dereference = if *follow_symlinks { "-h " } else { "" };
                 let script = format!(
-                    "{}[ -d \"$s\" ] && tar -c {dereference}-f {q_scratch} -C \"$s\" .",
-                    paths::guard("s", source, true)
+                    "{}[ -d \"$s\" ] || exit {}\ntar -c {dereference}-f {q_scratch} -C \"$s\" .",
+                    paths::guard("s", source, true),
+                    paths::NOT_A_DIRECTORY_STATUS,
                 );
                 self.run_script(&script).await?;
                 let parent = paths::host_parent(target)?;
@@ -258,13 +260,21 @@ impl Transfer<'_> {
 
     /// Runs a transfer script with `bash -c` through `exec`: exit 0 is
     /// success, [`paths::ESCAPE_STATUS`] a path that resolved outside the
-    /// workspace, anything else a failed transfer command. Returns stdout.
+    /// workspace, [`paths::IS_A_DIRECTORY_STATUS`] and
+    /// [`paths::NOT_A_DIRECTORY_STATUS`] a mapping of the wrong kind, anything
+    /// else a failed transfer command. Returns stdout.
     async fn run_script(&self, script: &str) -> Result<String, Error> {
         let args = ["-c".to_owned(), script.to_owned()];
         let ran = self.race(self.client.exec(self.sandbox(), "/bin/bash", &args, self.options())).await?;
         match ran.exit_code {
             0 => Ok(ran.stdout),
             paths::ESCAPE_STATUS => Err(Error::PathEscapes),
+            paths::IS_A_DIRECTORY_STATUS => Err(Error::invalid_input(
+                "CreateOS transfer source is a directory: sync it with a directory mapping (kind \"directory\").",
+            )),
+            paths::NOT_A_DIRECTORY_STATUS => Err(Error::invalid_input(
+                "CreateOS transfer source is not a directory: sync it with a file mapping (kind \"file\").",
+            )),
             _ => Err(Error::TransferFailed),
         }
     }

@@ -12,6 +12,11 @@ use crate::script::quote;
 pub const NOT_CONFINED: &str = "CreateOS transfer requires a confined absolute sandbox path.";
 /// Exit status of the guard when a path resolves outside the workspace.
 pub const ESCAPE_STATUS: i64 = 90;
+/// Exit status of a transfer script whose file mapping names a directory.
+pub const IS_A_DIRECTORY_STATUS: i64 = 91;
+/// Exit status of a transfer script whose directory mapping names something
+/// else than a directory.
+pub const NOT_A_DIRECTORY_STATUS: i64 = 92;
 
 /// Checks a sandbox path lexically: absolute, no NUL, no `..` segment, and
 /// normalised (`.` and empty segments dropped, no trailing `/`) equal to the
