@@ -640,7 +640,11 @@ impl CreateosClient {
             };
             let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
                 log_transport(label, &e);
-                Error::from_transport(label, &e)
+                if e.is_connect() {
+                    Error::Unreachable { operation: label, origin: self.origin().to_owned() }
+                } else {
+                    Error::from_transport(label, &e)
+                }
             })?;
             // The reply's head is here: its body is read without a pass.
             drop(pass);

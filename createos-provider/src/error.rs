@@ -192,6 +192,16 @@ pub enum Error {
         /// The fixed operation label.
         operation: &'static str,
     },
+    /// No connection to the API could be made (refused, no such host, TLS
+    /// handshake failed, connect timeout): the request was never written,
+    /// so nothing happened remotely.
+    #[error("CreateOS {operation} was not sent: cannot connect to {origin}.")]
+    Unreachable {
+        /// The fixed operation label.
+        operation: &'static str,
+        /// The API origin (scheme, host, port).
+        origin: String,
+    },
     /// The deadline passed while the request waited for the request budget:
     /// nothing was sent, so nothing happened remotely.
     #[error("CreateOS {operation} was not sent: the request budget had no room before the deadline.")]
@@ -280,7 +290,7 @@ impl Error {
             Error::Api { status: 401 | 403, .. } => ErrorKind::Unauthorized,
             Error::Api { .. } | Error::DidNotReach { .. } => ErrorKind::Api,
             Error::Protocol { .. } => ErrorKind::Protocol,
-            Error::Connection { .. } => ErrorKind::Connection,
+            Error::Connection { .. } | Error::Unreachable { .. } => ErrorKind::Connection,
             Error::Timeout { .. } | Error::NotSent { .. } => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
@@ -307,6 +317,7 @@ impl Error {
             Error::Api { operation, .. }
             | Error::Protocol { operation }
             | Error::Connection { operation }
+            | Error::Unreachable { operation, .. }
             | Error::Timeout { operation }
             | Error::NotSent { operation } => Some(operation),
             Error::DidNotReach { .. } => Some(op::SANDBOX_LIFECYCLE),
@@ -412,6 +423,11 @@ impl Error {
         matches!(self, Error::DidNotReach { state, .. } if state == "destroyed" || state == "failed")
     }
 
+    /// No connection to the API could be made: the request was never written.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, Error::Unreachable { .. })
+    }
+
     /// The request was never sent (its deadline passed in the pacer queue).
     pub fn is_not_sent(&self) -> bool {
         matches!(self, Error::NotSent { .. })
@@ -429,7 +445,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Api { status, .. } => *status >= 500 || *status == 429,
-            Error::Connection { .. } => true,
+            Error::Connection { .. } | Error::Unreachable { .. } => true,
             _ => false,
         }
     }

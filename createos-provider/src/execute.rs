@@ -337,7 +337,7 @@ impl Run<'_> {
             Err(error) if error.is_not_sent() => {
                 return Ok(self.result(None, None, true, OutputDecoder::new().finish()));
             }
-            Err(error) if is_refusal(&error) => return Err(error),
+            Err(error) if is_refusal(&error) || error.is_unreachable() => return Err(error),
             Err(error) => {
                 tracing::warn!(sandbox = %self.sandbox(), reason = error.operation().unwrap_or("error"), "CreateOS process creation outcome unknown");
                 self.registry.mark_unconfirmed(&self.lease.scope);

@@ -200,7 +200,8 @@ pub(crate) async fn admit(client: &CreateosClient, config: &ProviderConfig) -> R
 
 /// `POST /sandboxes`, whose lost reply would leak a sandbox nobody can name:
 /// any failure after the request was sent that is not a plain refusal is
-/// "creation unconfirmed". It runs after admission, so it is work under way
+/// "creation unconfirmed"; a request that never left (no connection could be
+/// made, or its deadline passed in the pacer) created nothing. It runs after admission, so it is work under way
 /// (in-flight priority), not new work that in-flight requests may starve.
 async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Result<String, Error> {
     let options = CallOptions::new(deadline(config), Priority::InFlight);
@@ -208,7 +209,7 @@ async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Res
         .create_sandbox(&config.shape, config.rootfs.as_deref(), config.region.as_deref(), options)
         .await
         .map_err(|error| match error.http_status() {
-            _ if error.is_not_sent() => error,
+            _ if error.is_not_sent() || error.is_unreachable() => error,
             Some(status) if (400..500).contains(&status) => error,
             _ => Error::creation_unconfirmed(
                 "CreateOS sandbox creation could not be confirmed; a sandbox may exist that this provider cannot name.",

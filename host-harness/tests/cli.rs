@@ -351,3 +351,36 @@ fn sim_prints_a_configuration_that_runs_and_names_a_busy_address() {
     assert_eq!(unsafe { libc::kill(sim.id() as i32, libc::SIGTERM) }, 0);
     sim.wait().unwrap();
 }
+
+#[test]
+fn an_unreachable_api_creates_nothing_and_leaves_nothing_to_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("unreachable.json");
+    std::fs::write(
+        &config,
+        r#"{"config": {"apiUrl": "http://127.0.0.1:1", "apiKey": "k-1", "shape": "s-1vcpu-1gb"}}"#,
+    )
+    .unwrap();
+    let ledger = dir.path().join("ledger.sqlite3");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .arg("--ledger")
+            .arg(&ledger)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for command in ["acquire", "probe", "lifecycle"] {
+        let output = run(&[command, "--config", config.to_str().unwrap()]);
+        let said =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(output.status.code(), Some(1), "{command}: {said}");
+        assert!(said.contains("was not sent: cannot connect to http://127.0.0.1:1."), "{command}: {said}");
+        assert!(!said.contains("could not be confirmed") && !said.contains("k-1"), "{command}: {said}");
+    }
+    let sweep = run(&["sweep"]);
+    let said = String::from_utf8_lossy(&sweep.stdout);
+    assert_eq!(sweep.status.code(), Some(0), "{said}");
+    assert!(said.contains("0 unresolvable"), "{said}");
+}
