@@ -10,6 +10,8 @@ use std::{
 
 use e2e::library;
 
+mod common;
+
 struct Bed {
     dir: tempfile::TempDir,
 }
@@ -31,7 +33,12 @@ impl Bed {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        self.command(args).output().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
+        command
             .arg("--lock")
             .arg(self.lock())
             .arg("--providers-dir")
@@ -40,10 +47,16 @@ impl Bed {
             .arg(self.dir.path().join("ledger.sqlite3"))
             .args(args)
             .env_remove("HOST_HARNESS_PLUGIN")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        command
     }
+}
+
+/// A FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `name` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
 }
 
 fn stderr(output: &Output) -> String {
@@ -233,4 +246,33 @@ fn locked_never_loads_a_library_a_swapped_symlink_points_at_while_it_loads() {
 #[test]
 fn locked_isolated_worker_never_loads_a_library_renamed_over_the_pinned_one() {
     locked_inspect_under_a_replacement_loop(Replacement::Rename, &["--isolate"], 30);
+}
+
+#[test]
+fn lock_add_install_and_verify_refuse_a_fifo_in_one_line() {
+    let bed = Bed::new();
+    let fifo = bed.dir.path().join("plugin.so");
+    mkfifo(&fifo);
+    let fifo = fifo.to_str().unwrap();
+    for args in [
+        vec!["lock", "add", fifo],
+        vec!["providers", "install", fifo],
+        vec!["lock", "verify", fifo],
+        vec!["--locked", "--plugin", fifo, "inspect"],
+    ] {
+        // A blocking open of the FIFO never returns: the guard ends the test
+        // and the run.
+        let mut child = bed.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
+                child.try_wait().unwrap().is_some()
+            })
+        }));
+        if let Err(panic) = waited {
+            let _ = child.kill();
+            std::panic::resume_unwind(panic);
+        }
+        let output = child.wait_with_output().unwrap();
+        refused_in_one_line(&output, &["plugin.so", "not a regular file but a FIFO"]);
+    }
 }
