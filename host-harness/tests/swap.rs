@@ -76,17 +76,28 @@ impl Running {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
     }
 
-    /// The next stderr line containing `text` (the lines before it are returned too).
+    /// The next stderr line containing `text` (the lines before it are
+    /// returned too); panics when none comes within a minute (a guard
+    /// against a hung harness, not a measurement).
     fn stderr_until(&self, text: &str) -> String {
         let mut seen = String::new();
-        for line in self.stderr.iter() {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(text) {
-                return seen;
+        loop {
+            match self.stderr.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(line) => {
+                    seen.push_str(&line);
+                    seen.push('\n');
+                    if line.contains(text) {
+                        return seen;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the harness said no `{text}` within a minute:\n{seen}")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the harness ended before saying `{text}`:\n{seen}")
+                }
             }
         }
-        panic!("the harness ended before saying `{text}`:\n{seen}");
     }
 
     /// Stops the soak (SIGINT) and returns its exit code and summary.
@@ -105,6 +116,14 @@ impl Running {
             .find(|line| line["summary"] == true)
             .expect("a summary");
         (status.code(), summary)
+    }
+}
+
+impl Drop for Running {
+    /// Ends a harness a failed test leaves running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
