@@ -248,6 +248,23 @@ fn locked_isolated_worker_never_loads_a_library_renamed_over_the_pinned_one() {
     locked_inspect_under_a_replacement_loop(Replacement::Rename, &["--isolate"], 30);
 }
 
+/// Runs the harness with `args`, failing the test (and ending the run)
+/// when it has not returned within a minute: a blocking open of a FIFO
+/// never returns.
+fn run_guarded(bed: &Bed, args: &[&str]) -> Output {
+    let mut child = bed.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
+            child.try_wait().unwrap().is_some()
+        })
+    }));
+    if let Err(panic) = waited {
+        let _ = child.kill();
+        std::panic::resume_unwind(panic);
+    }
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn lock_add_install_and_verify_refuse_a_fifo_in_one_line() {
     let bed = Bed::new();
@@ -260,19 +277,11 @@ fn lock_add_install_and_verify_refuse_a_fifo_in_one_line() {
         vec!["lock", "verify", fifo],
         vec!["--locked", "--plugin", fifo, "inspect"],
     ] {
-        // A blocking open of the FIFO never returns: the guard ends the test
-        // and the run.
-        let mut child = bed.command(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
-                child.try_wait().unwrap().is_some()
-            })
-        }));
-        if let Err(panic) = waited {
-            let _ = child.kill();
-            std::panic::resume_unwind(panic);
-        }
-        let output = child.wait_with_output().unwrap();
-        refused_in_one_line(&output, &["plugin.so", "not a regular file but a FIFO"]);
+        refused_in_one_line(&run_guarded(&bed, &args), &["plugin.so", "not a regular file but a FIFO"]);
     }
+    // A FIFO as a library's detached signature: no signature.
+    let library = bed.copy("fixture_v1_2");
+    mkfifo(&library.with_extension("so.minisig"));
+    let inspected = json(&run_guarded(&bed, &["--plugin", library.to_str().unwrap(), "inspect", "--json"]));
+    assert_eq!(inspected["signature"]["status"], "unsigned", "{inspected}");
 }

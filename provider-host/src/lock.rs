@@ -213,14 +213,15 @@ impl Signature {
 pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
     let mut signature_path = library.as_os_str().to_owned();
     signature_path.push(".minisig");
-    let Ok(text) = fs::read_to_string(&signature_path) else {
+    let Some(text) = read_regular(Path::new(&signature_path)).and_then(|bytes| String::from_utf8(bytes).ok())
+    else {
         return Signature::Unsigned;
     };
     let untrusted = |reason: &str| Signature::Untrusted { reason: reason.to_owned() };
     let Ok(signature) = minisign_verify::Signature::decode(&text) else {
         return untrusted("the .minisig file is not a minisign signature");
     };
-    let Some(bytes) = read_library(library) else {
+    let Some(bytes) = read_regular(library) else {
         return untrusted("the library cannot be read");
     };
     if trusted_keys.is_empty() {
@@ -237,9 +238,10 @@ pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
     untrusted("no trusted key verifies the signature")
 }
 
-/// The bytes of the library at `library`, opened as a load opens it.
-fn read_library(library: &Path) -> Option<Vec<u8>> {
-    let (_, mut file) = provider_abi::open_library(library).ok()?;
+/// The bytes of the file at `path`, opened as a load opens a library
+/// (non-blocking, regular files only: a FIFO never blocks the read).
+fn read_regular(path: &Path) -> Option<Vec<u8>> {
+    let (_, mut file) = provider_abi::open_library(path).ok()?;
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut file, &mut bytes).ok()?;
     Some(bytes)
