@@ -11,10 +11,11 @@
 //! ```
 //!
 //! A library is checked exactly as a load would check it before anything is
-//! written (a private copy, [`crate::staging`], so what is checked, hashed
-//! and installed are the same bytes), copied into a temporary folder beside its final one and renamed
-//! into place, so a half-copied library is never visible; the `active` record
-//! is replaced the same way.
+//! written, through a private copy ([`crate::staging`]): what is checked,
+//! hashed and installed are the same bytes. That copy is copied into a
+//! temporary folder beside its final one and renamed into place, so a
+//! half-copied library is never visible; the `active` record is replaced the
+//! same way.
 
 use crate::staging::Staging;
 use provider_abi::Provider;
