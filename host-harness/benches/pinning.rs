@@ -1,9 +1,11 @@
 //! What pinning costs at load: hashing a provider library (SHA-256 of the
-//! whole file, as `--locked` does before opening it) beside loading a copy of
-//! it (checks, mapping, first manifest), in one run.
+//! whole file), the `--locked` check (the library copied into a private
+//! directory while hashed, as `--locked` does before loading the copy, and
+//! its pin found) beside loading a copy of it (checks, mapping, first
+//! manifest), in one run.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host_harness::{lock::LockFile, plugin::default_plugin_path, providers::sha256_hex};
+use host_harness::{lock::LockFile, plugin::default_plugin_path, providers::sha256_hex, staging::Staging};
 use provider_abi::LoadedProvider;
 use std::hint::black_box;
 
@@ -16,8 +18,15 @@ fn pinning(c: &mut Criterion) {
     let mut lock = LockFile::open(&dir.path().join("providers.lock")).unwrap();
     lock.add(&library).unwrap();
     c.bench_function("sha256 of the provider library", |b| b.iter(|| sha256_hex(black_box(&bytes))));
-    c.bench_function("--locked check: read and hash the file, find its pin", |b| {
+    c.bench_function("lock verify: read and hash the file, find its pin", |b| {
         b.iter(|| lock.verify(black_box(&library)).unwrap().sha256.len())
+    });
+    let staging = Staging::new().unwrap();
+    c.bench_function("--locked check: copy the file privately while hashing it, find its pin", |b| {
+        b.iter(|| {
+            let staged = staging.stage(black_box(&library)).unwrap();
+            lock.pin_of(&library, staged.sha256()).unwrap().sha256.len()
+        })
     });
     // A library loads once per path (never unloaded): load a fresh copy each time.
     let mut copies = 0u32;

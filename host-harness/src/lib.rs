@@ -29,5 +29,5 @@ pub mod swap;
 
 pub use provider_host::{
     async_host, budget, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers,
-    request, secrets, store, sweep,
+    request, secrets, staging, store, sweep,
 };

@@ -10,8 +10,9 @@ use host_harness::{
     hangup, interrupt,
     isolation::{IsolationOptions, Limits},
     lock::{check_signature, LockFile},
-    plugin::find_plugin,
+    plugin::{find_plugin, Library},
     providers::ProvidersDir,
+    staging::Staging,
     store::{LedgerLocation, StoreOptions},
 };
 use provider_abi::Provider;
@@ -445,6 +446,9 @@ enum Command {
     Worker {
         /// The provider library.
         library: PathBuf,
+        /// The SHA-256 the library must have (a private copy the harness checked).
+        #[arg(long, value_name = "HEX")]
+        sha256: Option<String>,
     },
 }
 
@@ -539,8 +543,8 @@ fn main() -> ExitCode {
     limit_malloc_arenas();
     raise_open_files_limit();
     let cli = Cli::from_arg_matches(&cli_command().get_matches()).unwrap_or_else(|error| error.exit());
-    if let Command::Worker { library } = &cli.command {
-        return host_harness::isolation::serve_worker(library);
+    if let Command::Worker { library, sha256 } = &cli.command {
+        return host_harness::isolation::serve_worker(library, sha256.as_deref());
     }
     init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
@@ -610,25 +614,37 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if let Command::Lock(command) = &cli.command {
         return commands::lock::run(&mut lock()?, command.into(), out);
     }
-    let (plugin, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
+    let (plugin_path, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
     let lock_for_swaps = match global.locked {
         true => Some(lock()?),
         false => None,
     };
-    if let Some(lock) = &lock_for_swaps {
-        lock.verify(&plugin).map_err(|error| Failure::Usage(error.to_string()))?;
-    }
-    let signature = check_signature(&plugin, &global.trusted_keys);
-    let plugin_path = plugin.clone();
-    let plugin = Some(plugin.as_path());
+    // With --locked, the private copy whose hash is pinned is what loads
+    // (here and in workers); it lives as long as this run.
+    let staging = match global.locked {
+        true => Some(Staging::new().map_err(|error| {
+            Failure::Usage(format!("cannot make a private copy of {}: {error}", plugin_path.display()))
+        })?),
+        false => None,
+    };
+    let plugin = match (&lock_for_swaps, &staging) {
+        (Some(lock), Some(staging)) => {
+            let usage = |error: &dyn std::fmt::Display| Failure::Usage(error.to_string());
+            let staged = staging.stage(&plugin_path).map_err(|error| usage(&error))?;
+            lock.pin_of(&plugin_path, staged.sha256()).map_err(|error| usage(&error))?;
+            Library::Staged(staged)
+        }
+        _ => Library::At(plugin_path.clone()),
+    };
+    let signature = check_signature(&plugin_path, &global.trusted_keys);
     if let Command::Conform { config } = &cli.command {
         // Calls the provider directly and destroys what it acquires: no ledger.
-        return commands::conform::run(plugin, config.as_deref(), out);
+        return commands::conform::run(&plugin, config.as_deref(), out);
     }
     let isolation = global.isolation.options();
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
-        let provider = commands::load(plugin, isolation.as_ref())?;
+        let provider = commands::load(&plugin, isolation.as_ref())?;
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
@@ -645,7 +661,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
     let mut session =
-        commands::Session::open(plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
+        commands::Session::open(&plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
     // The daemon-like commands swap the provider on SIGHUP.
     let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
     if swaps_on_hangup {

@@ -10,7 +10,36 @@ use crate::{
     providers::ProvidersDir,
 };
 use provider_abi::{Hook, HookResult, LoadError, LoadedProvider, SetupParams};
+use provider_host::staging::Staged;
 use std::path::{Path, PathBuf};
+
+/// The provider library a run loads.
+#[derive(Debug, Clone)]
+pub enum Library {
+    /// The file at this path, opened as [`LoadedProvider::load`] opens it.
+    At(PathBuf),
+    /// A private copy whose hash was checked (`--locked`): loaded in this
+    /// process, or by workers told the hash to check.
+    Staged(Staged),
+}
+
+impl Library {
+    /// The library as the user named it.
+    pub fn path(&self) -> &Path {
+        match self {
+            Library::At(path) => path,
+            Library::Staged(staged) => staged.source(),
+        }
+    }
+
+    /// Loads it in this process (without `setup`); errors name [`Library::path`].
+    pub fn load(&self) -> Result<LoadedProvider, LoadError> {
+        match self {
+            Library::At(path) => LoadedProvider::load(path),
+            Library::Staged(staged) => staged.load(),
+        }
+    }
+}
 
 /// The environment variable naming a provider library (search step 2).
 pub const PLUGIN_VARIABLE: &str = "HOST_HARNESS_PLUGIN";
@@ -78,8 +107,14 @@ pub fn default_plugin_path() -> PathBuf {
 /// (see [`set_up`]).
 pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
     let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
-    let provider = LoadedProvider::load(&path)?;
-    set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error })?;
+    load_library(&Library::At(path))
+}
+
+/// Loads `library` in this process and runs `setup` (see [`set_up`]).
+pub fn load_library(library: &Library) -> Result<LoadedProvider, LoadError> {
+    let provider = library.load()?;
+    set_up(&provider)
+        .map_err(|error| LoadError::ProviderFailed { path: library.path().to_path_buf(), error })?;
     Ok(provider)
 }
 
@@ -101,17 +136,26 @@ pub fn set_up(provider: &dyn HookSupport) -> HookResult<()> {
     }
 }
 
-/// Loads the provider at `path` (the default when `None`) and runs `setup`:
-/// in this process, or with `isolation` in worker processes. Errors are one line.
+/// Loads `library` and runs `setup`: in this process, or with `isolation`
+/// in worker processes (a staged copy's workers check its hash before
+/// loading it). Errors are one line.
 pub fn load_hosted(
-    path: Option<&Path>,
+    library: &Library,
     isolation: Option<&IsolationOptions>,
 ) -> Result<HostedProvider, String> {
+    let path = library.path().to_path_buf();
     let Some(options) = isolation else {
-        return load_provider(path).map(HostedProvider::Loaded).map_err(|error| error.to_string());
+        return load_library(library).map(HostedProvider::Loaded).map_err(|error| error.to_string());
     };
-    let path = path.map(Path::to_path_buf).unwrap_or_else(default_plugin_path);
-    let provider = IsolatedProvider::start(&path, options.clone()).map_err(|error| error.to_string())?;
+    let provider = match library {
+        Library::At(path) => IsolatedProvider::start(path, options.clone()),
+        Library::Staged(staged) => {
+            let options =
+                IsolationOptions { library_sha256: Some(staged.sha256().to_owned()), ..options.clone() };
+            IsolatedProvider::start(staged.copy(), options)
+        }
+    }
+    .map_err(|error| error.to_string())?;
     set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
     Ok(HostedProvider::Isolated(Box::new(provider)))
 }

@@ -1,59 +1,32 @@
 //! Swapping a running host's provider to the library at a path (`soak
 //! --swap-to`, and `SIGHUP` in `soak` and `lifecycle`).
 //!
-//! The library is checked as at load: pinned by the lock file when one
-//! applies, then loaded (ABI, layout, provider id) and set up, and made the
-//! active version of the [`ProviderSet`]. A process never loads two files
-//! from one path (a library is never unloaded, and the dynamic loader would
-//! hand back the first), so each build is loaded from a private copy named
-//! by its SHA-256: a new build dropped at the same path is a new version,
-//! and swapping back to a build already loaded reuses its copy.
+//! The library is checked as at load: staged as a private copy named by its
+//! SHA-256 ([`provider_host::staging`]: opened non-blocking, regular files
+//! only), that hash pinned by the lock file when one applies, then the copy
+//! loaded (ABI, layout, provider id), set up, and made the active version of
+//! the [`ProviderSet`]. A new build dropped at the same path is a new
+//! version, and swapping back to a build already loaded reuses its copy (a
+//! process never loads two files from one path).
 
-use crate::plugin::load_provider;
-use provider_abi::LeaseParams;
+use crate::plugin::set_up;
+use provider_abi::{LeaseParams, LoadError};
 use provider_host::{
     handover::unconfirmed_leases,
-    lock::{file_sha256, LockFile},
+    lock::LockFile,
     provider_set::{ProviderSet, SwapReport},
+    staging::Staging,
     store::LeaseStore,
     sweep::SweepSecrets,
 };
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Mutex,
     },
     time::Duration,
 };
-
-/// The private copies of the builds this process swapped to, removed when
-/// the process ends (each stays mapped while it runs).
-pub struct Staging {
-    dir: tempfile::TempDir,
-}
-
-impl Staging {
-    /// A new staging directory under the system's temporary directory.
-    pub fn new() -> std::io::Result<Staging> {
-        Ok(Staging { dir: tempfile::Builder::new().prefix("host-harness-swap-").tempdir()? })
-    }
-
-    /// Copies `library` into the staging directory (once per build) and
-    /// returns the copy and its SHA-256.
-    fn stage(&self, library: &Path) -> Result<(PathBuf, String), String> {
-        let name = library.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
-        let read_error = |error: std::io::Error| format!("cannot read {}: {error}", library.display());
-        let incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(|error| error.to_string())?;
-        std::fs::copy(library, incoming.path()).map_err(read_error)?;
-        let sha256 = file_sha256(incoming.path()).map_err(read_error)?;
-        let staged = self.dir.path().join(format!("{}-{name}", &sha256[..16]));
-        if !staged.exists() {
-            incoming.persist(&staged).map_err(|error| error.error.to_string())?;
-        }
-        Ok((staged, sha256))
-    }
-}
 
 /// Swaps `set` to the library at `library`: refused, in one line and with
 /// the active version left in place, when `lock` does not pin it, when it
@@ -66,16 +39,13 @@ pub fn swap_to_library(
     lock: Option<&LockFile>,
     unconfirmed: &[LeaseParams],
 ) -> Result<SwapReport, String> {
-    let pinned = match lock {
-        Some(lock) => Some(lock.verify(library).map_err(|error| error.to_string())?.sha256.clone()),
-        None => None,
-    };
-    let (staged, sha256) = staging.stage(library)?;
-    if pinned.is_some_and(|pinned| pinned != sha256) {
-        return Err(format!("{} changed while it was being read", library.display()));
+    let staged = staging.stage(library).map_err(|error| error.to_string())?;
+    if let Some(lock) = lock {
+        lock.pin_of(library, staged.sha256()).map_err(|error| error.to_string())?;
     }
-    let next = load_provider(Some(&staged)).map_err(|error| {
-        error.to_string().replace(&staged.display().to_string(), &library.display().to_string())
+    let next = staged.load().map_err(|error| error.to_string())?;
+    set_up(&next).map_err(|error| {
+        LoadError::ProviderFailed { path: staged.source().to_path_buf(), error }.to_string()
     })?;
     set.swap_to_importing(next, unconfirmed).map_err(|error| error.to_string())
 }

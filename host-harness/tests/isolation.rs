@@ -283,6 +283,19 @@ fn a_library_the_worker_cannot_load_is_refused_in_one_line() {
     assert!(!error.contains('\n'), "{error}");
 }
 
+#[test]
+fn a_worker_told_a_hash_loads_only_a_library_with_that_hash() {
+    let library = fixture("fixture_v1_2");
+    let wrong = IsolationOptions { library_sha256: Some("00".repeat(32)), ..options() };
+    let error = IsolatedProvider::start(&library, wrong).err().expect("refused").to_string();
+    assert!(error.contains(&format!("not the {} the host checked", "00".repeat(32))), "{error}");
+    assert!(error.contains("fixture_v1_2") && !error.contains('\n'), "{error}");
+    let sha256 = host_harness::staging::library_sha256(&library).unwrap();
+    let right = IsolationOptions { library_sha256: Some(sha256), ..options() };
+    let provider = IsolatedProvider::start(&library, right).expect("the checked library loads");
+    assert_eq!(provider.manifest().version.as_str(), "1.2.0");
+}
+
 /// `--isolate` on the command line: the harness survives a provider that
 /// crashes in `exec`, reports it in one line and exits 1.
 #[test]

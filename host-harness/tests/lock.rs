@@ -10,6 +10,8 @@ use std::{
 
 use e2e::library;
 
+mod common;
+
 struct Bed {
     dir: tempfile::TempDir,
 }
@@ -31,7 +33,12 @@ impl Bed {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        self.command(args).output().unwrap()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
+        command
             .arg("--lock")
             .arg(self.lock())
             .arg("--providers-dir")
@@ -40,10 +47,16 @@ impl Bed {
             .arg(self.dir.path().join("ledger.sqlite3"))
             .args(args)
             .env_remove("HOST_HARNESS_PLUGIN")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+            .stdin(Stdio::null());
+        command
     }
+}
+
+/// A FIFO at `path`.
+fn mkfifo(path: &Path) {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `name` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
 }
 
 fn stderr(output: &Output) -> String {
@@ -139,4 +152,136 @@ fn inspect_reports_what_a_detached_signature_says() {
     assert_eq!(status(&["--trusted-key", &stranger], &signed), "untrusted");
     assert_eq!(status(&[], &signed), "untrusted");
     assert_eq!(status(&["--trusted-key", &trusted], &bed.copy("fixture_v1_1")), "unsigned");
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What a loop replacing the plugin path puts there each time.
+#[derive(Clone, Copy)]
+enum Replacement {
+    /// A hard link of one library or the other, renamed over the path.
+    Rename,
+    /// A symbolic link to one library or the other, renamed over the path.
+    Symlink,
+}
+
+/// Runs `--locked [EXTRA...] inspect` `runs` times while a thread keeps
+/// replacing the plugin path by the pinned library and an unpinned one (two
+/// builds of the fixture with other versions): no run may load the unpinned
+/// one, every refusal is one line, and both outcomes occur (the race ran).
+fn locked_inspect_under_a_replacement_loop(replacement: Replacement, extra: &[&str], runs: usize) {
+    let bed = Bed::new();
+    let pinned = bed.copy("fixture_v1_2");
+    let unpinned = bed.copy("fixture_v1_3");
+    assert!(bed.run(&["lock", "add", pinned.to_str().unwrap()]).status.success());
+    let plugin = bed.dir.path().join("plugin.so");
+    let incoming = bed.dir.path().join("incoming.so");
+    let put = |library: &Path| {
+        let _ = std::fs::remove_file(&incoming);
+        match replacement {
+            Replacement::Rename => std::fs::hard_link(library, &incoming).unwrap(),
+            Replacement::Symlink => std::os::unix::fs::symlink(library, &incoming).unwrap(),
+        }
+        std::fs::rename(&incoming, &plugin).unwrap();
+    };
+    put(&pinned);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (mut loaded_pinned, mut refused) = (0, 0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                put(&unpinned);
+                put(&pinned);
+            }
+        });
+        // Stops the loop however this thread leaves the scope (a failed
+        // assertion included: the scope waits for the loop).
+        let _stop = StopOnDrop(&stop);
+        let mut args = vec!["--locked", "--plugin", plugin.to_str().unwrap()];
+        args.extend(extra);
+        args.extend(["inspect", "--json"]);
+        for _ in 0..runs {
+            let output = bed.run(&args);
+            if output.status.success() {
+                let version = json(&output)["version"].as_str().unwrap().to_owned();
+                if version != "1.2.0" {
+                    panic!(
+                        "--locked loaded the unpinned library {version} (run {})",
+                        loaded_pinned + refused + 1
+                    );
+                }
+                loaded_pinned += 1;
+            } else {
+                // With --json the refusal is a JSON line on stdout.
+                let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), stderr(&output));
+                assert_eq!(output.status.code(), Some(2), "{said}");
+                assert_eq!(said.lines().count(), 1, "{said}");
+                refused += 1;
+            }
+        }
+    });
+    assert!(
+        loaded_pinned > 0 && refused > 0,
+        "the loop raced no run: {loaded_pinned} loaded, {refused} refused"
+    );
+}
+
+#[test]
+fn locked_never_loads_a_library_renamed_over_the_pinned_one_while_it_loads() {
+    locked_inspect_under_a_replacement_loop(Replacement::Rename, &[], 40);
+}
+
+#[test]
+fn locked_never_loads_a_library_a_swapped_symlink_points_at_while_it_loads() {
+    locked_inspect_under_a_replacement_loop(Replacement::Symlink, &[], 40);
+}
+
+#[test]
+fn locked_isolated_worker_never_loads_a_library_renamed_over_the_pinned_one() {
+    locked_inspect_under_a_replacement_loop(Replacement::Rename, &["--isolate"], 30);
+}
+
+/// Runs the harness with `args`, failing the test (and ending the run)
+/// when it has not returned within a minute: a blocking open of a FIFO
+/// never returns.
+fn run_guarded(bed: &Bed, args: &[&str]) -> Output {
+    let mut child = bed.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
+            child.try_wait().unwrap().is_some()
+        })
+    }));
+    if let Err(panic) = waited {
+        let _ = child.kill();
+        std::panic::resume_unwind(panic);
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn lock_add_install_and_verify_refuse_a_fifo_in_one_line() {
+    let bed = Bed::new();
+    let fifo = bed.dir.path().join("plugin.so");
+    mkfifo(&fifo);
+    let fifo = fifo.to_str().unwrap();
+    for args in [
+        vec!["lock", "add", fifo],
+        vec!["providers", "install", fifo],
+        vec!["lock", "verify", fifo],
+        vec!["--locked", "--plugin", fifo, "inspect"],
+    ] {
+        refused_in_one_line(&run_guarded(&bed, &args), &["plugin.so", "not a regular file but a FIFO"]);
+    }
+    // A FIFO as a library's detached signature: no signature.
+    let library = bed.copy("fixture_v1_2");
+    mkfifo(&library.with_extension("so.minisig"));
+    let inspected = json(&run_guarded(&bed, &["--plugin", library.to_str().unwrap(), "inspect", "--json"]));
+    assert_eq!(inspected["signature"]["status"], "unsigned", "{inspected}");
 }

@@ -76,22 +76,38 @@ impl Running {
         assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
     }
 
-    /// The next stderr line containing `text` (the lines before it are returned too).
+    /// The next stderr line containing `text` (the lines before it are
+    /// returned too); panics when none comes within a minute (a guard
+    /// against a hung harness, not a measurement).
     fn stderr_until(&self, text: &str) -> String {
         let mut seen = String::new();
-        for line in self.stderr.iter() {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(text) {
-                return seen;
+        loop {
+            match self.stderr.recv_timeout(std::time::Duration::from_secs(60)) {
+                Ok(line) => {
+                    seen.push_str(&line);
+                    seen.push('\n');
+                    if line.contains(text) {
+                        return seen;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("the harness said no `{text}` within a minute:\n{seen}")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    panic!("the harness ended before saying `{text}`:\n{seen}")
+                }
             }
         }
-        panic!("the harness ended before saying `{text}`:\n{seen}");
     }
 
     /// Stops the soak (SIGINT) and returns its exit code and summary.
-    fn interrupt(mut self) -> (Option<i32>, Value) {
-        self.signal(libc::SIGINT);
+    fn interrupt(self) -> (Option<i32>, Value) {
+        self.stop(libc::SIGINT)
+    }
+
+    /// Stops the soak with `signal` and returns its exit code and summary.
+    fn stop(mut self, signal: i32) -> (Option<i32>, Value) {
+        self.signal(signal);
         let status = self.child.wait().unwrap();
         let summary = self
             .stdout
@@ -100,6 +116,14 @@ impl Running {
             .find(|line| line["summary"] == true)
             .expect("a summary");
         (status.code(), summary)
+    }
+}
+
+impl Drop for Running {
+    /// Ends a harness a failed test leaves running.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -200,4 +224,35 @@ fn swap_to_with_an_isolated_provider_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--swap-to needs the provider in this process"), "{stderr}");
+}
+
+#[test]
+fn a_sighup_to_a_fifo_at_the_plugin_path_is_refused_and_the_soak_goes_on() {
+    let bed = Bed::new();
+    let soak = endless_soak(&bed);
+    std::fs::remove_file(bed.plugin()).unwrap();
+    let fifo = std::ffi::CString::new(bed.plugin().as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `fifo` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    soak.signal(libc::SIGHUP);
+    let said = soak.stderr_until("SIGHUP:");
+    let line = said.lines().find(|line| line.starts_with("SIGHUP:")).unwrap();
+    assert!(line.contains("swap refused") && line.contains("not a regular file but a FIFO"), "{line}");
+    assert!(line.ends_with("the active version stays"), "{line}");
+    // The soak goes on, and a later SIGHUP swaps once a library is back.
+    soak.stdout.recv().expect("a lifecycle after the refusal");
+    std::fs::remove_file(bed.plugin()).unwrap();
+    bed.drop_build(&library("createos_provider"));
+    soak.signal(libc::SIGHUP);
+    let said = soak.stderr_until("SIGHUP:");
+    assert!(said.contains("SIGHUP: swapped provider version"), "{said}");
+    // And SIGTERM still ends it, with its summary.
+    let (code, summary) = soak.stop(libc::SIGTERM);
+    assert_eq!(code, Some(143), "{summary}");
+    assert_eq!(
+        (summary["swaps"].as_u64(), summary["swapsRefused"].as_u64()),
+        (Some(1), Some(1)),
+        "{summary}"
+    );
+    assert_eq!(summary["leaked"], 0, "{summary}");
 }

@@ -24,6 +24,26 @@ use std::{
     sync::{LazyLock, Mutex, PoisonError},
 };
 
+/// Opens the provider library at `given` the way a load does: resolved to
+/// an absolute canonical path, refused unless it is a regular file before
+/// and after opening, opened non-blocking (a FIFO put in its place between
+/// the check and the open returns at once, and is refused). Returns the
+/// canonical path and the open file; errors are one line naming the file.
+pub fn open_library(given: &Path) -> Result<(PathBuf, File), LoadError> {
+    let unreadable = |path: &Path, reason: String| LoadError::Unreadable { path: path.to_path_buf(), reason };
+    let path = std::fs::canonicalize(given).map_err(|error| unreadable(given, error.to_string()))?;
+    let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error.to_string()))?;
+    regular(&path, &metadata)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|error| unreadable(&path, error.to_string()))?;
+    let metadata = file.metadata().map_err(|error| unreadable(&path, error.to_string()))?;
+    regular(&path, &metadata)?;
+    Ok((path, file))
+}
+
 /// A file's identity: device and inode.
 type FileId = (u64, u64);
 
@@ -42,20 +62,10 @@ impl CheckedFile {
     /// Resolves `given` to an absolute canonical path and opens it, refusing
     /// anything that is not a regular file before and after opening.
     pub(crate) fn open(given: &Path) -> Result<Self, LoadError> {
-        let unreadable =
-            |path: &Path, reason: String| LoadError::Unreadable { path: path.to_path_buf(), reason };
-        let path = std::fs::canonicalize(given).map_err(|error| unreadable(given, error.to_string()))?;
-        let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error.to_string()))?;
-        regular(&path, &metadata)?;
-        // Non-blocking, in case a FIFO took the file's place since the check
-        // above: opening it then returns at once (and is refused below).
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|error| unreadable(&path, error.to_string()))?;
-        let metadata = file.metadata().map_err(|error| unreadable(&path, error.to_string()))?;
-        regular(&path, &metadata)?;
+        let (path, file) = open_library(given)?;
+        let metadata = file
+            .metadata()
+            .map_err(|error| LoadError::Unreadable { path: path.clone(), reason: error.to_string() })?;
         Ok(Self { id: id(&metadata), path, file })
     }
 

@@ -34,6 +34,7 @@ mod types;
 mod version;
 
 pub use abi_stable;
+pub use checked::open_library;
 pub use error::{ErrorKind, HookResult, ProviderError};
 pub use future::{ready, HookFuture};
 pub use loader::{library_file_name, LoadError, LoadedProvider};

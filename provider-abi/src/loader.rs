@@ -146,6 +146,26 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
+impl LoadError {
+    /// The same error naming `path` as the file: a host that loads a
+    /// private copy of a library names the library it was given.
+    pub fn naming(self, path: &Path) -> LoadError {
+        let path = path.to_path_buf();
+        match self {
+            LoadError::Unreadable { reason, .. } => LoadError::Unreadable { path, reason },
+            LoadError::NotALibrary { reason, .. } => LoadError::NotALibrary { path, reason },
+            LoadError::NotAProvider { .. } => LoadError::NotAProvider { path },
+            LoadError::IncompatibleAbi { library, host, .. } => {
+                LoadError::IncompatibleAbi { path, library, host }
+            }
+            LoadError::LayoutMismatch { detail, .. } => LoadError::LayoutMismatch { path, detail },
+            LoadError::ForeignPointer { what, .. } => LoadError::ForeignPointer { path, what },
+            LoadError::NotTheCheckedFile { reason, .. } => LoadError::NotTheCheckedFile { path, reason },
+            LoadError::ProviderFailed { error, .. } => LoadError::ProviderFailed { path, error },
+        }
+    }
+}
+
 /// The file name cargo gives the `cdylib` of crate `crate_name` on this
 /// platform (`libcreateos_provider.so` for `createos_provider` on Linux).
 pub fn library_file_name(crate_name: &str) -> String {

@@ -10,7 +10,7 @@
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
 //! to reuse; [`async_host`] is the tokio facade; [`lock`] and [`providers`] pin and
-//! install provider libraries; [`secrets`] keeps secrets out of the ledger;
+//! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`request`] is the environment a host acts for.
 
 pub mod async_host;
@@ -26,6 +26,7 @@ pub mod provider_set;
 pub mod providers;
 pub mod request;
 pub mod secrets;
+pub mod staging;
 pub mod store;
 pub mod sweep;
 

@@ -1,10 +1,11 @@
 //! Pinned provider libraries: `providers.lock`, a TOML file recording each
 //! trusted library's SHA-256 with its provider id, version and ABI version,
 //! as Terraform's dependency lock file does. With `--locked`, a library whose
-//! hash is not pinned is refused before it is opened (its code never runs).
+//! hash is not pinned is refused before it is loaded (its code never runs);
+//! the hash checked is that of the private copy loaded ([`crate::staging`]).
 
-use crate::providers::sha256_hex;
-use provider_abi::{LoadedProvider, Provider};
+use crate::staging::{library_sha256, Staging};
+use provider_abi::Provider;
 use serde::{Deserialize, Serialize};
 use std::{
     fs,
@@ -112,21 +113,23 @@ impl LockFile {
         &self.pins
     }
 
-    /// Pins the library at `library`: checks it as a load would, records its
+    /// Pins the library at `library`: checks it as a load would (a private
+    /// copy, so the hash pinned is that of the bytes checked), records its
     /// manifest's id, version and ABI with its hash (replacing a pin of the
     /// same id and version), and writes the file.
     pub fn add(&mut self, library: &Path) -> Result<Pin, LockError> {
-        let bytes = fs::read(library)
-            .map_err(|error| LockError::Library(format!("cannot read {}: {error}", library.display())))?;
-        let provider =
-            LoadedProvider::load(library).map_err(|error| LockError::Library(error.to_string()))?;
+        let failed = |error: provider_abi::LoadError| LockError::Library(error.to_string());
+        let staging = Staging::new()
+            .map_err(|error| LockError::Library(format!("cannot copy {}: {error}", library.display())))?;
+        let staged = staging.stage(library).map_err(failed)?;
+        let provider = staged.load().map_err(failed)?;
         let manifest = provider.manifest();
         let pin = Pin {
             id: manifest.id.to_string(),
             version: manifest.version.to_string(),
             abi: provider.library_abi().to_string(),
-            sha256: sha256_hex(&bytes),
-            path: provider.path().display().to_string(),
+            sha256: staged.sha256().to_owned(),
+            path: staged.source().display().to_string(),
         };
         self.pins
             .retain(|old| (old.id.as_str(), old.version.as_str()) != (pin.id.as_str(), pin.version.as_str()));
@@ -135,12 +138,17 @@ impl LockFile {
         Ok(pin)
     }
 
-    /// Hashes the file at `library` (without loading it, in 64 KiB reads)
-    /// and returns its pin.
+    /// Hashes the library at `library` (opened as a load opens it, never
+    /// loaded, in 64 KiB reads) and returns its pin.
     pub fn verify(&self, library: &Path) -> Result<&Pin, LockError> {
-        let actual = file_sha256(library)
-            .map_err(|error| LockError::Library(format!("cannot read {}: {error}", library.display())))?;
-        if let Some(pin) = self.pins.iter().find(|pin| pin.sha256 == actual) {
+        let actual = library_sha256(library).map_err(|error| LockError::Library(error.to_string()))?;
+        self.pin_of(library, &actual)
+    }
+
+    /// The pin of `sha256`, the hash of the library at `library` (named in
+    /// the refusal).
+    pub fn pin_of(&self, library: &Path, sha256: &str) -> Result<&Pin, LockError> {
+        if let Some(pin) = self.pins.iter().find(|pin| pin.sha256 == sha256) {
             return Ok(pin);
         }
         let shown = fs::canonicalize(library).unwrap_or_else(|_| library.to_path_buf()).display().to_string();
@@ -151,7 +159,7 @@ impl LockFile {
         Err(LockError::NotPinned {
             library: library.to_path_buf(),
             lock: self.path.clone(),
-            actual,
+            actual: sha256.to_owned(),
             expected,
         })
     }
@@ -169,22 +177,6 @@ impl LockFile {
             .map_err(|error| fail(error.to_string()))?;
         staging.persist(&self.path).map_err(|error| fail(error.error.to_string()))?;
         Ok(())
-    }
-}
-
-/// SHA-256 of the file at `path`, lowercase hex, read in 64 KiB pieces (no
-/// copy of the whole library in memory).
-pub fn file_sha256(path: &Path) -> io::Result<String> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut file = fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 64 * 1024];
-    loop {
-        match file.read(&mut buffer)? {
-            0 => return Ok(format!("{:x}", hasher.finalize())),
-            read => hasher.update(&buffer[..read]),
-        }
     }
 }
 
@@ -221,14 +213,15 @@ impl Signature {
 pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
     let mut signature_path = library.as_os_str().to_owned();
     signature_path.push(".minisig");
-    let Ok(text) = fs::read_to_string(&signature_path) else {
+    let Some(text) = read_regular(Path::new(&signature_path)).and_then(|bytes| String::from_utf8(bytes).ok())
+    else {
         return Signature::Unsigned;
     };
     let untrusted = |reason: &str| Signature::Untrusted { reason: reason.to_owned() };
     let Ok(signature) = minisign_verify::Signature::decode(&text) else {
         return untrusted("the .minisig file is not a minisign signature");
     };
-    let Ok(bytes) = fs::read(library) else {
+    let Some(bytes) = read_regular(library) else {
         return untrusted("the library cannot be read");
     };
     if trusted_keys.is_empty() {
@@ -243,4 +236,13 @@ pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
         }
     }
     untrusted("no trusted key verifies the signature")
+}
+
+/// The bytes of the file at `path`, opened as a load opens a library
+/// (non-blocking, regular files only: a FIFO never blocks the read).
+fn read_regular(path: &Path) -> Option<Vec<u8>> {
+    let (_, mut file) = provider_abi::open_library(path).ok()?;
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut file, &mut bytes).ok()?;
+    Some(bytes)
 }

@@ -11,15 +11,19 @@
 //! ```
 //!
 //! A library is checked exactly as a load would check it before anything is
-//! written, copied into a temporary folder beside its final one and renamed
-//! into place, so a half-copied library is never visible; the `active` record
-//! is replaced the same way.
+//! written, through a private copy ([`crate::staging`]): what is checked,
+//! hashed and installed are the same bytes. That copy is copied into a
+//! temporary folder beside its final one and renamed into place, so a
+//! half-copied library is never visible; the `active` record is replaced the
+//! same way.
 
-use provider_abi::{LoadedProvider, Provider};
+use crate::staging::Staging;
+use provider_abi::Provider;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::{
     fmt, fs, io,
+    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
 };
 
@@ -148,16 +152,17 @@ impl ProvidersDir {
     /// Installing a version again is a no-op when the library is the same,
     /// refused when it differs, unless `force`.
     pub fn install(&self, path: &Path, force: bool) -> Result<Entry, ProvidersError> {
-        let bytes = fs::read(path).map_err(io(format!("read {}", path.display())))?;
-        let provider =
-            LoadedProvider::load(path).map_err(|error| ProvidersError::NotAProvider(error.to_string()))?;
+        let library_staging = Staging::new().map_err(io(format!("copy {}", path.display())))?;
+        let not_a_provider = |error: provider_abi::LoadError| ProvidersError::NotAProvider(error.to_string());
+        let staged = library_staging.stage(path).map_err(not_a_provider)?;
+        let provider = staged.load().map_err(not_a_provider)?;
         let manifest = provider.manifest();
         let file = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let installed = Installed {
             id: manifest.id.to_string(),
             version: manifest.version.to_string(),
             abi: provider.library_abi().to_string(),
-            sha256: sha256_hex(&bytes),
+            sha256: staged.sha256().to_owned(),
             file,
         };
         check_component(&installed.id).and(check_component(&installed.version))?;
@@ -180,7 +185,9 @@ impl ProvidersDir {
             .prefix(&format!(".{}-", installed.version))
             .tempdir_in(&id_dir)
             .map_err(io(format!("write in {}", id_dir.display())))?;
-        fs::write(staging.path().join(&installed.file), &bytes).map_err(io("copy the library"))?;
+        let target = staging.path().join(&installed.file);
+        fs::copy(staged.copy(), &target).map_err(io("copy the library"))?;
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).map_err(io("copy the library"))?;
         let record = serde_json::to_vec_pretty(&installed).expect("serialisable");
         fs::write(staging.path().join("installed.json"), record).map_err(io("write installed.json"))?;
         if version_dir.exists() {

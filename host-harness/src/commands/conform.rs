@@ -3,7 +3,7 @@
 //! a check failed.
 
 use super::{read_config, Failure, Printer};
-use host_harness::{conform, embedded, interrupt};
+use host_harness::{conform, embedded, interrupt, plugin::Library};
 use provider_abi::Provider;
 use std::{path::Path, sync::Arc};
 
@@ -12,12 +12,12 @@ use std::{path::Path, sync::Arc};
 /// otherwise wait a minute for the budget, not on the provider).
 const EMBEDDED_REQUESTS_PER_MINUTE: u32 = 100_000;
 
-/// Runs every check against the provider at `plugin` with the configuration
+/// Runs every check against the provider `library` with the configuration
 /// in `config`, or against the embedded CreateOS simulator without one.
-pub fn run(plugin: Option<&Path>, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
+pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
     // In process: the checks read the library's own ABI and hooks.
     let provider = Arc::new(
-        host_harness::plugin::load_provider(plugin).map_err(|error| Failure::Usage(error.to_string()))?,
+        host_harness::plugin::load_library(library).map_err(|error| Failure::Usage(error.to_string()))?,
     );
     let (sim, config) = match config {
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),

@@ -17,7 +17,7 @@ use host_harness::{
     hosted::HostedProvider,
     isolation::IsolationOptions,
     ledger::{LeaseRecord, Ledger},
-    plugin::load_hosted,
+    plugin::{load_hosted, Library},
     render,
     request::HarnessConfig,
     store::{self, LeaseStore, LedgerLocation, StoreOptions},
@@ -88,10 +88,10 @@ pub fn read_ledger(location: Option<&LedgerLocation>) -> Result<Vec<LeaseRecord>
     store::read_all(&location).map_err(|error| Failure::Usage(error.to_string()))
 }
 
-/// Loads the provider (`--plugin`, else the default), in a worker process
-/// with `isolation` (`--isolate`), and runs `setup`.
-pub fn load(plugin: Option<&Path>, isolation: Option<&IsolationOptions>) -> Result<HostedProvider, Failure> {
-    load_hosted(plugin, isolation).map_err(Failure::Usage)
+/// Loads the provider library, in a worker process with `isolation`
+/// (`--isolate`), and runs `setup`.
+pub fn load(library: &Library, isolation: Option<&IsolationOptions>) -> Result<HostedProvider, Failure> {
+    load_hosted(library, isolation).map_err(Failure::Usage)
 }
 
 /// Shuts `provider` down after a command; the command's own failure comes first.
@@ -128,13 +128,13 @@ pub struct Session {
 impl Session {
     /// Loads the provider and opens the ledger.
     pub fn open(
-        plugin: Option<&Path>,
+        library: &Library,
         isolation: Option<&IsolationOptions>,
         ledger: Option<&LedgerLocation>,
         options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
-        let provider = load(plugin, isolation)?;
+        let provider = load(library, isolation)?;
         let ledger = open_ledger(ledger, options)?;
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
     }

@@ -59,6 +59,10 @@ pub struct IsolationOptions {
     /// runs alone in one while fewer are busy; beyond them, creations share
     /// the least busy one (and a crash of one can then cut another short).
     pub creation_workers: usize,
+    /// The SHA-256 the library must have: every worker checks it before
+    /// loading (`__worker LIBRARY --sha256 HEX`), so a worker loads exactly
+    /// the private copy the host checked.
+    pub library_sha256: Option<String>,
 }
 
 impl Default for IsolationOptions {
@@ -69,6 +73,7 @@ impl Default for IsolationOptions {
             deadline: Duration::from_secs(15 * 60),
             limits: Limits::default(),
             creation_workers: 32,
+            library_sha256: None,
         }
     }
 }

@@ -122,6 +122,9 @@ impl WorkerProcess {
         let (host_end, worker_end) = UnixStream::pair().map_err(failed)?;
         let mut args = options.args.clone();
         args.push(library.as_os_str().to_owned());
+        if let Some(sha256) = &options.library_sha256 {
+            args.extend(["--sha256".into(), sha256.into()]);
+        }
         let spec = SpawnSpec { program: program.clone(), args, limits: options.limits.clone() };
         let mut child = spawn::spawn(&spec, worker_end).map_err(failed)?;
         let pid = child.id();

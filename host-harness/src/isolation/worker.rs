@@ -18,6 +18,7 @@ use provider_abi::{
     ByteSink, CreationRecorder, Hook, HookResult, Lease, LoadedProvider, LogLevel, LogRecord, LogSink,
     OutputSink, OutputStream, Provider, ProviderError, SetupParams,
 };
+use provider_host::staging::load_expecting;
 use std::{
     io::{self, BufReader, Write},
     os::{fd::FromRawFd, unix::net::UnixStream},
@@ -32,10 +33,10 @@ use std::{
 const CALL_THREAD_STACK: usize = 1 << 20;
 
 /// Runs the worker: serves the provider library at `library` on the control
-/// socket at file descriptor 3 (see [`super::spawn`]). Returns when the host
-/// closes the socket; 2 when the library cannot be loaded or the socket is
-/// missing.
-pub fn serve_worker(library: &Path) -> ExitCode {
+/// socket at file descriptor 3 (see [`super::spawn`]), loading it only if
+/// its SHA-256 is `sha256` when given. Returns when the host closes the
+/// socket; 2 when the library cannot be loaded or the socket is missing.
+pub fn serve_worker(library: &Path, sha256: Option<&str>) -> ExitCode {
     // SAFETY: fstat on a descriptor number only reads its status.
     let mut status = unsafe { std::mem::zeroed::<libc::stat>() };
     if unsafe { libc::fstat(WORKER_FD, &mut status) } != 0 || status.st_mode & libc::S_IFMT != libc::S_IFSOCK
@@ -46,7 +47,7 @@ pub fn serve_worker(library: &Path) -> ExitCode {
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
     // this process alone; nothing else in the process owns it.
     let control = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
-    match Worker::start(library, control) {
+    match Worker::start(library, sha256, control) {
         Ok(Some((worker, control))) => {
             worker.serve(control);
             ExitCode::SUCCESS
@@ -69,9 +70,17 @@ struct Worker {
 impl Worker {
     /// Loads the library, says hello and runs the handshake; `None` when
     /// the library did not load (the hello told the host why).
-    fn start(library: &Path, control: UnixStream) -> io::Result<Option<(Arc<Worker>, UnixStream)>> {
+    fn start(
+        library: &Path,
+        sha256: Option<&str>,
+        control: UnixStream,
+    ) -> io::Result<Option<(Arc<Worker>, UnixStream)>> {
         let mut writer = control.try_clone()?;
-        let provider = match LoadedProvider::load(library) {
+        let loaded = match sha256 {
+            Some(sha256) => load_expecting(library, sha256),
+            None => LoadedProvider::load(library),
+        };
+        let provider = match loaded {
             Ok(provider) => provider,
             Err(error) => {
                 protocol::write(&mut writer, &ToHost::Hello(Err(error.to_string())))?;

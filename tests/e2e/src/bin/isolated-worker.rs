@@ -8,7 +8,7 @@ fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
     match args.as_slice() {
         [_, mode, library] if mode == "__worker" => {
-            host_harness::isolation::serve_worker(&PathBuf::from(library))
+            host_harness::isolation::serve_worker(&PathBuf::from(library), None)
         }
         _ => {
             eprintln!("usage: isolated-worker __worker LIBRARY (started by the isolated provider)");

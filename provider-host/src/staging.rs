@@ -1,0 +1,178 @@
+//! Private copies of provider libraries, named by their SHA-256: what a
+//! host hashes is exactly what it loads.
+//!
+//! A library is opened once, the way a load opens it
+//! ([`provider_abi::open_library`]: non-blocking, regular files only), and
+//! its bytes are copied from that open file into a directory only this
+//! process's user can enter, hashing them on the way. The copy is named by
+//! the hash and made read-only; the pin check, the load (here or in a worker
+//! process, told the hash to check) and an install all use the copy, so a
+//! file renamed over the library's path, or a symbolic link retargeted,
+//! after it was opened changes nothing. A build staged twice reuses its copy:
+//! a process never loads two files from one path.
+
+use provider_abi::{open_library, LoadError, LoadedProvider};
+use sha2::{Digest, Sha256};
+use std::{
+    fs::{File, Permissions},
+    io::{self, Read, Write},
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+};
+
+/// A directory of private copies, removed with its copies when dropped (a
+/// loaded copy stays mapped).
+#[derive(Debug)]
+pub struct Staging {
+    dir: tempfile::TempDir,
+}
+
+/// One library's private copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    source: PathBuf,
+    copy: PathBuf,
+    sha256: String,
+}
+
+impl Staging {
+    /// A new staging directory (mode 0700) under the system's temporary directory.
+    pub fn new() -> io::Result<Staging> {
+        Ok(Staging { dir: tempfile::Builder::new().prefix("host-harness-libraries-").tempdir()? })
+    }
+
+    /// Copies the library at `library` into the staging directory, hashing
+    /// exactly the bytes copied, once per build. Errors are one line naming
+    /// `library`.
+    pub fn stage(&self, library: &Path) -> Result<Staged, LoadError> {
+        let (source, file) = open_library(library)?;
+        let unreadable = |error: io::Error| LoadError::Unreadable {
+            path: source.clone(),
+            reason: format!("cannot copy it: {error}"),
+        };
+        let mut incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(unreadable)?;
+        let sha256 = copy_hashing(file, incoming.as_file_mut()).map_err(unreadable)?;
+        let name = source.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        let copy = self.dir.path().join(format!("{sha256}-{name}"));
+        if !copy.exists() {
+            incoming.as_file().set_permissions(Permissions::from_mode(0o400)).map_err(unreadable)?;
+            match incoming.persist_noclobber(&copy) {
+                // Staged at the same moment by another thread: the same bytes.
+                Err(error) if error.error.kind() != io::ErrorKind::AlreadyExists => {
+                    return Err(unreadable(error.error))
+                }
+                _ => {}
+            }
+        }
+        Ok(Staged { source, copy, sha256 })
+    }
+}
+
+impl Staged {
+    /// The library as given, made absolute and canonical.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// The private copy, the file to load.
+    pub fn copy(&self) -> &Path {
+        &self.copy
+    }
+
+    /// SHA-256 of the copy, lowercase hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// Loads the copy in this process; errors name the library as given.
+    pub fn load(&self) -> Result<LoadedProvider, LoadError> {
+        LoadedProvider::load(&self.copy).map_err(|error| error.naming(&self.source))
+    }
+}
+
+/// Loads the library at `copy` only if its SHA-256 is `sha256` (a worker
+/// process handed a private copy and its hash); errors name `copy`.
+pub fn load_expecting(copy: &Path, sha256: &str) -> Result<LoadedProvider, LoadError> {
+    let actual = library_sha256(copy)?;
+    if actual != sha256 {
+        return Err(LoadError::Unreadable {
+            path: copy.to_path_buf(),
+            reason: format!("its sha256 is {actual}, not the {sha256} the host checked"),
+        });
+    }
+    LoadedProvider::load(copy)
+}
+
+/// SHA-256 of the library at `library`, lowercase hex, opened as a load
+/// opens it and read in 64 KiB pieces.
+pub fn library_sha256(library: &Path) -> Result<String, LoadError> {
+    let (path, file) = open_library(library)?;
+    copy_hashing(file, &mut io::sink())
+        .map_err(|error| LoadError::Unreadable { path, reason: error.to_string() })
+}
+
+/// Copies `from` into `to` in 64 KiB pieces and returns the SHA-256 of the
+/// bytes copied.
+fn copy_hashing(mut from: File, to: &mut impl Write) -> io::Result<String> {
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => {
+                hasher.update(&buffer[..read]);
+                to.write_all(&buffer[..read])?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    to.flush()?;
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_named_by_the_hash_of_the_bytes_read_and_reused() {
+        let staging = Staging::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let library = dir.path().join("lib.so");
+        std::fs::write(&library, b"first").unwrap();
+        let first = staging.stage(&library).unwrap();
+        assert_eq!(first.sha256(), format!("{:x}", Sha256::digest(b"first")));
+        assert_eq!(std::fs::read(first.copy()).unwrap(), b"first");
+        assert!(first.copy().file_name().unwrap().to_string_lossy().starts_with(first.sha256()));
+        assert_eq!(staging.stage(&library).unwrap(), first, "the same build reuses its copy");
+        std::fs::write(&library, b"second").unwrap();
+        let second = staging.stage(&library).unwrap();
+        assert_ne!(second.copy(), first.copy());
+        assert_eq!(std::fs::read(first.copy()).unwrap(), b"first", "a copy never changes");
+        assert_eq!(library_sha256(second.copy()).unwrap(), second.sha256());
+    }
+
+    #[test]
+    fn a_fifo_is_refused_at_once_in_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("lib.so");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `name` is a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let staging = Staging::new().unwrap();
+        for error in [staging.stage(&fifo).unwrap_err(), library_sha256(&fifo).unwrap_err()] {
+            let text = error.to_string();
+            assert!(text.contains("a FIFO") && !text.contains('\n'), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_copy_whose_hash_is_not_the_one_told_is_not_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let library = dir.path().join("lib.so");
+        std::fs::write(&library, b"not the checked build").unwrap();
+        let text = load_expecting(&library, "00").err().expect("refused").to_string();
+        assert!(text.contains("not the 00 the host checked") && !text.contains('\n'), "{text}");
+    }
+}
