@@ -226,8 +226,10 @@ pub struct SoakArgs {
     /// Run against this API instead of the embedded simulator (no faults injected).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Swap the provider to this library every --swap-every lifecycles;
-    /// given twice, alternate between the two (pinned with --locked).
+    /// Swap the provider to this library every --swap-every lifecycles, then
+    /// back to the one the run started with, and so on; given twice,
+    /// alternate between the two. Each is checked (and pinned, with
+    /// --locked) before the first lifecycle.
     #[arg(long, value_name = "PATH")]
     swap_to: Vec<PathBuf>,
     /// Completed lifecycles between two swaps (with --swap-to).

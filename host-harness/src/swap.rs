@@ -10,11 +10,11 @@
 //! process never loads two files from one path).
 
 use crate::plugin::set_up;
-use provider_abi::{LeaseParams, LoadError};
+use provider_abi::{LeaseParams, LoadError, Provider};
 use provider_host::{
     handover::unconfirmed_leases,
     lock::LockFile,
-    provider_set::{ProviderSet, SwapReport},
+    provider_set::{ProviderSet, SwapError, SwapReport},
     staging::Staging,
     store::LeaseStore,
     sweep::SweepSecrets,
@@ -50,6 +50,28 @@ pub fn swap_to_library(
     set.swap_to_importing(next, unconfirmed).map_err(|error| error.to_string())
 }
 
+/// Checks `library` as a swap of `set` to it would (staged, pinned by
+/// `lock` when one applies, loaded, the same provider), without swapping: a
+/// mistyped `--swap-to` is refused before the first lifecycle rather than
+/// at every swap.
+pub fn check_library(
+    set: &ProviderSet,
+    library: &Path,
+    staging: &Staging,
+    lock: Option<&LockFile>,
+) -> Result<(), String> {
+    let staged = staging.stage(library).map_err(|error| error.to_string())?;
+    if let Some(lock) = lock {
+        lock.pin_of(library, staged.sha256()).map_err(|error| error.to_string())?;
+    }
+    let offered = staged.load().map_err(|error| error.to_string())?.manifest().id.to_string();
+    let active = set.active().id().to_owned();
+    if offered != active {
+        return Err(SwapError::OtherProvider { active, offered }.to_string());
+    }
+    Ok(())
+}
+
 /// Swaps a run's provider set on request and keeps what the swaps did.
 #[derive(Default)]
 pub struct Swapper {
@@ -79,6 +101,23 @@ impl Swapper {
         *self.secrets.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = secrets;
     }
 
+    /// Checks `library` as a swap to it would ([`check_library`]).
+    pub fn check(&self, set: &ProviderSet, library: &Path, lock: Option<&LockFile>) -> Result<(), String> {
+        self.with_staging(|staging| check_library(set, library, staging, lock))
+    }
+
+    /// Runs `work` with this swapper's staging directory, made on first use.
+    fn with_staging<T>(&self, work: impl FnOnce(&Staging) -> Result<T, String>) -> Result<T, String> {
+        let mut staging = self.staging.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if staging.is_none() {
+            *staging = Staging::new().ok();
+        }
+        match staging.as_ref() {
+            Some(staging) => work(staging),
+            None => Err("cannot create a directory for the new build's copy".to_owned()),
+        }
+    }
+
     /// Swaps `set` to `library` ([`swap_to_library`]), handing the new
     /// version the leases `store` knows as unconfirmed, and says the outcome
     /// in one line on stderr, naming what asked for it (`SIGHUP`, `--swap-to`).
@@ -93,17 +132,9 @@ impl Swapper {
         let outcome = {
             let secrets = self.secrets.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
             let unconfirmed = unconfirmed_leases(store, set, &secrets).map_err(|error| error.to_string());
-            let mut staging = self.staging.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            if staging.is_none() {
-                *staging = Staging::new().ok();
-            }
-            match (staging.as_ref(), unconfirmed) {
-                (Some(staging), Ok(unconfirmed)) => {
-                    swap_to_library(set, library, staging, lock, &unconfirmed)
-                }
-                (None, _) => Err("cannot create a directory for the new build's copy".to_owned()),
-                (_, Err(error)) => Err(error),
-            }
+            unconfirmed.and_then(|unconfirmed| {
+                self.with_staging(|staging| swap_to_library(set, library, staging, lock, &unconfirmed))
+            })
         };
         match outcome {
             Ok(report) => {

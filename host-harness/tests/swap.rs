@@ -256,3 +256,30 @@ fn a_sighup_to_a_fifo_at_the_plugin_path_is_refused_and_the_soak_goes_on() {
     );
     assert_eq!(summary["leaked"], 0, "{summary}");
 }
+
+#[test]
+fn soak_checks_every_swap_to_library_before_its_first_lifecycle() {
+    let bed = Bed::new();
+    let not_a_provider = bed.dir.path().join("notes.so");
+    std::fs::write(&not_a_provider, "not a library").unwrap();
+    let missing = bed.dir.path().join("missing.so");
+    for (library, says) in [
+        (missing.as_path(), "missing.so"),
+        (not_a_provider.as_path(), "notes.so"),
+        (library("fixture_v1_2").as_path(), "cannot swap provider `createos` for a library of provider"),
+    ] {
+        let output = bed
+            .harness()
+            .args(["soak", "--leases", "4", "--no-rate-limit", "--swap-every", "1", "--swap-to"])
+            .arg(library)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|line| !line.starts_with("created ledger")).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].starts_with("error: --swap-to ") && lines[0].contains(says), "{stderr}");
+        assert!(!lines[0].contains("the active version stays"), "{stderr}");
+        assert!(output.stdout.is_empty(), "no lifecycle ran: {}", String::from_utf8_lossy(&output.stdout));
+    }
+}

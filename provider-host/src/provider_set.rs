@@ -52,6 +52,11 @@ impl Version {
         }
     }
 
+    /// The provider's id (from its manifest).
+    pub fn id(&self) -> &str {
+        &self.manifest.id
+    }
+
     /// The provider's version string (from its manifest).
     pub fn version(&self) -> &str {
         &self.manifest.version
@@ -173,14 +178,12 @@ pub enum SwapError {
 impl fmt::Display for SwapError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SwapError::OtherProvider { active, offered } => write!(
-                f,
-                "cannot swap provider `{active}` for a library of provider `{offered}`; the active version stays"
-            ),
-            SwapError::TooManyVersions { limit } => write!(
-                f,
-                "cannot swap: {limit} versions are retained with calls still in flight; the active version stays"
-            ),
+            SwapError::OtherProvider { active, offered } => {
+                write!(f, "cannot swap provider `{active}` for a library of provider `{offered}`")
+            }
+            SwapError::TooManyVersions { limit } => {
+                write!(f, "cannot swap: {limit} versions are retained with calls still in flight")
+            }
         }
     }
 }

@@ -167,6 +167,21 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
             ))
         }
     };
+    // The libraries swapped to in turn: the two given, or the one given and
+    // the library the run started with. Each is checked before the first
+    // lifecycle.
+    let mut swap_turns = options.swap_to.clone();
+    if let (Some(set), 1) = (swap_set, swap_turns.len()) {
+        swap_turns.push(set.active().path().to_path_buf());
+    }
+    if let Some(set) = swap_set {
+        for library in &options.swap_to {
+            session
+                .swapper
+                .check(set, library, lock)
+                .map_err(|reason| Failure::Usage(format!("--swap-to {}: {reason}", library.display())))?;
+        }
+    }
     let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
     let faults_injected = !faults.is_empty();
     if options.config.is_some() && !faults.is_empty() {
@@ -200,7 +215,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     let progress = |finished: &Finished| {
         if let Some(set) = swap_set.filter(|_| finished.done.is_multiple_of(options.swap_every)) {
             let turn = finished.done / options.swap_every - 1;
-            let library = &options.swap_to[turn % options.swap_to.len()];
+            let library = &swap_turns[turn % swap_turns.len()];
             session.swapper.swap("--swap-to", set, library, lock, session.ledger.as_ref());
         }
         if !finished.ok {
