@@ -66,7 +66,7 @@ pub trait LeaseStore: Send + Sync {
     /// Every row, oldest first.
     fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError>;
 
-    /// Rows `sweep` must act on ([`LeaseRecord::is_left_behind`]): this
+    /// Rows `sweep` may act on ([`LeaseRecord::is_left_behind`]): this
     /// host's, or those of hosts that are gone.
     fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError>;
 

@@ -141,7 +141,7 @@ fn left_behind_rows_depend_on_state_owner_and_host() {
     for bed in Bed::all("left_behind_rows_depend_on_state_owner_and_host") {
         let ledger = bed.host();
         let states = [
-            (Owner::Command, LeaseState::Paused, false),
+            (Owner::Command, LeaseState::Paused, true),
             (Owner::Lifecycle, LeaseState::Paused, true),
             (Owner::Command, LeaseState::Destroyed, false),
             (Owner::Command, LeaseState::Active, true),
