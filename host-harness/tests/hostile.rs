@@ -113,3 +113,133 @@ fn sweep_include_held_destroys_a_paused_held_lease() {
     let row = bed.ledger().find(&id, "acme", "dev").unwrap().unwrap();
     assert_eq!(row.state, LeaseState::Destroyed);
 }
+
+/// A call the provider refuses before any request (here: a lease file whose
+/// metadata was tampered with) changes nothing in the ledger: a destroyed
+/// row stays destroyed, and no later sweep sends a DELETE for it.
+#[test]
+fn a_refused_call_never_changes_a_rows_state() {
+    let bed = Bed::new();
+    let (lease, lease_path) = bed.acquire();
+    let id = lease["providerLeaseId"].as_str().unwrap().to_owned();
+    let lease_arg = lease_path.to_str().unwrap();
+    let destroyed = bed.harness(&["destroy", "--config", bed.config(), "--lease", lease_arg]);
+    assert_eq!(destroyed.status.code(), Some(0), "{}", stderr(&destroyed));
+    let before = bed.ledger().find(&id, "acme", "dev").unwrap().unwrap();
+    assert_eq!(before.state, LeaseState::Destroyed);
+
+    let mut tampered = lease.clone();
+    tampered["metadata"]["provider"] = json!("other");
+    std::fs::write(&lease_path, tampered.to_string()).unwrap();
+    let requests = bed.sim.ledger().requests.len();
+    for command in ["destroy", "release", "resume"] {
+        let refused = bed.harness(&[command, "--config", bed.config(), "--lease", lease_arg]);
+        assert_eq!(refused.status.code(), Some(1), "{command}: {}", stderr(&refused));
+        assert_eq!(stderr(&refused).lines().count(), 1, "{command}: one line: {}", stderr(&refused));
+        let row = bed.ledger().get(before.id).unwrap().unwrap();
+        assert_eq!(row.state, LeaseState::Destroyed, "{command} changed the row: {}", row.to_json());
+        assert_eq!(row.last_hook, before.last_hook, "{command}");
+    }
+    assert_eq!(bed.sim.ledger().requests.len(), requests, "the refusals sent nothing");
+
+    let swept = bed.harness(&["sweep", "--config", bed.config(), "--json"]);
+    assert_eq!(swept.status.code(), Some(0), "{}", stderr(&swept));
+    assert_eq!(stdout_json(&swept)["destroyed"], 0);
+    assert_eq!(bed.sim.ledger().count("DELETE", &format!("/v1/sandboxes/{id}")), 1, "deleted once only");
+}
+
+/// A configuration refused because its `apiUrl` carries credentials leaves
+/// no row (so `leases --json` never shows the URL), whichever command it is
+/// given to.
+#[test]
+fn a_configuration_refused_for_credentials_in_its_api_url_leaves_no_row() {
+    let bed = Bed::new();
+    let (_, lease_path) = bed.acquire();
+    let rows_before = bed.ledger().list().unwrap().len();
+    let origin = bed.sim.url();
+    let hostile_key = "hostile-secret-in-url";
+    let with_user = origin.replacen("http://", &format!("http://user:{hostile_key}@"), 1);
+    let with_query = format!("{origin}/?k={hostile_key}");
+    for url in [with_user, with_query] {
+        let mut provider = bed.provider_config();
+        provider["apiUrl"] = json!(url);
+        let path = bed.dir.path().join("hostile-config.json");
+        bed.write_config(&path, provider);
+        let config = path.to_str().unwrap();
+        let lease = lease_path.to_str().unwrap();
+        for args in [
+            vec!["acquire", "--config", config],
+            vec!["probe", "--config", config],
+            vec!["resume", "--config", config, "--lease", lease],
+            vec!["release", "--config", config, "--lease", lease],
+            vec!["destroy", "--config", config, "--lease", lease],
+        ] {
+            let refused = bed.harness(&args);
+            assert_eq!(refused.status.code(), Some(1), "{url} {args:?}: {}", stderr(&refused));
+            assert_eq!(stderr(&refused).lines().count(), 1, "{args:?}: one line: {}", stderr(&refused));
+            assert!(!stderr(&refused).contains(hostile_key), "{args:?}: {}", stderr(&refused));
+        }
+        let leases = bed.harness(&["leases", "--json"]);
+        assert_eq!(leases.status.code(), Some(0), "{}", stderr(&leases));
+        let listed = String::from_utf8_lossy(&leases.stdout);
+        assert!(!listed.contains(hostile_key), "{url}: the ledger shows it: {listed}");
+        let rows = bed.ledger().list().unwrap();
+        assert_eq!(rows.len(), rows_before, "{url}: a row was left");
+        assert_eq!(rows[0].state, LeaseState::Active, "{url}: the held lease's row is unchanged");
+    }
+}
+
+/// An API key far longer than any real one is refused by `validate` in one
+/// line, and `acquire` with it is refused before any request, leaving no row.
+#[test]
+fn an_oversized_api_key_is_refused_before_any_request() {
+    let bed = Bed::new();
+    let mut provider = bed.provider_config();
+    provider["apiKey"] = json!("k".repeat(900_000));
+    let path = bed.dir.path().join("long-key.json");
+    bed.write_config(&path, provider);
+    let config = path.to_str().unwrap();
+
+    let validated = bed.harness(&["validate", "--config", config]);
+    assert_eq!(validated.status.code(), Some(1), "{}", String::from_utf8_lossy(&validated.stdout));
+    let said = format!("{}{}", String::from_utf8_lossy(&validated.stdout), stderr(&validated));
+    assert!(said.contains("apiKey") && said.contains("4096"), "{said}");
+    assert!(said.len() < 1000, "no echo of the key: {} bytes", said.len());
+
+    let acquired = bed.harness(&["acquire", "--config", config]);
+    assert_eq!(acquired.status.code(), Some(1), "{}", stderr(&acquired));
+    assert_eq!(stderr(&acquired).lines().count(), 1, "{}", stderr(&acquired));
+    assert!(bed.sim.ledger().requests.is_empty(), "nothing was sent");
+    assert!(bed.ledger().list().unwrap().is_empty(), "no row was left");
+}
+
+/// A creation the server rejects before acting (4xx) creates nothing, and
+/// the acquire leaves no row a sweep cannot resolve.
+#[test]
+fn a_creation_rejected_with_a_client_error_leaves_no_unresolved_row() {
+    let bed = Bed::new();
+    for status in [400, 401, 403, 422, 431] {
+        let fault = bed.sim.add_fault(FaultRule::new(
+            "POST /v1/sandboxes",
+            FaultTrigger::from_nth(1),
+            FaultKind::Status(status),
+        ));
+        let acquired = bed.harness(&["acquire", "--config", bed.config()]);
+        bed.sim.remove_fault(fault);
+        assert_eq!(acquired.status.code(), Some(1), "{status}: {}", stderr(&acquired));
+        assert!(!stderr(&acquired).contains("creation_unconfirmed"), "{status}: {}", stderr(&acquired));
+        assert!(bed.sim.live_sandboxes().is_empty(), "{status}");
+        let unresolved: Vec<_> = bed
+            .ledger()
+            .list()
+            .unwrap()
+            .into_iter()
+            .filter(|row| row.state != LeaseState::Destroyed)
+            .map(|row| row.to_json())
+            .collect();
+        assert!(unresolved.is_empty(), "{status}: {unresolved:?}");
+    }
+    let swept = bed.harness(&["sweep", "--config", bed.config(), "--json"]);
+    assert_eq!(swept.status.code(), Some(0), "{}", stderr(&swept));
+    assert_eq!(stdout_json(&swept)["unresolvable"], 0);
+}

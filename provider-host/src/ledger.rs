@@ -579,6 +579,23 @@ impl Ledger {
         })
     }
 
+    /// Puts a row's state, last hook and last error back as `record` holds
+    /// them: a call the provider refused before any request changed nothing.
+    pub fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        let error = record.last_error.as_ref().map(Value::to_string);
+        self.with(|conn| {
+            execute_cached(
+                conn,
+                &format!(
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, updated_at = {NOW}
+                     WHERE id = ?1"
+                ),
+                params![record.id, record.state.as_str(), record.last_hook, error],
+            )
+            .map(drop)
+        })
+    }
+
     /// Removes a row: a lease the provider refused before any request was
     /// never this ledger's to track.
     pub fn forget(&self, row: i64) -> Result<(), LedgerError> {

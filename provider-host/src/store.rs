@@ -45,6 +45,10 @@ pub trait LeaseStore: Send + Sync {
     /// Records the lease the provider returned (its id and metadata), in `state`.
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError>;
 
+    /// Puts a row's state, last hook and last error back as `record` holds
+    /// them: a call the provider refused before any request changed nothing.
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError>;
+
     /// Removes a row: a lease the provider refused before any request.
     fn forget(&self, row: i64) -> Result<(), LedgerError>;
 
@@ -121,6 +125,10 @@ impl LeaseStore for Ledger {
 
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
         Ledger::set_lease(self, row, state, hook, lease)
+    }
+
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        Ledger::restore(self, record)
     }
 
     fn forget(&self, row: i64) -> Result<(), LedgerError> {
