@@ -4,8 +4,6 @@
 //! never reach the ledger, oversized keys, dying workers and what a sandbox
 //! may see of the machine.
 
-mod common;
-
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::ledger::{LeaseState, Ledger};
 use serde_json::{json, Value};
@@ -242,4 +240,43 @@ fn a_creation_rejected_with_a_client_error_leaves_no_unresolved_row() {
     let swept = bed.harness(&["sweep", "--config", bed.config(), "--json"]);
     assert_eq!(swept.status.code(), Some(0), "{}", stderr(&swept));
     assert_eq!(stdout_json(&swept)["unresolvable"], 0);
+}
+
+/// The shared library cargo built for fixture crate `name`.
+fn fixture(name: &str) -> PathBuf {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let path = deps.join(provider_abi::library_file_name(name));
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// `lifecycle --isolate` whose worker dies once the creation is done (the
+/// sandbox created, prepared and recorded, its reply never sent) fails,
+/// and leaves no sandbox running: the host destroys the sandbox the ledger
+/// recorded, as the provider in the process would have.
+#[test]
+fn an_isolated_lifecycle_whose_worker_dies_after_creating_leaves_no_sandbox() {
+    let bed = Bed::new();
+    let output = bed
+        .command(&["--isolate", "--plugin"])
+        .arg(fixture("crashy_createos"))
+        .args(["lifecycle", "--config", bed.config(), "--json"])
+        .env("CRASHY_CRASH_AFTER", "acquire_lease_recording")
+        .output()
+        .unwrap();
+    let log = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{log}");
+    assert!(log.contains("crashy: aborting in `acquire_lease_recording`"), "{log}");
+    assert!(log.contains("destroyed the sandbox whose creation the provider could not finish"), "{log}");
+    let seen = bed.sim.ledger();
+    assert_eq!(seen.sandboxes.len(), 2, "the probe's sandbox and the acquire's");
+    assert!(bed.sim.live_sandboxes().is_empty(), "left running: {:?}; {log}", bed.sim.live_sandboxes());
+    let rows = bed.ledger().list().unwrap();
+    assert!(
+        rows.iter().all(|row| row.state == LeaseState::Destroyed),
+        "{:?}",
+        rows.iter().map(|row| row.to_json()).collect::<Vec<_>>()
+    );
+    let swept = bed.harness(&["sweep", "--config", bed.config(), "--json"]);
+    assert_eq!(stdout_json(&swept)["destroyed"], 0, "nothing left for a sweep");
 }

@@ -354,6 +354,9 @@ impl<'a> Host<'a> {
             _ => LeaseState::Destroyed,
         };
         self.record(row, state, "probe", error)?;
+        if let Some(error) = error.filter(|_| state == LeaseState::Acquiring) {
+            self.destroy_if_creator_lost(calls, row, error).await;
+        }
         outcome
     }
 
@@ -414,8 +417,39 @@ impl<'a> Host<'a> {
                     LeaseState::Destroyed
                 };
                 self.record(row, state, hook, Some(&error))?;
+                if state == LeaseState::Acquiring {
+                    self.destroy_if_creator_lost(calls, row, &error).await;
+                }
                 Err(error)
             }
+        }
+    }
+
+    /// After a creating hook failed with `error`, leaving row `row`
+    /// `acquiring`: when the way to the provider failed under it (a worker
+    /// process died), the provider's own clean-up of what it created died
+    /// with it, so the host destroys the sandbox the row recorded, as the
+    /// provider would have. A sandbox that cannot be destroyed now is named
+    /// in a warning: `sweep` destroys it later.
+    async fn destroy_if_creator_lost(&self, calls: Calls, row: i64, error: &ProviderError) {
+        if !self.provider.is_transport_failure(error) {
+            return;
+        }
+        let record = match self.ledger.get(row) {
+            Ok(Some(record)) if record.provider_lease_id.is_some() => record,
+            _ => return,
+        };
+        let held = HeldLease::new(row, record.lease());
+        match self.destroy_left_behind_with(calls, &held, LeaseState::Acquiring).await {
+            Ok(()) => tracing::warn!(
+                lease = held.id().unwrap_or("-"),
+                "destroyed the sandbox whose creation the provider could not finish"
+            ),
+            Err(destroy) => tracing::warn!(
+                lease = held.id().unwrap_or("-"),
+                kind = %destroy.kind,
+                "a sandbox whose creation the provider could not finish is left running; `sweep` destroys it"
+            ),
         }
     }
 
@@ -687,6 +721,16 @@ impl<'a> Host<'a> {
     /// (`inspect_lease`, ABI 1.1): one already gone is recorded destroyed
     /// without a second DELETE. Otherwise, or when it cannot say, destroys.
     pub fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
+        pollster::block_on(self.destroy_left_behind_with(Calls::Blocking, held, state))
+    }
+
+    /// [`Host::destroy_left_behind`], calling the provider as `calls` says.
+    pub async fn destroy_left_behind_with(
+        &self,
+        calls: Calls,
+        held: &HeldLease,
+        state: LeaseState,
+    ) -> HookResult<()> {
         if delete_may_have_gone_out(state) && self.provider.supports(Hook::InspectLease) {
             if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
                 if !status.exists {
@@ -695,7 +739,7 @@ impl<'a> Host<'a> {
                 }
             }
         }
-        self.destroy(held)
+        self.destroy_with(calls, held).await
     }
 
     /// `realize_workspace` (no state change).
