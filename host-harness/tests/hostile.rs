@@ -280,3 +280,38 @@ fn an_isolated_lifecycle_whose_worker_dies_after_creating_leaves_no_sandbox() {
     let swept = bed.harness(&["sweep", "--config", bed.config(), "--json"]);
     assert_eq!(stdout_json(&swept)["destroyed"], 0, "nothing left for a sweep");
 }
+
+/// A command in a sandbox sees its sandbox's processes only, as in a real
+/// sandbox: the simulator gives each command its own PID namespace (and a
+/// `/proc` of it), never the host's process table.
+#[test]
+fn a_sandbox_sees_only_its_own_processes() {
+    let bed = Bed::new();
+    let (_, lease_path) = bed.acquire();
+    let lease = lease_path.to_str().unwrap();
+    // A host process the sandbox must not see.
+    let mut host_process = Command::new("sleep").arg("600").spawn().unwrap();
+    let listed = bed.harness(&[
+        "exec",
+        "--config",
+        bed.config(),
+        "--lease",
+        lease,
+        "--",
+        "/bin/sh",
+        "-c",
+        "ls /proc; echo ps; ps -e -o pid=,comm=",
+    ]);
+    host_process.kill().unwrap();
+    host_process.wait().unwrap();
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let (proc_listing, ps) = stdout.split_once("ps\n").expect("both listings");
+    let pids: Vec<u32> = proc_listing.split_whitespace().filter_map(|name| name.parse().ok()).collect();
+    assert!(!pids.is_empty(), "a /proc of its own: {stdout}");
+    assert!(!pids.contains(&host_process.id()), "the host's sleep is visible: {stdout}");
+    assert!(!pids.contains(&std::process::id()), "the test process is visible: {stdout}");
+    assert!(pids.len() <= 4, "only the sandbox's own processes: {stdout}");
+    assert!(ps.lines().any(|line| line.trim_end().ends_with("ps")), "{ps}");
+    assert!(!ps.contains("sleep"), "ps shows the host's sleep: {ps}");
+}

@@ -8,9 +8,11 @@
 //! (`unshare(CLONE_NEWNS)`, `/` made recursively private), where the system
 //! directories are bind-mounted onto their mount points under `<root>` and
 //! the process is `chroot`ed into `<root>`: it sees neither the host's other
-//! files nor another sandbox's. This needs root (`CAP_SYS_ADMIN`,
-//! `CAP_SYS_CHROOT`); it is probed once at start and, when unavailable,
-//! process creation answers 500.
+//! files nor another sandbox's. The command then runs in a PID namespace of
+//! its own, whose `/proc` is mounted at `/proc` ([`crate::pidns`]): it sees
+//! neither the host's processes nor another sandbox's. This needs root
+//! (`CAP_SYS_ADMIN`, `CAP_SYS_CHROOT`); it is probed once at start and,
+//! when unavailable, process creation answers 500.
 //!
 //! `/files` requests map absolute paths under `/paperclip-workspace` and
 //! `/tmp` to the same host directories.
@@ -27,7 +29,10 @@ pub const WORKSPACE: &str = "/paperclip-workspace";
 /// entry that is a symlink (`/bin -> usr/bin`) is a symlink in the sandbox
 /// too, and one the host lacks is left out.
 const SYSTEM_DIRS: &[&str] =
-    &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "proc", "sys"];
+    &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "sys"];
+
+/// The mount point of each command's own `/proc` (never the host's).
+const PROC_DIR: &str = "proc";
 
 /// Host directories of one sandbox.
 #[derive(Debug, Clone)]
@@ -60,6 +65,7 @@ impl SandboxDirs {
         existing_ok(std::fs::create_dir(self.workspace()))?;
         existing_ok(std::fs::create_dir(self.tmp()))?;
         std::fs::set_permissions(self.tmp(), std::fs::Permissions::from_mode(0o1777))?;
+        existing_ok(std::fs::create_dir(self.root.join(PROC_DIR)))?;
         for name in SYSTEM_DIRS {
             let host = Path::new("/").join(name);
             let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
@@ -149,6 +155,8 @@ impl ChildSetup {
     }
 
     /// Runs in the forked child before `exec`: only async-signal-safe calls.
+    /// Returns in the process that is to `exec` the command, in its own PID
+    /// namespace ([`crate::pidns::enter`]).
     pub(crate) fn apply(&self, new_session: bool) -> io::Result<()> {
         // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
         unsafe {
@@ -166,8 +174,8 @@ impl ChildSetup {
             if libc::chroot(self.root.as_ptr()) != 0 || libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            crate::pidns::enter()
         }
-        Ok(())
     }
 }
 
@@ -217,7 +225,7 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
         } else {
             let errno = libc::WEXITSTATUS(status);
             Err(format!(
-                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount/chroot failed: {} \
+                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount/chroot/PID namespace failed: {} \
                  (the simulator must run as root with CAP_SYS_ADMIN and CAP_SYS_CHROOT)",
                 io::Error::from_raw_os_error(errno)
             ))
