@@ -129,6 +129,17 @@ impl SandboxDirs {
     }
 }
 
+/// Which child [`ChildSetup::apply`] sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Child {
+    /// A sandbox's command: a session of its own, whose processes may
+    /// outlive it (its tree is the simulator's to end).
+    Command,
+    /// The start-up probe's child, which the probe waits for: it stays in
+    /// the simulator's session, and nothing of it outlives it.
+    Probe,
+}
+
 /// Everything the forked child needs, prepared before `fork`.
 pub(crate) struct ChildSetup {
     root: CString,
@@ -157,10 +168,10 @@ impl ChildSetup {
     /// Runs in the forked child before `exec`: only async-signal-safe calls.
     /// Returns in the process that is to `exec` the command, in its own PID
     /// namespace ([`crate::pidns::enter`]).
-    pub(crate) fn apply(&self, new_session: bool) -> io::Result<()> {
+    pub(crate) fn apply(&self, child: Child) -> io::Result<()> {
         // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
         unsafe {
-            if new_session && libc::setsid() < 0 {
+            if child == Child::Command && libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
@@ -174,7 +185,7 @@ impl ChildSetup {
             if libc::chroot(self.root.as_ptr()) != 0 || libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
             }
-            crate::pidns::enter()
+            crate::pidns::enter(child == Child::Probe)
         }
     }
 }
@@ -206,7 +217,7 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
             return Err(format!("fork failed: {}", io::Error::last_os_error()));
         }
         if pid == 0 {
-            let code = match setup.apply(false) {
+            let code = match setup.apply(Child::Probe) {
                 Ok(()) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
             };

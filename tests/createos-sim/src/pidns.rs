@@ -32,11 +32,12 @@ const INIT_NAME: &std::ffi::CStr = c"sandbox-init";
 /// PID namespace, whose `/proc` is mounted at `/proc` (the caller has
 /// entered its private mount namespace and root already). Returns only in
 /// the command's process; the relay and the init it leaves end with
-/// `_exit`.
+/// `_exit`. With `wait_for_namespace` the relay ends only once the init
+/// has (no process of the namespace remains), so nothing outlives it.
 ///
 /// # Safety
 /// Only in a child between `fork` and `exec`.
-pub(crate) unsafe fn enter() -> io::Result<()> {
+pub(crate) unsafe fn enter(wait_for_namespace: bool) -> io::Result<()> {
     if libc::unshare(libc::CLONE_NEWPID) != 0 {
         return Err(io::Error::last_os_error());
     }
@@ -53,7 +54,7 @@ pub(crate) unsafe fn enter() -> io::Result<()> {
         }
         init_pid => {
             libc::close(status_out);
-            relay(status_in, init_pid)
+            relay(status_in, init_pid, wait_for_namespace)
         }
     }
 }
@@ -96,9 +97,9 @@ unsafe fn init(report: RawFd) -> io::Result<()> {
     }
 }
 
-/// The leader: waits for the command's status from the init and ends as
-/// the command did.
-unsafe fn relay(status_in: RawFd, init_pid: libc::pid_t) -> ! {
+/// The leader: waits for the command's status from the init (and for the
+/// init itself with `wait_for_init`) and ends as the command did.
+unsafe fn relay(status_in: RawFd, init_pid: libc::pid_t, wait_for_init: bool) -> ! {
     keep_only(status_in);
     for signal in 1..=64 {
         if !matches!(signal, libc::SIGKILL | libc::SIGSTOP | libc::SIGCHLD) {
@@ -115,6 +116,10 @@ unsafe fn relay(status_in: RawFd, init_pid: libc::pid_t) -> ! {
         read += n as usize;
     }
     let status = if read == bytes.len() {
+        if wait_for_init {
+            let mut ignored = 0;
+            libc::waitpid(init_pid, &mut ignored, 0);
+        }
         i32::from_ne_bytes(bytes)
     } else {
         // The init ended without reporting (killed with the tree): end as it did.
