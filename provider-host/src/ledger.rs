@@ -579,18 +579,27 @@ impl Ledger {
         })
     }
 
-    /// Puts a row's state, last hook and last error back as `record` holds
-    /// them: a call the provider refused before any request changed nothing.
+    /// Puts a row's state, last hook, last error and owner back as `record`
+    /// holds them: a call the provider refused before any request changed
+    /// nothing.
     pub fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
         let error = record.last_error.as_ref().map(Value::to_string);
         self.with(|conn| {
             execute_cached(
                 conn,
                 &format!(
-                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, updated_at = {NOW}
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, pid = ?5,
+                        pid_start = ?6, updated_at = {NOW}
                      WHERE id = ?1"
                 ),
-                params![record.id, record.state.as_str(), record.last_hook, error],
+                params![
+                    record.id,
+                    record.state.as_str(),
+                    record.last_hook,
+                    error,
+                    record.pid,
+                    record.owner_start as i64
+                ],
             )
             .map(drop)
         })

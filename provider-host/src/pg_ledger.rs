@@ -415,9 +415,10 @@ impl LeaseStore for PgLedger {
         let error = record.last_error.as_ref().map(Value::to_string);
         self.fenced(
             record.id,
-            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5, updated_at = now()
+            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5,
+                 host_id = COALESCE($6, host_id), pid = $7, updated_at = now()
              WHERE id = $1 AND host_id = $2",
-            &[&record.state.as_str(), &record.last_hook, &error],
+            &[&record.state.as_str(), &record.last_hook, &error, &record.host_id, &(record.pid as i32)],
         )
     }
 

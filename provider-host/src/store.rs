@@ -45,8 +45,9 @@ pub trait LeaseStore: Send + Sync {
     /// Records the lease the provider returned (its id and metadata), in `state`.
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError>;
 
-    /// Puts a row's state, last hook and last error back as `record` holds
-    /// them: a call the provider refused before any request changed nothing.
+    /// Puts a row's state, last hook, last error and owner back as `record`
+    /// holds them: a call the provider refused before any request changed
+    /// nothing.
     fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError>;
 
     /// Removes a row: a lease the provider refused before any request.
