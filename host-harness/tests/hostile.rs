@@ -102,7 +102,7 @@ fn sweep_include_held_destroys_a_paused_held_lease() {
 
     let plain = bed.harness(&["sweep", "--config", bed.config()]);
     assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
-    assert_eq!(bed.sim.live_sandboxes(), [id.clone()], "a plain sweep keeps a held lease");
+    assert_eq!(bed.sim.live_sandboxes(), std::slice::from_ref(&id), "a plain sweep keeps a held lease");
 
     let swept = bed.harness(&["sweep", "--include-held", "--config", bed.config(), "--json"]);
     assert_eq!(swept.status.code(), Some(0), "{}", stderr(&swept));
