@@ -161,7 +161,7 @@ fn sandbox_delete_kills_processes() {
 #[test]
 fn sequential_commands_each_get_a_pid_namespace_and_print_the_spawn_cost() {
     let _g = shared();
-    let api = Api::start(fast_config());
+    let api = Api::start(createos_sim::SimConfig { pid_namespaces: true, ..fast_config() });
     let id = api.create_running();
     for _ in 0..20 {
         api.exec(&id, "true");

@@ -18,8 +18,9 @@ use std::time::Duration;
 const TREE: &str = "sleep 300 & echo \"$(readlink /proc/self/ns/pid) $$ $!\"; wait";
 
 /// The pid in this process's namespace of the process numbered `inner` in
-/// PID namespace `namespace` (`pid:[INODE]`): each simulator command runs
-/// in a namespace of its own, nested in the test's.
+/// PID namespace `namespace` (`pid:[INODE]`): a simulator with
+/// `pid_namespaces` runs each command in a namespace of its own, nested in
+/// the test's; without, the namespace is the test's own.
 fn host_pid(namespace: &str, inner: u32) -> Option<u32> {
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
         let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
