@@ -160,7 +160,8 @@ fn sandbox_delete_kills_processes() {
 /// `cargo test -p createos-sim --test sim spawn_cost -- --nocapture`.
 #[test]
 fn sequential_commands_each_get_a_pid_namespace_and_print_the_spawn_cost() {
-    let _g = shared();
+    // Alone: neither slowed by the other tests' commands nor slowing them.
+    let _g = exclusive();
     let api = Api::start(createos_sim::SimConfig { pid_namespaces: true, ..fast_config() });
     let id = api.create_running();
     for _ in 0..20 {
