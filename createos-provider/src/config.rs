@@ -17,6 +17,9 @@ use crate::error::Error;
 pub const DEFAULT_API_URL: &str = "https://api.sb.createos.sh";
 /// Environment variable the API key falls back to.
 pub const API_KEY_ENV: &str = "CREATEOS_API_KEY";
+/// The longest API key accepted, in bytes: far beyond any real key, and
+/// small enough that every request's headers stay within what servers accept.
+pub const MAX_API_KEY_BYTES: usize = 4096;
 /// Default command timeout.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
 /// Largest command timeout (24 h).
@@ -318,6 +321,10 @@ fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Se
     if key.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
         errors.push(format!("{source} must not contain control characters (CR, LF, NUL)."));
         None
+    } else if key.len() > MAX_API_KEY_BYTES {
+        errors
+            .push(format!("{source} must be at most {MAX_API_KEY_BYTES} bytes long (it is {}).", key.len()));
+        None
     } else {
         Some(Secret::new(key))
     }
@@ -465,7 +472,7 @@ pub fn config_schema() -> Value {
                 "writeOnly": true,
                 "x-secret-scope": ["apiUrl"],
                 "x-env": API_KEY_ENV,
-                "description": "CreateOS API key; falls back to the CREATEOS_API_KEY environment variable. No CR, LF or NUL."
+                "description": "CreateOS API key; falls back to the CREATEOS_API_KEY environment variable. No CR, LF or NUL; at most 4096 bytes."
             },
             "shape": {
                 "type": "string",
@@ -608,6 +615,7 @@ mod tests {
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\nb"}), "control characters"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\rb"}), "control characters"),
             (json!({"shape": "s-1vcpu-1gb", "apiKey": "a\0b"}), "control characters"),
+            (json!({"shape": "s-1vcpu-1gb", "apiKey": "k".repeat(4097)}), "at most 4096 bytes long"),
             (json!({"apiKey": KEY}), "CreateOS requires a shape from its shape catalog."),
             (json!({"apiKey": KEY, "shape": "huge"}), "published CreateOS shapes"),
             (json!({"apiKey": KEY, "shape": 1}), "shape must be a string"),

@@ -15,7 +15,7 @@
 
 use crate::{
     hosted::HookSupport,
-    ledger::{LeaseEnv, LeaseState, LedgerError, Owner},
+    ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
     store::LeaseStore,
@@ -318,7 +318,8 @@ impl<'a> Host<'a> {
     }
 
     /// `probe`, recorded as a probe row: `acquiring` until it returns, then
-    /// `destroyed` unless the error says a sandbox may remain.
+    /// `destroyed` unless the error says a sandbox may remain; a probe the
+    /// provider refused before any request leaves no row.
     pub fn probe(&self) -> HookResult<ProbeReport> {
         pollster::block_on(self.probe_with(Calls::Blocking))
     }
@@ -345,10 +346,17 @@ impl<'a> Host<'a> {
             .await;
         let error = outcome.as_ref().err();
         let state = match error {
+            Some(error) if refused_before_any_request(error) => {
+                self.forget_refused(row);
+                return outcome;
+            }
             Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
             _ => LeaseState::Destroyed,
         };
         self.record(row, state, "probe", error)?;
+        if let Some(error) = error.filter(|_| state == LeaseState::Acquiring) {
+            self.destroy_if_creator_lost(calls, row, error).await;
+        }
         outcome
     }
 
@@ -360,7 +368,8 @@ impl<'a> Host<'a> {
 
     /// `acquire_lease`, recorded `acquiring` before the call, with the lease
     /// id the moment the provider reports the sandbox created (ABI 1.2), and
-    /// `active` after it.
+    /// `active` after it; an acquire the provider refused before any request
+    /// (an invalid configuration) leaves no row.
     pub fn acquire(&self) -> HookResult<HeldLease> {
         pollster::block_on(self.acquire_with(Calls::Blocking))
     }
@@ -397,6 +406,10 @@ impl<'a> Host<'a> {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
                 Ok(HeldLease::new(row, lease))
             }
+            Err(error) if refused_before_any_request(&error) => {
+                self.forget_refused(row);
+                Err(error)
+            }
             Err(error) => {
                 let state = if may_have_left_a_sandbox(&error) {
                     LeaseState::Acquiring
@@ -404,8 +417,39 @@ impl<'a> Host<'a> {
                     LeaseState::Destroyed
                 };
                 self.record(row, state, hook, Some(&error))?;
+                if state == LeaseState::Acquiring {
+                    self.destroy_if_creator_lost(calls, row, &error).await;
+                }
                 Err(error)
             }
+        }
+    }
+
+    /// After a creating hook failed with `error`, leaving row `row`
+    /// `acquiring`: when the way to the provider failed under it (a worker
+    /// process died), the provider's own clean-up of what it created died
+    /// with it, so the host destroys the sandbox the row recorded, as the
+    /// provider would have. A sandbox that cannot be destroyed now is named
+    /// in a warning: `sweep` destroys it later.
+    async fn destroy_if_creator_lost(&self, calls: Calls, row: i64, error: &ProviderError) {
+        if !self.provider.is_transport_failure(error) {
+            return;
+        }
+        let record = match self.ledger.get(row) {
+            Ok(Some(record)) if record.provider_lease_id.is_some() => record,
+            _ => return,
+        };
+        let held = HeldLease::new(row, record.lease());
+        match self.destroy_left_behind_with(calls, &held, LeaseState::Acquiring).await {
+            Ok(()) => tracing::warn!(
+                lease = held.id().unwrap_or("-"),
+                "destroyed the sandbox whose creation the provider could not finish"
+            ),
+            Err(destroy) => tracing::warn!(
+                lease = held.id().unwrap_or("-"),
+                kind = %destroy.kind,
+                "a sandbox whose creation the provider could not finish is left running; `sweep` destroys it"
+            ),
         }
     }
 
@@ -437,20 +481,52 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// After a hook failed with `error`: a lease the ledger first saw in this
-    /// call and that the provider refused before any request leaves no row.
-    /// Returns `error` for the caller to pass on.
+    /// After a hook that changes no state failed with `error`: see
+    /// [`Host::undo_if_refused`].
     fn forget_if_refused(&self, held: &HeldLease, error: ProviderError) -> ProviderError {
-        if held.provisional && refused_before_any_request(&error) {
-            if let Err(ledger) = self.ledger.forget(held.row) {
-                tracing::warn!(row = held.row, error = %ledger, "cannot remove a refused lease's row");
+        self.undo_if_refused(held, None, error)
+    }
+
+    /// After a hook failed with `error`: a call the provider refused before
+    /// any request changes nothing. A lease the ledger first saw in this call
+    /// leaves no row; a row the ledger knew goes back to `before` (as it was
+    /// before the hook's write-ahead record). Returns `error` for the caller
+    /// to pass on.
+    fn undo_if_refused(
+        &self,
+        held: &HeldLease,
+        before: Option<&LeaseRecord>,
+        error: ProviderError,
+    ) -> ProviderError {
+        if !refused_before_any_request(&error) {
+            return error;
+        }
+        match (held.provisional, before) {
+            (true, _) => self.forget_refused(held.row),
+            (false, Some(before)) => {
+                if let Err(ledger) = self.ledger.restore(before) {
+                    tracing::warn!(row = held.row, error = %ledger, "cannot put back a refused call's row");
+                }
             }
+            (false, None) => {}
         }
         error
     }
 
+    /// Removes row `row`, written for a call the provider refused before any request.
+    fn forget_refused(&self, row: i64) {
+        if let Err(ledger) = self.ledger.forget(row) {
+            tracing::warn!(row, error = %ledger, "cannot remove a refused call's row");
+        }
+    }
+
+    /// Row `held.row` as it stands.
+    fn row(&self, held: &HeldLease) -> HookResult<Option<LeaseRecord>> {
+        self.ledger.get(held.row).map_err(ledger_error)
+    }
+
     fn state(&self, held: &HeldLease) -> HookResult<Option<LeaseState>> {
-        Ok(self.ledger.get(held.row).map_err(ledger_error)?.map(|record| record.state))
+        Ok(self.row(held)?.map(|record| record.state))
     }
 
     /// The seed's policy for a lease that must not be reused: log, destroy.
@@ -486,7 +562,8 @@ impl<'a> Host<'a> {
     pub async fn resume_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Lease> {
         let hook = Hook::ResumeLease.name();
         let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
-        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+        let before = self.row(held)?;
+        if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
             self.destroy_poisoned(calls, held, "resuming it").await?;
             return Ok(gone);
         }
@@ -520,9 +597,12 @@ impl<'a> Host<'a> {
                 self.poisoned_by(calls, held, hook, &error, "resuming it").await?;
                 Ok(gone)
             }
+            Err(error) if refused_before_any_request(&error) => {
+                Err(self.undo_if_refused(held, before.as_ref(), error))
+            }
             Err(error) => {
                 self.record(held.row, LeaseState::Active, hook, Some(&error))?;
-                Err(self.forget_if_refused(held, error))
+                Err(error)
             }
         }
     }
@@ -559,7 +639,8 @@ impl<'a> Host<'a> {
     /// [`Host::release`], calling the provider as `calls` says.
     pub async fn release_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Released> {
         let hook = Hook::ReleaseLease.name();
-        if self.state(held)? == Some(LeaseState::Unconfirmed) {
+        let before = self.row(held)?;
+        if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
             self.destroy_poisoned(calls, held, "releasing it for reuse").await?;
             let cause = ProviderError::new(
                 ErrorKind::CLEANUP_UNCONFIRMED,
@@ -591,8 +672,8 @@ impl<'a> Host<'a> {
                 self.poisoned_by(calls, held, hook, &error, "releasing it for reuse").await?;
                 Ok(Released::DestroyedInstead(error))
             }
-            Err(error) if held.provisional && refused_before_any_request(&error) => {
-                Err(self.forget_if_refused(held, error))
+            Err(error) if refused_before_any_request(&error) => {
+                Err(self.undo_if_refused(held, before.as_ref(), error))
             }
             Err(error) => {
                 self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
@@ -601,7 +682,9 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed` after.
+    /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed`
+    /// after; a destroy the provider refused before any request leaves the
+    /// row as it was.
     pub fn destroy(&self, held: &HeldLease) -> HookResult<()> {
         pollster::block_on(self.destroy_with(Calls::Blocking, held))
     }
@@ -609,6 +692,7 @@ impl<'a> Host<'a> {
     /// [`Host::destroy`], calling the provider as `calls` says.
     pub async fn destroy_with(&self, calls: Calls, held: &HeldLease) -> HookResult<()> {
         let hook = Hook::DestroyLease.name();
+        let before = self.row(held)?;
         self.record(held.row, LeaseState::Destroying, hook, None)?;
         let params = self.params(&held.lease);
         let outcome = self
@@ -619,9 +703,16 @@ impl<'a> Host<'a> {
                 || self.provider.destroy_lease(&params),
             )
             .await;
-        let state = if outcome.is_ok() { LeaseState::Destroyed } else { LeaseState::CleanupFailed };
-        self.record(held.row, state, hook, outcome.as_ref().err())?;
-        outcome.map_err(|error| self.forget_if_refused(held, error))
+        match outcome {
+            Ok(()) => self.record(held.row, LeaseState::Destroyed, hook, None),
+            Err(error) if refused_before_any_request(&error) => {
+                Err(self.undo_if_refused(held, before.as_ref(), error))
+            }
+            Err(error) => {
+                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
+                Err(error)
+            }
+        }
     }
 
     /// Destroys a lease a gone host left behind in `state`. Where that host
@@ -630,6 +721,16 @@ impl<'a> Host<'a> {
     /// (`inspect_lease`, ABI 1.1): one already gone is recorded destroyed
     /// without a second DELETE. Otherwise, or when it cannot say, destroys.
     pub fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
+        pollster::block_on(self.destroy_left_behind_with(Calls::Blocking, held, state))
+    }
+
+    /// [`Host::destroy_left_behind`], calling the provider as `calls` says.
+    pub async fn destroy_left_behind_with(
+        &self,
+        calls: Calls,
+        held: &HeldLease,
+        state: LeaseState,
+    ) -> HookResult<()> {
         if delete_may_have_gone_out(state) && self.provider.supports(Hook::InspectLease) {
             if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
                 if !status.exists {
@@ -638,7 +739,7 @@ impl<'a> Host<'a> {
                 }
             }
         }
-        self.destroy(held)
+        self.destroy_with(calls, held).await
     }
 
     /// `realize_workspace` (no state change).

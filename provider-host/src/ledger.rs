@@ -80,13 +80,6 @@ impl LeaseState {
             LeaseState::CleanupFailed => "cleanup_failed",
         }
     }
-
-    /// States a crashed or interrupted run leaves behind: `sweep` destroys
-    /// them. `paused` is not among them (a lease parked for reuse on purpose)
-    /// unless its owner is a lifecycle (see [`Owner`]).
-    pub fn is_left_behind(self) -> bool {
-        !matches!(self, LeaseState::Paused | LeaseState::Destroyed)
-    }
 }
 
 impl fmt::Display for LeaseState {
@@ -109,8 +102,8 @@ impl FromStr for LeaseState {
 /// Who acquired a lease, which decides what `sweep` may do with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Owner {
-    /// A hook command (`acquire`...): the user holds the lease JSON; a paused
-    /// lease is kept for reuse.
+    /// A hook command (`acquire`...): the user holds the lease JSON; an
+    /// active or paused lease is kept until the user sweeps held leases.
     Command,
     /// `lifecycle` or `soak`: the run always ends by destroying its leases,
     /// so any row it left, paused included, is swept.
@@ -201,10 +194,12 @@ impl LeaseRecord {
         runs(self.pid, self.owner_start)
     }
 
-    /// True for a row `sweep` must act on once its owner is gone: left
-    /// behind (see [`LeaseState::is_left_behind`]), or a lifecycle's paused lease.
+    /// True for a row `sweep` may act on once its owner is gone: every row
+    /// not destroyed, since something may remain remotely. Which of them a
+    /// sweep does act on is its scope's choice ([`crate::sweep::Scope`]): a
+    /// lease a hook command left active or paused is held on purpose.
     pub fn is_left_behind(&self) -> bool {
-        self.state.is_left_behind() || (self.state == LeaseState::Paused && self.owner == Owner::Lifecycle)
+        self.state != LeaseState::Destroyed
     }
 
     /// The row as JSON.
@@ -584,6 +579,32 @@ impl Ledger {
         })
     }
 
+    /// Puts a row's state, last hook, last error and owner back as `record`
+    /// holds them: a call the provider refused before any request changed
+    /// nothing.
+    pub fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        let error = record.last_error.as_ref().map(Value::to_string);
+        self.with(|conn| {
+            execute_cached(
+                conn,
+                &format!(
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, pid = ?5,
+                        pid_start = ?6, updated_at = {NOW}
+                     WHERE id = ?1"
+                ),
+                params![
+                    record.id,
+                    record.state.as_str(),
+                    record.last_hook,
+                    error,
+                    record.pid,
+                    record.owner_start as i64
+                ],
+            )
+            .map(drop)
+        })
+    }
+
     /// Removes a row: a lease the provider refused before any request was
     /// never this ledger's to track.
     pub fn forget(&self, row: i64) -> Result<(), LedgerError> {
@@ -637,7 +658,7 @@ impl Ledger {
         })
     }
 
-    /// Rows `sweep` must act on (see [`LeaseRecord::is_left_behind`]), owned
+    /// Rows `sweep` may act on (see [`LeaseRecord::is_left_behind`]), owned
     /// by this process or by processes that are no longer running (`whose`).
     /// On one machine the kernel is the heartbeat: a process that exited is
     /// gone at once, and a reused pid is told apart by its start time.

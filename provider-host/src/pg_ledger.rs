@@ -411,6 +411,17 @@ impl LeaseStore for PgLedger {
         )
     }
 
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        let error = record.last_error.as_ref().map(Value::to_string);
+        self.fenced(
+            record.id,
+            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5,
+                 host_id = COALESCE($6, host_id), pid = $7, updated_at = now()
+             WHERE id = $1 AND host_id = $2",
+            &[&record.state.as_str(), &record.last_hook, &error, &record.host_id, &(record.pid as i32)],
+        )
+    }
+
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
         let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
         self.fenced(

@@ -10,6 +10,10 @@
 //! key is never sent to another API), or on every property when it lists
 //! none. Both sides are the provider's normalised configuration, so the
 //! comparison uses the provider's own spelling of each value.
+//!
+//! Nor is a credential carried inside a URL: a stored or shown configuration
+//! keeps no URL's user information (`user:key@`) or query (`?k=key`), in
+//! whatever property it is.
 
 use provider_abi::Manifest;
 use serde_json::{Map, Value};
@@ -56,7 +60,8 @@ impl SecretFields {
         Self { secrets }
     }
 
-    /// `config` without its secrets: what may be stored or shown.
+    /// `config` without its secrets, nor any URL's user information or
+    /// query: what may be stored or shown.
     pub fn strip(&self, config: &Value) -> Value {
         let mut config = config.clone();
         if let Value::Object(object) = &mut config {
@@ -64,6 +69,7 @@ impl SecretFields {
                 object.remove(&secret.name);
             }
         }
+        strip_url_credentials(&mut config);
         config
     }
 
@@ -92,6 +98,34 @@ impl SecretFields {
         }
         restored
     }
+}
+
+/// Removes the user information and query of every URL string in `value`.
+fn strip_url_credentials(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let Some(clean) = without_credentials(text) {
+                *text = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip_url_credentials),
+        Value::Object(object) => object.values_mut().for_each(strip_url_credentials),
+        _ => {}
+    }
+}
+
+/// `text` without its user information and query, when it is a URL that
+/// carries either; `None` otherwise (the text is kept as it is).
+fn without_credentials(text: &str) -> Option<String> {
+    let mut url = url::Url::parse(text).ok().filter(|url| !url.cannot_be_a_base())?;
+    if url.username().is_empty() && url.password().is_none() && url.query().is_none() {
+        return None;
+    }
+    // Neither fails on a URL that can be a base.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.set_query(None);
+    Some(url.into())
 }
 
 /// True when `a` and `b` agree on every property of `scope`, or are equal
@@ -127,6 +161,27 @@ mod tests {
         values.sort();
         assert_eq!(values, ["1234", "t0k"]);
         assert_eq!(SecretFields::from_schema(&json!({"type": "object"})).strip(&config), config);
+    }
+
+    #[test]
+    fn strips_the_credentials_of_every_url() {
+        let config = json!({
+            "endpoint": "http://user:KEY@127.0.0.1:8080/v1?k=KEY",
+            "mirrors": ["https://example.com/?token=KEY", "https://example.com/plain"],
+            "nested": {"url": "https://KEY@example.com"},
+            "size": "s-1vcpu-1gb",
+            "note": "a:KEY",
+        });
+        assert_eq!(
+            fields().strip(&config),
+            json!({
+                "endpoint": "http://127.0.0.1:8080/v1",
+                "mirrors": ["https://example.com/", "https://example.com/plain"],
+                "nested": {"url": "https://example.com/"},
+                "size": "s-1vcpu-1gb",
+                "note": "a:KEY",
+            })
+        );
     }
 
     #[test]

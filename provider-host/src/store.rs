@@ -45,6 +45,11 @@ pub trait LeaseStore: Send + Sync {
     /// Records the lease the provider returned (its id and metadata), in `state`.
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError>;
 
+    /// Puts a row's state, last hook, last error and owner back as `record`
+    /// holds them: a call the provider refused before any request changed
+    /// nothing.
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError>;
+
     /// Removes a row: a lease the provider refused before any request.
     fn forget(&self, row: i64) -> Result<(), LedgerError>;
 
@@ -66,7 +71,7 @@ pub trait LeaseStore: Send + Sync {
     /// Every row, oldest first.
     fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError>;
 
-    /// Rows `sweep` must act on ([`LeaseRecord::is_left_behind`]): this
+    /// Rows `sweep` may act on ([`LeaseRecord::is_left_behind`]): this
     /// host's, or those of hosts that are gone.
     fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError>;
 
@@ -121,6 +126,10 @@ impl LeaseStore for Ledger {
 
     fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
         Ledger::set_lease(self, row, state, hook, lease)
+    }
+
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        Ledger::restore(self, record)
     }
 
     fn forget(&self, row: i64) -> Result<(), LedgerError> {

@@ -141,7 +141,7 @@ fn left_behind_rows_depend_on_state_owner_and_host() {
     for bed in Bed::all("left_behind_rows_depend_on_state_owner_and_host") {
         let ledger = bed.host();
         let states = [
-            (Owner::Command, LeaseState::Paused, false),
+            (Owner::Command, LeaseState::Paused, true),
             (Owner::Lifecycle, LeaseState::Paused, true),
             (Owner::Command, LeaseState::Destroyed, false),
             (Owner::Command, LeaseState::Active, true),
@@ -330,5 +330,35 @@ fn a_store_is_usable_from_inside_an_async_runtime() {
             ledger.get(row).unwrap().unwrap().state
         });
         assert_eq!(state, LeaseState::Active, "{}", bed.name());
+    }
+}
+
+/// `restore` puts a row's state, last hook, last error and owner back as a
+/// record read earlier holds them (a call refused before any request
+/// changed nothing), on both stores.
+#[test]
+fn a_restored_row_is_as_it_was_read() {
+    for bed in Bed::all("a_restored_row_is_as_it_was_read") {
+        let ledger = bed.host();
+        let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
+        ledger.set_lease(row, LeaseState::Active, "acquire_lease", &lease("sb-restored")).unwrap();
+        let failed = ProviderError::new(ErrorKind::TIMEOUT, "the destroy timed out");
+        ledger.set_state(row, LeaseState::CleanupFailed, "destroy_lease", Some(&failed)).unwrap();
+        let before = ledger.get(row).unwrap().unwrap();
+        let other = bed.host();
+        other.adopt(row).unwrap();
+        other.set_state(row, LeaseState::Destroying, "release_lease", None).unwrap();
+        other.restore(&before).unwrap();
+        let after = ledger.get(row).unwrap().unwrap();
+        assert_eq!(
+            (after.pid, after.host_id.clone()),
+            (before.pid, before.host_id.clone()),
+            "{}",
+            bed.name()
+        );
+        assert_eq!(after.state, LeaseState::CleanupFailed, "{}", bed.name());
+        assert_eq!(after.last_hook, "destroy_lease", "{}", bed.name());
+        assert_eq!(after.last_error, before.last_error, "{}", bed.name());
+        assert_eq!(after.provider_lease_id.as_deref(), Some("sb-restored"), "{}", bed.name());
     }
 }

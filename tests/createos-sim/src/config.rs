@@ -90,6 +90,14 @@ pub struct SimConfig {
     /// A given directory is kept, but every sandbox directory in it is removed
     /// on delete and on drop.
     pub state_dir: Option<PathBuf>,
+    /// Runs each command in a PID namespace of its own, with its own
+    /// `/proc`, so a sandbox sees only its own processes, as a real one
+    /// does. Default off: it costs each command two more forks of the
+    /// simulator's process, which in a large test process (one embedding
+    /// the simulator beside many other tests) is enough to push commands
+    /// past short deadlines (see the README's Performance table); off, a
+    /// sandbox sees the host's process table (read-only).
+    pub pid_namespaces: bool,
 }
 
 impl Default for SimConfig {
@@ -103,6 +111,7 @@ impl Default for SimConfig {
             resume_delay: Duration::from_millis(50),
             journal_bytes: 1024 * 1024,
             state_dir: None,
+            pid_namespaces: false,
         }
     }
 }

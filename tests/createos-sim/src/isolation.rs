@@ -8,9 +8,13 @@
 //! (`unshare(CLONE_NEWNS)`, `/` made recursively private), where the system
 //! directories are bind-mounted onto their mount points under `<root>` and
 //! the process is `chroot`ed into `<root>`: it sees neither the host's other
-//! files nor another sandbox's. This needs root (`CAP_SYS_ADMIN`,
-//! `CAP_SYS_CHROOT`); it is probed once at start and, when unavailable,
-//! process creation answers 500.
+//! files nor another sandbox's. With [`crate::SimConfig::pid_namespaces`]
+//! the command then runs in a PID namespace of its own, whose `/proc` is
+//! mounted at `/proc` ([`crate::pidns`]): it sees neither the host's
+//! processes nor another sandbox's; without, the host's `/proc` is bound
+//! read-only as the other system directories are. This needs root
+//! (`CAP_SYS_ADMIN`, `CAP_SYS_CHROOT`); it is probed once at start and,
+//! when unavailable, process creation answers 500.
 //!
 //! `/files` requests map absolute paths under `/paperclip-workspace` and
 //! `/tmp` to the same host directories.
@@ -27,17 +31,28 @@ pub const WORKSPACE: &str = "/paperclip-workspace";
 /// entry that is a symlink (`/bin -> usr/bin`) is a symlink in the sandbox
 /// too, and one the host lacks is left out.
 const SYSTEM_DIRS: &[&str] =
-    &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "proc", "sys"];
+    &["bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "dev", "sys"];
+
+/// The mount point of `/proc`: each command's own, or the host's.
+const PROC_DIR: &str = "proc";
 
 /// Host directories of one sandbox.
 #[derive(Debug, Clone)]
 pub(crate) struct SandboxDirs {
     pub root: PathBuf,
+    /// Each command in a PID namespace of its own.
+    pid_namespace: bool,
 }
 
 impl SandboxDirs {
     pub(crate) fn new(state_dir: &Path, id: &str) -> Self {
-        SandboxDirs { root: state_dir.join(id) }
+        SandboxDirs { root: state_dir.join(id), pid_namespace: false }
+    }
+
+    /// The same directories, whose commands each run in a PID namespace of
+    /// their own when `on`.
+    pub(crate) fn with_pid_namespace(self, on: bool) -> Self {
+        SandboxDirs { pid_namespace: on, ..self }
     }
     pub(crate) fn workspace(&self) -> PathBuf {
         self.root.join(&WORKSPACE[1..])
@@ -60,6 +75,7 @@ impl SandboxDirs {
         existing_ok(std::fs::create_dir(self.workspace()))?;
         existing_ok(std::fs::create_dir(self.tmp()))?;
         std::fs::set_permissions(self.tmp(), std::fs::Permissions::from_mode(0o1777))?;
+        existing_ok(std::fs::create_dir(self.root.join(PROC_DIR)))?;
         for name in SYSTEM_DIRS {
             let host = Path::new("/").join(name);
             let Ok(meta) = std::fs::symlink_metadata(&host) else { continue };
@@ -74,9 +90,11 @@ impl SandboxDirs {
     }
 
     /// The system directories to bind-mount: `(host path, mount point)`,
-    /// those whose mount point `create` made a directory.
+    /// those whose mount point `create` made a directory (the host's `/proc`
+    /// too, without a PID namespace).
     fn system_mounts(&self) -> impl Iterator<Item = (PathBuf, PathBuf)> + '_ {
-        SYSTEM_DIRS.iter().filter_map(|name| {
+        let proc = (!self.pid_namespace).then_some(&PROC_DIR);
+        SYSTEM_DIRS.iter().chain(proc).filter_map(|name| {
             let inside = self.root.join(name);
             let is_dir = std::fs::symlink_metadata(&inside).is_ok_and(|m| m.is_dir());
             is_dir.then(|| (Path::new("/").join(name), inside))
@@ -123,12 +141,24 @@ impl SandboxDirs {
     }
 }
 
+/// Which child [`ChildSetup::apply`] sets up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Child {
+    /// A sandbox's command: a session of its own, whose processes may
+    /// outlive it (its tree is the simulator's to end).
+    Command,
+    /// The start-up probe's child, which the probe waits for: it stays in
+    /// the simulator's session, and nothing of it outlives it.
+    Probe,
+}
+
 /// Everything the forked child needs, prepared before `fork`.
 pub(crate) struct ChildSetup {
     root: CString,
     /// `(host directory, mount point under the root)`.
     system: Vec<(CString, CString)>,
     cwd: CString,
+    pid_namespace: bool,
 }
 
 impl ChildSetup {
@@ -145,14 +175,17 @@ impl ChildSetup {
                 .collect::<io::Result<_>>()?,
             cwd: CString::new(cwd.unwrap_or(WORKSPACE))
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in cwd"))?,
+            pid_namespace: dirs.pid_namespace,
         })
     }
 
     /// Runs in the forked child before `exec`: only async-signal-safe calls.
-    pub(crate) fn apply(&self, new_session: bool) -> io::Result<()> {
+    /// Returns in the process that is to `exec` the command (in its own PID
+    /// namespace, when the sandbox has them: [`crate::pidns::enter`]).
+    pub(crate) fn apply(&self, child: Child) -> io::Result<()> {
         // SAFETY: plain syscalls on NUL-terminated strings prepared before fork.
         unsafe {
-            if new_session && libc::setsid() < 0 {
+            if child == Child::Command && libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
@@ -165,6 +198,9 @@ impl ChildSetup {
             }
             if libc::chroot(self.root.as_ptr()) != 0 || libc::chdir(self.cwd.as_ptr()) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            if self.pid_namespace {
+                return crate::pidns::enter(child == Child::Probe);
             }
         }
         Ok(())
@@ -181,14 +217,14 @@ unsafe fn mount(src: Option<&CStr>, target: &CStr, flags: libc::c_ulong) -> io::
 
 /// Create the host mount point and check, in a forked child, that the
 /// isolation steps work. `Err` carries a message for the server log.
-pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
+pub(crate) fn probe(state_dir: &Path, pid_namespace: bool) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("process isolation needs root (mount namespaces); \
                     the simulator is not running as root"
             .into());
     }
-    let dirs = SandboxDirs::new(state_dir, ".isolation-probe");
+    let dirs = SandboxDirs::new(state_dir, ".isolation-probe").with_pid_namespace(pid_namespace);
     let result = (|| {
         dirs.create().map_err(|e| format!("cannot create probe directories: {e}"))?;
         let setup = ChildSetup::new(&dirs, None).map_err(|e| e.to_string())?;
@@ -198,7 +234,7 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
             return Err(format!("fork failed: {}", io::Error::last_os_error()));
         }
         if pid == 0 {
-            let code = match setup.apply(false) {
+            let code = match setup.apply(Child::Probe) {
                 Ok(()) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(1).clamp(1, 255),
             };
@@ -217,7 +253,7 @@ pub(crate) fn probe(state_dir: &Path) -> Result<(), String> {
         } else {
             let errno = libc::WEXITSTATUS(status);
             Err(format!(
-                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount/chroot failed: {} \
+                "process isolation unavailable: unshare(CLONE_NEWNS)/bind mount/chroot/PID namespace failed: {} \
                  (the simulator must run as root with CAP_SYS_ADMIN and CAP_SYS_CHROOT)",
                 io::Error::from_raw_os_error(errno)
             ))

@@ -16,6 +16,7 @@ mod faults;
 mod isolation;
 mod ledger;
 mod pidfd;
+mod pidns;
 mod process;
 mod proctable;
 mod ratelimit;

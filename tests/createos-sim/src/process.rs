@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{ChildStderr, ChildStdout};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
-use crate::isolation::{ChildSetup, SandboxDirs};
+use crate::isolation::{Child, ChildSetup, SandboxDirs};
 use crate::pidfd::{Leader, Pidfd};
 use crate::proctable::{ProcEntry, ProcTable};
 
@@ -236,7 +236,7 @@ fn spawn(
         .stderr(Stdio::piped());
     // SAFETY: `apply` only performs async-signal-safe syscalls.
     unsafe {
-        c.pre_exec(move || setup.apply(true));
+        c.pre_exec(move || setup.apply(Child::Command));
     }
     let mut child = c.spawn().map_err(|e| match e.raw_os_error() {
         Some(libc::ENOENT | libc::EACCES | libc::ENOTDIR | libc::ENOEXEC) => SpawnError::BadCommand(e),

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub resume_delay: Duration,
     pub journal_bytes: usize,
     pub state_dir: PathBuf,
+    /// Each command in a PID namespace of its own ([`SimConfig::pid_namespaces`]).
+    pub pid_namespaces: bool,
     pub isolation: Result<(), String>,
     pub sandboxes: Registry,
     pub ledger: LedgerStore,
@@ -58,6 +60,7 @@ impl Shared {
             resume_delay: cfg.resume_delay,
             journal_bytes: cfg.journal_bytes,
             state_dir,
+            pid_namespaces: cfg.pid_namespaces,
             isolation,
             sandboxes: Registry::default(),
             ledger: LedgerStore::default(),
@@ -75,7 +78,7 @@ impl Shared {
         outcome: TransitionOutcome,
     ) -> std::io::Result<Arc<Sandbox>> {
         let id = format!("sb-{}", uuid::Uuid::new_v4().simple());
-        let dirs = SandboxDirs::new(&self.state_dir, &id);
+        let dirs = SandboxDirs::new(&self.state_dir, &id).with_pid_namespace(self.pid_namespaces);
         dirs.create()?;
         let sb = Arc::new(Sandbox::new(id.clone(), dirs));
         self.sandboxes.insert(sb.clone());

@@ -57,7 +57,7 @@ impl Simulator {
                 (Some(t), p)
             }
         };
-        let isolation = crate::isolation::probe(&state_dir);
+        let isolation = crate::isolation::probe(&state_dir, config.pid_namespaces);
         if let Err(msg) = &isolation {
             tracing::error!("createos-sim: {msg}; process creation will answer 500");
         }

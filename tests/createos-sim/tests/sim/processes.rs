@@ -152,3 +152,29 @@ fn sandbox_delete_kills_processes() {
     assert_eq!(api.delete(&format!("/sandboxes/{id}")).0, 200);
     assert!(pids_with_cmdline("sim-orphan-7171").is_empty());
 }
+
+/// Commands one after another in one sandbox each run in a PID namespace of
+/// their own (`$$` is 2: the namespace's init is 1) and exit 0. Prints the
+/// wall time of one `/exec` of `true` (median and 90th percentile of 200,
+/// after 20 warm-up), the figure in the README's Performance table:
+/// `cargo test -p createos-sim --test sim spawn_cost -- --nocapture`.
+#[test]
+fn sequential_commands_each_get_a_pid_namespace_and_print_the_spawn_cost() {
+    // Alone: neither slowed by the other tests' commands nor slowing them.
+    let _g = exclusive();
+    let api = Api::start(createos_sim::SimConfig { pid_namespaces: true, ..fast_config() });
+    let id = api.create_running();
+    for _ in 0..20 {
+        api.exec(&id, "true");
+    }
+    let mut times: Vec<f64> = (0..200)
+        .map(|_| {
+            let started = Instant::now();
+            let result = api.exec(&id, "echo $$");
+            assert_eq!((result["exit_code"].as_i64(), result["stdout"].as_str()), (Some(0), Some("2\n")));
+            started.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    eprintln!("spawn_cost: one /exec, median {:.2} ms, p90 {:.2} ms", times[100], times[180]);
+}

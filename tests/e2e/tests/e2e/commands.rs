@@ -12,12 +12,29 @@ use std::sync::mpsc;
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::Duration;
 
-/// A process tree: the command starts a background child, prints its own
-/// pid and the child's, and waits for the child.
-const TREE: &str = "sleep 300 & echo \"$$ $!\"; wait";
+/// A process tree: the command starts a background child, prints its PID
+/// namespace, its own pid and the child's (both as its namespace numbers
+/// them), and waits for the child.
+const TREE: &str = "sleep 300 & echo \"$(readlink /proc/self/ns/pid) $$ $!\"; wait";
 
-/// Whether process `pid` is still running (a zombie has finished). The
-/// simulator's processes share the test's pid namespace.
+/// The pid in this process's namespace of the process numbered `inner` in
+/// PID namespace `namespace` (`pid:[INODE]`): a simulator with
+/// `pid_namespaces` runs each command in a namespace of its own, nested in
+/// the test's; without, the namespace is the test's own.
+fn host_pid(namespace: &str, inner: u32) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let ns = std::fs::read_link(entry.path().join("ns/pid")).ok()?;
+        if ns.to_str() != Some(namespace) {
+            return None;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).ok()?;
+        let nspid = status.lines().find_map(|line| line.strip_prefix("NSpid:"))?;
+        (nspid.split_whitespace().last()?.parse::<u32>().ok()? == inner).then_some(pid)
+    })
+}
+
+/// Whether process `pid` is still running (a zombie has finished).
 fn running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
@@ -26,7 +43,8 @@ fn running(pid: u32) -> bool {
     !matches!(state, Some('Z' | 'X'))
 }
 
-/// Runs `params`, sending the pids the command prints on its first line.
+/// Runs `params`, sending the pids (in this process's namespace) of those
+/// the command names on its first line.
 fn run_reporting_pids(
     bed: &Bed,
     params: &ExecuteParams,
@@ -40,7 +58,11 @@ fn run_reporting_pids(
         }
         first_line.push_str(chunk);
         if let Some((line, _)) = first_line.split_once('\n') {
-            let parsed = line.split(' ').map(|pid| pid.parse().expect("a pid")).collect();
+            let (namespace, inner) = line.split_once(' ').expect("a namespace and pids");
+            let parsed = inner
+                .split(' ')
+                .map(|pid| host_pid(namespace, pid.parse().expect("a pid")).expect("the process runs"))
+                .collect();
             pids.send(parsed).expect("the test is waiting for the pids");
             reported = true;
         }
