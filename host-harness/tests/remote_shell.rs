@@ -25,8 +25,12 @@ impl Bed {
     fn with(change: impl FnOnce(&mut Value)) -> Bed {
         // A journal that holds all of the 3,000,000 bytes below, so the test
         // never depends on how fast the stream is read on a busy machine.
-        let config = SimConfig { rate_limit: None, journal_bytes: 16 << 20, ..Default::default() };
-        let sim = Simulator::start(config).unwrap();
+        Bed::serving(SimConfig { journal_bytes: 16 << 20, ..Default::default() }, change)
+    }
+
+    /// A bed on a simulator started with `config` (its rate limit off).
+    fn serving(config: SimConfig, change: impl FnOnce(&mut Value)) -> Bed {
+        let sim = Simulator::start(SimConfig { rate_limit: None, ..config }).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut provider = sim.provider_config(true);
         provider["requestsPerMinute"] = json!(100_000);
@@ -113,6 +117,26 @@ fn exec_output_is_byte_exact() {
 
     let to_stderr = bed.exec(&lease, &[], &["sh", "-c", r"printf '\377x' >&2"], None);
     assert_eq!(to_stderr.stderr, b"\xffx", "standard error is byte-exact too");
+}
+
+/// The SHA-256 of `bytes`, in hex.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn five_megabytes_of_random_output_arrive_byte_exact_through_the_default_journal() {
+    // The simulator keeps CreateOS's 1 MiB of output per process: the
+    // harness must read binary output as fast as `cat` of a file writes it.
+    let bed = Bed::serving(SimConfig::default(), |_| {});
+    let lease = bed.acquire();
+    let script = "head -c 5000000 /dev/urandom >/tmp/random && sha256sum /tmp/random >&2 && cat /tmp/random";
+    let output = bed.exec(&lease, &[], &["sh", "-c", script], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.stdout.len(), 5_000_000);
+    let remote = stderr(&output);
+    assert_eq!(remote.split_whitespace().next(), Some(sha256(&output.stdout).as_str()), "{remote}");
 }
 
 #[test]

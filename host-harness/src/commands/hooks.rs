@@ -10,12 +10,13 @@ use host_harness::{
     render,
 };
 use provider_abi::{
-    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, SyncMapping, SyncOperation, SyncParams,
-    SyncResult,
+    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncMapping, SyncOperation,
+    SyncParams, SyncResult,
 };
 use std::{
-    io::{IsTerminal, Read, Write},
+    io::{ErrorKind, IsTerminal, Read, Write},
     path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
@@ -141,9 +142,15 @@ fn command_stdin(options: &ExecOptions, stdin_taken: bool) -> Result<Option<Vec<
     Ok((!bytes.is_empty() || options.stdin.is_some()).then_some(bytes))
 }
 
+/// `exec`'s exit code when its output's reader went away: a shell's for a
+/// command killed by SIGPIPE (128 + 13).
+const BROKEN_PIPE_EXIT: u8 = 141;
+
 /// `exec`: runs `command` in the lease, streaming its output byte for byte
 /// to our stdout and stderr, and exits with its exit code (124 on timeout,
-/// 125 when it ended without one).
+/// 125 when it ended without one). A broken output pipe ends the user's
+/// interest: the command is stopped (its tree terminated) and `exec` exits
+/// [`BROKEN_PIPE_EXIT`].
 pub fn exec(
     session: &Session,
     config: &Path,
@@ -181,14 +188,37 @@ pub fn exec(
             .into(),
         ..Default::default()
     };
-    let mut live = |stream: OutputStream, chunk: &[u8]| {
-        let _ = match stream {
-            OutputStream::Stdout => std::io::stdout().write_all(chunk),
-            OutputStream::Stderr => std::io::stderr().write_all(chunk),
+    let closed = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let mut live = |stream: OutputStream, chunk: &[u8]| {
+            if closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let written = match stream {
+                OutputStream::Stdout => std::io::stdout().write_all(chunk),
+                OutputStream::Stderr => std::io::stderr().write_all(chunk),
+            };
+            if written.is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
+                // Nobody reads the output any more: stop the command as an
+                // interruption does (the shutdown waits for its cleanup, so
+                // it runs beside this callback, not in it).
+                closed.store(true, Ordering::SeqCst);
+                scope.spawn(|| {
+                    if let Err(error) = session.provider.shutdown() {
+                        tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
+                    }
+                });
+            }
         };
-    };
-    let result = host.execute_bytes(&held, params, &mut live)?;
-    let _ = std::io::stdout().flush();
+        host.execute_bytes(&held, params, &mut live)
+    });
+    if closed.load(Ordering::SeqCst) {
+        return Err(Failure::Exit(BROKEN_PIPE_EXIT));
+    }
+    let result = result?;
+    if std::io::stdout().flush().is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
+        return Err(Failure::Exit(BROKEN_PIPE_EXIT));
+    }
     let code = match (result.exit_code.into_option(), result.timed_out) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, true) => 124,
