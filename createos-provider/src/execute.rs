@@ -1080,6 +1080,75 @@ mod tests {
         assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
     }
 
+    /// Runs `f`'s command with its input pulled from `stdin`; the output as bytes.
+    async fn run_pulling(f: &Fixture, stdin: OwnedByteSource) -> (Result<ExecuteResult, Error>, Vec<u8>) {
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&out);
+        let sink = OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
+        let result = execute_pulling(&f.ctx, &f.params, stdin, sink).await;
+        let bytes = out.lock().unwrap().clone();
+        (result, bytes)
+    }
+
+    #[tokio::test]
+    async fn a_pulled_stdin_is_uploaded_whole_in_pieces() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Body(vec![exit_code(0)], false));
+        let input: Vec<u8> = (0..STREAM_CHUNK as u32 * 3 + 17).map(|i| (i % 253) as u8).collect();
+        let (result, _) =
+            run_pulling(&f, OwnedByteSource::from_reader(std::io::Cursor::new(input.clone()))).await;
+        assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
+        let seen = f.mock.seen();
+        assert_eq!(seen[0].method, "PUT");
+        assert!(seen[0].body == input, "the staged file holds every byte, in order");
+    }
+
+    #[tokio::test]
+    async fn input_both_in_the_parameters_and_from_a_source_is_refused_before_any_request() {
+        let mut f = fixture().await;
+        f.params.stdin = Some(b"x".to_vec().into()).into();
+        let (result, _) = run_pulling(&f, OwnedByteSource::from_reader(std::io::empty())).await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(f.mock.seen().is_empty());
+    }
+
+    /// Drops set `dropped` when the source that owns it is dropped.
+    struct SetOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_while_an_endless_stdin_is_sent_creates_nothing_and_lets_go_of_the_source() {
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(300).into();
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = SetOnDrop(std::sync::Arc::clone(&dropped));
+        let endless = OwnedByteSource::new(move |buffer: &mut [u8]| {
+            let _owned = &guard;
+            std::thread::sleep(Duration::from_millis(2));
+            buffer.fill(0);
+            Ok(buffer.len())
+        });
+        let (result, _) = run_pulling(&f, endless).await;
+        let result = result.unwrap();
+        assert!(result.timed_out);
+        assert_eq!(f.mock.count("POST", "/processes"), 0);
+        for _ in 0..500 {
+            if dropped.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the reader stopped and dropped the source"
+        );
+    }
+
     #[tokio::test]
     async fn invalid_input_and_refusals_send_nothing() {
         let mut f = fixture().await;
