@@ -33,7 +33,7 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 8] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 9] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
