@@ -28,7 +28,7 @@ echo "== frozen layouts"
 "${memcheck[@]}" "$(binary frozen_layout)" --test-threads=1 -q
 echo "== end-to-end ABI tests"
 "${memcheck[@]}" "$(binary e2e)" --test-threads=1 -q abi::
-for fixture in createos_provider hello_provider fixture_v1_0 fixture_v1_1 fixture_v1_2 fixture_v1_3 fixture_v1_4 fixture_v1_5 fixture_v1_6 fixture_v1_7 fixture_v1_8; do
+for fixture in createos_provider hello_provider fixture_v1_0 fixture_v1_1 fixture_v1_2 fixture_v1_3 fixture_v1_4 fixture_v1_5 fixture_v1_6 fixture_v1_7 fixture_v1_8 fixture_v1_9; do
     library=$(ls target/debug/deps/lib"$fixture".so 2>/dev/null || ls target/debug/lib"$fixture".so)
     for command in inspect health; do
         echo "== host-harness $command --plugin $library"

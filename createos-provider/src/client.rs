@@ -395,7 +395,23 @@ impl CreateosClient {
         opts: CallOptions,
     ) -> Result<(), Error> {
         let len = contents.len() as u64;
-        self.put_body(id, path, len, opts, || contents.clone().into()).await
+        self.put_body(id, path, Some(len), opts, Retry::After429, || contents.clone().into()).await
+    }
+
+    /// `PUT /sandboxes/{id}/files?path=P` with the bytes `body` streams, of
+    /// a length not known ahead (sent chunked). The body can be sent only
+    /// once, so a 429 is not retried: it fails the transfer.
+    pub async fn put_file_stream(
+        &self,
+        id: &str,
+        path: &str,
+        body: reqwest::Body,
+        opts: CallOptions,
+    ) -> Result<(), Error> {
+        let body = std::sync::Mutex::new(Some(body));
+        let take =
+            || body.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| Bytes::new().into());
+        self.put_body(id, path, None, opts, Retry::Never, take).await
     }
 
     /// `GET /sandboxes/{id}/files?path=P`: the raw bytes.
@@ -422,29 +438,32 @@ impl CreateosClient {
         len: u64,
         opts: CallOptions,
     ) -> Result<(), Error> {
-        self.put_body(id, path, len, opts, || file_body(source)).await
+        self.put_body(id, path, Some(len), opts, Retry::After429, || file_body(source)).await
     }
 
     /// `PUT /sandboxes/{id}/files?path=P` with the `len` bytes `body` makes
-    /// (called again for each attempt: a 429 retry sends the bytes again).
+    /// (`None`: a length not known ahead, sent chunked), `body` called again
+    /// for each attempt `retry` allows (a 429 retry sends the bytes again).
     async fn put_body(
         &self,
         id: &str,
         path: &str,
-        len: u64,
+        len: Option<u64>,
         opts: CallOptions,
+        retry: Retry,
         body: impl Fn() -> reqwest::Body,
     ) -> Result<(), Error> {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
             let resp = self
-                .send(label, opts, Retry::After429, || {
-                    self.http
-                        .put(url.clone())
-                        .header(CONTENT_TYPE, "application/octet-stream")
-                        .header(CONTENT_LENGTH, len)
-                        .body(body())
+                .send(label, opts, retry, || {
+                    let request = self.http.put(url.clone()).header(CONTENT_TYPE, "application/octet-stream");
+                    match len {
+                        Some(len) => request.header(CONTENT_LENGTH, len),
+                        None => request,
+                    }
+                    .body(body())
                 })
                 .await?;
             let resp = check_status(resp, label, &[])?;

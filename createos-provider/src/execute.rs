@@ -13,7 +13,13 @@
 //!    creation returns. Standard input, if any, is uploaded to `/tmp/.paperclip-stdin-<uuid>`
 //!    (`PUT /files`) and redirected with `<`; it never appears in the script
 //!    or the process-creation request. Without stdin the command reads
-//!    `/dev/null`.
+//!    `/dev/null`. Input pulled from a byte source (ABI 1.9) is read on a
+//!    thread of its own in [`STREAM_CHUNK`]-byte pieces, at most
+//!    [`STDIN_PIECES_AHEAD`] of them ahead of the upload, and sent chunked as
+//!    it is read: memory stays bounded whatever its size, and the upload
+//!    (no 429 retry: it cannot be sent twice) is raced against the deadline
+//!    and the cancellation like every step. There is no size limit but the
+//!    sandbox's disk and the command's deadline.
 //! 4. `POST /processes` runs `/bin/bash -lc SCRIPT`, never retried. A 4xx (or
 //!    an input error) is a plain error; a request the pacer never sent
 //!    before the deadline is a plain timeout; any other failure (5xx, connection
@@ -54,12 +60,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use provider_abi::{ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream, OwnedByteSink};
+use provider_abi::{
+    ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream, OwnedByteSink, OwnedByteSource,
+};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{CallOptions, CreateosClient};
+use crate::client::{CallOptions, CreateosClient, STREAM_CHUNK};
 use crate::config::{ProviderConfig, MAX_TIMEOUT_MS};
 use crate::error::{op, Error, ErrorKind};
 use crate::lease::{Context, OwnedLease};
@@ -71,6 +79,8 @@ use crate::script::{self, ScriptSpec};
 
 /// Prefix of the staged stdin file; a random UUID follows.
 pub const STDIN_PATH_PREFIX: &str = "/tmp/.paperclip-stdin-";
+/// Pieces of a pulled standard input read ahead of its upload.
+pub const STDIN_PIECES_AHEAD: usize = 2;
 /// Reconnects of the output stream per command.
 pub const MAX_RECONNECTS: u32 = 3;
 /// Pause before a reconnect.
@@ -85,6 +95,14 @@ pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 const CREATION_UNCONFIRMED: &str =
     "CreateOS process creation could not be confirmed; destroy the lease before reusing it.";
+
+/// A command's standard input, staged to a file in the sandbox.
+enum Stdin {
+    /// All of it, from [`ExecuteParams::stdin`].
+    Bytes(Bytes),
+    /// Pulled from the host as it is sent (ABI 1.9).
+    Source(OwnedByteSource),
+}
 
 /// Why a step stopped before its result.
 #[derive(Debug)]
@@ -113,8 +131,14 @@ pub async fn execute_bytes(
     params: &ExecuteParams,
     sink: &mut ByteSink<'_>,
 ) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)))
-        .await
+    let stdin = params_stdin(params);
+    execute_to(
+        ctx,
+        params,
+        stdin,
+        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
+    )
+    .await
 }
 
 /// [`execute_bytes`] streaming to a sink the call owns (the async hook,
@@ -124,8 +148,42 @@ pub async fn execute_owned(
     params: &ExecuteParams,
     mut sink: OwnedByteSink,
 ) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)))
-        .await
+    let stdin = params_stdin(params);
+    execute_to(
+        ctx,
+        params,
+        stdin,
+        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
+    )
+    .await
+}
+
+/// [`execute_owned`], the standard input pulled from `stdin` (ABI 1.9);
+/// `params.stdin` must be `None`.
+pub async fn execute_pulling(
+    ctx: &Context,
+    params: &ExecuteParams,
+    stdin: OwnedByteSource,
+    mut sink: OwnedByteSink,
+) -> Result<ExecuteResult, Error> {
+    if params.stdin.is_some() {
+        return Err(Error::invalid_input(
+            "CreateOS command input comes either with the parameters or from a source, not both.",
+        ));
+    }
+    let stdin = Some(Stdin::Source(stdin));
+    execute_to(
+        ctx,
+        params,
+        stdin,
+        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
+    )
+    .await
+}
+
+/// The standard input `params` carry, if any.
+fn params_stdin(params: &ExecuteParams) -> Option<Stdin> {
+    params.stdin.as_ref().into_option().map(|bytes| Stdin::Bytes(Bytes::copy_from_slice(bytes)))
 }
 
 /// [`execute`] with any output callback.
@@ -134,18 +192,18 @@ pub async fn execute_with(
     params: &ExecuteParams,
     emit: &mut (dyn FnMut(OutputStream, &str) + Send),
 ) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, &mut TextEmit(emit)).await
+    execute_to(ctx, params, params_stdin(params), &mut TextEmit(emit)).await
 }
 
-/// [`execute`] with any [`Emit`].
+/// [`execute`] with `stdin` and any [`Emit`].
 async fn execute_to(
     ctx: &Context,
     params: &ExecuteParams,
+    stdin: Option<Stdin>,
     emit: &mut (impl Emit + Send),
 ) -> Result<ExecuteResult, Error> {
     let lease = ctx.own_required(&params.lease)?;
     let timeout = command_timeout(params.timeout_ms.into_option(), &lease.config)?;
-    let stdin = params.stdin.as_ref().into_option().map(|bytes| Bytes::copy_from_slice(bytes));
     let stdin_path = stdin.as_ref().map(|_| format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4()));
     let cwd = resolve_cwd(params.cwd.as_ref().into_option().map(|cwd| cwd.as_str()));
     let args: Vec<&str> = params.args.iter().map(|arg| arg.as_str()).collect();
@@ -177,6 +235,39 @@ async fn execute_to(
     // and the stdin file removed, may a waiting release go on.
     drop(guard);
     result
+}
+
+/// A request body streaming what `source` yields: read on a thread of its
+/// own (a read may block on a pipe or a terminal) in [`STREAM_CHUNK`]-byte
+/// pieces, at most [`STDIN_PIECES_AHEAD`] ahead of the request. Once the
+/// body is dropped (the upload ended, failed or was cancelled) the thread
+/// stops after the read under way and drops the source. A read error fails
+/// the body, so the upload.
+fn source_body(mut source: OwnedByteSource) -> reqwest::Body {
+    type Piece = Result<Bytes, std::io::Error>;
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Piece>(STDIN_PIECES_AHEAD);
+    let reader = move || {
+        let mut buffer = vec![0; STREAM_CHUNK];
+        loop {
+            let piece = match source.read(&mut buffer) {
+                Ok(0) => return,
+                Ok(read) => Ok(Bytes::copy_from_slice(&buffer[..read])),
+                Err(error) => Err(std::io::Error::other(error.message.to_string())),
+            };
+            let failed = piece.is_err();
+            if sender.blocking_send(piece).is_err() || failed {
+                return;
+            }
+        }
+    };
+    if let Err(error) = std::thread::Builder::new().name("createos-stdin".into()).spawn(reader) {
+        let failed = futures_util::stream::once(async move { Err::<Bytes, _>(error) });
+        return reqwest::Body::wrap_stream(failed);
+    }
+    let pieces = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|piece| (piece, receiver))
+    });
+    reqwest::Body::wrap_stream(pieces)
 }
 
 /// The command's timeout: the call's, else the configuration's.
@@ -251,7 +342,7 @@ impl Run<'_> {
     async fn run(
         &mut self,
         script: &str,
-        stdin: Option<(Bytes, &str)>,
+        stdin: Option<(Stdin, &str)>,
         emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         if self.cancel.is_cancelled() {
@@ -268,18 +359,27 @@ impl Run<'_> {
     async fn run_staged(
         &mut self,
         script: &str,
-        stdin: Option<(Bytes, &str)>,
+        stdin: Option<(Stdin, &str)>,
         emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
         let admitted = self.race(crate::lease::admit(self.client, &self.lease.config)).await;
         let staged = match (admitted, stdin) {
-            (Ok(admission), Some((bytes, path))) => {
+            (Ok(admission), Some((stdin, path))) => {
                 let options = self.options(Priority::InFlight);
-                self.race(self.client.put_file(self.sandbox(), path, bytes, options))
-                    .await
-                    .map(|()| admission)
+                let upload = async {
+                    match stdin {
+                        Stdin::Bytes(bytes) => {
+                            self.client.put_file(self.sandbox(), path, bytes, options).await
+                        }
+                        Stdin::Source(source) => {
+                            let body = source_body(source);
+                            self.client.put_file_stream(self.sandbox(), path, body, options).await
+                        }
+                    }
+                };
+                self.race(upload).await.map(|()| admission)
             }
             (admitted, _) => admitted,
         };
@@ -978,6 +1078,75 @@ mod tests {
         // The file that may have been written is removed.
         assert_eq!(f.mock.count("POST", "/exec"), 1);
         assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
+    }
+
+    /// Runs `f`'s command with its input pulled from `stdin`; the output as bytes.
+    async fn run_pulling(f: &Fixture, stdin: OwnedByteSource) -> (Result<ExecuteResult, Error>, Vec<u8>) {
+        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&out);
+        let sink = OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
+        let result = execute_pulling(&f.ctx, &f.params, stdin, sink).await;
+        let bytes = out.lock().unwrap().clone();
+        (result, bytes)
+    }
+
+    #[tokio::test]
+    async fn a_pulled_stdin_is_uploaded_whole_in_pieces() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Body(vec![exit_code(0)], false));
+        let input: Vec<u8> = (0..STREAM_CHUNK as u32 * 3 + 17).map(|i| (i % 253) as u8).collect();
+        let (result, _) =
+            run_pulling(&f, OwnedByteSource::from_reader(std::io::Cursor::new(input.clone()))).await;
+        assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
+        let seen = f.mock.seen();
+        assert_eq!(seen[0].method, "PUT");
+        assert!(seen[0].body == input, "the staged file holds every byte, in order");
+    }
+
+    #[tokio::test]
+    async fn input_both_in_the_parameters_and_from_a_source_is_refused_before_any_request() {
+        let mut f = fixture().await;
+        f.params.stdin = Some(b"x".to_vec().into()).into();
+        let (result, _) = run_pulling(&f, OwnedByteSource::from_reader(std::io::empty())).await;
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert!(f.mock.seen().is_empty());
+    }
+
+    /// Drops set `dropped` when the source that owns it is dropped.
+    struct SetOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_timeout_while_an_endless_stdin_is_sent_creates_nothing_and_lets_go_of_the_source() {
+        let mut f = fixture().await;
+        f.params.timeout_ms = Some(300).into();
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let guard = SetOnDrop(std::sync::Arc::clone(&dropped));
+        let endless = OwnedByteSource::new(move |buffer: &mut [u8]| {
+            let _owned = &guard;
+            std::thread::sleep(Duration::from_millis(2));
+            buffer.fill(0);
+            Ok(buffer.len())
+        });
+        let (result, _) = run_pulling(&f, endless).await;
+        let result = result.unwrap();
+        assert!(result.timed_out);
+        assert_eq!(f.mock.count("POST", "/processes"), 0);
+        for _ in 0..500 {
+            if dropped.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            "the reader stopped and dropped the source"
+        );
     }
 
     #[tokio::test]

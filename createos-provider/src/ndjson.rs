@@ -39,6 +39,12 @@
 //! - Each stream keeps at most its last `tail_limit` characters
 //!   ([`MAX_TAIL_CHARS`] = 4 Mi by default) and remembers whether it dropped
 //!   any. Trimming is amortised: the buffer may briefly hold a quarter more.
+//! - A byte emitter ([`ByteEmit`]) gets each frame's bytes and nothing is
+//!   decoded as they arrive: the stream keeps its last `tail_limit` bytes
+//!   instead, decoded once by [`OutputDecoder::finish`] (a character the cut
+//!   split is dropped whole), so binary output costs a copy, not a decoding
+//!   per byte. Its tail then holds at most `tail_limit` characters, fewer
+//!   when they are multibyte.
 
 use std::mem;
 
@@ -185,6 +191,50 @@ impl Utf8Decoder {
     }
 }
 
+/// The last `limit` bytes of a stream, for a byte emitter's tail.
+#[derive(Debug)]
+struct ByteTail {
+    bytes: Vec<u8>,
+    limit: usize,
+    truncated: bool,
+}
+
+impl ByteTail {
+    fn new(limit: usize) -> Self {
+        ByteTail { bytes: Vec::new(), limit, truncated: false }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        if bytes.len() >= self.limit {
+            self.truncated |= !self.bytes.is_empty() || bytes.len() > self.limit;
+            self.bytes.clear();
+            self.bytes.extend_from_slice(&bytes[bytes.len() - self.limit..]);
+            return;
+        }
+        self.bytes.extend_from_slice(bytes);
+        if self.bytes.len() > self.limit + self.limit / 4 {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        if self.bytes.len() > self.limit {
+            self.bytes.drain(..self.bytes.len() - self.limit);
+            self.truncated = true;
+        }
+    }
+
+    /// The kept bytes as text (lossy), a character split by the cut dropped.
+    fn finish(mut self) -> (String, bool) {
+        self.trim();
+        let start = match self.truncated {
+            true => self.bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count(),
+            false => 0,
+        };
+        (String::from_utf8_lossy(&self.bytes[start..]).into_owned(), self.truncated)
+    }
+}
+
 /// The last `limit` characters of a stream.
 #[derive(Debug)]
 struct Tail {
@@ -228,17 +278,31 @@ impl Tail {
 struct StreamState {
     utf8: Utf8Decoder,
     tail: Tail,
+    bytes: ByteTail,
     scratch: String,
 }
 
 impl StreamState {
     fn new(limit: usize) -> Self {
-        StreamState { utf8: Utf8Decoder::default(), tail: Tail::new(limit), scratch: String::new() }
+        StreamState {
+            utf8: Utf8Decoder::default(),
+            tail: Tail::new(limit),
+            bytes: ByteTail::new(limit),
+            scratch: String::new(),
+        }
     }
 
     /// Decodes, emits and keeps `bytes` (`None`: flush the end of stream).
-    /// A byte emitter gets the raw bytes; the tail always keeps the text.
+    /// A byte emitter gets the raw bytes, which the byte tail keeps
+    /// undecoded; a text emitter gets the text, which the tail keeps.
     fn take(&mut self, stream: OutputStream, bytes: Option<&[u8]>, emit: &mut impl Emit) {
+        if !emit.wants_text() {
+            if let Some(bytes) = bytes {
+                emit.bytes(stream, bytes);
+                self.bytes.push(bytes);
+            }
+            return;
+        }
         self.scratch.clear();
         match bytes {
             Some(bytes) => {
@@ -254,12 +318,28 @@ impl StreamState {
     }
 }
 
+impl StreamState {
+    /// The stream's tail: the text kept, or the bytes a byte emitter left,
+    /// decoded now.
+    fn finish(self) -> (String, bool) {
+        match self.bytes.bytes.is_empty() && !self.bytes.truncated {
+            true => self.tail.finish(),
+            false => self.bytes.finish(),
+        }
+    }
+}
+
 /// Where decoded output goes: text (U+FFFD for invalid UTF-8) or raw bytes.
 pub trait Emit {
     /// A piece of decoded text.
     fn text(&mut self, stream: OutputStream, text: &str);
     /// The bytes of a data frame, exactly as the command wrote them.
     fn bytes(&mut self, stream: OutputStream, bytes: &[u8]);
+    /// False when [`Emit::text`] ignores what it gets: the stream's text is
+    /// then decoded only once, for its tail, when the output ends.
+    fn wants_text(&self) -> bool {
+        true
+    }
 }
 
 /// An [`Emit`] handing text to a closure.
@@ -283,6 +363,10 @@ impl<F: FnMut(OutputStream, &[u8])> Emit for ByteEmit<F> {
         if !bytes.is_empty() {
             (self.0)(stream, bytes)
         }
+    }
+
+    fn wants_text(&self) -> bool {
+        false
     }
 }
 
@@ -439,8 +523,8 @@ impl OutputDecoder {
 
     /// The tails of both streams.
     pub fn finish(self) -> DecodedOutput {
-        let (stdout, stdout_truncated) = self.stdout.tail.finish();
-        let (stderr, stderr_truncated) = self.stderr.tail.finish();
+        let (stdout, stdout_truncated) = self.stdout.finish();
+        let (stderr, stderr_truncated) = self.stderr.finish();
         DecodedOutput { stdout, stderr, stdout_truncated, stderr_truncated }
     }
 }
@@ -763,6 +847,33 @@ mod tests {
                 decoder.flush(&mut out);
                 assert_eq!(out, String::from_utf8_lossy(bytes), "{bytes:?} split at {split}");
             }
+        }
+    }
+
+    #[test]
+    fn a_byte_emitters_tail_keeps_the_last_bytes_and_drops_a_character_the_cut_split() {
+        let output = "ab€cd€".as_bytes(); // € is three bytes: e2 82 ac
+        let input: String =
+            output.chunks(2).enumerate().map(|(i, chunk)| data(i as u64 + 1, "stdout", chunk)).collect();
+        for (limit, tail, truncated) in
+            [(64, "ab€cd€", false), (7, "cd€", true), (6, "cd€", true), (4, "d€", true)]
+        {
+            let mut decoder = OutputDecoder::with_tail_limit(limit);
+            let mut bytes = Vec::new();
+            let ended = decoder
+                .feed_to(
+                    (input.clone() + &exit(0)).as_bytes(),
+                    &mut ByteEmit(|_: OutputStream, b: &[u8]| bytes.extend_from_slice(b)),
+                )
+                .unwrap();
+            assert!(ended.is_some());
+            assert_eq!(bytes, output, "every byte went out");
+            let finished = decoder.finish();
+            assert_eq!(
+                (finished.stdout.as_str(), finished.stdout_truncated),
+                (tail, truncated),
+                "limit {limit}"
+            );
         }
     }
 

@@ -23,8 +23,8 @@ use crate::{
 use provider_abi::{
     ready, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
     ExecuteParams, ExecuteResult, HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams,
-    LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, OwnedByteSink, ProbeReport, Provider,
-    ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
+    LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, OwnedByteSink, OwnedByteSource, ProbeReport,
+    Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
     ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
@@ -349,6 +349,20 @@ impl Provider for CreateosProvider {
     fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         self.spawn(
             move |context| async move { crate::execute::execute_owned(&context, &params, output).await },
+            keep,
+        )
+    }
+
+    fn execute_stdin_async(
+        &self,
+        params: ExecuteParams,
+        stdin: OwnedByteSource,
+        output: OwnedByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        self.spawn(
+            move |context| async move {
+                crate::execute::execute_pulling(&context, &params, stdin, output).await
+            },
             keep,
         )
     }

@@ -1,17 +1,22 @@
-//! Graceful interruption. The first SIGINT or SIGTERM stops new work: the
+//! Graceful interruption. The first SIGINT or SIGTERM (and SIGHUP, in the
+//! commands that do not swap the provider on it) stops new work: the
 //! provider is shut down (its running commands are cancelled and their
 //! process trees terminated, as a release does), each lifecycle in flight
 //! fails its next step and destroys its lease by the normal clean-up path,
-//! `soak` admits no new lifecycle, and the command exits 130 (SIGINT) or 143
-//! (SIGTERM) once everything is cleaned up. A second signal exits at once and
-//! leaves the rest to `sweep`.
+//! `soak` admits no new lifecycle, and the command exits 130 (SIGINT), 143
+//! (SIGTERM) or 129 (SIGHUP) once everything is cleaned up. A second signal
+//! exits at once and leaves the rest to `sweep`. Messages go to stderr
+//! without failing when it is gone (a closed terminal after a hang-up).
 
 use provider_abi::{ErrorKind, ProviderError};
 use signal_hook::{
-    consts::{SIGINT, SIGTERM},
+    consts::{SIGHUP, SIGINT, SIGPIPE, SIGTERM},
     iterator::Signals,
 };
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::{
+    io::Write,
+    sync::atomic::{AtomicI32, Ordering},
+};
 
 /// The first signal received, 0 while none.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
@@ -34,32 +39,47 @@ pub fn exit_code(signal: i32) -> u8 {
     u8::try_from(128 + signal).unwrap_or(128)
 }
 
-/// `SIGINT`, `SIGTERM`, or `a signal`.
+/// `SIGINT`, `SIGTERM`, `SIGHUP`, `SIGPIPE`, or `a signal`.
 pub fn name(signal: Option<i32>) -> &'static str {
     match signal {
         Some(SIGINT) => "SIGINT",
         Some(SIGTERM) => "SIGTERM",
+        Some(SIGHUP) => "SIGHUP",
+        Some(SIGPIPE) => "SIGPIPE",
         _ => "a signal",
     }
 }
 
-/// Runs `work` while watching for SIGINT and SIGTERM: the first calls
-/// `on_first` (from the watcher thread, while `work` goes on) and is
+/// Writes `message` as a line to stderr, ignoring a stderr that is gone
+/// (`eprintln!` would panic).
+pub fn say(message: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{message}");
+}
+
+/// Runs `work` while watching for SIGINT and SIGTERM, and SIGHUP too when
+/// `hangup` (the commands that do not swap the provider on it): the first
+/// calls `on_first` (from the watcher thread, while `work` goes on) and is
 /// remembered for [`requested`]; a second exits the process at once.
-pub fn watch<T>(on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io::Result<T> {
-    let mut signals = Signals::new([SIGINT, SIGTERM])?;
+pub fn watch<T>(hangup: bool, on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io::Result<T> {
+    let mut signals = match hangup {
+        true => Signals::new([SIGINT, SIGTERM, SIGHUP])?,
+        false => Signals::new([SIGINT, SIGTERM])?,
+    };
     let handle = signals.handle();
     Ok(std::thread::scope(|scope| {
         scope.spawn(|| {
             for signal in signals.forever() {
                 if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    eprintln!(
+                    say(format_args!(
                         "{}: stopping: cancelling commands and cleaning up leases in flight (again to exit at once)",
                         name(Some(signal))
-                    );
+                    ));
                     on_first();
                 } else {
-                    eprintln!("{}: exiting at once; run `host-harness sweep` to clean up", name(Some(signal)));
+                    say(format_args!(
+                        "{}: exiting at once; run `host-harness sweep` to clean up",
+                        name(Some(signal))
+                    ));
                     // The embedded simulator's sandboxes die with us: so do their files.
                     createos_sim::remove_temp_dirs();
                     std::process::exit(i32::from(exit_code(signal)));

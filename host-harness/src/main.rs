@@ -679,13 +679,16 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         true => hangup::watch(on_hangup, || dispatch(cli, &session, &lock_for_swaps)),
         false => Ok(dispatch(cli, &session, &lock_for_swaps)),
     };
-    let result = interrupt::watch(shut_down, work)
+    let result = interrupt::watch(!swaps_on_hangup, shut_down, work)
         .and_then(|result| result)
         .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let result = session.finish(result);
     match interrupt::requested() {
         Some(signal) => {
-            eprintln!("{}: stopped; leases in flight were cleaned up", interrupt::name(Some(signal)));
+            interrupt::say(format_args!(
+                "{}: stopped; leases in flight were cleaned up",
+                interrupt::name(Some(signal))
+            ));
             Err(Failure::Exit(interrupt::exit_code(signal)))
         }
         None => result,

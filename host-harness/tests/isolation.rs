@@ -538,6 +538,34 @@ impl IsolatedBed {
     }
 }
 
+/// The worker cannot pull a command's stdin (`execute_stdin_async` does not
+/// cross its protocol): `exec --isolate` forwards up to 64 MiB of it and
+/// refuses more in one line, before any command runs.
+#[test]
+fn exec_through_the_worker_takes_a_bounded_stdin() {
+    let bed = IsolatedBed::new();
+    let lease = bed.acquire(None);
+    let exec = |stdin: &PathBuf| {
+        let stdin = stdin.to_str().unwrap();
+        bed.run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "cat"])
+    };
+    let small = bed.path("small.bin");
+    std::fs::write(&small, b"through the worker\n").unwrap();
+    let echoed = exec(&small);
+    assert_eq!(echoed.status.code(), Some(0), "{}", String::from_utf8_lossy(&echoed.stderr));
+    assert_eq!(echoed.stdout, b"through the worker\n");
+
+    let large = bed.path("large.bin");
+    std::fs::File::create(&large).unwrap().set_len((64 << 20) + 1).unwrap();
+    let before = bed.sim.ledger().processes.len();
+    let refused = exec(&large);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("larger than 64 MiB"), "{stderr}");
+    assert_eq!(bed.sim.ledger().processes.len(), before, "no command ran");
+}
+
 /// ABI 1.3's `execute_bytes` through the worker: `exec --isolate` is byte-exact.
 #[test]
 fn exec_through_the_worker_is_byte_exact() {

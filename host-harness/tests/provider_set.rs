@@ -22,7 +22,10 @@ fn health(set: &ProviderSet) -> String {
 /// of its ABI, and a hook the active version lacks is `unsupported`.
 #[test]
 fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
-    use provider_abi::{AbiVersion, ErrorKind, ABI_1_0, ABI_1_1, ABI_1_6, ABI_1_7, ABI_1_8, ABI_VERSION};
+    use provider_abi::{
+        AbiVersion, ErrorKind, OwnedByteSink, OwnedByteSource, ABI_1_0, ABI_1_1, ABI_1_6, ABI_1_7, ABI_1_8,
+        ABI_1_9, ABI_VERSION,
+    };
     let newest = format!("fixture_v{}_{}", ABI_VERSION.major, ABI_VERSION.minor);
     let steps: [(&str, AbiVersion); 7] = [
         ("fixture_v1_0", ABI_1_0),
@@ -53,6 +56,11 @@ fn swaps_across_abi_versions_and_back_each_answering_with_its_own_hooks() {
         // An async hook of ABI 1.8 only on a 1.8 version.
         let synced = poll_once(set.sync_in_async(Default::default()));
         assert_eq!(synced.is_ok(), abi >= ABI_1_8, "{library}: {synced:?}");
+        // The execute pulling its stdin (ABI 1.9) only on a 1.9 version.
+        let stdin = OwnedByteSource::from_reader(std::io::empty());
+        let pulled =
+            poll_once(set.execute_stdin_async(Default::default(), stdin, OwnedByteSink::new(|_, _| {})));
+        assert_eq!(pulled.is_ok(), abi >= ABI_1_9, "{library}: {pulled:?}");
         // The request share answers only on a version that has the hook.
         match set.grant_request_share(500_000) {
             Ok(()) => assert!(abi >= ABI_1_6, "{library}"),

@@ -2,12 +2,19 @@
 //! provider's logs reach the harness's: the real binary against a simulator
 //! this test process owns (issue 11).
 
+mod common;
+
 use createos_sim::{SimConfig, Simulator};
 use serde_json::{json, Value};
 use std::{
     io::Write,
     path::PathBuf,
-    process::{Command, Output, Stdio},
+    process::{Child, Command, Output, Stdio},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::Duration,
 };
 
 struct Bed {
@@ -23,7 +30,7 @@ impl Bed {
 
     /// A bed whose provider configuration `change` edits first.
     fn with(change: impl FnOnce(&mut Value)) -> Bed {
-        // A journal that holds all of the 3,000,000 bytes below, so the test
+        // A journal that holds all of the 5,000,000 bytes below, so the test
         // never depends on how fast the stream is read on a busy machine.
         let config = SimConfig { rate_limit: None, journal_bytes: 16 << 20, ..Default::default() };
         let sim = Simulator::start(config).unwrap();
@@ -41,12 +48,18 @@ impl Bed {
         self.dir.path().join(name)
     }
 
-    /// `host-harness --ledger L ARGS...` with `stdin` on its standard input
-    /// (`None`: /dev/null).
-    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    /// `host-harness --ledger L ARGS...`, its output piped.
+    fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_host-harness"));
         command.env_remove("RUST_LOG").arg("--ledger").arg(self.path("ledger.sqlite3")).args(args);
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+    }
+
+    /// `host-harness --ledger L ARGS...` with `stdin` on its standard input
+    /// (`None`: /dev/null).
+    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
+        let mut command = self.command(args);
         command.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
         let mut child = command.spawn().expect("run host-harness");
         if let Some(bytes) = stdin {
@@ -69,13 +82,25 @@ impl Bed {
         path.to_str().unwrap().to_owned()
     }
 
-    /// `exec --config C --lease L EXTRA... -- COMMAND...`.
-    fn exec(&self, lease: &str, extra: &[&str], command: &[&str], stdin: Option<&[u8]>) -> Output {
+    /// The arguments of `exec --config C --lease L EXTRA... -- COMMAND...`.
+    fn exec_args<'a>(&'a self, lease: &'a str, extra: &[&'a str], command: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec!["exec", "--config", self.config(), "--lease", lease];
         args.extend_from_slice(extra);
         args.push("--");
         args.extend_from_slice(command);
-        self.run(&args, stdin)
+        args
+    }
+
+    /// `exec --config C --lease L EXTRA... -- COMMAND...`.
+    fn exec(&self, lease: &str, extra: &[&str], command: &[&str], stdin: Option<&[u8]>) -> Output {
+        self.run(&self.exec_args(lease, extra, command), stdin)
+    }
+
+    /// Starts `exec ... -- COMMAND...` reading `stdin`, watched by a
+    /// [`Watched`] that kills it past [`RSS_LIMIT`].
+    fn spawn_exec(&self, lease: &str, extra: &[&str], command: &[&str], stdin: Stdio) -> Watched {
+        let child = self.command(&self.exec_args(lease, extra, command)).stdin(stdin).spawn().unwrap();
+        Watched::new(child)
     }
 
     fn requests(&self) -> usize {
@@ -113,6 +138,138 @@ fn exec_output_is_byte_exact() {
 
     let to_stderr = bed.exec(&lease, &[], &["sh", "-c", r"printf '\377x' >&2"], None);
     assert_eq!(to_stderr.stderr, b"\xffx", "standard error is byte-exact too");
+}
+
+/// What a harness reading an endless stdin may take: far above its own
+/// few tens of MiB, far below what buffering the input takes.
+const RSS_LIMIT_KIB: u64 = 200 << 10;
+
+/// A harness run whose resident memory a thread watches: past
+/// [`RSS_LIMIT_KIB`] it is killed (the test fails, the machine survives).
+struct Watched {
+    child: Child,
+    killed: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+}
+
+impl Watched {
+    fn new(child: Child) -> Watched {
+        let (killed, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (pid, was_killed, is_done) = (child.id(), Arc::clone(&killed), Arc::clone(&done));
+        std::thread::spawn(move || {
+            while !is_done.load(Ordering::SeqCst) {
+                if rss_kib(pid).is_some_and(|rss| rss > RSS_LIMIT_KIB) {
+                    was_killed.store(true, Ordering::SeqCst);
+                    // SAFETY: kill(2) on our child, not yet reaped (`done` is unset).
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Watched { child, killed, done }
+    }
+
+    /// Bytes the harness has read so far (`/proc/PID/io`'s `rchar`).
+    fn read_bytes(&self) -> u64 {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap_or_default();
+        io.lines().find_map(|line| line.strip_prefix("rchar: ")).map_or(0, |n| n.trim().parse().unwrap())
+    }
+
+    /// Waits for the harness (two minutes at most: a hang guard) and returns
+    /// its exit code, stderr and peak resident memory in KiB (`wait4`).
+    fn finish(mut self) -> (Option<i32>, String, u64) {
+        common::wait_until("the harness exits", Duration::from_secs(120), || {
+            // SAFETY: waitid with WNOWAIT only looks: the child stays unreaped.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let flags = libc::WEXITED | libc::WNOWAIT | libc::WNOHANG;
+            unsafe { libc::waitid(libc::P_PID, self.child.id(), &mut info, flags) };
+            (unsafe { info.si_pid() }) != 0
+        });
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+        // SAFETY: reaps our own child, which has exited.
+        let reaped = unsafe { libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage) };
+        self.done.store(true, Ordering::SeqCst);
+        assert_eq!(reaped, self.child.id() as i32);
+        assert!(!self.killed.load(Ordering::SeqCst), "the harness grew past {RSS_LIMIT_KIB} KiB: {stderr}");
+        let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        (code, stderr, usage.ru_maxrss as u64)
+    }
+}
+
+/// The resident memory of process `pid` in KiB, while it lives.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `/dev/zero` as a harness's standard input: endless.
+fn endless() -> Stdio {
+    Stdio::from(std::fs::File::open("/dev/zero").unwrap())
+}
+
+#[test]
+fn an_endless_stdin_is_streamed_in_bounded_memory_until_the_timeout() {
+    let bed = Bed::new();
+    let lease = bed.acquire();
+    let run = bed.spawn_exec(&lease, &["--timeout", "3s"], &["sh", "-c", "cat >/dev/null"], endless());
+    let (code, stderr, peak) = run.finish();
+    assert_eq!(code, Some(124), "the timeout's exit code: {stderr}");
+    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
+}
+
+#[test]
+fn sigterm_stops_exec_while_an_endless_stdin_is_being_sent() {
+    let bed = Bed::new();
+    let lease = bed.acquire();
+    let run = bed.spawn_exec(&lease, &[], &["sh", "-c", "cat >/dev/null"], endless());
+    common::wait_until("the harness reads its stdin", Duration::from_secs(60), || {
+        run.read_bytes() > 64 << 20
+    });
+    common::signal(&run.child, libc::SIGTERM);
+    let (code, stderr, peak) = run.finish();
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
+}
+
+#[test]
+fn fifty_megabytes_of_stdin_arrive_byte_exact() {
+    let bed = Bed::new();
+    let lease = bed.acquire();
+    let input = binary(50_000_000);
+    let file = bed.path("input.bin");
+    std::fs::write(&file, &input).unwrap();
+    let stdin = Stdio::from(std::fs::File::open(&file).unwrap());
+    let mut command = bed.command(&bed.exec_args(&lease, &[], &["sha256sum"]));
+    let output = command.stdin(stdin).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let remote = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_eq!(remote.split_whitespace().next(), Some(sha256(&input).as_str()), "{remote}");
+}
+
+/// The SHA-256 of `bytes`, in hex.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn five_megabytes_of_random_output_arrive_byte_exact() {
+    // The bed's journal holds all of it: with CreateOS's 1 MiB, `cat` of a
+    // file outruns any reader, text or binary (the simulator drains the
+    // command's pipe at once), so only the bytes are asserted here and the
+    // byte path's speed is benchmarked (`cargo bench -p e2e --bench decode`).
+    let bed = Bed::new();
+    let lease = bed.acquire();
+    let script = "head -c 5000000 /dev/urandom >/tmp/random && sha256sum /tmp/random >&2 && cat /tmp/random";
+    let output = bed.exec(&lease, &[], &["sh", "-c", script], None);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(output.stdout.len(), 5_000_000);
+    let remote = stderr(&output);
+    assert_eq!(remote.split_whitespace().next(), Some(sha256(&output.stdout).as_str()), "{remote}");
 }
 
 #[test]

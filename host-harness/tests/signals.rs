@@ -73,25 +73,74 @@ fn posted_sandboxes(sim: &Simulator) -> usize {
     sim.ledger().count("POST", "/v1/sandboxes")
 }
 
-#[test]
-fn sigint_during_exec_terminates_the_command_and_keeps_the_held_lease() {
-    let sim = simulator(Duration::from_millis(50));
-    let bed = Bed::new(&sim);
+/// Acquires a lease into the bed's `lease.json`; returns the lease and its path.
+fn acquire(bed: &Bed) -> (Value, PathBuf) {
     let acquired = bed.command(&["acquire"]).output().unwrap();
     assert!(acquired.status.success(), "{}", String::from_utf8_lossy(&acquired.stderr));
     let lease: Value = serde_json::from_slice(&acquired.stdout).unwrap();
     let lease_path = bed.dir.path().join("lease.json");
     std::fs::write(&lease_path, lease.to_string()).unwrap();
+    (lease, lease_path)
+}
 
+/// The process trees the simulator confirmed gone (`DELETE .../processes/*`
+/// answered 200: `tree_exited`).
+fn terminated_trees(sim: &Simulator) -> usize {
+    let ledger = sim.ledger();
+    let deletes = ledger.requests.iter().filter(|request| request.method == "DELETE");
+    deletes.filter(|request| request.path.contains("/processes/") && request.status == 200).count()
+}
+
+/// Sends `signal` to `exec -- sleep 300` once the command runs; the harness
+/// must exit 128 + `signal`, with the command's tree terminated and the held
+/// lease kept.
+fn signal_during_exec(signal_number: i32, name: &str) {
+    let sim = simulator(Duration::from_millis(50));
+    let bed = Bed::new(&sim);
+    let (lease, lease_path) = acquire(&bed);
     let child = bed.spawn(&["exec", "--lease", lease_path.to_str().unwrap(), "--", "/bin/sleep", "300"]);
     wait_until("the command runs", Duration::from_secs(60), || !sim.ledger().processes.is_empty());
-    signal(&child, libc::SIGINT);
+    signal(&child, signal_number);
     let (status, _, stderr) = finish(child);
-    assert_eq!(status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("SIGINT"), "{stderr}");
-    assert_eq!(sim.ledger().count("DELETE", "/v1/sandboxes/*/processes/*"), 1, "its tree was terminated");
+    assert_eq!(status.code(), Some(128 + signal_number), "{stderr}");
+    assert!(stderr.contains(name), "{stderr}");
+    assert_eq!(terminated_trees(&sim), 1, "its tree was terminated");
     let id = lease["providerLeaseId"].as_str().unwrap();
     assert!(sim.live_sandboxes().iter().any(|live| live == id), "a held lease stays held");
+}
+
+#[test]
+fn sigint_during_exec_terminates_the_command_and_keeps_the_held_lease() {
+    signal_during_exec(libc::SIGINT, "SIGINT");
+}
+
+#[test]
+fn a_hang_up_during_exec_terminates_the_command_and_exits_129() {
+    signal_during_exec(libc::SIGHUP, "SIGHUP");
+}
+
+#[test]
+fn a_reader_closing_execs_output_terminates_the_command_and_exits_141() {
+    let sim = simulator(Duration::from_millis(50));
+    let bed = Bed::new(&sim);
+    let (_, lease_path) = acquire(&bed);
+    let mut child = bed.spawn(&[
+        "exec",
+        "--lease",
+        lease_path.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "while echo y; do :; done",
+    ]);
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    output.read_line(&mut line).unwrap();
+    assert_eq!(line, "y\n");
+    drop(output);
+    let (status, _, stderr) = finish(child);
+    assert_eq!(status.code(), Some(141), "a shell's code for a closed pipe: {stderr}");
+    assert_eq!(terminated_trees(&sim), 1, "the command's tree was terminated: {stderr}");
 }
 
 #[test]

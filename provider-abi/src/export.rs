@@ -10,9 +10,12 @@ use crate::{
     provider::Provider,
     recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
+    source::OwnedByteSource,
     sync::{SyncParams, SyncResult},
     types::*,
-    version::{AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8},
+    version::{
+        AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_1_9,
+    },
 };
 use abi_stable::{
     prefix_type::PrefixTypeTrait,
@@ -53,7 +56,9 @@ pub fn provider_module<P: Provider + Default>(abi: AbiVersion) -> ProviderModule
         abi.major == 1 && abi <= crate::ABI_VERSION,
         "this provider-abi cannot build ABI {abi} libraries"
     );
-    let extension = if abi >= ABI_1_8 {
+    let extension = if abi >= ABI_1_9 {
+        extensions_to_1_9::<P>
+    } else if abi >= ABI_1_8 {
         extensions_to_1_8::<P>
     } else if abi >= ABI_1_7 {
         extensions_to_1_7::<P>
@@ -162,6 +167,14 @@ extern "C" fn extensions_to_1_2<P: Provider>(minor: u16) -> ROption<Extension> {
     }
 }
 
+/// The extension tables of a library built for ABI 1.9.
+extern "C" fn extensions_to_1_9<P: Provider>(minor: u16) -> ROption<Extension> {
+    match minor {
+        9 => RSome(Extension::of(Tables::<P>::V1_9)),
+        _ => extensions_to_1_8::<P>(minor),
+    }
+}
+
 /// The extension tables of a library built for ABI 1.8.
 extern "C" fn extensions_to_1_8<P: Provider>(minor: u16) -> ROption<Extension> {
     match minor {
@@ -250,12 +263,12 @@ hook_shims! {
 /// (the future owns them), passes an owned callback (after `;`) as it is, and
 /// hands the trait method's future over through [`crate::future::export`].
 macro_rules! async_hook_shims {
-    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),* $(; $owned:ident: $oty:ty)?) -> $ret:ty;)*) => {
+    ($($name:ident: $hook:ident ($($arg:ident: &$ty:ty),* $(; $($owned:ident: $oty:ty),+)?) -> $ret:ty;)*) => {
         $(
             extern "C" fn $name<P: Provider>(
-                this: InstancePtr $(, $arg: &$ty)* $(, $owned: $oty)?
+                this: InstancePtr $(, $arg: &$ty)* $($(, $owned: $oty)+)?
             ) -> FfiHookFuture<$ret> {
-                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),* $(, $owned)?))
+                crate::future::export(Hook::$hook, || instance::<P>(this).$name($($arg.clone()),* $($(, $owned)+)?))
             }
         )*
     };
@@ -275,6 +288,8 @@ async_hook_shims! {
         AcquireLeaseRecordingAsync(params: &AcquireParams; recorder: AsyncCreationRecorder) -> Lease;
     probe_recording_async:
         ProbeRecordingAsync(params: &EnvironmentParams; recorder: AsyncCreationRecorder) -> ProbeReport;
+    execute_stdin_async:
+        ExecuteStdinAsync(params: &ExecuteParams; stdin: OwnedByteSource, output: OwnedByteSink) -> ExecuteResult;
 }
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
@@ -325,6 +340,7 @@ impl<P: Provider> Tables<P> {
         acquire_lease_recording_async: acquire_lease_recording_async::<P>,
         probe_recording_async: probe_recording_async::<P>,
     };
+    const V1_9: &'static HookTableV1_9 = &HookTableV1_9 { execute_stdin_async: execute_stdin_async::<P> };
 }
 
 #[cfg(test)]

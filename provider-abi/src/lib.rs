@@ -29,6 +29,7 @@ pub mod module;
 mod provider;
 mod recorder;
 mod sink;
+mod source;
 mod sync;
 mod types;
 mod version;
@@ -43,9 +44,10 @@ pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
 pub use recorder::{AsyncCreationRecorder, CreationRecorder};
 pub use sink::{ByteSink, OutputSink, OutputStream, OwnedByteSink};
+pub use source::OwnedByteSource;
 pub use sync::*;
 pub use types::*;
 pub use version::{
     AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
-    ABI_VERSION,
+    ABI_1_9, ABI_VERSION,
 };

@@ -12,10 +12,12 @@ use crate::{
     provider::{unsupported, Provider},
     recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
+    source::OwnedByteSource,
     sync::{SyncParams, SyncResult},
     types::*,
     version::{
-        AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_VERSION,
+        AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_1_9,
+        ABI_VERSION,
     },
 };
 use abi_stable::{
@@ -191,6 +193,7 @@ pub struct LoadedProvider {
     hooks_v1_6: Option<&'static HookTableV1_6>,
     hooks_v1_7: Option<&'static HookTableV1_7>,
     hooks_v1_8: Option<&'static HookTableV1_8>,
+    hooks_v1_9: Option<&'static HookTableV1_9>,
     manifest: Manifest,
 }
 
@@ -262,6 +265,11 @@ impl LoadedProvider {
         } else {
             None
         };
+        let hooks_v1_9 = if host_abi >= ABI_1_9 {
+            extension_table::<HookTableV1_9>(&path, module, image, ABI_1_9.minor)?
+        } else {
+            None
+        };
         let instance = Result::from((module.new_instance())())
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
         let mut provider = Self {
@@ -277,6 +285,7 @@ impl LoadedProvider {
             hooks_v1_6,
             hooks_v1_7,
             hooks_v1_8,
+            hooks_v1_9,
             manifest: empty_manifest(),
             path,
         };
@@ -313,6 +322,7 @@ impl LoadedProvider {
             | Hook::ProbeRecordingAsync
             | Hook::SyncInAsync
             | Hook::SyncOutAsync => self.hooks_v1_8.is_some(),
+            Hook::ExecuteStdinAsync => self.hooks_v1_9.is_some(),
             hook if hook.is_async() => self.hooks_v1_7.is_some(),
             _ => true,
         }
@@ -644,6 +654,17 @@ impl Provider for LoadedProvider {
 
     fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
         self.call_async_1_8(Hook::SyncOutAsync, |table, instance| (table.sync_out_async)(instance, &params))
+    }
+
+    fn execute_stdin_async(
+        &self,
+        params: ExecuteParams,
+        stdin: OwnedByteSource,
+        output: OwnedByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        import(Hook::ExecuteStdinAsync, self.hooks_v1_9, self.instance, |table, instance| {
+            (table.execute_stdin_async)(instance, &params, stdin, output)
+        })
     }
 }
 

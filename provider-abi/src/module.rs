@@ -56,6 +56,7 @@ use crate::{
     log::{LogLevel, LogSink},
     recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
+    source::OwnedByteSource,
     sync::{SyncParams, SyncResult},
     types::*,
     version::AbiVersion,
@@ -187,6 +188,19 @@ pub struct HookTableV1_8 {
         extern "C" fn(InstancePtr, &AcquireParams, AsyncCreationRecorder) -> FfiHookFuture<Lease>,
     pub(crate) probe_recording_async:
         extern "C" fn(InstancePtr, &EnvironmentParams, AsyncCreationRecorder) -> FfiHookFuture<ProbeReport>,
+}
+
+/// The hook ABI 1.9 added: `execute_async` whose standard input the
+/// provider pulls from a byte source. Frozen once 1.9 shipped.
+#[repr(C)]
+#[derive(StableAbi, Copy, Clone)]
+pub struct HookTableV1_9 {
+    pub(crate) execute_stdin_async: extern "C" fn(
+        InstancePtr,
+        &ExecuteParams,
+        OwnedByteSource,
+        OwnedByteSink,
+    ) -> FfiHookFuture<ExecuteResult>,
 }
 
 /// An extension table as the library hands it over: its type layout, checked
@@ -332,6 +346,12 @@ impl CodeAddresses for HookTableV1_7 {
             self.destroy_lease_async as *const c_void,
             self.execute_async as *const c_void,
         ]
+    }
+}
+
+impl CodeAddresses for HookTableV1_9 {
+    fn code_addresses(&self) -> Vec<*const c_void> {
+        vec![self.execute_stdin_async as *const c_void]
     }
 }
 

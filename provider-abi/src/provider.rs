@@ -6,6 +6,7 @@ use crate::{
     log::{LogLevel, LogSink},
     recorder::{AsyncCreationRecorder, CreationRecorder},
     sink::{ByteSink, OutputSink, OwnedByteSink},
+    source::OwnedByteSource,
     sync::{SyncParams, SyncResult},
     types::*,
     version::Hook,
@@ -224,6 +225,22 @@ pub trait Provider: Send + Sync + 'static {
     /// would.
     fn sync_out_async(&self, _params: SyncParams) -> HookFuture<SyncResult> {
         ready(Err(unsupported(Hook::SyncOutAsync)))
+    }
+
+    /// `execute_async`, the command's standard input pulled from `stdin`
+    /// (ABI 1.9) instead of `params.stdin` (which must be `None`): the
+    /// provider reads it in pieces as it sends it on, so input of any size
+    /// costs bounded memory, and stops reading when the call is cancelled,
+    /// times out or fails. The end of `stdin` is the end of the input; a
+    /// read error fails the call. Dropped before it is ready, the command is
+    /// stopped as release stops it, the input's transfer included.
+    fn execute_stdin_async(
+        &self,
+        _params: ExecuteParams,
+        _stdin: OwnedByteSource,
+        _output: OwnedByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        ready(Err(unsupported(Hook::ExecuteStdinAsync)))
     }
 }
 

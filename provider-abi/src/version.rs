@@ -54,8 +54,11 @@ pub const ABI_1_7: AbiVersion = AbiVersion::new(1, 7);
 /// async write-ahead creation hooks (`acquire_lease_recording_async`,
 /// `probe_recording_async`), whose recorder answers with a future.
 pub const ABI_1_8: AbiVersion = AbiVersion::new(1, 8);
+/// ABI 1.9: adds `execute_stdin_async`, `execute_async` whose standard
+/// input the provider pulls from a byte source (any size, bounded memory).
+pub const ABI_1_9: AbiVersion = AbiVersion::new(1, 9);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_1_8;
+pub const ABI_VERSION: AbiVersion = ABI_1_9;
 
 /// Every hook of the ABI, with the minor version that introduced it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -129,11 +132,14 @@ pub enum Hook {
     SyncInAsync,
     /// `sync_out_async` (ABI 1.8): `sync_out`, as a future.
     SyncOutAsync,
+    /// `execute_stdin_async` (ABI 1.9): `execute_async`, its standard input
+    /// pulled from a byte source.
+    ExecuteStdinAsync,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 32] = [
+    pub const ALL: [Hook; 33] = [
         Hook::Setup,
         Hook::Shutdown,
         Hook::Health,
@@ -166,6 +172,7 @@ impl Hook {
         Hook::ProbeRecordingAsync,
         Hook::SyncInAsync,
         Hook::SyncOutAsync,
+        Hook::ExecuteStdinAsync,
     ];
 
     /// The hook's name as it appears in manifests and messages.
@@ -203,6 +210,7 @@ impl Hook {
             Hook::ProbeRecordingAsync => "probe_recording_async",
             Hook::SyncInAsync => "sync_in_async",
             Hook::SyncOutAsync => "sync_out_async",
+            Hook::ExecuteStdinAsync => "execute_stdin_async",
         }
     }
 
@@ -226,13 +234,14 @@ impl Hook {
             | Hook::ProbeRecordingAsync
             | Hook::SyncInAsync
             | Hook::SyncOutAsync => ABI_1_8,
+            Hook::ExecuteStdinAsync => ABI_1_9,
             _ => ABI_1_0,
         }
     }
 
-    /// True for the async hooks (ABI 1.7 and 1.8), which return a future.
+    /// True for the async hooks (ABI 1.7 to 1.9), which return a future.
     pub const fn is_async(self) -> bool {
-        matches!(self.since(), ABI_1_7 | ABI_1_8)
+        matches!(self.since(), ABI_1_7 | ABI_1_8 | ABI_1_9)
     }
 
     /// Looks a hook up by its manifest name.

@@ -13,6 +13,8 @@ mod frozen_1_6;
 mod frozen_1_7;
 #[path = "frozen/abi_1_8.rs"]
 mod frozen_1_8;
+#[path = "frozen/abi_1_9.rs"]
+mod frozen_1_9;
 
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility, type_layout::TypeLayout, StableAbi,
@@ -20,7 +22,7 @@ use abi_stable::{
 use provider_abi::{module, ProviderModuleRef};
 
 /// Each pair is (as shipped, as defined now).
-fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 9] {
+fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 11] {
     [
         ("root module", frozen::ProviderModuleRef::LAYOUT, ProviderModuleRef::LAYOUT),
         ("instance pointer", frozen::InstancePtr::LAYOUT, module::InstancePtr::LAYOUT),
@@ -35,6 +37,8 @@ fn pairs() -> [(&'static str, &'static TypeLayout, &'static TypeLayout); 9] {
             frozen_1_8::AsyncCreationRecorder::LAYOUT,
             provider_abi::AsyncCreationRecorder::LAYOUT,
         ),
+        ("ABI 1.9 hooks", frozen_1_9::HookTableV1_9::LAYOUT, module::HookTableV1_9::LAYOUT),
+        ("ABI 1.9 byte source", frozen_1_9::OwnedByteSource::LAYOUT, provider_abi::OwnedByteSource::LAYOUT),
     ]
 }
 

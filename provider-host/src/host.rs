@@ -23,7 +23,7 @@ use crate::{
 use provider_abi::{
     AcquireParams, AsyncCreationRecorder, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
     ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink,
-    ProbeReport, ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
+    OwnedByteSource, ProbeReport, ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 use std::future::Future;
@@ -808,6 +808,38 @@ impl<'a> Host<'a> {
             true => crate::async_host::execute_blocking(self.provider, &params, output),
             false => outcome,
         };
+        self.after_execute(held, &params, outcome)
+    }
+
+    /// Whether the provider pulls a command's standard input as it sends it
+    /// (`execute_stdin_async`, ABI 1.9), so input of any size costs bounded
+    /// memory: see [`Self::execute_pulling_stdin`].
+    pub fn can_pull_stdin(&self) -> bool {
+        self.provider.supports(Hook::ExecuteStdinAsync)
+    }
+
+    /// [`Self::execute_bytes`], the command's standard input pulled from
+    /// `stdin` as the provider sends it on (`execute_stdin_async`, ABI 1.9;
+    /// `unsupported` without it, before anything is read). Blocks the calling
+    /// thread; the output reaches `output` on it as it arrives.
+    pub fn execute_pulling_stdin(
+        &self,
+        held: &HeldLease,
+        params: ExecuteParams,
+        stdin: OwnedByteSource,
+        output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
+    ) -> HookResult<ExecuteResult> {
+        if !self.can_pull_stdin() {
+            return Err(provider_abi::unsupported(Hook::ExecuteStdinAsync));
+        }
+        let params = self.before_execute(held, params)?;
+        // Boxed chunks: a channel allocates its slots 32 at a time.
+        let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
+        let sink = OwnedByteSink::new(move |stream, chunk: &[u8]| {
+            drop(sender.send(Box::new((stream, chunk.to_vec()))))
+        });
+        let call = self.provider.execute_stdin_async(params.clone(), stdin, sink);
+        let outcome = pollster::block_on(serving(call, chunks, |chunk| output(chunk.0, &chunk.1)));
         self.after_execute(held, &params, outcome)
     }
 

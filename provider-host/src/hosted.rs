@@ -10,7 +10,8 @@ use provider_abi::{
     ProviderError, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
 use provider_abi::{
-    AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult,
+    AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, OwnedByteSource,
+    SyncParams, SyncResult,
 };
 use std::path::{Path, PathBuf};
 
@@ -231,6 +232,15 @@ impl Provider for HostedProvider {
 
     fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         self.inner().execute_async(params, output)
+    }
+
+    fn execute_stdin_async(
+        &self,
+        params: ExecuteParams,
+        stdin: OwnedByteSource,
+        output: OwnedByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        self.inner().execute_stdin_async(params, stdin, output)
     }
 
     fn acquire_lease_recording_async(

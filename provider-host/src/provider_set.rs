@@ -14,8 +14,8 @@
 
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
-    HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, ProbeReport, Provider,
-    ReleaseReport, SetupParams, ValidationReport, Workspace,
+    HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, OwnedByteSource,
+    ProbeReport, Provider, ReleaseReport, SetupParams, ValidationReport, Workspace,
 };
 use provider_abi::{
     AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult,
@@ -495,6 +495,15 @@ impl Provider for ProviderSet {
 
     fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
         self.call_async(move |provider| provider.execute_async(params, output))
+    }
+
+    fn execute_stdin_async(
+        &self,
+        params: ExecuteParams,
+        stdin: OwnedByteSource,
+        output: OwnedByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        self.call_async(move |provider| provider.execute_stdin_async(params, stdin, output))
     }
 
     fn acquire_lease_recording_async(

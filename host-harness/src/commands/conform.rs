@@ -52,7 +52,7 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
             tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
         }
     };
-    let reports = interrupt::watch(shut_down, || {
+    let reports = interrupt::watch(true, shut_down, || {
         conform::run(provider.clone(), &config, &mut |report| {
             out.value(&report.to_json(), || report.to_line());
         })

@@ -10,12 +10,15 @@ use host_harness::{
     render,
 };
 use provider_abi::{
-    EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncMapping, SyncOperation,
-    SyncParams, SyncResult,
+    EnvVar, ExecuteParams, Lease, OutputStream, OwnedByteSource, PostUploadCommand, Provider, SyncMapping,
+    SyncOperation, SyncParams, SyncResult,
 };
 use std::{
-    io::{IsTerminal, Read, Write},
+    fs::File,
+    io::{ErrorKind, IsTerminal, Read, Write},
+    os::fd::AsFd,
     path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
@@ -120,30 +123,79 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// The bytes for the command's stdin: `--stdin FILE`, else our own stdin
-/// when it is neither a terminal nor already read for `--config -`/`--lease -`.
-fn command_stdin(options: &ExecOptions, stdin_taken: bool) -> Result<Option<Vec<u8>>, Failure> {
-    let read_ours = || {
+/// The most standard input `exec` holds in memory for a provider that
+/// cannot pull it as it sends it (older than ABI 1.9, or under `--isolate`).
+pub const MAX_BUFFERED_STDIN: usize = 64 << 20;
+
+/// Bytes of the command's input read before its provider call, to tell an
+/// empty input from none.
+const FIRST_PIECE: usize = 64 << 10;
+
+/// The command's standard input: its first piece (read already) and the rest.
+struct Input {
+    first: Vec<u8>,
+    rest: File,
+}
+
+impl Input {
+    /// The whole input as a reader.
+    fn into_reader(self) -> impl Read + Send + 'static {
+        std::io::Cursor::new(self.first).chain(self.rest)
+    }
+
+    /// The whole input in memory, at most [`MAX_BUFFERED_STDIN`] bytes.
+    fn into_bytes(self) -> Result<Vec<u8>, Failure> {
         let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
+        self.into_reader()
+            .take(MAX_BUFFERED_STDIN as u64 + 1)
             .read_to_end(&mut bytes)
+            .map_err(|error| Failure::Usage(format!("cannot read the command's input: {error}")))?;
+        if bytes.len() > MAX_BUFFERED_STDIN {
+            return Err(Failure::Usage(format!(
+                "the command's input is larger than {} MiB, the most this provider takes (it cannot stream \
+                 input: it is older than ABI 1.9, or runs under --isolate); stage it with `sync --in` instead",
+                MAX_BUFFERED_STDIN >> 20
+            )));
+        }
+        Ok(bytes)
+    }
+}
+
+/// The command's stdin: `--stdin FILE`, else our own stdin when it is
+/// neither a terminal nor already read for `--config -`/`--lease -`; `None`
+/// when there is none, or ours is empty.
+fn command_stdin(options: &ExecOptions, stdin_taken: bool) -> Result<Option<Input>, Failure> {
+    let ours = || {
+        let fd = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
             .map_err(|error| Failure::Usage(format!("cannot read stdin: {error}")))?;
-        Ok::<_, Failure>(bytes)
+        Ok::<_, Failure>(File::from(fd))
     };
-    let bytes = match options.stdin.as_deref() {
-        Some(path) if path == Path::new("-") => read_ours()?,
-        Some(path) => std::fs::read(path)
+    let mut rest = match options.stdin.as_deref() {
+        Some(path) if path == Path::new("-") => ours()?,
+        Some(path) => File::open(path)
             .map_err(|error| Failure::Usage(format!("cannot read {}: {error}", path.display())))?,
         None if stdin_taken || std::io::stdin().is_terminal() => return Ok(None),
-        None => read_ours()?,
+        None => ours()?,
     };
-    Ok((!bytes.is_empty() || options.stdin.is_some()).then_some(bytes))
+    let mut first = Vec::with_capacity(FIRST_PIECE);
+    (&mut rest)
+        .take(FIRST_PIECE as u64)
+        .read_to_end(&mut first)
+        .map_err(|error| Failure::Usage(format!("cannot read the command's input: {error}")))?;
+    Ok((!first.is_empty() || options.stdin.is_some()).then_some(Input { first, rest }))
 }
+
+/// `exec`'s exit code when its output's reader went away: a shell's for a
+/// command killed by SIGPIPE (128 + 13).
+const BROKEN_PIPE_EXIT: u8 = 141;
 
 /// `exec`: runs `command` in the lease, streaming its output byte for byte
 /// to our stdout and stderr, and exits with its exit code (124 on timeout,
-/// 125 when it ended without one).
+/// 125 when it ended without one). A broken output pipe ends the user's
+/// interest: the command is stopped (its tree terminated) and `exec` exits
+/// [`BROKEN_PIPE_EXIT`].
 pub fn exec(
     session: &Session,
     config: &Path,
@@ -165,6 +217,13 @@ pub fn exec(
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
     let stdin = command_stdin(options, stdin_taken)?;
+    let (pulled, buffered) = match stdin {
+        Some(input) if host.can_pull_stdin() => {
+            (Some(OwnedByteSource::from_reader(input.into_reader())), None)
+        }
+        Some(input) => (None, Some(input.into_bytes()?)),
+        None => (None, None),
+    };
     let params = ExecuteParams {
         command: program.as_str().into(),
         args: args.iter().map(|arg| arg.as_str().into()).collect(),
@@ -174,21 +233,47 @@ pub fn exec(
             .iter()
             .map(|(name, value)| EnvVar { name: name.as_str().into(), value: value.as_str().into() })
             .collect(),
-        stdin: stdin.map(Into::into).into(),
+        stdin: buffered.map(Into::into).into(),
         timeout_ms: options
             .timeout
             .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
             .into(),
         ..Default::default()
     };
-    let mut live = |stream: OutputStream, chunk: &[u8]| {
-        let _ = match stream {
-            OutputStream::Stdout => std::io::stdout().write_all(chunk),
-            OutputStream::Stderr => std::io::stderr().write_all(chunk),
+    let closed = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        let mut live = |stream: OutputStream, chunk: &[u8]| {
+            if closed.load(Ordering::SeqCst) {
+                return;
+            }
+            let written = match stream {
+                OutputStream::Stdout => std::io::stdout().write_all(chunk),
+                OutputStream::Stderr => std::io::stderr().write_all(chunk),
+            };
+            if written.is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
+                // Nobody reads the output any more: stop the command as an
+                // interruption does (the shutdown waits for its cleanup, so
+                // it runs beside this callback, not in it).
+                closed.store(true, Ordering::SeqCst);
+                scope.spawn(|| {
+                    if let Err(error) = session.provider.shutdown() {
+                        tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
+                    }
+                });
+            }
         };
-    };
-    let result = host.execute_bytes(&held, params, &mut live)?;
-    let _ = std::io::stdout().flush();
+        match pulled {
+            Some(stdin) => host.execute_pulling_stdin(&held, params, stdin, &mut live),
+            None => host.execute_bytes(&held, params, &mut live),
+        }
+    });
+    if closed.load(Ordering::SeqCst) {
+        return Err(Failure::Exit(BROKEN_PIPE_EXIT));
+    }
+    let result = result?;
+    if std::io::stdout().flush().is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
+        return Err(Failure::Exit(BROKEN_PIPE_EXIT));
+    }
     let code = match (result.exit_code.into_option(), result.timed_out) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, true) => 124,

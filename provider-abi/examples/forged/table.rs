@@ -18,7 +18,7 @@ use super::{
 use abi_stable::{std_types::RSome, type_layout::TypeLayout, StableAbi};
 use provider_abi::module::{
     HookTableV1_1, HookTableV1_2, HookTableV1_3, HookTableV1_4, HookTableV1_5, HookTableV1_6, HookTableV1_7,
-    HookTableV1_8,
+    HookTableV1_8, HookTableV1_9,
 };
 
 /// What a forged extension table points at: data where functions should be.
@@ -53,6 +53,7 @@ extern "C" fn extension<const FORGED: u16>(minor: u16) -> ROption<Extension> {
         6 => pointing_at_data::<HookTableV1_6>(),
         7 => pointing_at_data::<HookTableV1_7>(),
         8 => pointing_at_data::<HookTableV1_8>(),
+        9 => pointing_at_data::<HookTableV1_9>(),
         _ => RNone,
     }
 }

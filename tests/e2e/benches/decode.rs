@@ -2,6 +2,9 @@
 //! - `ndjson_decode`: the NDJSON output decoder, in MB/s of process output
 //!   (base64 in JSON lines → UTF-8 text delivered to a callback), fed in
 //!   16 KiB body chunks like an HTTP stream;
+//! - `ndjson_decode_bytes`: the same decoder on the byte path (`exec`'s, a
+//!   byte emitter as `execute_bytes` uses), for random bytes (binary output)
+//!   and ASCII text, in 64 KiB frames as the simulator journals them;
 //! - `envelope`: the `{"status":"success","data":{..}}` reply parser;
 //! - `sink`: delivering one 4 KiB chunk to the host through `OutputSink`
 //!   against calling the host's closure directly.
@@ -9,7 +12,7 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use createos_provider::client::envelope;
-use createos_provider::ndjson::OutputDecoder;
+use createos_provider::ndjson::{ByteEmit, OutputDecoder};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use provider_abi::{OutputSink, OutputStream};
 use serde_json::json;
@@ -32,11 +35,29 @@ fn process_output(bytes: usize, multibyte: bool) -> Vec<u8> {
     line.bytes().cycle().take(bytes).collect()
 }
 
+/// `bytes` of binary output: the same pseudo-random bytes every run.
+fn random_output(bytes: usize) -> Vec<u8> {
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    (0..bytes)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
 /// The NDJSON body a process printing `output` produces: 4 KiB data frames
 /// (every eighth on stderr), a heartbeat every 64 frames, an exit frame.
 fn ndjson_body(output: &[u8]) -> Vec<u8> {
+    ndjson_body_of(output, FRAME_BYTES)
+}
+
+/// [`ndjson_body`] with frames of `frame` bytes.
+fn ndjson_body_of(output: &[u8], frame: usize) -> Vec<u8> {
     let mut body = Vec::new();
-    for (i, chunk) in output.chunks(FRAME_BYTES).enumerate() {
+    for (i, chunk) in output.chunks(frame).enumerate() {
         let stream = if i % 8 == 7 { "stderr" } else { "stdout" };
         let frame =
             json!({"type": "data", "seq": i + 1, "stream": stream, "data_base64": STANDARD.encode(chunk)});
@@ -71,6 +92,28 @@ fn ndjson_decode(c: &mut Criterion) {
     group.finish();
 }
 
+fn ndjson_decode_bytes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ndjson_decode_bytes");
+    group.throughput(Throughput::Bytes(OUTPUT_BYTES as u64));
+    let outputs = [("random", random_output(OUTPUT_BYTES)), ("ascii", process_output(OUTPUT_BYTES, false))];
+    for (name, output) in outputs {
+        let body = ndjson_body_of(&output, 64 << 10);
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut decoder = OutputDecoder::new();
+                let mut emit = ByteEmit(|stream: OutputStream, bytes: &[u8]| {
+                    black_box((stream, bytes));
+                });
+                for chunk in body.chunks(BODY_CHUNK) {
+                    decoder.feed_to(chunk, &mut emit).unwrap();
+                }
+                black_box(decoder.finish())
+            })
+        });
+    }
+    group.finish();
+}
+
 fn envelope_parse(c: &mut Criterion) {
     let replies = [
         ("sandbox", json!({"id": "sb-0123456789abcdef0123456789abcdef", "status": "running"})),
@@ -96,5 +139,5 @@ fn sink(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ndjson_decode, envelope_parse, sink);
+criterion_group!(benches, ndjson_decode, ndjson_decode_bytes, envelope_parse, sink);
 criterion_main!(benches);

@@ -75,5 +75,4 @@ fn soak_thousand_sandboxes() {
         "fds before {fds_before}, after {}",
         open_fds()
     );
-    assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
 }

@@ -5,8 +5,9 @@ use e2e::library;
 use provider_abi::{
     AbiVersion, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
     ErrorKind, ExecuteParams, Hook, LeaseParams, LoadError, LoadedProvider, LogLevel, LogRecord, LogSink,
-    OutputSink, OutputStream, OwnedByteSink, Provider, SetupParams, SyncMapping, SyncOperation, SyncParams,
-    ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
+    OutputSink, OutputStream, OwnedByteSink, OwnedByteSource, Provider, SetupParams, SyncMapping,
+    SyncOperation, SyncParams, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7,
+    ABI_1_8, ABI_1_9,
 };
 use std::{path::Path, sync::Arc};
 
@@ -32,7 +33,7 @@ fn load_error(path: &Path) -> LoadError {
 }
 
 /// The hooks each minor version added, in order.
-const ADDED_HOOKS: [(AbiVersion, &[Hook]); 8] = [
+const ADDED_HOOKS: [(AbiVersion, &[Hook]); 9] = [
     (ABI_1_1, &[Hook::InspectLease]),
     (ABI_1_2, &[Hook::AcquireLeaseRecording, Hook::ProbeRecording, Hook::ReleaseLeaseReporting]),
     (ABI_1_3, &[Hook::ExecuteBytes, Hook::SetupWithLogs]),
@@ -55,11 +56,12 @@ const ADDED_HOOKS: [(AbiVersion, &[Hook]); 8] = [
         ABI_1_8,
         &[Hook::SyncInAsync, Hook::SyncOutAsync, Hook::AcquireLeaseRecordingAsync, Hook::ProbeRecordingAsync],
     ),
+    (ABI_1_9, &[Hook::ExecuteStdinAsync]),
 ];
 
 /// Every host version of major 1 this crate can act as.
-const HOSTS: [AbiVersion; 9] =
-    [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8];
+const HOSTS: [AbiVersion; 10] =
+    [ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_1_9];
 
 /// Runs a hook's future on a runtime of the host's own (the provider's work
 /// runs on the provider's runtime).
@@ -81,6 +83,7 @@ fn version_matrix_within_major_1() {
         ("fixture_v1_6", ABI_1_6),
         ("fixture_v1_7", ABI_1_7),
         ("fixture_v1_8", ABI_1_8),
+        ("fixture_v1_9", ABI_1_9),
     ];
     for (name, library_abi) in libraries {
         for host in HOSTS {
@@ -245,6 +248,18 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
             block_on(provider.execute_async(params, sink)).map(|result| {
                 assert_eq!(*bytes.lock().unwrap(), b"ab");
                 assert_eq!(result.stdout, "ab");
+            })
+        }
+        Hook::ExecuteStdinAsync => {
+            let bytes = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let kept = Arc::clone(&bytes);
+            let sink =
+                OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
+            let input: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+            let stdin = OwnedByteSource::from_reader(std::io::Cursor::new(input.clone()));
+            block_on(provider.execute_stdin_async(ExecuteParams::default(), stdin, sink)).map(|result| {
+                assert_eq!(result.exit_code.into_option(), Some(0));
+                assert_eq!(*bytes.lock().unwrap(), input, "the input came through the source");
             })
         }
         other => panic!("{other} was not added by a minor version"),

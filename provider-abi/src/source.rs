@@ -1,0 +1,150 @@
+//! The byte source `execute_stdin_async` (ABI 1.9) pulls a command's
+//! standard input from, piece by piece, so that input of any size crosses
+//! the boundary in bounded memory.
+
+use crate::error::{HookResult, ProviderError};
+use abi_stable::{
+    std_types::{RResult, RSliceMut},
+    StableAbi,
+};
+use std::{
+    ffi::c_void,
+    io::Read,
+    panic::{catch_unwind, AssertUnwindSafe},
+};
+
+/// What a panic in the host's source becomes: the host's panic text stays on
+/// the host side.
+const SOURCE_PANICKED: &str = "The host panicked while reading the command's standard input.";
+
+/// An FFI-safe, owned source of bytes the provider pulls: a command's
+/// standard input (ABI 1.9, `execute_stdin_async`).
+///
+/// [`OwnedByteSource::read`] fills a buffer the provider owns with the next
+/// bytes and returns how many it wrote; `0` is the end of the input. A read
+/// may block (a pipe, a terminal), so the provider calls it from a thread it
+/// may block, never from its async runtime, and stops calling it once it no
+/// longer needs the input (the call was cancelled or timed out); it may then
+/// drop the source while a read is still blocked on another of its threads
+/// only after that read returned. A host error comes back as the read's
+/// `Err`; a panic in the host's closure is caught at the boundary and comes
+/// back as an `internal` error. The provider owns the source for as long as
+/// the call needs it and drops it (dropping the host's closure) when done.
+#[repr(C)]
+#[derive(StableAbi)]
+pub struct OwnedByteSource {
+    context: *mut c_void,
+    read_chunk: unsafe extern "C" fn(*mut c_void, RSliceMut<'_, u8>) -> RResult<usize, ProviderError>,
+    drop_context: unsafe extern "C" fn(*mut c_void),
+}
+
+// SAFETY: `new` only accepts `Send` closures, and `read` needs `&mut self`,
+// so the closure is never called from two threads at once.
+unsafe impl Send for OwnedByteSource {}
+
+impl OwnedByteSource {
+    /// A source calling `callback(buffer)` for the next bytes; it returns
+    /// how many it wrote at the start of `buffer` (`0`: the end).
+    pub fn new<F>(callback: F) -> Self
+    where
+        F: FnMut(&mut [u8]) -> HookResult<usize> + Send + 'static,
+    {
+        unsafe extern "C" fn trampoline<F>(
+            context: *mut c_void,
+            buffer: RSliceMut<'_, u8>,
+        ) -> RResult<usize, ProviderError>
+        where
+            F: FnMut(&mut [u8]) -> HookResult<usize> + Send,
+        {
+            // SAFETY: `context` is the `Box<F>` leaked by `new`, freed only by
+            // `drop_context`; `read` takes `&mut self`, so no other reference
+            // to it is live.
+            let callback = unsafe { &mut *context.cast::<F>() };
+            let mut buffer = buffer;
+            let capacity = buffer.len();
+            match catch_unwind(AssertUnwindSafe(|| callback(buffer.as_mut_slice()))) {
+                Ok(Ok(written)) if written <= capacity => RResult::ROk(written),
+                Ok(Ok(_)) => {
+                    RResult::RErr(ProviderError::internal("The host's input source overstated a read."))
+                }
+                Ok(Err(error)) => RResult::RErr(error),
+                Err(payload) => {
+                    crate::export::drop_panic_payload(payload);
+                    RResult::RErr(ProviderError::internal(SOURCE_PANICKED))
+                }
+            }
+        }
+        Self {
+            context: Box::into_raw(Box::new(callback)).cast(),
+            read_chunk: trampoline::<F>,
+            drop_context: crate::sink::drop_boxed::<F>,
+        }
+    }
+
+    /// A source reading `reader` (a file, a pipe); an I/O error is an
+    /// `internal` error naming its kind (never a path or the bytes).
+    pub fn from_reader<R: Read + Send + 'static>(mut reader: R) -> Self {
+        Self::new(move |buffer: &mut [u8]| loop {
+            match reader.read(buffer) {
+                Ok(read) => return Ok(read),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => {
+                    return Err(ProviderError::internal(format!(
+                        "The command's standard input could not be read: {}.",
+                        error.kind()
+                    )))
+                }
+            }
+        })
+    }
+
+    /// Fills the start of `buffer` with the next bytes; `Ok(0)` at the end.
+    pub fn read(&mut self, buffer: &mut [u8]) -> HookResult<usize> {
+        // SAFETY: `context` and `read_chunk` were paired by `new` (private
+        // fields), and `buffer` outlives the call.
+        unsafe { (self.read_chunk)(self.context, RSliceMut::from_mut_slice(buffer)) }.into()
+    }
+}
+
+impl Drop for OwnedByteSource {
+    fn drop(&mut self) {
+        // SAFETY: paired by `new`; `drop` runs once.
+        unsafe { (self.drop_context)(self.context) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_reads_to_its_end_and_drops_its_reader() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+        let mut source = OwnedByteSource::from_reader(std::io::Cursor::new(data.clone()));
+        let (mut read, mut buffer) = (Vec::new(), [0u8; 4096]);
+        loop {
+            match source.read(&mut buffer).unwrap() {
+                0 => break,
+                n => read.extend_from_slice(&buffer[..n]),
+            }
+        }
+        assert_eq!(read, data);
+    }
+
+    #[test]
+    fn panics_errors_and_overstated_reads_stay_on_the_host_side() {
+        let mut calls = 0;
+        let mut source = OwnedByteSource::new(move |buffer: &mut [u8]| {
+            calls += 1;
+            match calls {
+                1 => panic!("host source failed"),
+                2 => Err(ProviderError::internal("no input")),
+                _ => Ok(buffer.len() + 1),
+            }
+        });
+        let mut buffer = [0u8; 8];
+        assert_eq!(source.read(&mut buffer).unwrap_err().message.as_str(), SOURCE_PANICKED);
+        assert_eq!(source.read(&mut buffer).unwrap_err().message.as_str(), "no input");
+        assert!(source.read(&mut buffer).is_err(), "more bytes than the buffer holds is refused");
+    }
+}
