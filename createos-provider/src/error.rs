@@ -106,6 +106,19 @@ pub enum Error {
     /// The lease is not ours.
     #[error("CreateOS lease does not belong to this environment.")]
     NotThisEnvironment,
+    /// The lease is this provider's, acquired for another company,
+    /// environment or API origin, which it names (plain values only).
+    #[error(
+        "CreateOS lease does not belong to this environment. It was acquired for company {company}, environment {environment} at {api_url}: use a configuration with those (companyId, environmentId, apiUrl)."
+    )]
+    AcquiredElsewhere {
+        /// The lease's company, or "(not shown)".
+        company: String,
+        /// The lease's environment, or "(not shown)".
+        environment: String,
+        /// The lease's API origin, or "(not shown)".
+        api_url: String,
+    },
     /// The lease record's binding does not verify under the configured API
     /// key: the record was altered (its sandbox id, marker, company, an added
     /// field...), or it was acquired under another key (another account, or
@@ -278,9 +291,10 @@ impl Error {
         match self {
             Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
             Error::InvalidInput { .. } => ErrorKind::InvalidInput,
-            Error::NotThisEnvironment | Error::LeaseNotVerified | Error::LeaseUnbound => {
-                ErrorKind::NotThisEnvironment
-            }
+            Error::NotThisEnvironment
+            | Error::AcquiredElsewhere { .. }
+            | Error::LeaseNotVerified
+            | Error::LeaseUnbound => ErrorKind::NotThisEnvironment,
             Error::CleanupInProgress => ErrorKind::CleanupInProgress,
             Error::CleanupUnconfirmed
             | Error::SandboxCleanupUnconfirmed { .. }

@@ -1164,7 +1164,7 @@ mod tests {
         let mut f = fixture().await;
         f.params.lease.env.company_id = "someone-else".into();
         let (result, _) = run(&f).await;
-        assert_eq!(result.unwrap_err(), Error::NotThisEnvironment);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::NotThisEnvironment);
         assert!(f.mock.seen().is_empty());
 
         let f = fixture().await;

@@ -162,7 +162,22 @@ impl LeaseMetadata {
             && metadata.environment_id == env.environment_id.as_str()
             && metadata.api_url == config.origin();
         if !owned {
-            return Err(Error::NotThisEnvironment);
+            // Read from an unverified record: shown only when short and plain.
+            let shown = |value: &str| {
+                let plain = !value.is_empty()
+                    && value.len() <= 128
+                    && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c));
+                if plain {
+                    format!("`{value}`")
+                } else {
+                    "(not shown)".to_owned()
+                }
+            };
+            return Err(Error::AcquiredElsewhere {
+                company: shown(&metadata.company_id),
+                environment: shown(&metadata.environment_id),
+                api_url: shown(&metadata.api_url),
+            });
         }
         let binding = metadata.binding.as_deref().ok_or(Error::LeaseUnbound)?;
         let tag = URL_SAFE_NO_PAD.decode(binding).map_err(|_| Error::LeaseNotVerified)?;
@@ -392,7 +407,22 @@ mod tests {
                 edit(&|v| v["companyId"] = json!("company-b")),
                 "sbx-a",
                 KEY,
-                Error::NotThisEnvironment,
+                Error::AcquiredElsewhere {
+                    company: "`company-b`".into(),
+                    environment: "`env-a`".into(),
+                    api_url: "`https://api.example.test`".into(),
+                },
+            ),
+            (
+                "a company that is not plain",
+                edit(&|v| v["companyId"] = json!(format!("b\n{KEY}"))),
+                "sbx-a",
+                KEY,
+                Error::AcquiredElsewhere {
+                    company: "(not shown)".into(),
+                    environment: "`env-a`".into(),
+                    api_url: "`https://api.example.test`".into(),
+                },
             ),
             ("provider", edit(&|v| v["provider"] = json!("other")), "sbx-a", KEY, Error::NotThisEnvironment),
             ("not JSON", "{".into(), "sbx-a", KEY, Error::NotThisEnvironment),
