@@ -384,3 +384,26 @@ fn an_unreachable_api_creates_nothing_and_leaves_nothing_to_sweep() {
     assert_eq!(sweep.status.code(), Some(0), "{said}");
     assert!(said.contains("0 unresolvable"), "{said}");
 }
+
+#[test]
+fn without_config_another_provider_runs_on_its_defaults_or_is_told_to_give_one() {
+    let hello = e2e::library("hello_provider");
+    for command in [vec!["lifecycle"], vec!["soak", "--leases", "2"], vec!["conform"]] {
+        let args: Vec<&str> =
+            ["--plugin", hello.to_str().unwrap()].into_iter().chain(command.clone()).collect();
+        let output = harness(&args, "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command:?}: {stderr}");
+        let errors: Vec<&str> =
+            stderr.lines().filter(|line| !line.starts_with("created ledger directory")).collect();
+        assert_eq!(errors.len(), 1, "{command:?}: {stderr}");
+        assert!(errors[0].contains("provider `hello` needs --config FILE"), "{command:?}: {stderr}");
+    }
+    // A provider whose empty configuration is valid runs on it, without the
+    // CreateOS simulator.
+    let fixture = e2e::library("fixture_v1_2");
+    let output = harness(&["--plugin", fixture.to_str().unwrap(), "lifecycle"], "");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(!stdout.contains("simulator"), "{stdout}");
+}

@@ -128,19 +128,20 @@ fn the_broken_fixture_fails_exactly_the_checks_of_its_bugs_naming_each_contract_
 }
 
 #[test]
-fn conform_without_a_configuration_for_another_provider_fails_its_checks_not_the_harness() {
-    // Without --config conform targets the embedded CreateOS simulator; a
-    // provider that cannot use that configuration fails the checks that
-    // need a lease (exit 1), but the run itself completes.
+fn conform_without_a_configuration_for_another_provider_says_it_needs_one() {
+    // The embedded simulator serves CreateOS only: a provider whose empty
+    // configuration is not valid is told to give one, before any check.
     let dir = tempfile::tempdir().unwrap();
     let plugin = library("hello_provider");
     let output = harness(dir.path(), &["--plugin", plugin.to_str().unwrap(), "conform", "--json"]);
-    assert_eq!(output.status.code(), Some(1));
-    let lines = json_lines(&output);
-    let validate = lines.iter().find(|line| line["check"] == "validate-config").unwrap();
-    assert_eq!(validate["status"], "failed");
-    assert!(validate["detail"].as_str().unwrap().contains("`root` is required"), "{validate}");
-    assert_eq!(lines.last().unwrap()["summary"]["ok"], false);
+    assert_eq!(output.status.code(), Some(2));
+    let said =
+        format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        said.contains("provider `hello` needs --config FILE") && said.contains("`root` is required"),
+        "{said}"
+    );
+    assert!(!said.contains("validate-config"), "no check ran: {said}");
 }
 
 #[test]

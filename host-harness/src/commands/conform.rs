@@ -23,15 +23,15 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {
             let sim_config = createos_sim::SimConfig { rate_limit: None, ..Default::default() };
-            let (sim, mut config) = embedded::start_with(sim_config)
-                .map_err(|error| Failure::Usage(format!("cannot start the embedded simulator: {error}")))?;
-            if let serde_json::Value::Object(object) = &mut config.config {
+            let (sim, mut config) =
+                embedded::offline_target(&*provider, sim_config).map_err(Failure::Usage)?;
+            if let (Some(sim), serde_json::Value::Object(object)) = (&sim, &mut config.config) {
                 object.insert("requestsPerMinute".into(), EMBEDDED_REQUESTS_PER_MINUTE.into());
+                if !out.json {
+                    println!("embedded CreateOS simulator at {}", sim.url());
+                }
             }
-            if !out.json {
-                println!("embedded CreateOS simulator at {}", sim.url());
-            }
-            (Some(sim), config)
+            (sim, config)
         }
     };
     let manifest = provider.manifest();

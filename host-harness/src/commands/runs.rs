@@ -37,10 +37,9 @@ impl Target {
                 Ok(Target { config: read_config(path, &session.provider.manifest().driver_key)?, sim: None })
             }
             None => {
-                let (sim, config) = embedded::start_with(sim_config).map_err(|error| {
-                    Failure::Usage(format!("cannot start the embedded simulator: {error}"))
-                })?;
-                Ok(Target { config, sim: Some(sim) })
+                let (sim, config) =
+                    embedded::offline_target(&session.provider, sim_config).map_err(Failure::Usage)?;
+                Ok(Target { config, sim })
             }
         }
     }
