@@ -1,49 +1,51 @@
-//! A tokio program embedding the host: load the CreateOS provider, acquire a
-//! lease (against the simulator, so it runs offline), execute a command with
-//! its output printed live, release the lease. Pass a provider library path,
-//! or let it take the one cargo built beside the example.
+//! A tokio program embedding the host: load the CreateOS provider, and
+//! through [`Host`] (the policy a platform should use: every lease in the
+//! ledger before the call that needs it returns, the unconfirmed-lease
+//! fallback, cancellation on drop) acquire a lease against the simulator (so
+//! it runs offline), execute a command with its output printed live, and
+//! release the lease. Pass a provider library path, or let it take the one
+//! cargo built beside the example.
 //! Run it with `cargo run -p provider-host --example embed [LIBRARY]`.
 
-use provider_abi::{
-    AcquireParams, ExecuteParams, LeaseParams, LoadedProvider, OutputStream, Provider, SetupParams,
+use provider_abi::{ExecuteParams, LoadedProvider, OutputStream, Provider, SetupParams};
+use provider_host::{
+    host::{Calls, Host},
+    ledger::{Ledger, Owner},
+    request::HarnessConfig,
 };
-use provider_host::{async_host::AsyncProvider, request::HarnessConfig};
-use std::{io::Write, path::PathBuf, sync::Arc};
+use std::{io::Write, path::PathBuf};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let simulator = createos_sim::Simulator::start(Default::default())?; // offline CreateOS
-    let env = HarnessConfig::for_config(simulator.provider_config(true)).environment("createos");
+    let config = HarnessConfig::for_config(simulator.provider_config(true));
     let library = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(built_library);
-    let loaded = LoadedProvider::load(&library)?;
-    loaded.setup(&SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() })?;
-    let provider = AsyncProvider::new(Arc::new(loaded));
+    let provider = LoadedProvider::load(&library)?;
+    provider.setup(&SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() })?;
+    let state = tempfile::tempdir()?; // a platform keeps its ledger where it keeps its state
+    let ledger = Ledger::open(&state.path().join("ledger.sqlite3"))?;
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "embed", false);
 
-    let acquire = AcquireParams { env: env.clone(), run_id: "embed".into(), ..Default::default() };
-    let lease = provider.acquire_lease(acquire).await?;
-    println!("acquired {:?}", lease.provider_lease_id);
-    let on_lease = LeaseParams {
-        env,
-        run_id: "embed".into(),
-        provider_lease_id: lease.provider_lease_id.clone(),
-        metadata_json: lease.metadata_json.clone(),
-    };
+    let lease = host.acquire_with(Calls::Async).await?;
+    println!("acquired {}", lease.id().unwrap_or("-"));
 
     let script = "for i in 1 2 3; do echo line $i; sleep 0.2; done; echo done >&2";
-    let args = vec!["-c".into(), script.into()].into();
-    let command =
-        ExecuteParams { lease: on_lease.clone(), command: "/bin/sh".into(), args, ..Default::default() };
-    let mut running = provider.execute(command);
-    while let Some((stream, chunk)) = running.output.recv().await {
-        match stream {
-            OutputStream::Stdout => std::io::stdout().write_all(&chunk)?,
-            OutputStream::Stderr => std::io::stderr().write_all(&chunk)?,
-        }
-    }
-    println!("exit code {:?}", running.result().await?.exit_code.into_option());
+    let command = ExecuteParams {
+        command: "/bin/sh".into(),
+        args: vec!["-c".into(), script.into()].into(),
+        ..Default::default()
+    };
+    let mut print = |stream: OutputStream, chunk: &[u8]| {
+        let _ = match stream {
+            OutputStream::Stdout => std::io::stdout().write_all(chunk),
+            OutputStream::Stderr => std::io::stderr().write_all(chunk),
+        };
+    };
+    let result = host.execute_bytes_with(Calls::Async, &lease, command, &mut print).await?;
+    println!("exit code {:?}", result.exit_code.into_option());
 
-    provider.release_lease(on_lease).await?;
-    println!("released");
+    let released = host.release_with(Calls::Async, &lease).await?;
+    println!("released ({released:?})");
     Ok(())
 }
 

@@ -12,6 +12,27 @@
 //! to reuse; [`async_host`] is the tokio facade; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`request`] is the environment a host acts for.
+//!
+//! A platform goes through [`host::Host`]: load the provider, open a ledger,
+//! and call each hook through the host, which records the lease before the
+//! call that needs it returns (condensed from `examples/embed.rs`):
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use provider_abi::{ExecuteParams, LoadedProvider, Provider, SetupParams};
+//! use provider_host::{host::{Calls, Host}, ledger::{Ledger, Owner}, request::HarnessConfig};
+//!
+//! let provider = LoadedProvider::load(std::path::Path::new("libcreateos_provider.so"))?;
+//! provider.setup(&SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() })?;
+//! let ledger = Ledger::open(std::path::Path::new("ledger.sqlite3"))?;
+//! let config = HarnessConfig::for_config(serde_json::json!({"shape": "s-1vcpu-1gb"}));
+//! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1", false);
+//! let lease = host.acquire_with(Calls::Async).await?;
+//! let command = ExecuteParams { command: "/bin/echo".into(), args: vec!["hi".into()].into(), ..Default::default() };
+//! let result = host.execute_bytes_with(Calls::Async, &lease, command, &mut |_stream, bytes| print!("{}", String::from_utf8_lossy(bytes))).await?;
+//! host.release_with(Calls::Async, &lease).await?;
+//! # let _ = result; Ok(()) }
+//! ```
 
 pub mod async_host;
 pub mod budget;

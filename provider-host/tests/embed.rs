@@ -14,5 +14,8 @@ fn the_embedding_example_runs_a_lease_with_live_output() {
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("line 1\nline 2\nline 3\n"), "{stdout}");
     assert!(stdout.contains("exit code Some(0)"), "{stdout}");
-    assert!(stdout.ends_with("released\n"), "{stdout}");
+    assert!(
+        stdout.ends_with("released (Kept)\n"),
+        "the lease, recorded in the ledger, is paused for reuse: {stdout}"
+    );
 }
