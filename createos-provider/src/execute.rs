@@ -146,16 +146,9 @@ pub async fn execute_bytes(
 pub async fn execute_owned(
     ctx: &Context,
     params: &ExecuteParams,
-    mut sink: OwnedByteSink,
+    sink: OwnedByteSink,
 ) -> Result<ExecuteResult, Error> {
-    let stdin = params_stdin(params);
-    execute_to(
-        ctx,
-        params,
-        stdin,
-        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
-    )
-    .await
+    execute_into_owned(ctx, params, params_stdin(params), sink).await
 }
 
 /// [`execute_owned`], the standard input pulled from `stdin` (ABI 1.9);
@@ -164,14 +157,23 @@ pub async fn execute_pulling(
     ctx: &Context,
     params: &ExecuteParams,
     stdin: OwnedByteSource,
-    mut sink: OwnedByteSink,
+    sink: OwnedByteSink,
 ) -> Result<ExecuteResult, Error> {
     if params.stdin.is_some() {
         return Err(Error::invalid_input(
             "CreateOS command input comes either with the parameters or from a source, not both.",
         ));
     }
-    let stdin = Some(Stdin::Source(stdin));
+    execute_into_owned(ctx, params, Some(Stdin::Source(stdin)), sink).await
+}
+
+/// [`execute_to`] streaming the raw bytes to a sink the call owns.
+async fn execute_into_owned(
+    ctx: &Context,
+    params: &ExecuteParams,
+    stdin: Option<Stdin>,
+    mut sink: OwnedByteSink,
+) -> Result<ExecuteResult, Error> {
     execute_to(
         ctx,
         params,
