@@ -1,5 +1,5 @@
-//! The futures the async hooks (ABI 1.7) and the async recorder (ABI 1.8)
-//! hand across the boundary.
+//! The futures the async hooks and the creation recorder hand across the
+//! boundary, and [`blocking`], which runs a blocking body as a hook's future.
 //!
 //! A provider returns a [`HookFuture`]: `'static`, so it owns what it needs
 //! (the provider runs the work on its own runtime and hands back a future of
@@ -12,7 +12,7 @@
 
 use crate::{
     error::{HookResult, ProviderError},
-    export::{caught_panic, drop_panic_payload, guard},
+    export::{caught_panic, drop_panic_payload, guard, Place},
     module::FfiResult,
     version::Hook,
 };
@@ -33,12 +33,38 @@ pub fn ready<T: Send + 'static>(result: HookResult<T>) -> HookFuture<T> {
     Box::pin(std::future::ready(result))
 }
 
+/// Runs a blocking body on a thread of its own and answers with its result:
+/// how a provider without an async runtime writes an async hook. Dropping
+/// the future does not stop the body (it runs to its end on its thread);
+/// a panic in the body is an `internal` error.
+pub fn blocking<T, F>(body: F) -> HookFuture<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> HookResult<T> + Send + 'static,
+{
+    let (sender, receiver) = futures_channel::oneshot::channel();
+    let spawned = std::thread::Builder::new().name("provider-blocking".into()).spawn(move || {
+        let result = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
+            drop_panic_payload(payload);
+            Err(ProviderError::internal("The provider panicked in a blocking hook body."))
+        });
+        // The host may have dropped the future (cancelled the call).
+        let _ = sender.send(result);
+    });
+    if let Err(error) = spawned {
+        return ready(Err(ProviderError::internal(format!("cannot start a thread for a hook: {error}"))));
+    }
+    Box::pin(async move {
+        receiver.await.unwrap_or_else(|_| Err(ProviderError::internal("a blocking hook body ended without an answer")))
+    })
+}
+
 /// Whose future crosses the boundary, for the error a panic in it becomes.
 #[derive(Copy, Clone, Debug)]
 pub(crate) enum Origin {
     /// An async hook's future, made by the provider.
     Hook(Hook),
-    /// A write-ahead record's future, made by the host (ABI 1.8).
+    /// A write-ahead record's future, made by the host.
     Recorder,
 }
 
@@ -50,7 +76,7 @@ impl Origin {
     /// The `internal` error for a panic caught here; drops the payload.
     fn panicked(self, payload: Box<dyn std::any::Any + Send>) -> ProviderError {
         match self {
-            Origin::Hook(hook) => caught_panic(hook, payload),
+            Origin::Hook(hook) => caught_panic(Place::Hook(hook), payload),
             Origin::Recorder => {
                 drop_panic_payload(payload);
                 ProviderError::internal(RECORDER_PANICKED)
@@ -208,7 +234,7 @@ mod tests {
     /// drop function and abort the process (the test binary with it).
     #[test]
     fn a_future_that_panics_when_dropped_crosses_without_aborting() {
-        let origin = Origin::Hook(Hook::HealthAsync);
+        let origin = Origin::Hook(Hook::Execute);
         // Dropped (cancelled) before it is ready.
         drop(guarded(origin, Box::pin(PanicsWhenDropped { ready: false })));
         // Dropped by the poll that found it ready.

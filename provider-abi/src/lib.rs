@@ -1,12 +1,13 @@
-//! The stable ABI between a sandbox-provider host and its provider plugins.
+//! The stable ABI between a sandbox-provider host and its provider plugins:
+//! the contract, and nothing a host needs to load a library.
 //!
-//! - [`Provider`]: the hooks, implemented by providers and by [`LoadedProvider`].
+//! - [`Provider`]: the hooks, one per operation, implemented by providers
+//!   and by [`Instance`] (a loaded library's provider).
 //! - [`export_provider!`]: exports a provider type from a `cdylib`.
-//! - [`LoadedProvider::load`]: loads one, checking it is a provider of a
-//!   compatible ABI version, with one-line errors.
+//! - The types that cross: parameters and results, [`ByteSink`],
+//!   [`ByteSource`], [`LogSink`], [`CreationRecorder`], [`HookFuture`].
 //!
-//! Versioning: see [`module`] for why the root module is frozen within a major
-//! version and how minor versions add hooks.
+//! Versioning and growth: see [`module`].
 //!
 //! With the optional `serde` feature, the hook parameter and result types
 //! (and [`ProviderError`], [`OutputStream`], [`AbiVersion`]) implement
@@ -16,14 +17,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-mod checked;
-#[cfg(target_os = "linux")]
-mod elf;
 mod error;
 pub mod export;
 mod future;
-mod image;
-mod loader;
+mod instance;
 mod log;
 pub mod module;
 mod provider;
@@ -35,19 +32,17 @@ mod types;
 mod version;
 
 pub use abi_stable;
-pub use checked::open_library;
 pub use error::{ErrorKind, HookResult, ProviderError};
-pub use future::{ready, HookFuture};
-pub use loader::{library_file_name, LoadError, LoadedProvider};
+pub use future::{blocking, ready, HookFuture};
+pub use instance::Instance;
 pub use log::{LogField, LogLevel, LogRecord, LogSink};
 pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
-pub use recorder::{AsyncCreationRecorder, CreationRecorder};
-pub use sink::{ByteSink, OutputSink, OutputStream, OwnedByteSink};
-pub use source::OwnedByteSource;
-pub use sync::*;
-pub use types::*;
-pub use version::{
-    AbiVersion, Hook, ABI_1_0, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
-    ABI_1_9, ABI_VERSION,
+pub use recorder::{CreationRecorder, RecordCreation};
+pub use sink::{ByteSink, OutputStream};
+pub use source::ByteSource;
+pub use sync::{
+    PostUploadCommand, SyncDirection, SyncMapping, SyncOperation, SyncOperationResult, SyncParams, SyncResult,
 };
+pub use types::*;
+pub use version::{AbiVersion, Hook, ABI_2_0, ABI_VERSION};

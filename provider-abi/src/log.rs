@@ -1,7 +1,7 @@
-//! The log sink of ABI 1.3: a provider's log events, forwarded to the host.
+//! The log sink `setup` hands a provider: its log events, forwarded to the host.
 //!
 //! A provider's `tracing` events stay inside its library (each `cdylib` has
-//! its own copy of `tracing`'s globals). With `setup_with_logs` the host hands
+//! its own copy of `tracing`'s globals). In `setup` the host hands
 //! the provider a [`LogSink`] and the most verbose level it wants; the
 //! provider forwards each event at or above that level as a [`LogRecord`]
 //! (level, target, message and fields as text), and the host re-emits it into

@@ -1,4 +1,4 @@
-//! The byte source `execute_stdin_async` (ABI 1.9) pulls a command's
+//! The byte source `execute` pulls a command's
 //! standard input from, piece by piece, so that input of any size crosses
 //! the boundary in bounded memory.
 
@@ -18,9 +18,9 @@ use std::{
 const SOURCE_PANICKED: &str = "The host panicked while reading the command's standard input.";
 
 /// An FFI-safe, owned source of bytes the provider pulls: a command's
-/// standard input (ABI 1.9, `execute_stdin_async`).
+/// standard input (`execute`).
 ///
-/// [`OwnedByteSource::read`] fills a buffer the provider owns with the next
+/// [`ByteSource::read`] fills a buffer the provider owns with the next
 /// bytes and returns how many it wrote; `0` is the end of the input. A read
 /// may block (a pipe, a terminal), so the provider calls it from a thread it
 /// may block, never from its async runtime, and stops calling it once it no
@@ -32,7 +32,7 @@ const SOURCE_PANICKED: &str = "The host panicked while reading the command's sta
 /// the call needs it and drops it (dropping the host's closure) when done.
 #[repr(C)]
 #[derive(StableAbi)]
-pub struct OwnedByteSource {
+pub struct ByteSource {
     context: *mut c_void,
     read_chunk: unsafe extern "C" fn(*mut c_void, RSliceMut<'_, u8>) -> RResult<usize, ProviderError>,
     drop_context: unsafe extern "C" fn(*mut c_void),
@@ -40,9 +40,9 @@ pub struct OwnedByteSource {
 
 // SAFETY: `new` only accepts `Send` closures, and `read` needs `&mut self`,
 // so the closure is never called from two threads at once.
-unsafe impl Send for OwnedByteSource {}
+unsafe impl Send for ByteSource {}
 
-impl OwnedByteSource {
+impl ByteSource {
     /// A source calling `callback(buffer)` for the next bytes; it returns
     /// how many it wrote at the start of `buffer` (`0`: the end).
     pub fn new<F>(callback: F) -> Self
@@ -98,6 +98,16 @@ impl OwnedByteSource {
         })
     }
 
+    /// A source of no bytes: a command without standard input.
+    pub fn empty() -> Self {
+        Self::new(|_: &mut [u8]| Ok(0))
+    }
+
+    /// A source of `bytes`, held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Self {
+        Self::from_reader(std::io::Cursor::new(bytes))
+    }
+
     /// Fills the start of `buffer` with the next bytes; `Ok(0)` at the end.
     pub fn read(&mut self, buffer: &mut [u8]) -> HookResult<usize> {
         // SAFETY: `context` and `read_chunk` were paired by `new` (private
@@ -106,7 +116,7 @@ impl OwnedByteSource {
     }
 }
 
-impl Drop for OwnedByteSource {
+impl Drop for ByteSource {
     fn drop(&mut self) {
         // SAFETY: paired by `new`; `drop` runs once.
         unsafe { (self.drop_context)(self.context) }
@@ -120,7 +130,7 @@ mod tests {
     #[test]
     fn a_source_reads_to_its_end_and_drops_its_reader() {
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
-        let mut source = OwnedByteSource::from_reader(std::io::Cursor::new(data.clone()));
+        let mut source = ByteSource::from_reader(std::io::Cursor::new(data.clone()));
         let (mut read, mut buffer) = (Vec::new(), [0u8; 4096]);
         loop {
             match source.read(&mut buffer).unwrap() {
@@ -134,7 +144,7 @@ mod tests {
     #[test]
     fn panics_errors_and_overstated_reads_stay_on_the_host_side() {
         let mut calls = 0;
-        let mut source = OwnedByteSource::new(move |buffer: &mut [u8]| {
+        let mut source = ByteSource::new(move |buffer: &mut [u8]| {
             calls += 1;
             match calls {
                 1 => panic!("host source failed"),

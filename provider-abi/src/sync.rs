@@ -1,7 +1,5 @@
-//! FFI-safe parameters and results of the file-sync hooks (ABI 1.4):
-//! `sync_in` (host → lease) and `sync_out` (lease → host).
-//!
-//! Frozen once 1.4 shipped, like every type of a landed minor version.
+//! FFI-safe parameters and results of the file-sync hook, `sync_files`, in
+//! (host → lease) or out (lease → host).
 
 use crate::types::LeaseParams;
 use abi_stable::{
@@ -16,10 +14,9 @@ use abi_stable::{
 pub struct SyncMapping {
     /// `file` or `directory`.
     pub kind: RString,
-    /// Where the bytes come from: a host path for `sync_in`, a lease path
-    /// for `sync_out`.
+    /// Where the bytes come from: a host path inbound, a lease path outbound.
     pub source_path: RString,
-    /// Where they go: a lease path for `sync_in`, a host path for `sync_out`.
+    /// Where they go: a lease path inbound, a host path outbound.
     pub target_path: RString,
     /// The target's permission bits (0..=0o777); the provider's default when `None`.
     pub mode: ROption<u32>,
@@ -55,13 +52,27 @@ pub struct SyncOperation {
     pub post_upload_commands: RVec<PostUploadCommand>,
 }
 
-/// Parameters of `sync_in` and `sync_out`.
+/// Which way `sync_files` moves files.
+#[repr(u8)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[derive(StableAbi, Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SyncDirection {
+    /// From the host into the lease.
+    #[default]
+    In,
+    /// From the lease to the host.
+    Out,
+}
+
+/// Parameters of `sync_files`.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
 pub struct SyncParams {
     /// The lease to move files into or out of.
     pub lease: LeaseParams,
+    /// Which way the files move.
+    pub direction: SyncDirection,
     /// The operations, in order; every mapping is checked before the first moves.
     pub operations: RVec<SyncOperation>,
 }
@@ -69,9 +80,17 @@ pub struct SyncParams {
 impl SyncParams {
     /// One operation `id` with one mapping of `kind` (`file` or `directory`)
     /// from `source` to `target`, on `lease`; no post-upload commands.
-    pub fn single(lease: LeaseParams, id: &str, kind: &str, source: &str, target: &str) -> Self {
+    pub fn single(
+        lease: LeaseParams,
+        direction: SyncDirection,
+        id: &str,
+        kind: &str,
+        source: &str,
+        target: &str,
+    ) -> Self {
         SyncParams {
             lease,
+            direction,
             operations: vec![SyncOperation {
                 id: id.into(),
                 mappings: vec![SyncMapping {
@@ -101,7 +120,7 @@ pub struct SyncOperationResult {
     pub bytes_transferred: u64,
 }
 
-/// The outcome of `sync_in` and `sync_out`.
+/// The outcome of `sync_files`.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, Default, PartialEq, Eq)]
@@ -117,7 +136,7 @@ mod tests {
     #[test]
     fn single_is_one_operation_with_one_mapping_and_no_commands() {
         let lease = LeaseParams { run_id: "run-1".into(), ..Default::default() };
-        let params = SyncParams::single(lease.clone(), "input", "directory", "/host/in", "/workspace/in");
+        let params = SyncParams::single(lease.clone(), SyncDirection::In, "input", "directory", "/host/in", "/workspace/in");
         assert_eq!(params.lease, lease);
         let [operation] = params.operations.as_slice() else { panic!("one operation: {params:?}") };
         assert_eq!(operation.id, "input");

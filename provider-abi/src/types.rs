@@ -1,7 +1,8 @@
 //! FFI-safe parameters and results of the hooks.
 //!
-//! Every type here is part of the frozen ABI 1.x layout: changing a field is a
-//! major version bump. JSON values cross as JSON text (`*_json` fields).
+//! Every type here is part of the frozen ABI 2.x layout: changing a field is a
+//! major version bump (see [`crate::module`] for how inputs grow). JSON values
+//! cross as JSON text (`*_json` fields).
 
 use crate::version::AbiVersion;
 use abi_stable::{
@@ -65,6 +66,9 @@ pub struct EnvironmentParams {
     pub environment_id: RString,
     /// The provider configuration as a JSON object.
     pub config_json: RString,
+    /// Inputs added by later minor versions, as a JSON object (empty: none).
+    /// A provider ignores keys it does not know.
+    pub extensions_json: RString,
 }
 
 /// The outcome of `validate_config`.
@@ -149,7 +153,7 @@ pub struct Workspace {
     pub metadata_json: RString,
 }
 
-/// What `inspect_lease` (ABI 1.1) reports about a lease, without changing it.
+/// What `inspect_lease` reports about a lease, without changing it.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Clone, Debug, PartialEq, Eq)]
@@ -188,8 +192,6 @@ pub struct ExecuteParams {
     pub cwd: ROption<RString>,
     /// Extra environment variables.
     pub env: RVec<EnvVar>,
-    /// Bytes fed to the command's standard input.
-    pub stdin: ROption<RVec<u8>>,
     /// Deadline in milliseconds; the configuration's when `None`.
     pub timeout_ms: ROption<u64>,
 }
@@ -213,7 +215,7 @@ pub struct ExecuteResult {
     pub metadata_json: RString,
 }
 
-/// What `release_lease_reporting` (ABI 1.2) did with the lease.
+/// What `release_lease` did with the lease.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(StableAbi, Copy, Clone, Debug, PartialEq, Eq)]

@@ -3,28 +3,23 @@
 //! output show them), which hooks a library built for a version can have,
 //! and what an error carries.
 
-use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_1_0};
+use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_2_0};
 
 #[test]
 fn a_version_is_written_major_dot_minor() {
-    assert_eq!(ABI_1_0.to_string(), "1.0");
+    assert_eq!(ABI_2_0.to_string(), "2.0");
     assert_eq!(AbiVersion::new(2, 13).to_string(), "2.13");
 }
 
 #[test]
-fn the_hooks_available_at_a_version_are_its_majors_up_to_its_minor() {
-    let names = |abi: AbiVersion| Hook::available_at(abi).map(Hook::name).collect::<Vec<_>>();
-    let mut versions: Vec<AbiVersion> = Hook::ALL.iter().map(|hook| hook.since()).collect();
-    versions.dedup();
-    for abi in versions {
-        let expected: Vec<&str> =
-            Hook::ALL.into_iter().filter(|hook| hook.since() <= abi).map(Hook::name).collect();
-        assert_eq!(names(abi), expected, "{abi}");
+fn every_hook_has_one_name_and_is_found_by_it() {
+    for hook in Hook::ALL {
+        assert_eq!(Hook::from_name(hook.name()), Some(hook), "{hook}");
+        assert_eq!(hook.since(), ABI_2_0, "{hook}");
     }
-    assert!(names(ABI_1_0).contains(&"execute"));
-    assert!(!names(ABI_1_0).contains(&Hook::InspectLease.name()), "a 1.1 hook");
-    // A library of another major version can have none of major 1's hooks.
-    assert_eq!(names(AbiVersion::new(2, 0)), Vec::<&str>::new());
+    assert_eq!(Hook::from_name("execute_bytes"), None, "a 1.x name is no hook of 2.0");
+    let optional: Vec<Hook> = Hook::ALL.into_iter().filter(|hook| hook.is_optional()).collect();
+    assert_eq!(optional, Hook::OPTIONAL);
 }
 
 #[test]
