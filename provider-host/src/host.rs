@@ -8,10 +8,14 @@
 //! Each such event is logged as a warning naming the lease id (never the key).
 //!
 //! The host knows hooks and error kinds, never a provider's configuration
-//! keys: what a release did comes from the provider (`release_lease_reporting`,
-//! or `inspect_lease` for a 1.1 provider), what is secret from its schema
-//! ([`SecretFields`]), and a created sandbox is recorded the moment the
-//! provider reports it (`acquire_lease_recording`), before the provider goes on.
+//! keys: what a release did comes from the provider's report, what is secret
+//! from its schema ([`SecretFields`]), and a creation is recorded at the two
+//! moments the provider reports through its [`CreationRecorder`] (the request
+//! is about to leave; the reply named the lease), each durable before the
+//! provider goes on.
+//!
+//! Every method that calls the network is `async`; a blocking caller runs
+//! it with [`crate::wait`].
 
 use crate::{
     hosted::HookSupport,
@@ -21,31 +25,13 @@ use crate::{
     store::LeaseStore,
 };
 use provider_abi::{
-    AcquireParams, AsyncCreationRecorder, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
-    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputSink, OutputStream, OwnedByteSink,
-    OwnedByteSource, ProbeReport, ProviderError, ReleaseReport, SyncParams, SyncResult, Workspace,
+    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
+    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError,
+    RecordCreation, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
-
-/// How a [`Host`] calls the hooks that wait on the network.
-///
-/// The policy is the same either way (every method of [`Host`] is written
-/// once, as `async`); only the provider call differs. The blocking methods
-/// (`acquire`...) run it with [`Calls::Blocking`] on the calling thread; the
-/// `_with` methods take the mode, for a host on an async runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Calls {
-    /// The blocking hooks: a call holds the calling thread until it returns.
-    Blocking,
-    /// The async hooks (ABI 1.7 and later) where the provider has them: a
-    /// call holds no thread while it waits, and dropping the host's future
-    /// cancels it with the guarantees release gives. A hook without an async
-    /// variant (an older provider, a worker process) is called blocking, on
-    /// the thread polling the future.
-    Async,
-}
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
@@ -114,12 +100,12 @@ fn may_have_left_a_sandbox(error: &ProviderError) -> bool {
 
 /// Whether a host that stopped with its row in `state` may have sent the
 /// lease's DELETE: a probe deletes its own sandbox and an acquire the one it
-/// could not prepare (both still `acquiring`), a release without reuse
+/// could not prepare (both still `creating`), a release without reuse
 /// deletes (`releasing`), and so do `destroying` and a failed cleanup.
 fn delete_may_have_gone_out(state: LeaseState) -> bool {
     matches!(
         state,
-        LeaseState::Acquiring | LeaseState::Releasing | LeaseState::Destroying | LeaseState::CleanupFailed
+        LeaseState::Creating | LeaseState::Releasing | LeaseState::Destroying | LeaseState::CleanupFailed
     )
 }
 
@@ -142,7 +128,7 @@ fn ledger_error(error: LedgerError) -> ProviderError {
 }
 
 /// Awaits `call` while handing each message `messages` receives to `serve`
-/// (a command's output, a created lease to record), in the order sent; the
+/// (a command's output, a creation moment to record), in the order sent; the
 /// messages sent before `call` ended are all served before it returns.
 async fn serving<T, M>(
     call: impl Future<Output = T>,
@@ -164,37 +150,54 @@ async fn serving<T, M>(
     }
 }
 
-/// A creating hook's variants (`acquire_lease`, `probe`), each with the hook
-/// that says whether the provider has it: see [`Host::creating`].
-struct CreatingHook<RecordingAsync, Recording, PlainAsync, Plain> {
-    recording_async: (Hook, RecordingAsync),
-    recording: (Hook, Recording),
-    plain_async: (Hook, PlainAsync),
-    plain: Plain,
+/// A moment a creating hook reports (see [`CreationRecorder`]).
+enum Moment {
+    /// The creation request is about to leave.
+    Sending,
+    /// The reply named this lease.
+    Created(Lease),
 }
 
-/// A lease an async creating hook reports created, and where to answer
-/// whether its record is committed. Boxed: a channel allocates its slots 32
-/// at a time, for every acquire in flight.
-type CreatedLease = Box<(Lease, oneshot::Sender<HookResult<()>>)>;
+/// A reported moment, and where to answer whether its record is committed.
+/// Boxed: a channel allocates its slots 32 at a time, for every creation in
+/// flight.
+type Reported = Box<(Moment, oneshot::Sender<HookResult<()>>)>;
 
-/// The write-ahead callback of an async creating hook (ABI 1.8): each lease
-/// goes to the host's future, which commits it and answers. The provider
-/// polls the answer on its own runtime; a channel needs none. Once the host
+/// The recorder a creating hook reports to: each moment goes to the host's
+/// future over a channel, which commits it and answers. The provider polls
+/// the answer on its own runtime; a channel needs none. Once the host
 /// stopped waiting (its future dropped), the answer is an error, and the
-/// provider deletes what it created.
-fn async_recorder() -> (AsyncCreationRecorder, mpsc::UnboundedReceiver<CreatedLease>) {
-    let (sender, created) = mpsc::unbounded_channel::<CreatedLease>();
-    let recorder = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+/// provider sends nothing more or deletes what it created.
+struct ChannelRecorder(mpsc::UnboundedSender<Reported>);
+
+impl ChannelRecorder {
+    fn report(&self, moment: Moment) -> HookFuture<()> {
         let (answer, answered) = oneshot::channel();
-        let sent = sender.send(Box::new((lease.clone(), answer)));
+        let sent = self.0.send(Box::new((moment, answer)));
         Box::pin(async move {
-            let gone = || ProviderError::internal("The host stopped waiting for the created lease's record.");
+            let gone = || ProviderError::internal("The host stopped waiting for the creation's record.");
             sent.map_err(|_| gone())?;
             answered.await.unwrap_or_else(|_| Err(gone()))
         })
-    });
-    (recorder, created)
+    }
+}
+
+impl RecordCreation for ChannelRecorder {
+    fn sending(&mut self) -> HookFuture<()> {
+        self.report(Moment::Sending)
+    }
+
+    fn created(&mut self, lease: &Lease) -> HookFuture<()> {
+        self.report(Moment::Created(lease.clone()))
+    }
+}
+
+/// Sends a command's output chunks over a channel to the host's future.
+/// Boxed chunks: a channel allocates its slots 32 at a time.
+fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Box<(OutputStream, Vec<u8>)>>) {
+    let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
+    let sink = ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
+    (sink, chunks)
 }
 
 impl<'a> Host<'a> {
@@ -259,123 +262,67 @@ impl<'a> Host<'a> {
         self.provider.validate_config(&self.env)
     }
 
-    /// Runs `call_async` when `calls` is async and the provider has `hook`,
-    /// else (or when the version answering lacks it after all, as after a
-    /// swap) the blocking `call`.
-    async fn network<T>(
+    /// Runs a creating hook (`call`, given the recorder), committing each
+    /// moment it reports to row `row` (as by hook `hook`) before the
+    /// provider goes on: `creating` when the request is about to leave, the
+    /// lease the moment the reply names it.
+    async fn creating<T>(
         &self,
-        calls: Calls,
-        hook: Hook,
-        call_async: impl FnOnce() -> HookFuture<T>,
-        call: impl FnOnce() -> HookResult<T>,
+        row: i64,
+        hook: &str,
+        call: impl FnOnce(CreationRecorder) -> HookFuture<T>,
     ) -> HookResult<T> {
-        if calls == Calls::Async && self.provider.supports(hook) {
-            let result = call_async().await;
-            if !crate::async_host::lacks(&result, hook) {
-                return result;
-            }
-        }
-        call()
-    }
-
-    /// Runs a creating hook through its best variant the provider has:
-    /// async with the write-ahead record (ABI 1.8, when `calls` is async),
-    /// blocking with it (1.2), async without it (1.7, when `calls` is
-    /// async), blocking without it. Each lease a recording variant reports
-    /// created is committed to row `row` (as by hook `record_as`) before the
-    /// provider goes on with it.
-    async fn creating<T, RecordingAsync, Recording, PlainAsync, Plain>(
-        &self,
-        calls: Calls,
-        (row, record_as): (i64, &str),
-        hook: CreatingHook<RecordingAsync, Recording, PlainAsync, Plain>,
-    ) -> HookResult<T>
-    where
-        RecordingAsync: FnOnce(AsyncCreationRecorder) -> HookFuture<T>,
-        Recording: FnOnce(&mut CreationRecorder<'_>) -> HookResult<T>,
-        PlainAsync: FnOnce() -> HookFuture<T>,
-        Plain: FnOnce() -> HookResult<T>,
-    {
-        let (recording_async, call) = hook.recording_async;
-        if calls == Calls::Async && self.provider.supports(recording_async) {
-            let (recorder, created) = async_recorder();
-            let record = |created: CreatedLease| {
-                let (lease, answer) = *created;
-                drop(answer.send(self.record_created(row, record_as, &lease)));
+        let (sender, moments) = mpsc::unbounded_channel::<Reported>();
+        let record = |reported: Reported| {
+            let (moment, answer) = *reported;
+            let committed = match moment {
+                Moment::Sending => self.record(row, LeaseState::Creating, hook, None),
+                Moment::Created(lease) => {
+                    self.ledger.set_lease(row, LeaseState::Creating, hook, &lease).map_err(ledger_error)
+                }
             };
-            let result = serving(call(recorder), created, record).await;
-            if !crate::async_host::lacks(&result, recording_async) {
-                return result;
-            }
-        }
-        let (recording, call) = hook.recording;
-        if self.provider.supports(recording) {
-            let mut record = |lease: &Lease| self.record_created(row, record_as, lease);
-            return call(&mut CreationRecorder::new(&mut record));
-        }
-        let (plain_async, call_async) = hook.plain_async;
-        self.network(calls, plain_async, call_async, hook.plain).await
+            drop(answer.send(committed));
+        };
+        serving(call(CreationRecorder::new(ChannelRecorder(sender))), moments, record).await
     }
 
-    /// `probe`, recorded as a probe row: `acquiring` until it returns, then
-    /// `destroyed` unless the error says a sandbox may remain; a probe the
-    /// provider refused before any request leaves no row.
-    pub fn probe(&self) -> HookResult<ProbeReport> {
-        pollster::block_on(self.probe_with(Calls::Blocking))
+    /// After a creating hook on row `row` failed with `error`: a call the
+    /// provider refused before any request leaves no row; one that may have
+    /// left a sandbox stays `creating` (destroyed now when the way to the
+    /// provider failed under it); any other is over.
+    async fn after_failed_creation(&self, row: i64, hook: &str, error: &ProviderError) -> HookResult<()> {
+        if refused_before_any_request(error) {
+            self.forget_refused(row);
+            return Ok(());
+        }
+        if !may_have_left_a_sandbox(error) {
+            return self.record(row, LeaseState::Destroyed, hook, Some(error));
+        }
+        self.record(row, LeaseState::Creating, hook, Some(error))?;
+        self.destroy_if_creator_lost(row, error).await;
+        Ok(())
     }
 
-    /// [`Host::probe`], calling the provider as `calls` says.
-    pub async fn probe_with(&self, calls: Calls) -> HookResult<ProbeReport> {
+    /// `probe`, recorded as a probe row: `acquiring` until the provider
+    /// reports its creation request leaving, then `creating`, and `destroyed`
+    /// once it returns unless the error says a sandbox may remain; a probe
+    /// the provider refused before any request leaves no row.
+    pub async fn probe(&self) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
         let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
-        let outcome = self
-            .creating(
-                calls,
-                (row, hook),
-                CreatingHook {
-                    recording_async: (Hook::ProbeRecordingAsync, |recorder| {
-                        self.provider.probe_recording_async(self.env.clone(), recorder)
-                    }),
-                    recording: (Hook::ProbeRecording, |recorder: &mut CreationRecorder<'_>| {
-                        self.provider.probe_recording(&self.env, recorder)
-                    }),
-                    plain_async: (Hook::ProbeAsync, || self.provider.probe_async(self.env.clone())),
-                    plain: || self.provider.probe(&self.env),
-                },
-            )
-            .await;
-        let error = outcome.as_ref().err();
-        let state = match error {
-            Some(error) if refused_before_any_request(error) => {
-                self.forget_refused(row);
-                return outcome;
-            }
-            Some(error) if may_have_left_a_sandbox(error) => LeaseState::Acquiring,
-            _ => LeaseState::Destroyed,
-        };
-        self.record(row, state, "probe", error)?;
-        if let Some(error) = error.filter(|_| state == LeaseState::Acquiring) {
-            self.destroy_if_creator_lost(calls, row, error).await;
+        let outcome = self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
+        match &outcome {
+            Ok(_) => self.record(row, LeaseState::Destroyed, hook, None)?,
+            Err(error) => self.after_failed_creation(row, hook, error).await?,
         }
         outcome
     }
 
-    /// Write-ahead: commits a lease the provider just created to row `row`
-    /// (still `acquiring`) before the provider goes on with it.
-    fn record_created(&self, row: i64, hook: &str, lease: &Lease) -> HookResult<()> {
-        self.ledger.set_lease(row, LeaseState::Acquiring, hook, lease).map_err(ledger_error)
-    }
-
-    /// `acquire_lease`, recorded `acquiring` before the call, with the lease
-    /// id the moment the provider reports the sandbox created (ABI 1.2), and
-    /// `active` after it; an acquire the provider refused before any request
-    /// (an invalid configuration) leaves no row.
-    pub fn acquire(&self) -> HookResult<HeldLease> {
-        pollster::block_on(self.acquire_with(Calls::Blocking))
-    }
-
-    /// [`Host::acquire`], calling the provider as `calls` says.
-    pub async fn acquire_with(&self, calls: Calls) -> HookResult<HeldLease> {
+    /// `acquire_lease`, recorded `acquiring` before the call, `creating`
+    /// once the provider reports its creation request leaving, with the
+    /// lease id the moment the reply names it, and `active` after; an
+    /// acquire the provider refused before any request leaves no row.
+    pub async fn acquire(&self) -> HookResult<HeldLease> {
         let hook = Hook::AcquireLease.name();
         let row = self.ledger.begin(self.owner, &self.run_id, &self.lease_env, hook).map_err(ledger_error)?;
         let params = AcquireParams {
@@ -383,55 +330,26 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        let outcome = self
-            .creating(
-                calls,
-                (row, hook),
-                CreatingHook {
-                    recording_async: (Hook::AcquireLeaseRecordingAsync, |recorder| {
-                        self.provider.acquire_lease_recording_async(params.clone(), recorder)
-                    }),
-                    recording: (Hook::AcquireLeaseRecording, |recorder: &mut CreationRecorder<'_>| {
-                        self.provider.acquire_lease_recording(&params, recorder)
-                    }),
-                    plain_async: (Hook::AcquireLeaseAsync, || {
-                        self.provider.acquire_lease_async(params.clone())
-                    }),
-                    plain: || self.provider.acquire_lease(&params),
-                },
-            )
-            .await;
+        let outcome = self.creating(row, hook, |recorder| self.provider.acquire_lease(params, recorder)).await;
         match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
                 Ok(HeldLease::new(row, lease))
             }
-            Err(error) if refused_before_any_request(&error) => {
-                self.forget_refused(row);
-                Err(error)
-            }
             Err(error) => {
-                let state = if may_have_left_a_sandbox(&error) {
-                    LeaseState::Acquiring
-                } else {
-                    LeaseState::Destroyed
-                };
-                self.record(row, state, hook, Some(&error))?;
-                if state == LeaseState::Acquiring {
-                    self.destroy_if_creator_lost(calls, row, &error).await;
-                }
+                self.after_failed_creation(row, hook, &error).await?;
                 Err(error)
             }
         }
     }
 
     /// After a creating hook failed with `error`, leaving row `row`
-    /// `acquiring`: when the way to the provider failed under it (a worker
+    /// `creating`: when the way to the provider failed under it (a worker
     /// process died), the provider's own clean-up of what it created died
     /// with it, so the host destroys the sandbox the row recorded, as the
     /// provider would have. A sandbox that cannot be destroyed now is named
     /// in a warning: `sweep` destroys it later.
-    async fn destroy_if_creator_lost(&self, calls: Calls, row: i64, error: &ProviderError) {
+    async fn destroy_if_creator_lost(&self, row: i64, error: &ProviderError) {
         if !self.provider.is_transport_failure(error) {
             return;
         }
@@ -440,7 +358,7 @@ impl<'a> Host<'a> {
             _ => return,
         };
         let held = HeldLease::new(row, record.lease());
-        match self.destroy_left_behind_with(calls, &held, LeaseState::Acquiring).await {
+        match self.destroy_left_behind(&held, LeaseState::Creating).await {
             Ok(()) => tracing::warn!(
                 lease = held.id().unwrap_or("-"),
                 "destroyed the sandbox whose creation the provider could not finish"
@@ -530,61 +448,46 @@ impl<'a> Host<'a> {
     }
 
     /// The seed's policy for a lease that must not be reused: log, destroy.
-    async fn destroy_poisoned(&self, calls: Calls, held: &HeldLease, instead_of: &str) -> HookResult<()> {
+    async fn destroy_poisoned(&self, held: &HeldLease, instead_of: &str) -> HookResult<()> {
         tracing::warn!(
             lease = held.id().unwrap_or("-"),
             "lease cleanup is unconfirmed; destroying it instead of {instead_of}"
         );
-        self.destroy_with(calls, held).await
+        self.destroy(held).await
     }
 
     /// Marks the lease unconfirmed (after `error`) and destroys it.
     async fn poisoned_by(
         &self,
-        calls: Calls,
         held: &HeldLease,
         hook: &str,
         error: &ProviderError,
         instead_of: &str,
     ) -> HookResult<()> {
         self.record(held.row, LeaseState::Unconfirmed, hook, Some(error))?;
-        self.destroy_poisoned(calls, held, instead_of).await
+        self.destroy_poisoned(held, instead_of).await
     }
 
     /// `resume_lease`. A lease the ledger knows as unconfirmed (or that the
     /// provider refuses as unconfirmed) is destroyed instead, and comes back
     /// expired: the caller must acquire a new one.
-    pub fn resume(&self, held: &HeldLease) -> HookResult<Lease> {
-        pollster::block_on(self.resume_with(Calls::Blocking, held))
-    }
-
-    /// [`Host::resume`], calling the provider as `calls` says.
-    pub async fn resume_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Lease> {
+    pub async fn resume(&self, held: &HeldLease) -> HookResult<Lease> {
         let hook = Hook::ResumeLease.name();
         let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(calls, held, "resuming it").await?;
+            self.destroy_poisoned(held, "resuming it").await?;
             return Ok(gone);
         }
         // Recorded as active before the call: a resume cut short may leave it running.
         self.record(held.row, LeaseState::Active, hook, None)?;
-        let params = self.params(&held.lease);
-        let outcome = self
-            .network(
-                calls,
-                Hook::ResumeLeaseAsync,
-                || self.provider.resume_lease_async(params.clone()),
-                || self.provider.resume_lease(&params),
-            )
-            .await;
-        match outcome {
+        match self.provider.resume_lease(self.params(&held.lease)).await {
             Ok(lease) if lease.expired => {
                 // An expired lease's sandbox may still exist (the configuration
                 // changed, or its marker did not read back): give it back
                 // rather than leak it. A failed destroy leaves the row for
                 // `sweep`.
-                if let Err(error) = self.destroy_with(calls, held).await {
+                if let Err(error) = self.destroy(held).await {
                     tracing::warn!(lease = ?held.id(), error = %error, "destroying an expired lease failed");
                 }
                 Ok(lease)
@@ -594,7 +497,7 @@ impl<'a> Host<'a> {
                 Ok(lease)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(calls, held, hook, &error, "resuming it").await?;
+                self.poisoned_by(held, hook, &error, "resuming it").await?;
                 Ok(gone)
             }
             Err(error) if refused_before_any_request(&error) => {
@@ -607,41 +510,13 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// Whether a release of a provider without `release_lease_reporting`
-    /// kept the lease: a 1.1 provider is asked (`inspect_lease`: it still
-    /// exists and is not unconfirmed); a 1.0 provider cannot say, so the
-    /// lease is treated as gone (never resumed) and destroyed to be sure.
-    fn kept_by_unreporting_release(&self, held: &HeldLease) -> HookResult<bool> {
-        if self.provider.supports(Hook::InspectLease) {
-            if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
-                return Ok(status.exists && !status.unconfirmed);
-            }
-        }
-        self.provider.destroy_lease(&self.params(&held.lease)).map(|()| false)
-    }
-
-    /// The blocking release: reporting (ABI 1.2), else plain and asked after.
-    fn release_reporting(&self, held: &HeldLease, params: &LeaseParams) -> HookResult<ReleaseReport> {
-        let kept = if self.provider.supports(Hook::ReleaseLeaseReporting) {
-            self.provider.release_lease_reporting(params).map(|report| report.kept)
-        } else {
-            self.provider.release_lease(params).and_then(|()| self.kept_by_unreporting_release(held))
-        };
-        kept.map(|kept| ReleaseReport { kept })
-    }
-
     /// `release_lease` for reuse, with the seed's fallback: an unconfirmed
     /// lease (known to the ledger, or reported by the release) is destroyed.
-    pub fn release(&self, held: &HeldLease) -> HookResult<Released> {
-        pollster::block_on(self.release_with(Calls::Blocking, held))
-    }
-
-    /// [`Host::release`], calling the provider as `calls` says.
-    pub async fn release_with(&self, calls: Calls, held: &HeldLease) -> HookResult<Released> {
+    pub async fn release(&self, held: &HeldLease) -> HookResult<Released> {
         let hook = Hook::ReleaseLease.name();
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(calls, held, "releasing it for reuse").await?;
+            self.destroy_poisoned(held, "releasing it for reuse").await?;
             let cause = ProviderError::new(
                 ErrorKind::CLEANUP_UNCONFIRMED,
                 "The lease ledger records the lease's cleanup as unconfirmed.",
@@ -649,17 +524,7 @@ impl<'a> Host<'a> {
             return Ok(Released::DestroyedInstead(cause));
         }
         self.record(held.row, LeaseState::Releasing, hook, None)?;
-        let params = self.params(&held.lease);
-        let kept = self
-            .network(
-                calls,
-                Hook::ReleaseLeaseAsync,
-                || self.provider.release_lease_async(params.clone()),
-                || self.release_reporting(held, &params),
-            )
-            .await
-            .map(|report| report.kept);
-        match kept {
+        match self.provider.release_lease(self.params(&held.lease)).await.map(|report| report.kept) {
             Ok(true) => {
                 self.record(held.row, LeaseState::Paused, hook, None)?;
                 Ok(Released::Kept)
@@ -669,7 +534,7 @@ impl<'a> Host<'a> {
                 Ok(Released::Deleted)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(calls, held, hook, &error, "releasing it for reuse").await?;
+                self.poisoned_by(held, hook, &error, "releasing it for reuse").await?;
                 Ok(Released::DestroyedInstead(error))
             }
             Err(error) if refused_before_any_request(&error) => {
@@ -685,25 +550,11 @@ impl<'a> Host<'a> {
     /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed`
     /// after; a destroy the provider refused before any request leaves the
     /// row as it was.
-    pub fn destroy(&self, held: &HeldLease) -> HookResult<()> {
-        pollster::block_on(self.destroy_with(Calls::Blocking, held))
-    }
-
-    /// [`Host::destroy`], calling the provider as `calls` says.
-    pub async fn destroy_with(&self, calls: Calls, held: &HeldLease) -> HookResult<()> {
+    pub async fn destroy(&self, held: &HeldLease) -> HookResult<()> {
         let hook = Hook::DestroyLease.name();
         let before = self.row(held)?;
         self.record(held.row, LeaseState::Destroying, hook, None)?;
-        let params = self.params(&held.lease);
-        let outcome = self
-            .network(
-                calls,
-                Hook::DestroyLeaseAsync,
-                || self.provider.destroy_lease_async(params.clone()),
-                || self.provider.destroy_lease(&params),
-            )
-            .await;
-        match outcome {
+        match self.provider.destroy_lease(self.params(&held.lease)).await {
             Ok(()) => self.record(held.row, LeaseState::Destroyed, hook, None),
             Err(error) if refused_before_any_request(&error) => {
                 Err(self.undo_if_refused(held, before.as_ref(), error))
@@ -718,28 +569,18 @@ impl<'a> Host<'a> {
     /// Destroys a lease a gone host left behind in `state`. Where that host
     /// may already have sent the DELETE ([`delete_may_have_gone_out`]), the
     /// provider is asked first whether the lease still exists
-    /// (`inspect_lease`, ABI 1.1): one already gone is recorded destroyed
-    /// without a second DELETE. Otherwise, or when it cannot say, destroys.
-    pub fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
-        pollster::block_on(self.destroy_left_behind_with(Calls::Blocking, held, state))
-    }
-
-    /// [`Host::destroy_left_behind`], calling the provider as `calls` says.
-    pub async fn destroy_left_behind_with(
-        &self,
-        calls: Calls,
-        held: &HeldLease,
-        state: LeaseState,
-    ) -> HookResult<()> {
+    /// (`inspect_lease`): one already gone is recorded destroyed without a
+    /// second DELETE. Otherwise, or when it cannot say, destroys.
+    pub async fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
         if delete_may_have_gone_out(state) && self.provider.supports(Hook::InspectLease) {
-            if let Ok(status) = self.provider.inspect_lease(&self.params(&held.lease)) {
+            if let Ok(status) = self.provider.inspect_lease(self.params(&held.lease)).await {
                 if !status.exists {
                     tracing::info!(lease = ?held.id(), %state, "a lease left behind was already gone");
                     return self.record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None);
                 }
             }
         }
-        self.destroy_with(calls, held).await
+        self.destroy(held).await
     }
 
     /// `realize_workspace` (no state change).
@@ -749,98 +590,26 @@ impl<'a> Host<'a> {
             .map_err(|error| self.forget_if_refused(held, error))
     }
 
-    /// Whether the provider implements `execute`.
-    pub fn can_execute(&self) -> bool {
-        self.provider.supports(Hook::Execute)
-            && self.provider.manifest().hooks.iter().any(|hook| hook == Hook::Execute.name())
-    }
-
-    /// `execute` in the lease. A lease the ledger knows as unconfirmed is
-    /// refused. After a failure the provider is asked (`inspect_lease`)
-    /// whether the lease's cleanup became unconfirmed, and the ledger notes it.
-    pub fn execute(
+    /// `execute` in the lease: the command's standard input pulled from
+    /// `stdin` as the provider sends it on, its output handed to `output` as
+    /// it arrives (raw bytes, as the command wrote them); dropping the
+    /// future stops the command. A lease the ledger knows as unconfirmed is
+    /// refused before any call. After a failure the provider is asked
+    /// (`inspect_lease`) whether the lease's cleanup became unconfirmed, and
+    /// the ledger notes it.
+    pub async fn execute(
         &self,
         held: &HeldLease,
-        params: ExecuteParams,
-        output: &mut OutputSink<'_>,
-    ) -> HookResult<ExecuteResult> {
-        let params = self.before_execute(held, params)?;
-        let outcome = self.provider.execute(&params, output);
-        self.after_execute(held, &params, outcome)
-    }
-
-    /// [`Self::execute`], handing `output` the raw bytes the command wrote:
-    /// through `execute_bytes` (ABI 1.3) when the provider has it, else
-    /// through `execute` (a 1.0–1.2 provider delivers text, as its UTF-8).
-    pub fn execute_bytes(
-        &self,
-        held: &HeldLease,
-        params: ExecuteParams,
+        mut params: ExecuteParams,
+        stdin: ByteSource,
         output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
     ) -> HookResult<ExecuteResult> {
-        pollster::block_on(self.execute_bytes_with(Calls::Blocking, held, params, output))
-    }
-
-    /// [`Host::execute_bytes`], calling the provider as `calls` says: the
-    /// async `execute` (ABI 1.7) streams the output to `output` as it
-    /// arrives, and dropping the future stops the command.
-    pub async fn execute_bytes_with(
-        &self,
-        calls: Calls,
-        held: &HeldLease,
-        params: ExecuteParams,
-        output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
-    ) -> HookResult<ExecuteResult> {
-        let params = self.before_execute(held, params)?;
-        // Boxed chunks: a channel allocates its slots 32 at a time.
-        let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
-        let call_async = || {
-            let sink = OwnedByteSink::new(move |stream, chunk: &[u8]| {
-                drop(sender.send(Box::new((stream, chunk.to_vec()))))
-            });
-            self.provider.execute_async(params.clone(), sink)
-        };
-        let outcome = match calls == Calls::Async && self.provider.supports(Hook::ExecuteAsync) {
-            true => serving(call_async(), chunks, |chunk| output(chunk.0, &chunk.1)).await,
-            false => Err(provider_abi::unsupported(Hook::ExecuteAsync)),
-        };
-        let outcome = match crate::async_host::lacks(&outcome, Hook::ExecuteAsync) {
-            true => crate::async_host::execute_blocking(self.provider, &params, output),
-            false => outcome,
-        };
-        self.after_execute(held, &params, outcome)
-    }
-
-    /// Whether the provider pulls a command's standard input as it sends it
-    /// (`execute_stdin_async`, ABI 1.9), so input of any size costs bounded
-    /// memory: see [`Self::execute_pulling_stdin`].
-    pub fn can_pull_stdin(&self) -> bool {
-        self.provider.supports(Hook::ExecuteStdinAsync)
-    }
-
-    /// [`Self::execute_bytes`], the command's standard input pulled from
-    /// `stdin` as the provider sends it on (`execute_stdin_async`, ABI 1.9;
-    /// `unsupported` without it, before anything is read). Blocks the calling
-    /// thread; the output reaches `output` on it as it arrives.
-    pub fn execute_pulling_stdin(
-        &self,
-        held: &HeldLease,
-        params: ExecuteParams,
-        stdin: OwnedByteSource,
-        output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
-    ) -> HookResult<ExecuteResult> {
-        if !self.can_pull_stdin() {
-            return Err(provider_abi::unsupported(Hook::ExecuteStdinAsync));
-        }
-        let params = self.before_execute(held, params)?;
-        // Boxed chunks: a channel allocates its slots 32 at a time.
-        let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
-        let sink = OwnedByteSink::new(move |stream, chunk: &[u8]| {
-            drop(sender.send(Box::new((stream, chunk.to_vec()))))
-        });
-        let call = self.provider.execute_stdin_async(params.clone(), stdin, sink);
-        let outcome = pollster::block_on(serving(call, chunks, |chunk| output(chunk.0, &chunk.1)));
-        self.after_execute(held, &params, outcome)
+        self.refuse_if_unconfirmed(held)?;
+        params.lease = self.params(&held.lease);
+        let (sink, chunks) = channel_sink();
+        let call = self.provider.execute(params.clone(), stdin, sink);
+        let outcome = serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await;
+        self.after_execute(held, &params, outcome).await
     }
 
     /// Refuses, before any call, a lease the ledger knows as unconfirmed:
@@ -855,16 +624,8 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// Before an execute hook: refuses a lease the ledger knows as
-    /// unconfirmed, and points the parameters at the held lease.
-    fn before_execute(&self, held: &HeldLease, mut params: ExecuteParams) -> HookResult<ExecuteParams> {
-        self.refuse_if_unconfirmed(held)?;
-        params.lease = self.params(&held.lease);
-        Ok(params)
-    }
-
     /// After an execute hook: the ledger's policy for its outcome.
-    fn after_execute(
+    async fn after_execute(
         &self,
         held: &HeldLease,
         params: &ExecuteParams,
@@ -880,7 +641,7 @@ impl<'a> Host<'a> {
                 || error.kind == ErrorKind::CREATION_UNCONFIRMED
                 || self.provider.is_transport_failure(error)
                 || (self.provider.supports(Hook::InspectLease)
-                    && self.provider.inspect_lease(&params.lease).is_ok_and(|status| status.unconfirmed));
+                    && self.provider.inspect_lease(params.lease.clone()).await.is_ok_and(|status| status.unconfirmed));
             if unconfirmed {
                 tracing::warn!(
                     lease = held.id().unwrap_or("-"),
@@ -894,9 +655,9 @@ impl<'a> Host<'a> {
     }
 
     /// Tells the provider version answering new calls that `lease`'s cleanup
-    /// is unconfirmed (`import_unconfirmed`, ABI 1.5): a call still running on
-    /// a version a swap retired marks the lease there only, so the version
-    /// now active learns it from the host and itself refuses reuse.
+    /// is unconfirmed (`import_unconfirmed`): a call still running on a
+    /// version a swap retired marks the lease there only, so the version now
+    /// active learns it from the host and itself refuses reuse.
     fn hand_over_unconfirmed(&self, lease: &LeaseParams) {
         if !self.provider.supports(Hook::ImportUnconfirmed) {
             return;
@@ -907,49 +668,22 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// Whether the provider implements file sync (`sync_in` and `sync_out`, ABI 1.4).
+    /// Whether the provider implements file sync (`sync_files`).
     pub fn can_sync(&self) -> bool {
-        self.provider.supports(Hook::SyncIn) && self.provider.supports(Hook::SyncOut)
+        self.provider.supports(Hook::SyncFiles)
     }
 
-    /// `sync_in` into the lease: host files in, then the post-upload
-    /// commands. An older provider is refused with `unsupported`, and a lease
-    /// the ledger knows as unconfirmed is refused, both before any call.
-    pub fn sync_in(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
-        pollster::block_on(self.sync_with(Calls::Blocking, held, params, Hook::SyncIn))
-    }
-
-    /// `sync_out` from the lease: lease files to the host; refused as
-    /// [`Host::sync_in`] is.
-    pub fn sync_out(&self, held: &HeldLease, params: SyncParams) -> HookResult<SyncResult> {
-        pollster::block_on(self.sync_with(Calls::Blocking, held, params, Hook::SyncOut))
-    }
-
-    /// [`Host::sync_in`] (`hook` [`Hook::SyncIn`]) or [`Host::sync_out`]
-    /// ([`Hook::SyncOut`]), calling the provider as `calls` says: the async
-    /// variant (ABI 1.8) holds no thread, and dropping it stops the sync.
-    pub async fn sync_with(
-        &self,
-        calls: Calls,
-        held: &HeldLease,
-        mut params: SyncParams,
-        hook: Hook,
-    ) -> HookResult<SyncResult> {
-        if !self.provider.supports(hook) {
-            return Err(provider_abi::unsupported(hook));
+    /// `sync_files` into or out of the lease, as `params.direction` says
+    /// (inbound: host files in, then the post-upload commands). A provider
+    /// without it is refused with `unsupported`, and a lease the ledger
+    /// knows as unconfirmed is refused, both before any call; dropping the
+    /// future stops the sync.
+    pub async fn sync(&self, held: &HeldLease, mut params: SyncParams) -> HookResult<SyncResult> {
+        if !self.can_sync() {
+            return Err(provider_abi::unsupported(Hook::SyncFiles));
         }
         self.refuse_if_unconfirmed(held)?;
         params.lease = self.params(&held.lease);
-        let outcome = match hook {
-            Hook::SyncIn => {
-                let call_async = || self.provider.sync_in_async(params.clone());
-                self.network(calls, Hook::SyncInAsync, call_async, || self.provider.sync_in(&params)).await
-            }
-            _ => {
-                let call_async = || self.provider.sync_out_async(params.clone());
-                self.network(calls, Hook::SyncOutAsync, call_async, || self.provider.sync_out(&params)).await
-            }
-        };
-        outcome.map_err(|error| self.forget_if_refused(held, error))
+        self.provider.sync_files(params).await.map_err(|error| self.forget_if_refused(held, error))
     }
 }

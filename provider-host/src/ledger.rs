@@ -36,8 +36,12 @@ use std::{
 /// lease in them, so a crash mid-hook errs towards "something may remain".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseState {
-    /// `acquire_lease` (or `probe`) was called; no lease id is known yet.
+    /// `acquire_lease` (or `probe`) was called, and its creation request has
+    /// not left: nothing exists remotely.
     Acquiring,
+    /// The creation request may have left: a sandbox may exist, named once
+    /// the reply recorded its id.
+    Creating,
     /// Acquired or resumed (or being resumed): the sandbox may be running.
     Active,
     /// Released for reuse.
@@ -56,8 +60,9 @@ pub enum LeaseState {
 
 impl LeaseState {
     /// Every state.
-    pub const ALL: [LeaseState; 8] = [
+    pub const ALL: [LeaseState; 9] = [
         LeaseState::Acquiring,
+        LeaseState::Creating,
         LeaseState::Active,
         LeaseState::Paused,
         LeaseState::Unconfirmed,
@@ -71,6 +76,7 @@ impl LeaseState {
     pub fn as_str(self) -> &'static str {
         match self {
             LeaseState::Acquiring => "acquiring",
+            LeaseState::Creating => "creating",
             LeaseState::Active => "active",
             LeaseState::Paused => "paused",
             LeaseState::Unconfirmed => "unconfirmed",

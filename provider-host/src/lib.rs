@@ -9,7 +9,7 @@
 //! provider (loaded, or plugged in by the embedder behind a trait object);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
-//! to reuse; [`async_host`] is the tokio facade; [`lock`] and [`providers`] pin and
+//! to reuse; [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`request`] is the environment a host acts for.
 //!
@@ -19,28 +19,31 @@
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use provider_abi::{ExecuteParams, LoadedProvider, Provider, SetupParams};
-//! use provider_host::{host::{Calls, Host}, ledger::{Ledger, Owner}, request::HarnessConfig};
+//! use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, Provider, SetupParams};
+//! use provider_host::{host::Host, ledger::{Ledger, Owner}, loader::LoadedProvider, request::HarnessConfig};
 //!
 //! let provider = LoadedProvider::load(std::path::Path::new("libcreateos_provider.so"))?;
-//! provider.setup(&SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() })?;
+//! let setup = SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() };
+//! provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?;
 //! let ledger = Ledger::open(std::path::Path::new("ledger.sqlite3"))?;
 //! let config = HarnessConfig::for_config(serde_json::json!({"shape": "s-1vcpu-1gb"}));
 //! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1", false);
-//! let lease = host.acquire_with(Calls::Async).await?;
+//! let lease = host.acquire().await?;
 //! let command = ExecuteParams { command: "/bin/echo".into(), args: vec!["hi".into()].into(), ..Default::default() };
-//! let result = host.execute_bytes_with(Calls::Async, &lease, command, &mut |_stream, bytes| print!("{}", String::from_utf8_lossy(bytes))).await?;
-//! host.release_with(Calls::Async, &lease).await?;
+//! let mut print = |_stream, bytes: &[u8]| print!("{}", String::from_utf8_lossy(bytes));
+//! let result = host.execute(&lease, command, ByteSource::empty(), &mut print).await?;
+//! host.release(&lease).await?;
 //! # let _ = result; Ok(()) }
 //! ```
 
-pub mod async_host;
 pub mod budget;
+mod forward;
 pub mod handover;
 pub mod heartbeat;
 pub mod host;
 pub mod hosted;
 pub mod ledger;
+pub mod loader;
 pub mod lock;
 pub mod pg_ledger;
 pub mod provider_set;
@@ -50,6 +53,13 @@ pub mod secrets;
 pub mod staging;
 pub mod store;
 pub mod sweep;
+
+/// Runs a host future to its end on the calling thread: the one adapter a
+/// blocking caller needs (every hook that waits on the network is `async`).
+/// The provider runs its network work on its own runtime, so this needs none.
+pub fn wait<F: std::future::Future>(future: F) -> F::Output {
+    pollster::block_on(future)
+}
 
 /// A hook error as JSON (`kind`, `message`, `httpStatus`, `operation`): the
 /// shape sweep reports and command output share.

@@ -118,7 +118,7 @@ impl LockFile {
     /// manifest's id, version and ABI with its hash (replacing a pin of the
     /// same id and version), and writes the file.
     pub fn add(&mut self, library: &Path) -> Result<Pin, LockError> {
-        let failed = |error: provider_abi::LoadError| LockError::Library(error.to_string());
+        let failed = |error: crate::loader::LoadError| LockError::Library(error.to_string());
         let staging = Staging::new()
             .map_err(|error| LockError::Library(format!("cannot copy {}: {error}", library.display())))?;
         let staged = staging.stage(library).map_err(failed)?;
@@ -241,7 +241,7 @@ pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
 /// The bytes of the file at `path`, opened as a load opens a library
 /// (non-blocking, regular files only: a FIFO never blocks the read).
 fn read_regular(path: &Path) -> Option<Vec<u8>> {
-    let (_, mut file) = provider_abi::open_library(path).ok()?;
+    let (_, mut file) = crate::loader::open_library(path).ok()?;
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut file, &mut bytes).ok()?;
     Some(bytes)

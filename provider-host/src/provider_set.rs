@@ -12,13 +12,11 @@
 //! lock only to clone the `Arc`, a swap holds the write lock only to replace
 //! it, so a swap adds no more than a lock hand-over to a concurrent call.
 
+use crate::loader::LoadedProvider;
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook,
-    HookResult, Lease, LeaseParams, LeaseStatus, LoadedProvider, Manifest, OutputSink, OwnedByteSource,
-    ProbeReport, Provider, ReleaseReport, SetupParams, ValidationReport, Workspace,
-};
-use provider_abi::{
-    AsyncCreationRecorder, ByteSink, HookFuture, LogLevel, LogSink, OwnedByteSink, SyncParams, SyncResult,
+    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
+    HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest,
+    ProbeReport, Provider, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
 };
 use std::{
     fmt,
@@ -357,8 +355,8 @@ impl Provider for ProviderSet {
         self.active().manifest.clone()
     }
 
-    fn setup(&self, params: &SetupParams) -> HookResult<()> {
-        self.call(|provider| provider.setup(params))
+    fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        self.call(|provider| provider.setup(params, logs, max_level))
     }
 
     fn shutdown(&self) -> HookResult<()> {
@@ -381,81 +379,40 @@ impl Provider for ProviderSet {
         self.call(|provider| provider.validate_config(params))
     }
 
-    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
-        self.call(|provider| provider.probe(params))
+    fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
+        self.call_async(move |provider| provider.probe(params, recorder))
     }
 
-    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
-        self.call(|provider| provider.acquire_lease(params))
+    fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
+        self.call_async(move |provider| provider.acquire_lease(params, recorder))
     }
 
-    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
-        self.call(|provider| provider.resume_lease(params))
+    fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.call_async(move |provider| provider.resume_lease(params))
     }
 
-    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        self.call(|provider| provider.release_lease(params))
+    fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.call_async(move |provider| provider.release_lease(params))
     }
 
-    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        self.call(|provider| provider.destroy_lease(params))
+    fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
+        self.call_async(move |provider| provider.destroy_lease(params))
     }
 
     fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
         self.call(|provider| provider.realize_workspace(params))
     }
 
-    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
-        self.call(|provider| provider.execute(params, output))
+    fn execute(&self, params: ExecuteParams, stdin: ByteSource, output: ByteSink) -> HookFuture<ExecuteResult> {
+        self.call_async(move |provider| provider.execute(params, stdin, output))
     }
 
-    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
-        self.call(|provider| provider.inspect_lease(params))
+    fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
+        self.call_async(move |provider| provider.inspect_lease(params))
     }
 
-    /// Records ahead where the version answering the call can (a swap may
-    /// land between a host's `supports` check and its call).
-    fn acquire_lease_recording(
-        &self,
-        params: &AcquireParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<Lease> {
-        self.call(|provider| match provider.supports(Hook::AcquireLeaseRecording) {
-            true => provider.acquire_lease_recording(params, recorder),
-            false => provider.acquire_lease(params),
-        })
-    }
-
-    /// As `acquire_lease_recording`.
-    fn probe_recording(
-        &self,
-        params: &EnvironmentParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<ProbeReport> {
-        self.call(|provider| match provider.supports(Hook::ProbeRecording) {
-            true => provider.probe_recording(params, recorder),
-            false => provider.probe(params),
-        })
-    }
-
-    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
-        self.call(|provider| provider.release_lease_reporting(params))
-    }
-
-    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
-        self.call(|provider| provider.execute_bytes(params, output))
-    }
-
-    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        self.call(|provider| provider.setup_with_logs(params, logs, max_level))
-    }
-
-    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        self.call(|provider| provider.sync_in(params))
-    }
-
-    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        self.call(|provider| provider.sync_out(params))
+    fn sync_files(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_async(move |provider| provider.sync_files(params))
     }
 
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
@@ -467,67 +424,6 @@ impl Provider for ProviderSet {
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         self.share.store(parts_per_million, Ordering::SeqCst);
         self.call(|provider| provider.grant_request_share(parts_per_million))
-    }
-
-    fn health_async(&self) -> HookFuture<HealthReport> {
-        self.call_async(move |provider| provider.health_async())
-    }
-
-    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
-        self.call_async(move |provider| provider.probe_async(params))
-    }
-
-    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
-        self.call_async(move |provider| provider.acquire_lease_async(params))
-    }
-
-    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
-        self.call_async(move |provider| provider.resume_lease_async(params))
-    }
-
-    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        self.call_async(move |provider| provider.release_lease_async(params))
-    }
-
-    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
-        self.call_async(move |provider| provider.destroy_lease_async(params))
-    }
-
-    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
-        self.call_async(move |provider| provider.execute_async(params, output))
-    }
-
-    fn execute_stdin_async(
-        &self,
-        params: ExecuteParams,
-        stdin: OwnedByteSource,
-        output: OwnedByteSink,
-    ) -> HookFuture<ExecuteResult> {
-        self.call_async(move |provider| provider.execute_stdin_async(params, stdin, output))
-    }
-
-    fn acquire_lease_recording_async(
-        &self,
-        params: AcquireParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<Lease> {
-        self.call_async(move |provider| provider.acquire_lease_recording_async(params, recorder))
-    }
-
-    fn probe_recording_async(
-        &self,
-        params: EnvironmentParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<ProbeReport> {
-        self.call_async(move |provider| provider.probe_recording_async(params, recorder))
-    }
-
-    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_async(move |provider| provider.sync_in_async(params))
-    }
-
-    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_async(move |provider| provider.sync_out_async(params))
     }
 }
 

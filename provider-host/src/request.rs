@@ -100,6 +100,7 @@ impl HarnessConfig {
             company_id: self.company_id.as_str().into(),
             environment_id: self.environment_id.as_str().into(),
             config_json: self.config.to_string().into(),
+            extensions_json: Default::default(),
         }
     }
 }

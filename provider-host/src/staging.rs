@@ -11,7 +11,7 @@
 //! after it was opened changes nothing. A build staged twice reuses its copy:
 //! a process never loads two files from one path.
 
-use provider_abi::{open_library, LoadError, LoadedProvider};
+use crate::loader::{open_library, LoadError, LoadedProvider};
 use sha2::{Digest, Sha256};
 use std::{
     fs::{File, Permissions},

@@ -13,8 +13,10 @@
 //! checked first ([`Host::destroy_left_behind`]), so a sandbox is deleted
 //! once. Rows whose API was a simulator embedded in a process that has
 //! exited are closed without a request: their sandboxes died with it. A row
-//! without a lease id (an `acquire` or `probe` whose creation reply was still
-//! in flight) cannot be acted on and is reported.
+//! whose creation request never left (still `acquiring`) is closed without a
+//! word: nothing exists. A row without a lease id whose request may have
+//! left (`creating`: its reply was still in flight) cannot be acted on and is
+//! reported.
 
 use crate::hosted::HookSupport;
 use crate::{
@@ -94,6 +96,8 @@ pub enum Outcome {
     Destroyed,
     /// Its embedded simulator exited, taking the sandbox with it.
     GoneWithSimulator,
+    /// Its creation request never left: nothing existed to destroy.
+    NeverSent,
     /// No lease id: nothing can be done remotely.
     Unresolvable,
     /// The destroy failed; the row stays for the next sweep.
@@ -115,6 +119,7 @@ impl Swept {
         let (outcome, error) = match &self.outcome {
             Outcome::Destroyed => ("destroyed", None),
             Outcome::GoneWithSimulator => ("gone_with_simulator", None),
+            Outcome::NeverSent => ("never_sent", None),
             Outcome::Unresolvable => ("unresolvable", None),
             Outcome::Failed(error) => ("failed", Some(crate::error_json(error))),
         };
@@ -160,7 +165,7 @@ pub fn sweep(
             Outcome::Failed(error) => {
                 tracing::warn!(lease = ?record.provider_lease_id, kind = %error.kind, "sweep could not destroy a lease")
             }
-            Outcome::GoneWithSimulator => {}
+            Outcome::GoneWithSimulator | Outcome::NeverSent => {}
         }
         swept.push(Swept { record, outcome });
     }
@@ -180,6 +185,10 @@ fn sweep_one(
         return Ok(Outcome::GoneWithSimulator);
     }
     if record.provider_lease_id.is_none() {
+        if record.state == LeaseState::Acquiring {
+            ledger.set_state(record.id, LeaseState::Destroyed, "sweep", None)?;
+            return Ok(Outcome::NeverSent);
+        }
         return Ok(Outcome::Unresolvable);
     }
     let config = HarnessConfig {
@@ -191,7 +200,7 @@ fn sweep_one(
     };
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id, record.env.embedded_sim);
     let held = HeldLease::new(record.id, record.lease());
-    Ok(match host.destroy_left_behind(&held, record.state) {
+    Ok(match crate::wait(host.destroy_left_behind(&held, record.state)) {
         Ok(()) => Outcome::Destroyed,
         Err(error) => Outcome::Failed(error),
     })

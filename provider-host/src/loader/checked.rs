@@ -15,7 +15,7 @@
 //! path has become. So the loader remembers the file it loaded from each path
 //! and refuses to load a path whose file has changed since.
 
-use crate::{image::LoadedImage, loader::LoadError};
+use super::{image::LoadedImage, LoadError};
 use std::{
     collections::HashMap,
     fs::{File, FileType, Metadata, OpenOptions},

@@ -1,35 +1,24 @@
-//! The host side of the boundary: loads a provider library and implements
-//! [`Provider`] on it, so host code is the same for linked-in and loaded
-//! providers.
+//! Loading a provider library: the checks before and after the dynamic
+//! loader maps it (a regular file, an ELF shared object whose segments lie
+//! inside it, the object mapped is the file checked, a provider root module
+//! of this host's major ABI version whose every address lies inside the
+//! library), and [`LoadedProvider`], which implements [`Provider`] on it.
 
-use crate::{
-    checked::CheckedFile,
-    error::{HookResult, ProviderError},
-    future::{HookFuture, Imported},
-    image::LoadedImage,
-    log::{LogLevel, LogSink},
-    module::*,
-    provider::{unsupported, Provider},
-    recorder::{AsyncCreationRecorder, CreationRecorder},
-    sink::{ByteSink, OutputSink, OwnedByteSink},
-    source::OwnedByteSource,
-    sync::{SyncParams, SyncResult},
-    types::*,
-    version::{
-        AbiVersion, Hook, ABI_1_1, ABI_1_2, ABI_1_3, ABI_1_4, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8, ABI_1_9,
-        ABI_VERSION,
-    },
-};
+mod checked;
+#[cfg(target_os = "linux")]
+mod elf;
+mod image;
+
+pub use checked::open_library;
+
+use checked::CheckedFile;
+use image::LoadedImage;
+use provider_abi::{AbiVersion, Hook, Instance, ProviderError, ProviderModuleRef, ABI_VERSION};
 use abi_stable::{
-    abi_stability::abi_checking::check_layout_compatibility,
     library::{lib_header_from_path, LibHeader, LibraryError, RootModule},
     sabi_types::VersionNumber,
-    std_types::RSome,
-    type_layout::TypeLayout,
-    StableAbi,
 };
 use std::{
-    ffi::c_void,
     fmt,
     path::{Path, PathBuf},
 };
@@ -118,8 +107,9 @@ impl fmt::Display for LoadError {
             ),
             LoadError::IncompatibleAbi { path, library, host } => write!(
                 f,
-                "cannot load provider {}: it was built for provider ABI {library}, this host speaks ABI {host} and loads only {}.x providers",
+                "cannot load provider {}: built against provider ABI {library}; this host loads {}.x: rebuild the provider against provider-abi {}",
                 path.display(),
+                host.major,
                 host.major
             ),
             LoadError::LayoutMismatch { path, detail } => write!(
@@ -181,120 +171,36 @@ pub fn library_file_name(crate_name: &str) -> String {
 /// different paths load side by side, even two versions of one provider.
 pub struct LoadedProvider {
     path: PathBuf,
-    library_abi: AbiVersion,
-    instance: InstancePtr,
-    drop_instance: extern "C" fn(InstancePtr),
-    hooks: HookTableV1_0,
-    hooks_v1_1: Option<&'static HookTableV1_1>,
-    hooks_v1_2: Option<&'static HookTableV1_2>,
-    hooks_v1_3: Option<&'static HookTableV1_3>,
-    hooks_v1_4: Option<&'static HookTableV1_4>,
-    hooks_v1_5: Option<&'static HookTableV1_5>,
-    hooks_v1_6: Option<&'static HookTableV1_6>,
-    hooks_v1_7: Option<&'static HookTableV1_7>,
-    hooks_v1_8: Option<&'static HookTableV1_8>,
-    hooks_v1_9: Option<&'static HookTableV1_9>,
-    manifest: Manifest,
+    instance: Instance,
 }
 
 impl LoadedProvider {
-    /// Loads the provider at `path` as a host of this crate's ABI version.
-    pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
-        Self::load_as(path, ABI_VERSION)
-    }
-
-    /// Loads the provider at `path` as a host of ABI `host_abi` would: hooks
-    /// newer than `host_abi` are never looked up. The root module is frozen
-    /// within a major version, so this is exactly what an older host does.
+    /// Loads the provider at `path`.
     ///
     /// `path` is made absolute and canonical first (a bare file name is a
     /// file in the current directory, never a search of the dynamic loader's
     /// path), only a regular file is opened, and the object mapped must be
     /// the file that was checked (same device and inode); errors name the
     /// canonical path.
-    pub fn load_as(path: impl AsRef<Path>, host_abi: AbiVersion) -> Result<Self, LoadError> {
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let checked = CheckedFile::open(path.as_ref())?;
         let path = checked.path().to_path_buf();
-        let (module, image) = open_module(checked, host_abi)?;
-        let library_abi = module.abi_version();
-        if library_abi.major != host_abi.major {
-            return Err(LoadError::IncompatibleAbi {
-                library: library_abi.to_string(),
-                host: host_abi,
-                path,
-            });
+        let (module, image) = open_module(checked)?;
+        let library_abi = module.library_abi();
+        if library_abi.major != ABI_VERSION.major {
+            return Err(LoadError::IncompatibleAbi { library: library_abi.to_string(), host: ABI_VERSION, path });
         }
-        check_root_module(&path, module, image)?;
-        let hooks_v1_1 = if host_abi >= ABI_1_1 {
-            extension_table::<HookTableV1_1>(&path, module, image, 1)?
-        } else {
-            None
-        };
-        let hooks_v1_2 = if host_abi >= ABI_1_2 {
-            extension_table::<HookTableV1_2>(&path, module, image, 2)?
-        } else {
-            None
-        };
-        let hooks_v1_3 = if host_abi >= ABI_1_3 {
-            extension_table::<HookTableV1_3>(&path, module, image, 3)?
-        } else {
-            None
-        };
-        let hooks_v1_4 = if host_abi >= ABI_1_4 {
-            extension_table::<HookTableV1_4>(&path, module, image, 4)?
-        } else {
-            None
-        };
-        let hooks_v1_5 = if host_abi >= ABI_1_5 {
-            extension_table::<HookTableV1_5>(&path, module, image, 5)?
-        } else {
-            None
-        };
-        let hooks_v1_6 = if host_abi >= ABI_1_6 {
-            extension_table::<HookTableV1_6>(&path, module, image, 6)?
-        } else {
-            None
-        };
-        let hooks_v1_7 = if host_abi >= ABI_1_7 {
-            extension_table::<HookTableV1_7>(&path, module, image, ABI_1_7.minor)?
-        } else {
-            None
-        };
-        let hooks_v1_8 = if host_abi >= ABI_1_8 {
-            extension_table::<HookTableV1_8>(&path, module, image, ABI_1_8.minor)?
-        } else {
-            None
-        };
-        let hooks_v1_9 = if host_abi >= ABI_1_9 {
-            extension_table::<HookTableV1_9>(&path, module, image, ABI_1_9.minor)?
-        } else {
-            None
-        };
-        let instance = Result::from((module.new_instance())())
+        for (what, address) in module.code_addresses() {
+            if !image.contains(address) {
+                return Err(LoadError::ForeignPointer { path, what: what.to_owned() });
+            }
+        }
+        // SAFETY: `module` is the root module abi_stable loaded (and checked
+        // the layout of) from a library it never unloads, and every address
+        // it hands over was just checked to lie inside that library.
+        let instance = unsafe { Instance::new(module) }
             .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
-        let mut provider = Self {
-            library_abi,
-            instance,
-            drop_instance: module.drop_instance(),
-            hooks: module.hooks(),
-            hooks_v1_1,
-            hooks_v1_2,
-            hooks_v1_3,
-            hooks_v1_4,
-            hooks_v1_5,
-            hooks_v1_6,
-            hooks_v1_7,
-            hooks_v1_8,
-            hooks_v1_9,
-            manifest: empty_manifest(),
-            path,
-        };
-        let mut manifest = Result::from((provider.hooks.manifest)(instance))
-            .map_err(|error| LoadError::ProviderFailed { path: provider.path.clone(), error })?;
-        manifest.abi_version = library_abi;
-        manifest.hooks.retain(|name| Hook::from_name(name).is_some_and(|hook| provider.supports(hook)));
-        provider.manifest = manifest;
-        Ok(provider)
+        Ok(Self { path, instance })
     }
 
     /// The file the provider was loaded from (absolute and canonical).
@@ -304,28 +210,12 @@ impl LoadedProvider {
 
     /// The ABI version the library was built for.
     pub fn library_abi(&self) -> AbiVersion {
-        self.library_abi
+        self.instance.library_abi()
     }
 
-    /// True when this host can call `hook` on this library.
+    /// True when the library's table has `hook`.
     pub fn supports(&self, hook: Hook) -> bool {
-        match hook {
-            Hook::InspectLease => self.hooks_v1_1.is_some(),
-            Hook::AcquireLeaseRecording | Hook::ProbeRecording | Hook::ReleaseLeaseReporting => {
-                self.hooks_v1_2.is_some()
-            }
-            Hook::ExecuteBytes | Hook::SetupWithLogs => self.hooks_v1_3.is_some(),
-            Hook::SyncIn | Hook::SyncOut => self.hooks_v1_4.is_some(),
-            Hook::ImportUnconfirmed => self.hooks_v1_5.is_some(),
-            Hook::GrantRequestShare => self.hooks_v1_6.is_some(),
-            Hook::AcquireLeaseRecordingAsync
-            | Hook::ProbeRecordingAsync
-            | Hook::SyncInAsync
-            | Hook::SyncOutAsync => self.hooks_v1_8.is_some(),
-            Hook::ExecuteStdinAsync => self.hooks_v1_9.is_some(),
-            hook if hook.is_async() => self.hooks_v1_7.is_some(),
-            _ => true,
-        }
+        self.instance.supports(hook)
     }
 }
 
@@ -334,14 +224,11 @@ impl LoadedProvider {
 /// checked, that its major ABI version is ours and that its root module
 /// layout matches; each failure is one line. Returns the module and the
 /// loaded object it came from.
-fn open_module(
-    mut checked: CheckedFile,
-    host_abi: AbiVersion,
-) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
+fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
     let path = checked.path().to_path_buf();
     let path = path.as_path();
     #[cfg(target_os = "linux")]
-    crate::elf::check_shared_object(checked.file_mut())
+    elf::check_shared_object(checked.file_mut())
         .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
     checked.check_not_loaded_from_another_file()?;
     let header = lib_header_from_path(path).map_err(|error| match error {
@@ -362,71 +249,17 @@ fn open_module(
     let version = VersionNumber::new(header.version_strings()).map_err(|error| {
         LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
     })?;
-    if version.major != u32::from(host_abi.major) {
+    if version.major != u32::from(ABI_VERSION.major) {
         return Err(LoadError::IncompatibleAbi {
             path: path.to_path_buf(),
             library: format!("{}.{}", version.major, version.minor),
-            host: host_abi,
+            host: ABI_VERSION,
         });
     }
     let module = header.init_root_module::<ProviderModuleRef>().map_err(|error| {
         LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
     })?;
     Ok((module, image))
-}
-
-/// Checks that every function the root module hands over lies in `image`.
-fn check_root_module(path: &Path, module: ProviderModuleRef, image: LoadedImage) -> Result<(), LoadError> {
-    let entry_points = [
-        module.new_instance() as *const c_void,
-        module.drop_instance() as *const c_void,
-        module.extension() as *const c_void,
-    ];
-    check_addresses(path, image, "root module", &entry_points)?;
-    check_addresses(path, image, "ABI 1.0 hook table", &module.hooks().code_addresses())
-}
-
-/// Refuses the library unless every one of `addresses` lies in `image`.
-fn check_addresses(
-    path: &Path,
-    image: LoadedImage,
-    what: &str,
-    addresses: &[*const c_void],
-) -> Result<(), LoadError> {
-    if addresses.iter().all(|&address| image.contains(address)) {
-        Ok(())
-    } else {
-        Err(LoadError::ForeignPointer { path: path.to_path_buf(), what: what.to_owned() })
-    }
-}
-
-/// Fetches and checks the extension table of `minor`, if the library has it:
-/// its layout pointer and table lie in the library, the layout matches `T`'s,
-/// and every function of the table lies in the library too.
-fn extension_table<T: StableAbi + CodeAddresses + 'static>(
-    path: &Path,
-    module: ProviderModuleRef,
-    image: LoadedImage,
-    minor: u16,
-) -> Result<Option<&'static T>, LoadError> {
-    let RSome(extension) = (module.extension())(minor) else {
-        return Ok(None);
-    };
-    let what = format!("ABI 1.{minor} hook table");
-    check_addresses(path, image, &what, &[extension.layout(), extension.table()])?;
-    // SAFETY: `Extension::new`'s contract, which every library upholds unless
-    // it uses `unsafe` to lie: `layout` is a `&'static TypeLayout`. The pointer
-    // was just checked to lie inside the library, which is never unloaded.
-    let layout = unsafe { &*extension.layout().cast::<TypeLayout>() };
-    check_layout_compatibility(T::LAYOUT, layout).map_err(|error| LoadError::LayoutMismatch {
-        path: path.to_path_buf(),
-        detail: first_line(&error),
-    })?;
-    // SAFETY: by the same contract `table` is a `&'static` value of the type
-    // `layout` describes, which was just checked to be compatible with `T`.
-    let table = unsafe { &*extension.table().cast::<T>() };
-    check_addresses(path, image, &what, &table.code_addresses())?;
-    Ok(Some(table))
 }
 
 /// The first line of an error's text, trimmed to 300 characters.
@@ -443,263 +276,4 @@ fn dl_reason(message: &str, path: &Path) -> String {
     line.rsplit_once(&format!("{shown}: ")).map(|(_, reason)| reason.to_owned()).unwrap_or(line)
 }
 
-fn empty_manifest() -> Manifest {
-    Manifest {
-        id: Default::default(),
-        version: Default::default(),
-        display_name: Default::default(),
-        driver_key: Default::default(),
-        abi_version: ABI_VERSION,
-        hooks: Default::default(),
-        config_schema_json: Default::default(),
-    }
-}
-
-impl Drop for LoadedProvider {
-    fn drop(&mut self) {
-        // Runs once per instance, after every `&self` call has returned; the
-        // instance pointer never leaves this struct.
-        (self.drop_instance)(self.instance);
-    }
-}
-
-impl Provider for LoadedProvider {
-    fn manifest(&self) -> Manifest {
-        self.manifest.clone()
-    }
-
-    fn setup(&self, params: &SetupParams) -> HookResult<()> {
-        (self.hooks.setup)(self.instance, params).into()
-    }
-
-    fn shutdown(&self) -> HookResult<()> {
-        (self.hooks.shutdown)(self.instance).into()
-    }
-
-    fn health(&self) -> HookResult<HealthReport> {
-        (self.hooks.health)(self.instance).into()
-    }
-
-    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
-        (self.hooks.validate_config)(self.instance, params).into()
-    }
-
-    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
-        (self.hooks.probe)(self.instance, params).into()
-    }
-
-    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
-        (self.hooks.acquire_lease)(self.instance, params).into()
-    }
-
-    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
-        (self.hooks.resume_lease)(self.instance, params).into()
-    }
-
-    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        (self.hooks.release_lease)(self.instance, params).into()
-    }
-
-    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        (self.hooks.destroy_lease)(self.instance, params).into()
-    }
-
-    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
-        (self.hooks.realize_workspace)(self.instance, params).into()
-    }
-
-    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
-        (self.hooks.execute)(self.instance, params, output).into()
-    }
-
-    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
-        match self.hooks_v1_1 {
-            Some(table) => (table.inspect_lease)(self.instance, params).into(),
-            None => Err(unsupported(Hook::InspectLease)),
-        }
-    }
-
-    fn acquire_lease_recording(
-        &self,
-        params: &AcquireParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<Lease> {
-        match self.hooks_v1_2 {
-            Some(table) => (table.acquire_lease_recording)(self.instance, params, recorder).into(),
-            None => Err(unsupported(Hook::AcquireLeaseRecording)),
-        }
-    }
-
-    fn probe_recording(
-        &self,
-        params: &EnvironmentParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<ProbeReport> {
-        match self.hooks_v1_2 {
-            Some(table) => (table.probe_recording)(self.instance, params, recorder).into(),
-            None => Err(unsupported(Hook::ProbeRecording)),
-        }
-    }
-
-    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
-        match self.hooks_v1_2 {
-            Some(table) => (table.release_lease_reporting)(self.instance, params).into(),
-            None => Err(unsupported(Hook::ReleaseLeaseReporting)),
-        }
-    }
-
-    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
-        match self.hooks_v1_3 {
-            Some(table) => (table.execute_bytes)(self.instance, params, output).into(),
-            None => Err(unsupported(Hook::ExecuteBytes)),
-        }
-    }
-
-    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        match self.hooks_v1_3 {
-            Some(table) => (table.setup_with_logs)(self.instance, params, logs, max_level).into(),
-            None => Err(unsupported(Hook::SetupWithLogs)),
-        }
-    }
-
-    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        match self.hooks_v1_4 {
-            Some(table) => (table.sync_in)(self.instance, params).into(),
-            None => Err(unsupported(Hook::SyncIn)),
-        }
-    }
-
-    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        match self.hooks_v1_4 {
-            Some(table) => (table.sync_out)(self.instance, params).into(),
-            None => Err(unsupported(Hook::SyncOut)),
-        }
-    }
-
-    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
-        match self.hooks_v1_5 {
-            Some(table) => (table.import_unconfirmed)(self.instance, params).into(),
-            None => Err(unsupported(Hook::ImportUnconfirmed)),
-        }
-    }
-
-    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
-        match self.hooks_v1_6 {
-            Some(table) => (table.grant_request_share)(self.instance, parts_per_million).into(),
-            None => Err(unsupported(Hook::GrantRequestShare)),
-        }
-    }
-
-    fn health_async(&self) -> HookFuture<HealthReport> {
-        self.call_async(Hook::HealthAsync, |table, instance| (table.health_async)(instance))
-    }
-
-    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
-        self.call_async(Hook::ProbeAsync, |table, instance| (table.probe_async)(instance, &params))
-    }
-
-    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
-        self.call_async(Hook::AcquireLeaseAsync, |table, instance| {
-            (table.acquire_lease_async)(instance, &params)
-        })
-    }
-
-    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
-        self.call_async(Hook::ResumeLeaseAsync, |table, instance| {
-            (table.resume_lease_async)(instance, &params)
-        })
-    }
-
-    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        self.call_async(Hook::ReleaseLeaseAsync, |table, instance| {
-            (table.release_lease_async)(instance, &params)
-        })
-    }
-
-    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
-        self.call_async(Hook::DestroyLeaseAsync, |table, instance| {
-            (table.destroy_lease_async)(instance, &params)
-        })
-    }
-
-    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
-        self.call_async(Hook::ExecuteAsync, |table, instance| {
-            (table.execute_async)(instance, &params, output)
-        })
-    }
-
-    fn acquire_lease_recording_async(
-        &self,
-        params: AcquireParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<Lease> {
-        self.call_async_1_8(Hook::AcquireLeaseRecordingAsync, |table, instance| {
-            (table.acquire_lease_recording_async)(instance, &params, recorder)
-        })
-    }
-
-    fn probe_recording_async(
-        &self,
-        params: EnvironmentParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<ProbeReport> {
-        self.call_async_1_8(Hook::ProbeRecordingAsync, |table, instance| {
-            (table.probe_recording_async)(instance, &params, recorder)
-        })
-    }
-
-    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_async_1_8(Hook::SyncInAsync, |table, instance| (table.sync_in_async)(instance, &params))
-    }
-
-    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_async_1_8(Hook::SyncOutAsync, |table, instance| (table.sync_out_async)(instance, &params))
-    }
-
-    fn execute_stdin_async(
-        &self,
-        params: ExecuteParams,
-        stdin: OwnedByteSource,
-        output: OwnedByteSink,
-    ) -> HookFuture<ExecuteResult> {
-        import(Hook::ExecuteStdinAsync, self.hooks_v1_9, self.instance, |table, instance| {
-            (table.execute_stdin_async)(instance, &params, stdin, output)
-        })
-    }
-}
-
-impl LoadedProvider {
-    /// Calls an async hook of the 1.7 table, or answers `unsupported`. The
-    /// call returns at once (the provider runs the work on its own runtime)
-    /// and the future it hands back owns everything it needs.
-    fn call_async<T: Send + 'static>(
-        &self,
-        hook: Hook,
-        call: impl FnOnce(&'static HookTableV1_7, InstancePtr) -> FfiHookFuture<T>,
-    ) -> HookFuture<T> {
-        import(hook, self.hooks_v1_7, self.instance, call)
-    }
-
-    /// Calls an async hook of the 1.8 table, or answers `unsupported`, as
-    /// [`LoadedProvider::call_async`] does for the 1.7 table.
-    fn call_async_1_8<T: Send + 'static>(
-        &self,
-        hook: Hook,
-        call: impl FnOnce(&'static HookTableV1_8, InstancePtr) -> FfiHookFuture<T>,
-    ) -> HookFuture<T> {
-        import(hook, self.hooks_v1_8, self.instance, call)
-    }
-}
-
-/// Calls an async hook of `table`, or answers `unsupported` without one.
-fn import<Table, T: Send + 'static>(
-    hook: Hook,
-    table: Option<&'static Table>,
-    instance: InstancePtr,
-    call: impl FnOnce(&'static Table, InstancePtr) -> FfiHookFuture<T>,
-) -> HookFuture<T> {
-    match table {
-        Some(table) => Box::pin(Imported::new(hook, call(table, instance))),
-        None => crate::future::ready(Err(unsupported(hook))),
-    }
-}
+crate::forward::forward_provider!(LoadedProvider, |this| this.instance);
