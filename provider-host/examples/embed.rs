@@ -7,10 +7,11 @@
 //! cargo built beside the example.
 //! Run it with `cargo run -p provider-host --example embed [LIBRARY]`.
 
-use provider_abi::{ExecuteParams, LoadedProvider, OutputStream, Provider, SetupParams};
+use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, OutputStream, Provider, SetupParams};
 use provider_host::{
-    host::{Calls, Host},
+    host::Host,
     ledger::{Ledger, Owner},
+    loader::{library_file_name, LoadedProvider},
     request::HarnessConfig,
 };
 use std::{io::Write, path::PathBuf};
@@ -21,12 +22,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = HarnessConfig::for_config(simulator.provider_config(true));
     let library = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(built_library);
     let provider = LoadedProvider::load(&library)?;
-    provider.setup(&SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() })?;
+    let setup = SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() };
+    provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?; // the provider's log events: none here
     let state = tempfile::tempdir()?; // a platform keeps its ledger where it keeps its state
     let ledger = Ledger::open(&state.path().join("ledger.sqlite3"))?;
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "embed", false);
 
-    let lease = host.acquire_with(Calls::Async).await?;
+    let lease = host.acquire().await?;
     println!("acquired {}", lease.id().unwrap_or("-"));
 
     let script = "for i in 1 2 3; do echo line $i; sleep 0.2; done; echo done >&2";
@@ -41,10 +43,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             OutputStream::Stderr => std::io::stderr().write_all(chunk),
         };
     };
-    let result = host.execute_bytes_with(Calls::Async, &lease, command, &mut print).await?;
+    let result = host.execute(&lease, command, ByteSource::empty(), &mut print).await?;
     println!("exit code {:?}", result.exit_code.into_option());
 
-    let released = host.release_with(Calls::Async, &lease).await?;
+    let released = host.release(&lease).await?;
     println!("released ({released:?})");
     Ok(())
 }
@@ -53,5 +55,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn built_library() -> PathBuf {
     let exe = std::env::current_exe().expect("the example's own path");
     let profile = exe.parent().and_then(|examples| examples.parent()).expect("target/<profile>/examples");
-    profile.join("deps").join(provider_abi::library_file_name("createos_provider"))
+    profile.join("deps").join(library_file_name("createos_provider"))
 }

@@ -315,8 +315,7 @@ fn hosts_sharing_a_ledger_share_the_request_budget() {
     }
 }
 
-/// A host on an async runtime (a tokio host awaiting `Host::acquire_with`
-/// with async calls) writes its ledger from the runtime's thread: every store
+/// A host on an async runtime (a tokio host awaiting `Host::acquire`) writes its ledger from the runtime's thread: every store
 /// must work there, including the PostgreSQL one, whose synchronous driver
 /// blocks on a runtime of its own.
 #[test]
