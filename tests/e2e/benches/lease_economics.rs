@@ -41,6 +41,8 @@
 //!    already under way when the 429 came may arrive a few ms later), and
 //!    the share once smooth.
 
+use provider_abi::CreationRecorder;
+use provider_host::wait;
 use createos_provider::transition::{model, REFERENCE_POLL_MS};
 use createos_sim::{path_matches, Ledger, RateLimit, RequestRecord, SimConfig};
 use e2e::bed::Bed;
@@ -73,13 +75,13 @@ const STEPS: &[Step] = &[
     ("acquire", 1, |bed, config, lease| *lease = bed.acquire(config)),
     ("execute", 0, execute),
     ("release (pause)", 1, |bed, config, lease| {
-        bed.provider.release_lease(&params(bed, config, lease)).unwrap()
+        wait(bed.provider.release_lease(params(bed, config, lease))).unwrap()
     }),
     ("resume", 1, |bed, config, lease| {
-        assert!(!bed.provider.resume_lease(&params(bed, config, lease)).unwrap().expired);
+        assert!(!wait(bed.provider.resume_lease(params(bed, config, lease))).unwrap().expired);
     }),
     ("execute again", 0, execute),
-    ("destroy", 0, |bed, config, lease| bed.provider.destroy_lease(&params(bed, config, lease)).unwrap()),
+    ("destroy", 0, |bed, config, lease| wait(bed.provider.destroy_lease(params(bed, config, lease))).unwrap()),
 ];
 
 fn params(bed: &Bed, config: &Value, lease: &Lease) -> LeaseParams {
@@ -390,11 +392,11 @@ fn load(limit: RateLimit, run: Duration) -> (usize, usize, Ledger) {
                     let (mut completed, mut failed) = (0, 0);
                     while started.elapsed() < run {
                         let ok = (|| {
-                            let lease = bed.provider.acquire_lease(&bed.acquire_params(&config)).ok()?;
+                            let lease = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).ok()?;
                             let params = bed.lease_params(&config, &lease);
-                            bed.provider.release_lease(&params).ok()?;
-                            let resumed = bed.provider.resume_lease(&params).ok()?;
-                            bed.provider.destroy_lease(&params).ok()?;
+                            wait(bed.provider.release_lease(params.clone())).ok()?;
+                            let resumed = wait(bed.provider.resume_lease(params.clone())).ok()?;
+                            wait(bed.provider.destroy_lease(params.clone())).ok()?;
                             (!resumed.expired).then_some(())
                         })();
                         match ok {
