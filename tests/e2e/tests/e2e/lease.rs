@@ -297,7 +297,7 @@ fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
         let error = bed.provider.release_lease(&params).unwrap_err();
         assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{fault:?}: {error}");
         assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed, "{fault:?}");
-        // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
+        // The release rule: a reuse release of an unconfirmed lease fails, pausing nothing.
         let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
         let error = bed.provider.release_lease(&params).unwrap_err();
         assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
