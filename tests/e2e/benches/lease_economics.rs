@@ -1,6 +1,6 @@
 //! Lease economics: the loaded CreateOS provider against the simulator,
-//! beside what the reference design would do and what the previous pacer
-//! did. Prints five tables.
+//! beside what the reference design would do and what smooth pacing (the
+//! provider's fallback pacer) does. Prints five tables.
 //!
 //! The reference model: the same calls as ours, except that a transition
 //! (create, pause, resume) reads the state once and then polls it every
@@ -19,9 +19,8 @@
 //! 2. A lone lifecycle's duration (median of 4, the rows measured in turn)
 //!    on the simulator's default transitions and its 300/min sliding window,
 //!    the poll schedule warm: ours (window pacing, nothing else in the last
-//!    minute) and the previous pacer
-//!    (smooth pacing, which the provider falls back to against a token
-//!    bucket), beside the physical limit: the three transitions plus the
+//!    minute) and smooth pacing (which the provider falls back to against
+//!    a token bucket), beside the physical limit: the three transitions plus the
 //!    same lifecycle on instant transitions with no rate limit (round trips,
 //!    the simulator's and the provider's work, the schedule's 5 ms minimum
 //!    first wait). The reference model: one request start every 300 ms.
@@ -211,7 +210,7 @@ fn lone_lifecycle() {
     let config = bed.config(json!({"reuseLease": true, "requestsPerMinute": 300}));
     (0..WARM_UP).for_each(|_| lifecycle(&bed, &config));
 
-    // The previous pacer: smooth pacing, which the provider falls back to
+    // Smooth pacing, which the provider falls back to
     // against a token bucket (the warm-up's first 429 switches it).
     let smooth =
         Bed::with(SimConfig { rate_limit: Some(RateLimit::createos_token_bucket()), ..SimConfig::default() });

@@ -1,4 +1,4 @@
-//! Lease records are tamper-evident (issue 10, section 2): two companies on
+//! Lease records are tamper-evident: two companies on
 //! one CreateOS account, and records altered the ways a lease holder could.
 //! Every hook that takes a lease refuses an altered record in one line
 //! before any request, and company B's sandbox stays untouched and usable.

@@ -196,7 +196,7 @@ fn a_destroyed_lease_that_comes_back_is_expired_not_unconfirmed() {
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
     // The same lease record comes back (a host retrying from its ledger):
     // resume reports it expired instead of refusing it, and a release for
-    // reuse finds nothing to pause instead of failing with the seed's error.
+    // reuse finds nothing to pause instead of failing with the release rule's error.
     let resumed = wait(bed.provider.resume_lease(params.clone())).unwrap();
     assert!(resumed.expired && resumed.provider_lease_id.is_none());
     wait(bed.provider.release_lease(params.clone())).unwrap();

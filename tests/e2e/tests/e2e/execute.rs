@@ -1,6 +1,6 @@
 //! The execute hook through the loaded provider against the simulator, with
 //! real processes: exact arguments, live output, protocol faults, timeouts,
-//! cancellation by release, and the seed's story end to end.
+//! cancellation by release, and the release rule end to end.
 
 use provider_host::wait;
 use crate::support::{lease_id, Bed};
@@ -236,7 +236,7 @@ fn the_seed_scenario_end_to_end() {
     let refused = bed.execute(&bed.command(&config, &lease, "/bin/true", &[])).0.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     assert_eq!(bed.ledger().requests.len(), before);
-    // Release for reuse fails with the seed's error and pauses nothing.
+    // Release for reuse fails with the release rule's error and pauses nothing.
     let error = wait(bed.provider.release_lease(params.clone())).unwrap_err();
     assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), 0);

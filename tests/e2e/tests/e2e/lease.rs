@@ -299,7 +299,7 @@ fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
         let error = wait(wait(bed.provider.release_lease(params.clone()))).unwrap_err();
         assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{fault:?}: {error}");
         assert!(wait(wait(bed.provider.inspect_lease(params.clone()))).unwrap().unconfirmed, "{fault:?}");
-        // The seed: a reuse release of an unconfirmed lease fails, pausing nothing.
+        // The release rule: a reuse release of an unconfirmed lease fails, pausing nothing.
         let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
         let error = wait(wait(bed.provider.release_lease(params.clone()))).unwrap_err();
         assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
