@@ -221,3 +221,82 @@ async fn release_follows_the_seed_an_unconfirmed_lease_is_only_destroyed() {
     assert!(sim.live_sandboxes().is_empty());
     assert!(!provider.release_lease(params).await.unwrap().kept, "a deleted lease is not kept");
 }
+
+/// Waits (bounded) until `condition` holds on the simulator's ledger: the
+/// provider finishes a cancelled call's cleanup on its own runtime.
+async fn wait_for_ledger(sim: &Simulator, what: &str, condition: impl Fn(&createos_sim::Ledger) -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !condition(&sim.ledger()) {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Awaits `future` until `reached` holds on the simulator's ledger, then
+/// drops it; `Some(result)` if it completed first.
+async fn drop_when<T>(
+    sim: &Simulator,
+    future: HookFuture<T>,
+    reached: impl Fn(&createos_sim::Ledger) -> bool,
+) -> Option<provider_abi::HookResult<T>> {
+    let mut future = future;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(1));
+    loop {
+        tokio::select! {
+            result = &mut future => return Some(result),
+            _ = tick.tick() => if reached(&sim.ledger()) {
+                return None;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquire_dropped_once_its_sandbox_exists_deletes_it() {
+    let (sim, env) = simulator(false);
+    let provider = CreateosProvider::default();
+    let (recorder, heard) = journal(&sim, None);
+    let acquire = provider.acquire_lease(acquire_params(&env), recorder);
+    let outcome = drop_when(&sim, acquire, |ledger| ledger.sandboxes.len() == 1).await;
+    assert!(outcome.is_none(), "dropped before the acquire ended");
+    wait_for_ledger(&sim, "the dropped acquire's sandbox deleted", |ledger| ledger.leaked().is_empty()).await;
+    assert_eq!(moments(&heard)[0], ("sending".to_owned(), 0));
+}
+
+/// Processes created and not terminated by the provider.
+fn unterminated(ledger: &createos_sim::Ledger) -> usize {
+    let created = ledger
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
+        .filter(|r| (200..300).contains(&r.status))
+        .count();
+    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_execute_dropped_while_its_command_runs_terminates_the_process_and_keeps_the_lease() {
+    let (sim, env) = simulator(true);
+    let provider = CreateosProvider::default();
+    let lease = provider.acquire_lease(acquire_params(&env), CreationRecorder::discard()).await.unwrap();
+    let command = |command: &str, args: &[&str]| ExecuteParams {
+        lease: lease_params(&env, &lease),
+        command: command.into(),
+        args: args.iter().map(|arg| (*arg).into()).collect(),
+        // Beyond the wait's bound: only the cancellation can end it in time.
+        timeout_ms: Some(120_000).into(),
+        ..Default::default()
+    };
+    let sleep = provider.execute(command("/bin/sleep", &["300"]), ByteSource::empty(), ByteSink::discard());
+    let started =
+        |ledger: &createos_sim::Ledger| ledger.count("GET", "/v1/sandboxes/*/processes/*/connect") == 1;
+    assert!(drop_when(&sim, sleep, started).await.is_none(), "a 300 s command does not end by itself");
+    wait_for_ledger(&sim, "the dropped command's process terminated", |ledger| unterminated(ledger) == 0)
+        .await;
+    let (sink, written) = collecting();
+    let again = provider.execute(command("/bin/echo", &["again"]), ByteSource::empty(), sink).await.unwrap();
+    assert_eq!(stream_bytes(&written, OutputStream::Stdout), b"again\n", "the lease is still usable");
+    assert_eq!(again.exit_code.into_option(), Some(0));
+    provider.destroy_lease(lease_params(&env, &lease)).await.unwrap();
+    assert!(sim.ledger().leaked().is_empty());
+}
