@@ -40,8 +40,9 @@ pub struct HookTable {
     pub shutdown: extern "C" fn(InstancePtr) -> FfiResult<()>,
     pub health: extern "C" fn(InstancePtr) -> FfiResult<HealthReport>,
     pub validate_config: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ValidationReport>,
-    pub probe:
-        Option<extern "C" fn(InstancePtr, &EnvironmentParams, CreationRecorder) -> FfiHookFuture<ProbeReport>>,
+    pub probe: Option<
+        extern "C" fn(InstancePtr, &EnvironmentParams, CreationRecorder) -> FfiHookFuture<ProbeReport>,
+    >,
     pub acquire_lease: extern "C" fn(InstancePtr, &AcquireParams, CreationRecorder) -> FfiHookFuture<Lease>,
     pub resume_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<Lease>,
     pub release_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<ReleaseReport>,
