@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Async hooks at scale (issue 15): whole lifecycles, all in flight at once
+# Async hooks at scale: whole lifecycles, all in flight at once
 # (100 in flight: 1,000 lifecycles, 100 at a time), through the loaded
 # CreateOS provider against the simulator run as its own process (rate
 # limit off), so the harness's figures hold only the harness and the

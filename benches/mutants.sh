@@ -6,9 +6,9 @@
 #   bash benches/mutants.sh createos-provider/src/script.rs ...
 #
 # Slow (each mutant is a build and a test run), so not in CI: run it before
-# resolving an issue that touches these crates, and put the scores in the
-# README. Mutants that cannot change behaviour are excluded, each with its
-# reason, in .cargo/mutants.toml.
+# finishing a change to these crates, and put the scores in
+# docs/benchmarks.md ("Mutation scores"). Mutants that cannot change
+# behaviour are excluded, each with its reason, in .cargo/mutants.toml.
 #
 # Environment:
 #   MUTANTS_IN_PLACE=1   mutate the working tree itself and reuse its warm

@@ -336,7 +336,7 @@ fn refuse_if_busy(registry: &Registry, scope: &LeaseScope) -> Result<(), Error> 
 }
 
 /// `release_lease` (`destroy = false`) and `destroy_lease` (`destroy =
-/// true`): the seed's semantics. Stops the lease's commands first; deletes
+/// true`): the release rule. Stops the lease's commands first; deletes
 /// when destroying or not reusing (clearing the unconfirmed flag); refuses to
 /// pause an unconfirmed lease; pauses otherwise (404 tolerated before the
 /// pause is submitted). A pause that cannot be confirmed marks the lease

@@ -48,7 +48,7 @@
 //! `T = 60 s / (0.97 × limit)` rounded up to the nanosecond (206.2 ms at
 //! 300/min) and burst `B = clamp((limit − ⌊0.97 × limit⌋) / 3, 1, 8)` (3):
 //! at most `B + ⌊60 s / T⌋` (293) starts in any 60 s, never more than `B`
-//! back to back. (It is the previous pacer, unchanged.)
+//! back to back.
 //!
 //! # A share of the budget
 //!

@@ -4,7 +4,7 @@
 //! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`], [`budget`],
 //! [`provider_set`], [`loader`], [`lock`], [`providers`], [`secrets`],
 //! [`request`]) lives in the `provider-host` library; its modules are
-//! re-exported here under their old paths. The binary (`host-harness`) is a
+//! re-exported here. The binary (`host-harness`) is a
 //! thin clap front end over them and these modules: [`lifecycle`], [`soak`],
 //! [`lease_file`] (the lease JSON of the hook commands), [`conform`] (the
 //! provider-agnostic lease-contract checks), [`resources`] (what a soak costs

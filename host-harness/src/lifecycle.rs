@@ -7,8 +7,8 @@
 //!
 //! Each step is reported with its duration and outcome to a [`Reporter`]
 //! (the `lifecycle` command prints them; `soak` aggregates them quietly).
-//! Hooks go through a [`Host`], so every lease is in the ledger and the seed's
-//! policy applies: a release that reports cleanup unconfirmed falls back to
+//! Hooks go through a [`Host`], so every lease is in the ledger and the release
+//! rule applies: a release that reports cleanup unconfirmed falls back to
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
 use crate::{

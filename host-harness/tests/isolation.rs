@@ -243,7 +243,7 @@ fn many_threads_call_at_once_and_each_gets_its_own_output() {
     assert_eq!(provider.workers_started(), 1);
 }
 
-/// The seed scenario across a crash: a command's cleanup is unconfirmed on
+/// The release rule across a crash: a command's cleanup is unconfirmed on
 /// worker 1, worker 1 crashes (and with it the provider's memory of that),
 /// and a release for reuse through worker 2 still destroys the lease
 /// instead of pausing it, because the host's ledger remembers.
@@ -275,7 +275,7 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     assert_eq!(wait(host.release(&control)).unwrap(), Released::Kept, "worker 2 would have paused it");
 }
 
-/// The seed scenario across a crash with a provider that takes leases over
+/// The release rule across a crash with a provider that takes leases over
 /// (`import_unconfirmed`): the host hands the poisoned lease to the
 /// provider, and every worker started after a crash is handed it again, so
 /// the provider itself keeps refusing it until it is destroyed.

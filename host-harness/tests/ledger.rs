@@ -1,4 +1,4 @@
-//! The seed's defensive policy and the durable lease ledger, against a
+//! The release rule's defensive policy and the durable lease ledger, against a
 //! simulator this test process starts itself: it outlives every harness
 //! process the tests run (and kill), and its own view of which sandboxes are
 //! live is the ground truth the ledger is checked against.

@@ -174,9 +174,9 @@ fn two_createos_builds(dir: &std::path::Path) -> (std::path::PathBuf, std::path:
     (v1, v2)
 }
 
-/// The seed across a swap: the command's cleanup is unconfirmed on v1 (known
+/// The release rule across a swap: the command's cleanup is unconfirmed on v1 (known
 /// to v1 only in memory, and to the host's ledger), the swap happens, and v2
-/// itself refuses to release the lease for reuse with the seed's message
+/// itself refuses to release the lease for reuse with the release rule's message
 /// until a destroy on v2 clears it.
 #[test]
 fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
@@ -234,7 +234,7 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Destroyed);
 }
 
-/// The seed across a swap, the other way round: the command is still running
+/// The release rule across a swap, the other way round: the command is still running
 /// on v1 when the swap happens (nothing is unconfirmed yet, so nothing is
 /// handed over), and its cleanup fails afterwards, on v1. The host records
 /// it and tells the version now active, which itself refuses reuse.

@@ -1,6 +1,6 @@
 //! `exec` behaves like a remote shell, errors say what to do, and the
 //! provider's logs reach the harness's: the real binary against a simulator
-//! this test process owns (issue 11).
+//! this test process owns.
 
 mod common;
 

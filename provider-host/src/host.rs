@@ -1,5 +1,5 @@
 //! The host's side of each lease hook: every call is recorded in the
-//! [`LeaseStore`] before and after it, and the seed's defensive policy applies.
+//! [`LeaseStore`] before and after it, and the release rule's defensive policy applies.
 //!
 //! The policy ("CreateOS process cleanup is unconfirmed; destroy this lease
 //! before reusing it."): a release that fails with
@@ -75,7 +75,7 @@ pub enum Released {
     Kept,
     /// Deleted by the provider (the configuration does not reuse leases).
     Deleted,
-    /// Not reusable: destroyed instead, because of this (the seed's fallback).
+    /// Not reusable: destroyed instead, because of this (the release rule's fallback).
     DestroyedInstead(ProviderError),
 }
 
@@ -447,7 +447,7 @@ impl<'a> Host<'a> {
         Ok(self.row(held)?.map(|record| record.state))
     }
 
-    /// The seed's policy for a lease that must not be reused: log, destroy.
+    /// The release rule for a lease that must not be reused: log, destroy.
     async fn destroy_poisoned(&self, held: &HeldLease, instead_of: &str) -> HookResult<()> {
         tracing::warn!(
             lease = held.id().unwrap_or("-"),
@@ -510,7 +510,7 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// `release_lease` for reuse, with the seed's fallback: an unconfirmed
+    /// `release_lease` for reuse, with the release rule's fallback: an unconfirmed
     /// lease (known to the ledger, or reported by the release) is destroyed.
     pub async fn release(&self, held: &HeldLease) -> HookResult<Released> {
         let hook = Hook::ReleaseLease.name();

@@ -784,8 +784,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most the ledger's connection keeps of the file in memory (SQLite's
 /// default is 2 MiB). Rows in flight are the newest and share pages, so
-/// this holds the pages of about 20,000 of them: at 10,000 lifecycles in
-/// flight every ledger write used to read its page back from the kernel.
+/// this holds the pages of about 20,000 of them (with SQLite's default, at
+/// 10,000 lifecycles in flight every ledger write reads its page back from
+/// the kernel).
 /// Pages are cached only once read, so a small ledger costs no more.
 const PAGE_CACHE_KIB: i64 = 16 * 1024;
 

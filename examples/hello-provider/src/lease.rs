@@ -18,7 +18,7 @@ use std::{
 /// The `provider` field of every lease record this provider writes.
 pub const PROVIDER: &str = "hello";
 
-/// The message of the seed's rule, kept word for word in spirit: a lease
+/// The message of the release rule, in CreateOS's words: a lease
 /// whose cleanup is unconfirmed is never handed out for reuse.
 pub const UNCONFIRMED: &str = "Hello process cleanup is unconfirmed; destroy this lease before reusing it.";
 

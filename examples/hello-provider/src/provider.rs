@@ -205,7 +205,7 @@ impl Provider for HelloProvider {
 
     fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
         let (_, lease) = self.open(params)?;
-        // The seed's rule: a lease whose cleanup is unconfirmed is never
+        // The release rule: a lease whose cleanup is unconfirmed is never
         // handed out for reuse (nor one that is being released right now).
         self.leases.check_usable(&lease.id)?;
         if !exists(&lease.workspace())? {

@@ -95,7 +95,7 @@ pub struct SimConfig {
     /// does. Default off: it costs each command two more forks of the
     /// simulator's process, which in a large test process (one embedding
     /// the simulator beside many other tests) is enough to push commands
-    /// past short deadlines (see the README's Performance table); off, a
+    /// past short deadlines (see docs/benchmarks.md, "The simulator"); off, a
     /// sandbox sees the host's process table (read-only).
     pub pid_namespaces: bool,
 }

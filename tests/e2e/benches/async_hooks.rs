@@ -14,6 +14,7 @@
 //! both columns alike), so compare the two columns, not absolute figures.
 //! Run: `cargo bench -p e2e --bench async_hooks [-- IN_FLIGHT]`.
 
+use provider_host::wait;
 use e2e::bed::Bed;
 use host_harness::async_host::AsyncProvider;
 use provider_abi::{LoadedProvider, OutputSink, OutputStream, Provider};
@@ -61,7 +62,7 @@ fn health_round_trip(provider: &LoadedProvider) {
         let start = Instant::now();
         runtime.block_on(async {
             for _ in 0..CALLS {
-                black_box(provider.health_async().await.unwrap());
+                black_box(provider.health().await.unwrap());
             }
         });
         let awaited = start.elapsed().as_nanos() as f64 / f64::from(CALLS);
@@ -134,6 +135,6 @@ fn main() {
         (blocking_rss.saturating_sub(base_rss)) as f64 / in_flight as f64
     );
     for lease in &leases {
-        bed.provider.destroy_lease(&bed.lease_params(&config, lease)).unwrap();
+        wait(bed.provider.destroy_lease(bed.lease_params(&config, lease))).unwrap();
     }
 }

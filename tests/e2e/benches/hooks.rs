@@ -8,8 +8,8 @@
 //! costs a hook whose event is below the host's level, and one whose event is
 //! forwarded.
 //!
-//! Targets: loaded ≤ 2 × direct + 50 ns (issue 7); isolated `health` ≤ 20 µs
-//! and crash → new worker answering < 50 ms (issue 16).
+//! Targets: loaded ≤ 2 × direct + 50 ns; isolated `health` ≤ 20 µs and
+//! crash → new worker answering < 50 ms.
 
 use createos_provider::CreateosProvider;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -86,7 +86,7 @@ fn load(c: &mut Criterion) {
 /// `validate_config` through the loaded library (it logs one DEBUG event):
 /// before any log sink was installed, with the host's level at WARN (the
 /// event is disabled) and at DEBUG (the event crosses to a sink that counts
-/// it). Target (issue 11): a disabled level costs almost nothing.
+/// it). Target: a disabled level costs almost nothing.
 fn provider_logs(c: &mut Criterion) {
     let loaded = LoadedProvider::load(e2e::library("createos_provider")).expect("load the provider");
     let params = EnvironmentParams {

@@ -1,6 +1,6 @@
 //! Lease economics: the loaded CreateOS provider against the simulator,
-//! beside what the reference design would do and what the previous pacer
-//! did. Prints five tables.
+//! beside what the reference design would do and what smooth pacing (the
+//! provider's fallback pacer) does. Prints five tables.
 //!
 //! The reference model: the same calls as ours, except that a transition
 //! (create, pause, resume) reads the state once and then polls it every
@@ -19,9 +19,8 @@
 //! 2. A lone lifecycle's duration (median of 4, the rows measured in turn)
 //!    on the simulator's default transitions and its 300/min sliding window,
 //!    the poll schedule warm: ours (window pacing, nothing else in the last
-//!    minute) and the previous pacer
-//!    (smooth pacing, which the provider falls back to against a token
-//!    bucket), beside the physical limit: the three transitions plus the
+//!    minute) and smooth pacing (which the provider falls back to against
+//!    a token bucket), beside the physical limit: the three transitions plus the
 //!    same lifecycle on instant transitions with no rate limit (round trips,
 //!    the simulator's and the provider's work, the schedule's 5 ms minimum
 //!    first wait). The reference model: one request start every 300 ms.
@@ -41,6 +40,8 @@
 //!    already under way when the 429 came may arrive a few ms later), and
 //!    the share once smooth.
 
+use provider_abi::CreationRecorder;
+use provider_host::wait;
 use createos_provider::transition::{model, REFERENCE_POLL_MS};
 use createos_sim::{path_matches, Ledger, RateLimit, RequestRecord, SimConfig};
 use e2e::bed::Bed;
@@ -73,13 +74,13 @@ const STEPS: &[Step] = &[
     ("acquire", 1, |bed, config, lease| *lease = bed.acquire(config)),
     ("execute", 0, execute),
     ("release (pause)", 1, |bed, config, lease| {
-        bed.provider.release_lease(&params(bed, config, lease)).unwrap()
+        wait(bed.provider.release_lease(params(bed, config, lease))).unwrap()
     }),
     ("resume", 1, |bed, config, lease| {
-        assert!(!bed.provider.resume_lease(&params(bed, config, lease)).unwrap().expired);
+        assert!(!wait(bed.provider.resume_lease(params(bed, config, lease))).unwrap().expired);
     }),
     ("execute again", 0, execute),
-    ("destroy", 0, |bed, config, lease| bed.provider.destroy_lease(&params(bed, config, lease)).unwrap()),
+    ("destroy", 0, |bed, config, lease| wait(bed.provider.destroy_lease(params(bed, config, lease))).unwrap()),
 ];
 
 fn params(bed: &Bed, config: &Value, lease: &Lease) -> LeaseParams {
@@ -209,7 +210,7 @@ fn lone_lifecycle() {
     let config = bed.config(json!({"reuseLease": true, "requestsPerMinute": 300}));
     (0..WARM_UP).for_each(|_| lifecycle(&bed, &config));
 
-    // The previous pacer: smooth pacing, which the provider falls back to
+    // Smooth pacing, which the provider falls back to
     // against a token bucket (the warm-up's first 429 switches it).
     let smooth =
         Bed::with(SimConfig { rate_limit: Some(RateLimit::createos_token_bucket()), ..SimConfig::default() });
@@ -390,11 +391,11 @@ fn load(limit: RateLimit, run: Duration) -> (usize, usize, Ledger) {
                     let (mut completed, mut failed) = (0, 0);
                     while started.elapsed() < run {
                         let ok = (|| {
-                            let lease = bed.provider.acquire_lease(&bed.acquire_params(&config)).ok()?;
+                            let lease = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).ok()?;
                             let params = bed.lease_params(&config, &lease);
-                            bed.provider.release_lease(&params).ok()?;
-                            let resumed = bed.provider.resume_lease(&params).ok()?;
-                            bed.provider.destroy_lease(&params).ok()?;
+                            wait(bed.provider.release_lease(params.clone())).ok()?;
+                            let resumed = wait(bed.provider.resume_lease(params.clone())).ok()?;
+                            wait(bed.provider.destroy_lease(params.clone())).ok()?;
                             (!resumed.expired).then_some(())
                         })();
                         match ok {

@@ -124,7 +124,7 @@ fn write_tree(root: &Path) -> u64 {
 
 fn sync(bed: &Bed, config: &Value, lease: &Lease, inbound: bool, kind: &str, source: &str, target: &str) {
     let params = SyncParams::single(bed.lease_params(config, lease), "bench", kind, source, target);
-    let result = if inbound { bed.provider.sync_in(&params) } else { bed.provider.sync_out(&params) };
+    let result = if inbound { bed.sync_in(params.clone()) } else { bed.sync_out(params.clone()) };
     result.unwrap_or_else(|error| panic!("sync failed: {error}"));
 }
 

@@ -3,9 +3,10 @@
 
 use createos_sim::{Ledger, SimConfig, Simulator};
 use provider_abi::{
-    AcquireParams, EnvironmentParams, ExecuteParams, ExecuteResult, HookResult, Lease, LeaseParams,
-    LoadedProvider, OutputSink, OutputStream, Provider,
+    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
+    HookResult, Lease, LeaseParams, OutputStream, Provider, SyncDirection, SyncParams, SyncResult,
 };
+use provider_host::{loader::LoadedProvider, wait};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -62,12 +63,14 @@ impl Bed {
             company_id: COMPANY.into(),
             environment_id: ENVIRONMENT.into(),
             config_json: config.to_string().into(),
+            extensions_json: Default::default(),
         }
     }
 
     /// Acquires a lease under `config`.
     pub fn acquire(&self, config: &Value) -> Lease {
-        self.provider.acquire_lease(&self.acquire_params(config)).expect("acquire a lease")
+        wait(self.provider.acquire_lease(self.acquire_params(config), CreationRecorder::discard()))
+            .expect("acquire a lease")
     }
 
     /// Acquire parameters for `config`.
@@ -85,15 +88,43 @@ impl Bed {
         }
     }
 
-    /// Runs `command args...` in `lease`, collecting the chunks the sink saw.
-    pub fn execute(
+    /// Runs `params` without standard input, collecting the chunks the
+    /// sink saw (as text, each chunk decoded on its own).
+    pub fn execute(&self, params: &ExecuteParams) -> (HookResult<ExecuteResult>, Vec<(OutputStream, String)>) {
+        let (result, chunks) = self.execute_bytes(params, ByteSource::empty());
+        let text = chunks.into_iter().map(|(stream, bytes)| (stream, String::from_utf8_lossy(&bytes).into_owned()));
+        (result, text.collect())
+    }
+
+    /// Runs `params` with `stdin`, collecting the raw chunks the sink saw.
+    pub fn execute_bytes(
         &self,
         params: &ExecuteParams,
-    ) -> (HookResult<ExecuteResult>, Vec<(OutputStream, String)>) {
-        let mut chunks = Vec::new();
-        let mut collect = |stream: OutputStream, chunk: &str| chunks.push((stream, chunk.to_owned()));
-        let result = self.provider.execute(params, &mut OutputSink::new(&mut collect));
+        stdin: ByteSource,
+    ) -> (HookResult<ExecuteResult>, Vec<(OutputStream, Vec<u8>)>) {
+        let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let collected = std::sync::Arc::clone(&chunks);
+        let sink = ByteSink::new(move |stream, chunk: &[u8]| collected.lock().unwrap().push((stream, chunk.to_vec())));
+        let result = wait(self.provider.execute(params.clone(), stdin, sink));
+        let chunks = std::mem::take(&mut *chunks.lock().unwrap());
         (result, chunks)
+    }
+
+    /// `sync_files` inbound (host files into the lease) with `params`.
+    pub fn sync_in(&self, mut params: SyncParams) -> HookResult<SyncResult> {
+        params.direction = SyncDirection::In;
+        wait(self.provider.sync_files(params))
+    }
+
+    /// `sync_files` outbound (lease files to the host) with `params`.
+    pub fn sync_out(&self, mut params: SyncParams) -> HookResult<SyncResult> {
+        params.direction = SyncDirection::Out;
+        wait(self.provider.sync_files(params))
+    }
+
+    /// Runs `future` (a hook's) to its end.
+    pub fn wait<T>(&self, future: provider_abi::HookFuture<T>) -> HookResult<T> {
+        wait(future)
     }
 
     /// Execute parameters for `command args...` in `lease`.

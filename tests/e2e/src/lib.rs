@@ -14,9 +14,9 @@ pub fn deps_dir() -> PathBuf {
     exe.parent().expect("test binary directory").to_path_buf()
 }
 
-/// The shared library built for crate `name` (e.g. `fixture_v1_0`).
+/// The shared library built for crate `name` (e.g. `fixture_provider`).
 pub fn library(name: &str) -> PathBuf {
-    let file = provider_abi::library_file_name(name);
+    let file = provider_host::loader::library_file_name(name);
     let candidates = [deps_dir().join(&file), deps_dir().join("..").join(&file)];
     candidates
         .iter()

@@ -52,6 +52,7 @@ fn environment(request: &Value) -> EnvironmentParams {
         company_id: text("companyId", ""),
         environment_id: text("environmentId", ""),
         config_json: request["config"].to_string().into(),
+        extensions_json: Default::default(),
     }
 }
 

@@ -156,7 +156,7 @@ fn sandbox_delete_kills_processes() {
 /// Commands one after another in one sandbox each run in a PID namespace of
 /// their own (`$$` is 2: the namespace's init is 1) and exit 0. Prints the
 /// wall time of one `/exec` of `true` (median and 90th percentile of 200,
-/// after 20 warm-up), the figure in the README's Performance table:
+/// after 20 warm-up), the figure in docs/benchmarks.md ("The simulator"):
 /// `cargo test -p createos-sim --test sim spawn_cost -- --nocapture`.
 #[test]
 fn sequential_commands_each_get_a_pid_namespace_and_print_the_spawn_cost() {

@@ -2,7 +2,7 @@
 //! answers hooks as JSON lines on stdin/stdout (see `e2e::worker`), until
 //! stdin closes.
 
-use provider_abi::LoadedProvider;
+use provider_host::loader::LoadedProvider;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -1,6 +1,7 @@
 //! The ABI contract: version matrix, refusals, panics and concurrency,
 //! exercised through the fixture libraries.
 
+use provider_host::wait;
 use e2e::library;
 use provider_abi::{
     AbiVersion, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
@@ -137,26 +138,26 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
     };
     let acquire = AcquireParams { run_id: "matrix".into(), ..Default::default() };
     let result = match hook {
-        Hook::InspectLease => provider.inspect_lease(&lease_params()).map(|status| assert!(status.exists)),
+        Hook::InspectLease => wait(provider.inspect_lease(lease_params())).map(|status| assert!(status.exists)),
         Hook::AcquireLeaseRecording => {
             provider.acquire_lease_recording(&acquire, &mut recorder).map(recorded_first)
         }
         Hook::AcquireLeaseRecordingAsync => {
-            block_on(provider.acquire_lease_recording_async(acquire.clone(), async_recorder))
+            block_on(provider.acquire_lease(acquire.clone(), async_recorder))
                 .map(recorded_first)
         }
         Hook::ProbeRecording => provider
             .probe_recording(&EnvironmentParams::default(), &mut recorder)
             .map(|report| assert!(report.ok)),
         Hook::ProbeRecordingAsync => block_on(
-            provider.probe_recording_async(EnvironmentParams::default(), async_recorder),
+            provider.probe(EnvironmentParams::default(), async_recorder),
         )
         .map(|report| {
             assert!(report.ok);
             assert_eq!(recorded.lock().unwrap().len(), 1, "the probe's lease was recorded");
         }),
         Hook::ReleaseLeaseReporting => {
-            provider.release_lease_reporting(&lease_params()).map(|report| assert!(!report.kept))
+            wait(provider.release_lease(lease_params())).map(|report| assert!(!report.kept))
         }
         Hook::ExecuteBytes => {
             let mut bytes = Vec::new();
@@ -187,7 +188,7 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
             let params = sync_params("in", "/matrix/in.txt");
             let result = match hook {
                 Hook::SyncIn => provider.sync_in(&params),
-                _ => block_on(provider.sync_in_async(params)),
+                _ => block_on(provider.sync_files(params)),
             };
             result.map(|result| {
                 assert_eq!(result.operations.len(), 1);
@@ -203,7 +204,7 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
             params.operations[0].mappings[0].source_path = "/matrix/in.txt".into();
             let result = match hook {
                 Hook::SyncOut => provider.sync_out(&params),
-                _ => block_on(provider.sync_out_async(params)),
+                _ => block_on(provider.sync_files(params)),
             };
             result.map(|result| {
                 assert_eq!(result.operations[0].bytes_transferred, 6);
@@ -216,25 +217,25 @@ fn call_added_hook(provider: &LoadedProvider, hook: Hook) -> Result<(), provider
             provider.import_unconfirmed(&lease).map(|()| {
                 // The fixture's 1.1 `inspect_lease` reports what it was told
                 // (every library with the 1.5 table has the 1.1 one).
-                assert!(provider.inspect_lease(&lease).unwrap().unconfirmed);
+                assert!(wait(provider.inspect_lease(lease.clone())).unwrap().unconfirmed);
             })
         }
         Hook::GrantRequestShare => provider.grant_request_share(250_000).map(|()| {
             let health = provider.health().unwrap();
             assert!(health.message.ends_with(", request share 250000 ppm"), "{}", health.message);
         }),
-        Hook::HealthAsync => block_on(provider.health_async()).map(|report| assert_eq!(report.status, "ok")),
+        Hook::HealthAsync => block_on(provider.health()).map(|report| assert_eq!(report.status, "ok")),
         Hook::ProbeAsync => {
-            block_on(provider.probe_async(EnvironmentParams::default())).map(|report| assert!(report.ok))
+            block_on(provider.probe(EnvironmentParams::default())).map(|report| assert!(report.ok))
         }
-        Hook::AcquireLeaseAsync => block_on(provider.acquire_lease_async(acquire.clone()))
+        Hook::AcquireLeaseAsync => block_on(provider.acquire_lease(acquire.clone()))
             .map(|lease| assert!(lease.provider_lease_id.is_some())),
-        Hook::ResumeLeaseAsync => block_on(provider.resume_lease_async(lease_params()))
+        Hook::ResumeLeaseAsync => block_on(provider.resume_lease(lease_params()))
             .map(|lease| assert_eq!(lease.provider_lease_id, lease_params().provider_lease_id)),
         Hook::ReleaseLeaseAsync => {
-            block_on(provider.release_lease_async(lease_params())).map(|report| assert!(!report.kept))
+            block_on(provider.release_lease(lease_params())).map(|report| assert!(!report.kept))
         }
-        Hook::DestroyLeaseAsync => block_on(provider.destroy_lease_async(lease_params())),
+        Hook::DestroyLeaseAsync => block_on(provider.destroy_lease(lease_params())),
         Hook::ExecuteAsync => {
             let bytes = Arc::new(std::sync::Mutex::new(Vec::new()));
             let kept = Arc::clone(&bytes);
@@ -340,9 +341,9 @@ fn two_versions_load_side_by_side() {
     // Each library keeps its own state.
     let acquire = AcquireParams { run_id: "run".into(), ..Default::default() };
     for _ in 0..3 {
-        old.acquire_lease(&acquire).unwrap();
+        wait(old.acquire_lease(acquire.clone(), CreationRecorder::discard())).unwrap();
     }
-    let first_new = new.acquire_lease(&acquire).unwrap();
+    let first_new = wait(new.acquire_lease(acquire.clone(), CreationRecorder::discard())).unwrap();
     assert_eq!(first_new.provider_lease_id.as_ref().map(|id| id.as_str()).into_option(), Some("run-1"));
 }
 

@@ -3,6 +3,7 @@
 //! write-ahead recorder, async file sync, and the async facade's fallback to
 //! the blocking hooks of older providers.
 
+use provider_host::wait;
 use crate::support::*;
 use e2e::library;
 use host_harness::async_host::AsyncProvider;
@@ -114,13 +115,13 @@ fn drop_acquire_at_every_point<'a, F: Future<Output = HookResult<Lease>> + 'a>(
     let runtime = host_runtime();
     let (requests, lease) = requests_of(bed, &runtime, &acquire);
     returned(&lease);
-    bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(config, &lease))).unwrap();
     let mut created = 1;
     let mut finish = |outcome: Option<HookResult<Lease>>, what: &str| {
         if let Some(result) = outcome {
             let lease = result.unwrap_or_else(|error| panic!("{what}: {error}"));
             returned(&lease);
-            bed.provider.destroy_lease(&bed.lease_params(config, &lease)).unwrap();
+            wait(bed.provider.destroy_lease(bed.lease_params(config, &lease))).unwrap();
         }
         // Every acquire creates exactly one sandbox (no faults), cancelled or not.
         created += 1;
@@ -145,7 +146,7 @@ fn drop_acquire_at_every_point<'a, F: Future<Output = HookResult<Lease>> + 'a>(
 fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
-    let acquire = || bed.provider.acquire_lease_async(bed.acquire_params(&config));
+    let acquire = || bed.provider.acquire_lease(bed.acquire_params(&config));
     drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
 }
 
@@ -180,7 +181,7 @@ fn an_acquired_lease_the_host_never_polled_for_is_deleted() {
     let seen = Arc::new(Mutex::new(HashSet::new()));
     for round in 1..=4 {
         let acquire = if round % 2 == 1 {
-            bed.provider.acquire_lease_async(bed.acquire_params(&config))
+            bed.provider.acquire_lease(bed.acquire_params(&config))
         } else {
             bed.provider
                 .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
@@ -247,7 +248,7 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     // nothing leaks once it is destroyed.
     let again = runtime.block_on(execute("/bin/echo", &["again"])).expect("the lease is still usable");
     assert_eq!(again.stdout, "again\n");
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
 }
 
@@ -257,7 +258,7 @@ fn a_panicking_async_hook_is_an_error_before_and_while_polled() {
     let runtime = host_runtime();
     // Before the future is returned.
     let panics = EnvironmentParams { config_json: "panic".into(), ..Default::default() };
-    let error = runtime.block_on(provider.probe_async(panics)).unwrap_err();
+    let error = runtime.block_on(provider.probe(panics)).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INTERNAL);
     assert_eq!(
         error.message.as_str(),
@@ -277,7 +278,7 @@ fn a_panicking_async_hook_is_an_error_before_and_while_polled() {
     );
     assert_eq!(*seen.lock().unwrap(), b"a");
     // The host and the provider carry on.
-    assert_eq!(runtime.block_on(provider.health_async()).unwrap().status, "ok");
+    assert_eq!(runtime.block_on(provider.health()).unwrap().status, "ok");
 }
 
 #[test]
@@ -325,7 +326,7 @@ fn many_concurrent_async_executes_stream_their_output() {
         assert_eq!(stream(OutputStream::Stderr), format!("err-{index}\n").as_bytes());
     }
     for lease in &leases {
-        bed.provider.destroy_lease(&bed.lease_params(&config, lease)).unwrap();
+        wait(bed.provider.destroy_lease(bed.lease_params(&config, lease))).unwrap();
     }
     assert!(bed.ledger().leaked().is_empty());
 }
@@ -348,7 +349,7 @@ fn the_async_facade_uses_async_hooks_when_the_library_has_them_and_falls_back_ot
         let provider = AsyncProvider::new(Arc::new(loaded));
         let (health, lease, result, output) = runtime.block_on(async {
             let health = provider.health().await.unwrap();
-            let lease = provider.acquire_lease(Default::default()).await.unwrap();
+            let lease = wait(provider.acquire_lease(Default::default(), CreationRecorder::discard())).await.unwrap();
             let params = ExecuteParams {
                 command: "echo".into(),
                 args: vec!["a".into(), "b".into()].into(),
@@ -414,7 +415,7 @@ fn dropping_an_async_recording_acquire_at_any_point_leaves_no_sandbox_the_record
     let config = bed.config(json!({}));
     let seen = Arc::new(Mutex::new(HashSet::new()));
     let acquire = || {
-        bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
+        bed.provider.acquire_lease(bed.acquire_params(&config), recorder(&seen, || Ok(())))
     };
     // A returned lease was recorded before it was returned; every sandbox
     // was handed to the recorder before anything else, and none is alive.
@@ -434,14 +435,14 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
     // Refused: the sandbox is deleted and the hook fails with the host's error.
     let refused = recorder(&seen, refuse);
     let error =
-        runtime.block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), refused));
+        runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), refused));
     let error = error.unwrap_err();
     assert!(error.message.contains("the host's ledger is full"), "{error}");
     bed.wait_for_ledger("the refused acquire's sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 1 && all_recorded_and_deleted(ledger, &seen)
     });
     let probed =
-        runtime.block_on(bed.provider.probe_recording_async(bed.env(&config), recorder(&seen, refuse)));
+        runtime.block_on(bed.provider.probe(bed.env(&config), recorder(&seen, refuse)));
     assert!(probed.unwrap_err().message.contains("the host's ledger is full"));
     bed.wait_for_ledger("the refused probe's sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 2 && all_recorded_and_deleted(ledger, &seen)
@@ -455,7 +456,7 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
     });
     for (index, panicking) in [panics_now, panics_later].into_iter().enumerate() {
         let result = runtime
-            .block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), panicking));
+            .block_on(bed.provider.acquire_lease(bed.acquire_params(&config), panicking));
         let error = result.unwrap_err();
         assert_eq!(error.kind, ErrorKind::INTERNAL, "{error}");
         assert!(error.message.contains("The host panicked while recording a created lease."), "{error}");
@@ -471,7 +472,7 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
                 .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(()))),
         )
         .expect("a recorder that accepts");
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
 }
 
@@ -492,7 +493,7 @@ fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_pro
         })
     });
     let result =
-        runtime.block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), unspawned));
+        runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), unspawned));
     assert_eq!(result.unwrap_err().kind, ErrorKind::INTERNAL);
     bed.wait_for_ledger("the unrecorded sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 1 && ledger.leaked().is_empty()
@@ -508,10 +509,10 @@ fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_pro
         Box::pin(async move { task.await.map_err(|_| ProviderError::internal("the host's record failed")) })
     });
     let lease = runtime
-        .block_on(bed.provider.acquire_lease_recording_async(bed.acquire_params(&config), spawned))
+        .block_on(bed.provider.acquire_lease(bed.acquire_params(&config), spawned))
         .expect("the record ran on the host's runtime");
     assert!(seen.lock().unwrap().contains(&lease_id(&lease)));
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
 }
 
@@ -589,11 +590,11 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     // Round trip, blocking and async crossed: in blocking, out async, and
     // the other way round; both bring back the source's files.
     let blocking_in = bed.provider.sync_in(&inbound("blocking", &[])).unwrap();
-    let async_in = runtime.block_on(bed.provider.sync_in_async(inbound("async", &[]))).unwrap();
+    let async_in = runtime.block_on(bed.provider.sync_files(inbound("async", &[]))).unwrap();
     assert_eq!(counts(&blocking_in), counts(&async_in));
     let blocking_out = bed.provider.sync_out(&outbound("async", "back-blocking")).unwrap();
     let async_out =
-        runtime.block_on(bed.provider.sync_out_async(outbound("blocking", "back-async"))).unwrap();
+        runtime.block_on(bed.provider.sync_files(outbound("blocking", "back-async"))).unwrap();
     assert_eq!(counts(&blocking_out), counts(&async_out));
     assert_eq!(counts(&blocking_out), counts(&blocking_in));
     assert_eq!(tree(&host.path().join("back-blocking")), tree(&source));
@@ -603,23 +604,23 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     // poll: the sync stops (its command terminated, its scratch removed),
     // and the lease stays usable.
     let (requests, _) =
-        requests_of(&bed, &runtime, || bed.provider.sync_in_async(inbound("dropped", &["echo done"])));
+        requests_of(&bed, &runtime, || bed.provider.sync_files(inbound("dropped", &["echo done"])));
     let ended_by_themselves = unterminated(&bed.ledger());
     let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
     // Dropped once its post-upload command runs: the command's process is
     // terminated (with no other sync under way, so no other can end it).
-    let sync = bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]));
+    let sync = bed.provider.sync_files(inbound("dropped", &["sleep 300"]));
     let outcome = runtime.block_on(drop_when(&bed, sync, |ledger| !all_terminated(ledger)));
     assert!(outcome.is_none(), "a sync with a 300 s command does not end: {outcome:?}");
     bed.wait_for_ledger("the dropped sync's command terminated", all_terminated);
     let outcome = runtime.block_on(DropAfter {
-        future: Some(bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]))),
+        future: Some(bed.provider.sync_files(inbound("dropped", &["sleep 300"]))),
         polls: 1,
     });
     assert!(outcome.is_none(), "a sync with a 300 s command does not end after one poll");
     for after in 0..requests {
         let before = bed.ledger().requests.len();
-        let sync = bed.provider.sync_in_async(inbound("dropped", &["sleep 300"]));
+        let sync = bed.provider.sync_files(inbound("dropped", &["sleep 300"]));
         let outcome = runtime.block_on(drop_after_requests(&bed, sync, before, after));
         assert!(outcome.is_none(), "dropped after {after} of {requests}: {outcome:?}");
     }
@@ -627,17 +628,17 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     // An outbound sync dropped at its first requests.
     for after in 0..3 {
         let before = bed.ledger().requests.len();
-        let sync = bed.provider.sync_out_async(outbound("blocking", "dropped-out"));
+        let sync = bed.provider.sync_files(outbound("blocking", "dropped-out"));
         let _ = runtime.block_on(drop_after_requests(&bed, sync, before, after));
     }
     let again = runtime
-        .block_on(bed.provider.sync_out_async(outbound("blocking", "again")))
+        .block_on(bed.provider.sync_files(outbound("blocking", "again")))
         .expect("the lease is still usable");
     assert_eq!(counts(&again), counts(&blocking_in));
     assert_eq!(tree(&host.path().join("again")), tree(&source));
-    let synced = runtime.block_on(bed.provider.sync_in_async(inbound("again", &["echo done"])));
+    let synced = runtime.block_on(bed.provider.sync_files(inbound("again", &["echo done"])));
     assert_eq!(counts(&synced.expect("the lease still takes files and runs commands")), counts(&blocking_in));
-    bed.provider.destroy_lease(&bed.lease_params(&config, &lease)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
 }
 
@@ -663,17 +664,17 @@ fn an_older_provider_answers_the_1_8_hooks_unsupported_and_the_facade_falls_back
             let seen = Arc::new(Mutex::new(HashSet::new()));
             let unsupported =
                 |error: ProviderError| assert_eq!(error.kind, ErrorKind::UNSUPPORTED, "{error}");
-            unsupported(runtime.block_on(loaded.sync_in_async(Default::default())).unwrap_err());
-            unsupported(runtime.block_on(loaded.sync_out_async(Default::default())).unwrap_err());
+            unsupported(runtime.block_on(loaded.sync_files(Default::default())).unwrap_err());
+            unsupported(runtime.block_on(loaded.sync_files(Default::default())).unwrap_err());
             let recorded = recorder(&seen, || Ok(()));
             unsupported(
                 runtime
-                    .block_on(loaded.acquire_lease_recording_async(Default::default(), recorded))
+                    .block_on(loaded.acquire_lease(Default::default(), recorded))
                     .unwrap_err(),
             );
             let recorded = recorder(&seen, || Ok(()));
             unsupported(
-                runtime.block_on(loaded.probe_recording_async(Default::default(), recorded)).unwrap_err(),
+                runtime.block_on(loaded.probe(Default::default(), recorded)).unwrap_err(),
             );
             assert!(seen.lock().unwrap().is_empty(), "nothing was created, nothing recorded");
         }

@@ -1,8 +1,10 @@
-//! Lease records are tamper-evident (issue 10, section 2): two companies on
+//! Lease records are tamper-evident: two companies on
 //! one CreateOS account, and records altered the ways a lease holder could.
 //! Every hook that takes a lease refuses an altered record in one line
 //! before any request, and company B's sandbox stays untouched and usable.
 
+use provider_abi::CreationRecorder;
+use provider_host::wait;
 use crate::support::{lease_id, Bed, COMPANY};
 use provider_abi::{ErrorKind, ExecuteParams, Lease, LeaseParams, Provider};
 use serde_json::{json, Value};
@@ -27,7 +29,7 @@ impl Tenants {
         let a = bed.acquire(&config);
         let mut params = bed.acquire_params(&config);
         params.env.company_id = COMPANY_B.into();
-        let b = bed.provider.acquire_lease(&params).expect("acquire company B's lease");
+        let b = wait(bed.provider.acquire_lease(params.clone(), CreationRecorder::discard())).expect("acquire company B's lease");
         Self { bed, config, a, b }
     }
 
@@ -74,11 +76,11 @@ fn every_hook(bed: &Bed, params: &LeaseParams) -> Vec<(&'static str, provider_ab
     let provider = &bed.provider;
     vec![
         ("execute", bed.execute(&echo(params, "x")).0.map(|_| ()).unwrap_err()),
-        ("resume", provider.resume_lease(params).map(|_| ()).unwrap_err()),
-        ("release", provider.release_lease(params).unwrap_err()),
-        ("destroy", provider.destroy_lease(params).unwrap_err()),
+        ("resume", wait(provider.resume_lease(params)).map(|_| ()).unwrap_err()),
+        ("release", wait(provider.release_lease(params)).unwrap_err()),
+        ("destroy", wait(provider.destroy_lease(params)).unwrap_err()),
         ("realize", provider.realize_workspace(params).map(|_| ()).unwrap_err()),
-        ("inspect", provider.inspect_lease(params).map(|_| ()).unwrap_err()),
+        ("inspect", wait(provider.inspect_lease(params)).map(|_| ()).unwrap_err()),
     ]
 }
 
@@ -172,7 +174,7 @@ fn altered_lease_records_are_refused_by_every_hook_before_any_request() {
     assert_eq!(tenants.bed.status(&b_id), "running");
     let b_params = tenants.as_b(b);
     assert_eq!(tenants.echo(&b_params, "b-still-here").trim(), "b-still-here");
-    assert!(tenants.bed.provider.resume_lease(&b_params).is_ok_and(|lease| !lease.expired));
+    assert!(wait(tenants.bed.provider.resume_lease(b_params.clone())).is_ok_and(|lease| !lease.expired));
     assert_eq!(tenants.echo(&tenants.as_a(a), "a-still-here").trim(), "a-still-here");
 }
 
@@ -189,9 +191,9 @@ fn acquire_and_resume_hand_out_bound_records_that_survive_reserialisation() {
     let reserialised =
         Lease { metadata_json: serde_json::to_string_pretty(&metadata).unwrap().into(), ..lease.clone() };
     let params = bed.lease_params(config, &reserialised);
-    bed.provider.release_lease(&params).expect("a pause");
+    wait(bed.provider.release_lease(params.clone())).expect("a pause");
     assert_eq!(bed.status(&lease_id(lease)), "paused");
-    let resumed = bed.provider.resume_lease(&params).expect("a resume");
+    let resumed = wait(bed.provider.resume_lease(params.clone())).expect("a resume");
     assert!(!resumed.expired);
     let resumed_metadata: Value = serde_json::from_str(&resumed.metadata_json).unwrap();
     assert_eq!(resumed_metadata, metadata, "resume hands back the same bound record");
@@ -207,7 +209,7 @@ fn a_lease_of_a_rotated_key_is_refused_and_destroyed_with_its_own_configuration(
     let mut rotated = tenants.config.clone();
     rotated["apiKey"] = json!("the-new-key");
     let before = bed.ledger().requests.len();
-    let error = bed.provider.destroy_lease(&bed.lease_params(&rotated, lease)).unwrap_err();
+    let error = wait(bed.provider.destroy_lease(bed.lease_params(&rotated, lease))).unwrap_err();
     assert_eq!((error.kind, error.message.as_str()), (ErrorKind::NOT_THIS_ENVIRONMENT, NOT_VERIFIED));
     assert_eq!(bed.ledger().requests.len(), before);
     bed.provider

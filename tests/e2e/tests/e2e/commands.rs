@@ -5,8 +5,11 @@
 //! destroyed lease that comes back, and the script size limit at Linux's
 //! own number.
 
+use provider_host::wait;
 use crate::support::{lease_id, Bed};
-use provider_abi::{ErrorKind, ExecuteParams, ExecuteResult, HookResult, OutputSink, OutputStream, Provider};
+use provider_abi::{
+    ByteSink, ByteSource, ErrorKind, ExecuteParams, ExecuteResult, HookResult, OutputStream, Provider,
+};
 use serde_json::{json, Value};
 use std::sync::mpsc;
 use std::thread::{Scope, ScopedJoinHandle};
@@ -52,11 +55,11 @@ fn run_reporting_pids(
 ) -> HookResult<ExecuteResult> {
     let mut first_line = String::new();
     let mut reported = false;
-    let mut sink = |stream: OutputStream, chunk: &str| {
+    let sink = ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
         if stream != OutputStream::Stdout || reported {
             return;
         }
-        first_line.push_str(chunk);
+        first_line.push_str(&String::from_utf8_lossy(chunk));
         if let Some((line, _)) = first_line.split_once('\n') {
             let (namespace, inner) = line.split_once(' ').expect("a namespace and pids");
             let parsed = inner
@@ -66,8 +69,8 @@ fn run_reporting_pids(
             pids.send(parsed).expect("the test is waiting for the pids");
             reported = true;
         }
-    };
-    bed.provider.execute(params, &mut OutputSink::new(&mut sink))
+    });
+    wait(bed.provider.execute(params.clone(), ByteSource::empty(), sink))
 }
 
 type Running<'scope> = Vec<ScopedJoinHandle<'scope, HookResult<ExecuteResult>>>;
@@ -120,7 +123,7 @@ fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_
             // stay registered.
             let (quick, _) = bed.execute(&bed.command(&config, &lease, "/bin/true", &[]));
             assert_eq!(quick.unwrap().exit_code.into_option(), Some(0));
-            bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+            wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
             let left: Vec<&u32> = pids.iter().filter(|pid| running(**pid)).collect();
             assert!(left.is_empty(), "{n} commands: processes {left:?} outlived the release");
             assert_all_cancelled(commands);
@@ -186,17 +189,17 @@ fn a_destroyed_lease_that_comes_back_is_expired_not_unconfirmed() {
     ));
     let error = bed.execute(&bed.command(&config, &lease, "/bin/true", &[])).0.unwrap_err();
     assert_eq!(error.kind, ErrorKind::CREATION_UNCONFIRMED);
-    assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed);
     // The confirmed delete clears the flag for that lease.
-    bed.provider.destroy_lease(&params).unwrap();
-    let status = bed.provider.inspect_lease(&params).unwrap();
+    wait(bed.provider.destroy_lease(params.clone())).unwrap();
+    let status = wait(bed.provider.inspect_lease(params.clone())).unwrap();
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
     // The same lease record comes back (a host retrying from its ledger):
     // resume reports it expired instead of refusing it, and a release for
-    // reuse finds nothing to pause instead of failing with the seed's error.
-    let resumed = bed.provider.resume_lease(&params).unwrap();
+    // reuse finds nothing to pause instead of failing with the release rule's error.
+    let resumed = wait(bed.provider.resume_lease(params.clone())).unwrap();
     assert!(resumed.expired && resumed.provider_lease_id.is_none());
-    bed.provider.release_lease(&params).unwrap();
+    wait(bed.provider.release_lease(params.clone())).unwrap();
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), 0);
 }
 

@@ -1,7 +1,8 @@
 //! The execute hook through the loaded provider against the simulator, with
 //! real processes: exact arguments, live output, protocol faults, timeouts,
-//! cancellation by release, and the seed's story end to end.
+//! cancellation by release, and the release rule end to end.
 
+use provider_host::wait;
 use crate::support::{lease_id, Bed};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger};
 use provider_abi::{EnvVar, ErrorKind, OutputStream, Provider};
@@ -192,7 +193,7 @@ fn release_during_a_command_cancels_it_and_kills_the_tree_before_pausing() {
         bed.wait_for_ledger("the command's process creation", |ledger| {
             ledger.count("POST", "/v1/sandboxes/*/processes") == 1
         });
-        bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+        wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
         let error = running.join().unwrap().unwrap_err();
         assert_eq!(
             (error.kind, error.message.as_str()),
@@ -235,18 +236,18 @@ fn the_seed_scenario_end_to_end() {
     let refused = bed.execute(&bed.command(&config, &lease, "/bin/true", &[])).0.unwrap_err();
     assert_eq!(refused.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     assert_eq!(bed.ledger().requests.len(), before);
-    // Release for reuse fails with the seed's error and pauses nothing.
-    let error = bed.provider.release_lease(&params).unwrap_err();
+    // Release for reuse fails with the release rule's error and pauses nothing.
+    let error = wait(bed.provider.release_lease(params.clone())).unwrap_err();
     assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), 0);
     // Destroy deletes the sandbox and clears the flag.
-    bed.provider.destroy_lease(&params).unwrap();
+    wait(bed.provider.destroy_lease(params.clone())).unwrap();
     assert!(bed.ledger().leaked().is_empty());
-    assert!(!bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(!wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed);
     // A later lease on the same environment works.
     let fresh = bed.acquire(&config);
     let (result, _) = bed.execute(&bed.command(&config, &fresh, "/bin/echo", &["fresh"]));
     assert_eq!(result.unwrap().stdout, "fresh\n");
-    bed.provider.destroy_lease(&bed.lease_params(&config, &fresh)).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &fresh))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
 }

@@ -4,6 +4,8 @@
 //! a state read and a probe command that failed. Through the loaded CreateOS
 //! provider against the simulator.
 
+use provider_abi::CreationRecorder;
+use provider_host::wait;
 use crate::support::Bed;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, RateLimit};
 use provider_abi::{ErrorKind, Lease, LeaseParams, Provider, ProviderError};
@@ -44,7 +46,7 @@ fn assert_status(error: &ProviderError, kind: ErrorKind, status: u16) {
 fn acquire_answered(status: u16) -> ProviderError {
     let bed = Bed::new();
     fault(&bed, CREATE, FaultTrigger::nth(1), FaultKind::Status(status));
-    bed.provider.acquire_lease(&bed.acquire_params(&bed.config(json!({})))).unwrap_err()
+    wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard())).unwrap_err()
 }
 
 /// A creation the API refused (4xx) created nothing: the refusal itself is
@@ -55,7 +57,7 @@ fn a_refused_creation_is_reported_as_the_refusal() {
     let bed = Bed::new();
     let mut config = bed.config(json!({}));
     config["apiKey"] = "not-the-key".into();
-    let error = bed.provider.acquire_lease(&bed.acquire_params(&config)).unwrap_err();
+    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
     assert_status(&error, ErrorKind::UNAUTHORIZED, 401);
     for status in [400, 422] {
         assert_status(&acquire_answered(status), ErrorKind::API, status);
@@ -83,9 +85,9 @@ fn a_creation_never_sent_is_not_unconfirmed() {
     // its workspace preparation answered 429 with a Retry-After of about a
     // minute, which the provider's pacer honours from then on.
     bed.sim.set_rate_limit(Some(RateLimit::sliding_window(1, Duration::from_secs(60))));
-    bed.provider.acquire_lease(&bed.acquire_params(&config)).unwrap_err();
+    wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
     assert_eq!(bed.ledger().count_status(429), 1);
-    let error = bed.provider.acquire_lease(&bed.acquire_params(&config)).unwrap_err();
+    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::TIMEOUT, "{error}");
     assert!(error.message.contains("was not sent"), "{error}");
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes"), 1, "the second creation was never sent");
@@ -95,7 +97,7 @@ fn a_creation_never_sent_is_not_unconfirmed() {
 #[test]
 fn a_release_that_deletes_sends_one_delete() {
     let Leased { bed, params, .. } = leased(json!({}));
-    bed.provider.release_lease(&params).unwrap();
+    wait(bed.provider.release_lease(params.clone())).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 1);
     assert!(ledger.leaked().is_empty());
@@ -107,7 +109,7 @@ fn a_release_that_deletes_sends_one_delete() {
 fn a_failing_delete_is_sent_three_times_with_growing_pauses_then_reported() {
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503));
-    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::API, 503);
+    assert_status(&wait(bed.provider.release_lease(params.clone())).unwrap_err(), ErrorKind::API, 503);
     let ledger = bed.ledger();
     let deletes: Vec<_> =
         ledger.requests.iter().filter(|r| r.method == "DELETE").map(|r| r.received_at).collect();
@@ -122,7 +124,7 @@ fn a_failing_delete_is_sent_three_times_with_growing_pauses_then_reported() {
 fn a_delete_that_fails_twice_is_confirmed_by_its_third_attempt() {
     let Leased { bed, params, .. } = leased(json!({}));
     bed.sim.add_fault(FaultRule::new(DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503)).times(2));
-    bed.provider.release_lease(&params).unwrap();
+    wait(bed.provider.release_lease(params.clone())).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 3);
     assert!(ledger.leaked().is_empty());
@@ -135,7 +137,7 @@ fn a_delete_that_fails_twice_is_confirmed_by_its_third_attempt() {
 fn a_delete_is_not_repeated_past_its_deadline() {
     let Leased { bed, params, .. } = leased(json!({"timeoutMs": 600}));
     fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(503));
-    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::API, 503);
+    assert_status(&wait(bed.provider.release_lease(params.clone())).unwrap_err(), ErrorKind::API, 503);
     // 250 ms after the first attempt, the second; 500 ms more would pass the
     // 600 ms deadline.
     assert!(bed.ledger().count("DELETE", "/v1/sandboxes/*") <= 2);
@@ -148,14 +150,14 @@ fn a_delete_is_not_repeated_past_its_deadline() {
 fn a_delete_with_an_unreadable_reply_is_repeated_and_a_refused_one_is_not() {
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, DELETE, FaultTrigger::nth(1), FaultKind::MalformedJson);
-    bed.provider.release_lease(&params).unwrap();
+    wait(bed.provider.release_lease(params.clone())).unwrap();
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 2);
     assert!(ledger.leaked().is_empty());
 
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(403));
-    assert_status(&bed.provider.release_lease(&params).unwrap_err(), ErrorKind::UNAUTHORIZED, 403);
+    assert_status(&wait(bed.provider.release_lease(params.clone())).unwrap_err(), ErrorKind::UNAUTHORIZED, 403);
     assert_eq!(bed.ledger().count("DELETE", "/v1/sandboxes/*"), 1);
 }
 
@@ -166,11 +168,11 @@ fn a_delete_with_an_unreadable_reply_is_repeated_and_a_refused_one_is_not() {
 fn resume_expires_a_lease_whose_marker_is_gone_and_reports_a_failed_read() {
     let Leased { bed, config, lease, params } = leased(json!({"reuseLease": true}));
     fault(&bed, "GET /v1/sandboxes/*/files", FaultTrigger::nth(1), FaultKind::Status(503));
-    let error = bed.provider.resume_lease(&params).map(|_| ()).unwrap_err();
+    let error = wait(bed.provider.resume_lease(params.clone())).map(|_| ()).unwrap_err();
     assert_status(&error, ErrorKind::API, 503);
     let (removed, _) = bed.execute(&bed.command(&config, &lease, "/bin/rm", &[MARKER_PATH]));
     assert_eq!(removed.unwrap().exit_code.into_option(), Some(0));
-    assert!(bed.provider.resume_lease(&params).unwrap().expired);
+    assert!(wait(bed.provider.resume_lease(params.clone())).unwrap().expired);
     assert_eq!(bed.ledger().count("GET", "/v1/sandboxes/*/files"), 2);
 }
 
@@ -179,21 +181,21 @@ fn resume_expires_a_lease_whose_marker_is_gone_and_reports_a_failed_read() {
 #[test]
 fn an_imported_unconfirmed_lease_can_only_be_destroyed() {
     let Leased { bed, params, .. } = leased(json!({"reuseLease": true}));
-    assert!(!bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(!wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed);
     bed.provider.import_unconfirmed(&params).unwrap();
     bed.provider.import_unconfirmed(&params).unwrap();
-    assert!(bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed);
     let errors = [
-        bed.provider.release_lease(&params).unwrap_err(),
-        bed.provider.resume_lease(&params).map(|_| ()).unwrap_err(),
+        wait(bed.provider.release_lease(params.clone())).unwrap_err(),
+        wait(bed.provider.resume_lease(params.clone())).map(|_| ()).unwrap_err(),
     ];
     for error in errors {
         assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
     }
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), 0);
-    bed.provider.destroy_lease(&params).unwrap();
+    wait(bed.provider.destroy_lease(params.clone())).unwrap();
     assert!(bed.ledger().leaked().is_empty());
-    assert!(!bed.provider.inspect_lease(&params).unwrap().unconfirmed);
+    assert!(!wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed);
 }
 
 /// `inspect_lease` says a sandbox is gone only when the API says so (404):
@@ -202,9 +204,9 @@ fn an_imported_unconfirmed_lease_can_only_be_destroyed() {
 fn inspect_reports_a_failed_read_and_only_a_404_as_gone() {
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, "GET /v1/sandboxes/*", FaultTrigger::nth(1), FaultKind::Status(503));
-    assert_status(&bed.provider.inspect_lease(&params).map(|_| ()).unwrap_err(), ErrorKind::API, 503);
-    bed.provider.destroy_lease(&params).unwrap();
-    let status = bed.provider.inspect_lease(&params).unwrap();
+    assert_status(&wait(bed.provider.inspect_lease(params.clone())).map(|_| ()).unwrap_err(), ErrorKind::API, 503);
+    wait(bed.provider.destroy_lease(params.clone())).unwrap();
+    let status = wait(bed.provider.inspect_lease(params.clone())).unwrap();
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
 }
 
@@ -215,7 +217,7 @@ fn a_probe_whose_command_fails_is_not_ok_whatever_it_printed() {
     let bed = Bed::new();
     // The second command is the probe's (the first prepares the workspace).
     fault(&bed, "POST /v1/sandboxes/*/exec", FaultTrigger::nth(2), FaultKind::ExitCode(1));
-    let report = bed.provider.probe(&bed.env(&bed.config(json!({})))).unwrap();
+    let report = wait(bed.provider.probe(bed.env(&bed.config(json!({}))), CreationRecorder::discard())).unwrap();
     assert!(!report.ok, "{report:?}");
     assert_eq!(report.message, "CreateOS probe command did not print the expected output.");
     let metadata: Value = serde_json::from_str(&report.metadata_json).unwrap();

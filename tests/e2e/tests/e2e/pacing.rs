@@ -3,6 +3,7 @@
 //! back to back), and when the server's limiter turns out to be a token
 //! bucket it honours the 429's `Retry-After` and paces smoothly from then on.
 
+use provider_host::wait;
 use crate::support::Bed;
 use createos_sim::{Ledger, RateLimit, SimConfig};
 use provider_abi::{Lease, Provider};
@@ -26,10 +27,10 @@ fn lifecycle(bed: &Bed, config: &Value, execute: bool) {
         }
     };
     run();
-    bed.provider.release_lease(&params).unwrap();
-    assert!(!bed.provider.resume_lease(&params).unwrap().expired);
+    wait(bed.provider.release_lease(params.clone())).unwrap();
+    assert!(!wait(bed.provider.resume_lease(params.clone())).unwrap().expired);
     run();
-    bed.provider.destroy_lease(&params).unwrap();
+    wait(bed.provider.destroy_lease(params.clone())).unwrap();
 }
 
 /// Every request that arrived after a 429 arrived at least `retry_after`

@@ -3,6 +3,7 @@
 //! bytes, plus links planted in the sandbox, cancellation by release and
 //! request counts.
 
+use provider_host::wait;
 use crate::support::{lease_id, Bed};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger};
 use provider_abi::{
@@ -28,6 +29,7 @@ fn mapping(kind: &str, source: &str, target: &str) -> SyncMapping {
 fn params(bed: &Bed, config: &Value, lease: &Lease, mappings: Vec<SyncMapping>) -> SyncParams {
     SyncParams {
         lease: bed.lease_params(config, lease),
+        direction: Default::default(),
         operations: vec![SyncOperation {
             id: "op-1".into(),
             mappings: mappings.into(),
@@ -67,7 +69,7 @@ fn binary_bytes_arrive_exact_with_the_requested_mode() {
     let mut file = mapping("file", path(&source), "/paperclip-workspace/in/deep/bytes.bin");
     file.mode = Some(0o640).into();
     let puts = bed.ledger().count("PUT", "/v1/sandboxes/*/files");
-    let result = bed.provider.sync_in(&params(&bed, &config, &lease, vec![file])).unwrap();
+    let result = bed.sync_in(params(&bed, &config, &lease, vec![file])).unwrap();
     assert_eq!(result.operations.len(), 1);
     assert_eq!(result.operations[0].id, "op-1");
     assert_eq!((result.operations[0].files_transferred, result.operations[0].bytes_transferred), (1, 70_000));
@@ -99,7 +101,7 @@ fn a_5_mib_download_is_byte_exact_through_files_with_its_mode() {
     let mut file = mapping("file", "/paperclip-workspace/big.bin", path(&target));
     file.mode = Some(0o640).into();
     let processes = bed.ledger().count("POST", "/v1/sandboxes/*/processes");
-    let result = bed.provider.sync_out(&params(&bed, &config, &lease, vec![file])).unwrap();
+    let result = bed.sync_out(params(&bed, &config, &lease, vec![file])).unwrap();
     assert_eq!(result.operations[0].bytes_transferred, 5 << 20);
     let downloaded = std::fs::read(&target).unwrap();
     assert_eq!(downloaded.len(), 5 << 20);
@@ -133,8 +135,7 @@ fn a_download_cut_mid_stream_never_replaces_the_host_file_and_leaves_no_temporar
         FaultKind::CutStream,
     ));
     let error = bed
-        .provider
-        .sync_out(&params(
+        .sync_out(params(
             &bed,
             &config,
             &lease,
@@ -172,7 +173,7 @@ fn a_directory_with_modes_an_internal_link_and_excluded_node_modules_round_trips
     let mut inbound = mapping("directory", path(&source), "/paperclip-workspace/project");
     inbound.exclude = vec!["node_modules".into()].into();
     let before = bed.ledger().requests.len();
-    let result = bed.provider.sync_in(&params(&bed, &config, &lease, vec![inbound])).unwrap();
+    let result = bed.sync_in(params(&bed, &config, &lease, vec![inbound])).unwrap();
     assert_eq!(
         (result.operations[0].files_transferred, result.operations[0].bytes_transferred),
         (3, 8 + 19 + 1)
@@ -191,7 +192,7 @@ fn a_directory_with_modes_an_internal_link_and_excluded_node_modules_round_trips
     let back = host.path().join("back");
     let outbound = mapping("directory", "/paperclip-workspace/project", path(&back));
     let before = bed.ledger().requests.len();
-    let result = bed.provider.sync_out(&params(&bed, &config, &lease, vec![outbound])).unwrap();
+    let result = bed.sync_out(params(&bed, &config, &lease, vec![outbound])).unwrap();
     assert_eq!(result.operations[0].files_transferred, 3);
     assert_eq!(bed.ledger().requests.len() - before, 3, "one command, one download, one removal");
     assert_eq!(std::fs::read_to_string(back.join("README.md")).unwrap(), "read me\n");
@@ -221,7 +222,7 @@ fn a_host_link_leaving_the_source_is_refused_before_any_request_even_after_a_val
             mapping("file", path(&host.path().join("fine.txt")), "/paperclip-workspace/fine.txt"),
             mapping("directory", path(dir), "/paperclip-workspace/dir"),
         ];
-        let error = bed.provider.sync_in(&params(&bed, &config, &lease, mappings)).unwrap_err();
+        let error = bed.sync_in(params(&bed, &config, &lease, mappings)).unwrap_err();
         assert_error(&error, ErrorKind::INVALID_INPUT, ESCAPES);
         assert_eq!(bed.ledger().requests.len(), before, "no request at all");
     }
@@ -243,10 +244,10 @@ fn reference_paths_are_refused_before_any_request() {
         ("/paperclip-workspace-other/file", ESCAPES),
     ] {
         let inbound = mapping("file", path(&file), sandbox);
-        let error = bed.provider.sync_in(&params(&bed, &config, &lease, vec![inbound])).unwrap_err();
+        let error = bed.sync_in(params(&bed, &config, &lease, vec![inbound])).unwrap_err();
         assert_error(&error, ErrorKind::INVALID_INPUT, message);
         let outbound = mapping("file", sandbox, path(&host.path().join("out")));
-        let error = bed.provider.sync_out(&params(&bed, &config, &lease, vec![outbound])).unwrap_err();
+        let error = bed.sync_out(params(&bed, &config, &lease, vec![outbound])).unwrap_err();
         assert_error(&error, ErrorKind::INVALID_INPUT, message);
     }
     let mut bad_mode = mapping("file", path(&file), "/paperclip-workspace/f");
@@ -255,16 +256,16 @@ fn reference_paths_are_refused_before_any_request() {
     follow.follow_symlinks = true;
     let relative_host = mapping("file", "relative/f", "/paperclip-workspace/f");
     for wrong in [bad_mode, follow, relative_host] {
-        let error = bed.provider.sync_in(&params(&bed, &config, &lease, vec![wrong])).unwrap_err();
+        let error = bed.sync_in(params(&bed, &config, &lease, vec![wrong])).unwrap_err();
         assert_eq!(error.kind, ErrorKind::INVALID_INPUT, "{error}");
     }
     let mut with_commands = params(&bed, &config, &lease, vec![]);
     with_commands.operations[0].post_upload_commands =
         vec![PostUploadCommand { command: "true".into(), ..Default::default() }].into();
-    let error = bed.provider.sync_out(&with_commands).unwrap_err();
+    let error = bed.sync_out(with_commands.clone()).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INVALID_INPUT, "{error}");
     with_commands.operations[0].post_upload_commands[0].timeout_ms = Some(0).into();
-    let error = bed.provider.sync_in(&with_commands).unwrap_err();
+    let error = bed.sync_in(with_commands.clone()).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INVALID_INPUT, "{error}");
     assert_eq!(bed.ledger().requests.len(), before, "no request at all");
     assert!(!host.path().join("out").exists());
@@ -287,14 +288,12 @@ fn a_link_planted_in_the_workspace_cannot_redirect_a_write_or_a_read() {
     std::fs::write(&file, "overwrite").unwrap();
     for target in ["/paperclip-workspace/planted/secret", "/paperclip-workspace/file-link"] {
         let error = bed
-            .provider
-            .sync_in(&params(&bed, &config, &lease, vec![mapping("file", path(&file), target)]))
+            .sync_in(params(&bed, &config, &lease, vec![mapping("file", path(&file), target)]))
             .unwrap_err();
         assert_error(&error, ErrorKind::INVALID_INPUT, ESCAPES);
         let out = host.path().join("read");
         let error = bed
-            .provider
-            .sync_out(&params(&bed, &config, &lease, vec![mapping("file", target, path(&out))]))
+            .sync_out(params(&bed, &config, &lease, vec![mapping("file", target, path(&out))]))
             .unwrap_err();
         assert_error(&error, ErrorKind::INVALID_INPUT, ESCAPES);
         assert!(!out.exists());
@@ -303,8 +302,7 @@ fn a_link_planted_in_the_workspace_cannot_redirect_a_write_or_a_read() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("secret"), "overwrite").unwrap();
     let error = bed
-        .provider
-        .sync_in(&params(
+        .sync_in(params(
             &bed,
             &config,
             &lease,
@@ -332,8 +330,7 @@ fn an_archive_carrying_an_escaping_link_is_rejected_before_anything_is_extracted
     let host = tempfile::tempdir().unwrap();
     let target = host.path().join("landed");
     let error = bed
-        .provider
-        .sync_out(&params(
+        .sync_out(params(
             &bed,
             &config,
             &lease,
@@ -348,8 +345,7 @@ fn an_archive_carrying_an_escaping_link_is_rejected_before_anything_is_extracted
     target_link.set_file_name("link-target");
     symlink(host.path(), &target_link).unwrap();
     let error = bed
-        .provider
-        .sync_out(&params(
+        .sync_out(params(
             &bed,
             &config,
             &lease,
@@ -394,7 +390,7 @@ fn an_outbound_archive_with_a_hard_link_leaving_it_lands_nothing() {
         std::fs::write(&archive, archive_with_a_hard_link(link_target)).unwrap();
         let remote = format!("/paperclip-workspace/hostile-{n}.tar");
         let upload = mapping("file", path(&archive), &remote);
-        bed.provider.sync_in(&params(&bed, &config, &lease, vec![upload])).unwrap();
+        bed.sync_in(params(&bed, &config, &lease, vec![upload])).unwrap();
         let (code, _) = sh(
             &bed,
             &config,
@@ -417,7 +413,7 @@ fn an_outbound_archive_with_a_hard_link_leaving_it_lands_nothing() {
             vec![mapping("directory", "/paperclip-workspace/out", path(&target))],
         );
         std::thread::scope(|scope| {
-            let syncing = scope.spawn(|| bed.provider.sync_out(&call));
+            let syncing = scope.spawn(|| bed.sync_out(call.clone()));
             bed.wait_for_ledger("the archiving command", |ledger| {
                 ledger.count("POST", "/v1/sandboxes/*/exec") > execs
             });
@@ -454,7 +450,7 @@ fn post_upload_commands_run_verbatim_and_stop_at_the_first_failure() {
         command("touch /paperclip-workspace/never", None),
     ]
     .into();
-    let error = bed.provider.sync_in(&call).unwrap_err();
+    let error = bed.sync_in(call.clone()).unwrap_err();
     assert_error(&error, ErrorKind::API, "CreateOS post-upload command failed with exit code 3.");
     let (_, out) =
         sh(&bed, &config, &lease, "cat /paperclip-workspace/sub/out1; echo; ls /paperclip-workspace");
@@ -480,18 +476,18 @@ fn sync_during_release_is_cancelled_and_the_scratch_file_removed() {
     let call =
         params(&bed, &config, &lease, vec![mapping("file", "/paperclip-workspace/held.bin", path(&target))]);
     std::thread::scope(|scope| {
-        let syncing = scope.spawn(|| bed.provider.sync_out(&call));
+        let syncing = scope.spawn(|| bed.sync_out(call.clone()));
         bed.wait_for_ledger("the staging command", |ledger| {
             ledger.count("POST", "/v1/sandboxes/*/exec") > execs
         });
-        bed.provider.release_lease(&bed.lease_params(&config, &lease)).unwrap();
+        wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
         let error = syncing.join().unwrap().unwrap_err();
         assert_error(&error, ErrorKind::CANCELLED, "CreateOS command was cancelled.");
     });
     assert!(!target.exists());
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "no temporary file");
     assert_eq!(bed.status(&lease_id(&lease)), "paused");
-    let resumed = bed.provider.resume_lease(&bed.lease_params(&config, &lease)).unwrap();
+    let resumed = wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap();
     let (_, tmp) = sh(&bed, &config, &resumed, "ls /tmp");
     assert!(!tmp.contains("paperclip-createos-transfer-"), "the scratch file was removed: {tmp}");
 }
@@ -506,7 +502,7 @@ fn sync_both_ways(bed: &Bed, config: &Value, lease: &Lease) -> Vec<(ErrorKind, S
     let inbound = params(bed, config, lease, vec![mapping("file", path(&file), "/paperclip-workspace/f")]);
     let outbound = params(bed, config, lease, vec![mapping("file", "/paperclip-workspace/f", path(&back))]);
     let calls: [&dyn Fn() -> Result<_, ProviderError>; 2] =
-        [&|| bed.provider.sync_in(&inbound), &|| bed.provider.sync_out(&outbound)];
+        [&|| bed.sync_in(inbound.clone()), &|| bed.sync_out(outbound.clone())];
     let answers = calls
         .iter()
         .map(|call| {
@@ -533,7 +529,7 @@ fn sync_while_a_release_is_in_progress_is_refused_before_any_request() {
     ));
     let reads_before = bed.ledger().count("GET", "/v1/sandboxes/*");
     std::thread::scope(|scope| {
-        let release = scope.spawn(|| bed.provider.release_lease(&bed.lease_params(&config, &lease)));
+        let release = scope.spawn(|| wait(bed.provider.release_lease(bed.lease_params(&config, &lease))));
         bed.wait_for_ledger("the release's state read", |ledger| {
             ledger.count("GET", "/v1/sandboxes/*") > reads_before
         });
@@ -574,14 +570,14 @@ fn a_failed_transfer_command_is_one_line_and_lands_nothing() {
     let host = tempfile::tempdir().unwrap();
     let target = host.path().join("missing.txt");
     let missing = mapping("file", "/paperclip-workspace/no-such-file", path(&target));
-    let error = bed.provider.sync_out(&params(&bed, &config, &lease, vec![missing])).unwrap_err();
+    let error = bed.sync_out(params(&bed, &config, &lease, vec![missing])).unwrap_err();
     assert_error(&error, ErrorKind::API, "CreateOS transfer command failed.");
     assert_eq!(std::fs::read_dir(host.path()).unwrap().count(), 0, "nothing landed");
     sh(&bed, &config, &lease, "mkdir -p /paperclip-workspace/a-directory/inside");
     let file = host.path().join("f");
     std::fs::write(&file, "f").unwrap();
     let onto_directory = mapping("file", path(&file), "/paperclip-workspace/a-directory");
-    let error = bed.provider.sync_in(&params(&bed, &config, &lease, vec![onto_directory])).unwrap_err();
+    let error = bed.sync_in(params(&bed, &config, &lease, vec![onto_directory])).unwrap_err();
     assert_error(&error, ErrorKind::API, "CreateOS transfer command failed.");
     let (_, state) = sh(&bed, &config, &lease, "ls /paperclip-workspace/a-directory; ls /tmp");
     assert_eq!(state.lines().next(), Some("inside"), "{state}");

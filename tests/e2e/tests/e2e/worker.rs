@@ -1,7 +1,8 @@
 //! The out-of-process worker baseline answers hooks like the loaded library.
 
 use e2e::worker::Worker;
-use provider_abi::{LoadedProvider, Provider};
+use provider_abi::Provider;
+use provider_host::loader::LoadedProvider;
 use serde_json::json;
 use std::path::Path;
 
