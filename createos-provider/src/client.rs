@@ -56,6 +56,7 @@ use crate::config::{ProviderConfig, Secret};
 use crate::error::{op, Error};
 use crate::gate::RequestGate;
 use crate::pacer::{key_fingerprint, Pacer, Priority};
+use provider_abi::CreationRecorder;
 
 /// `Retry-After` assumed when a 429 has none.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -281,13 +282,16 @@ impl CreateosClient {
     }
 
     /// `POST /sandboxes`; returns the new sandbox ID. Sent again only after
-    /// a 429 (a refusal: nothing was created).
+    /// a 429 (a refusal: nothing was created). `recorder` hears each attempt
+    /// right before it leaves, once the gate and the pacer admitted it; its
+    /// refusal is returned as [`Error::HostRefused`] and nothing is sent.
     pub async fn create_sandbox(
         &self,
         shape: &str,
         rootfs: Option<&str>,
         region: Option<&str>,
         opts: CallOptions,
+        recorder: &mut CreationRecorder,
     ) -> Result<String, Error> {
         let mut body = json!({"shape": shape, "ingress_enabled": false});
         if let Some(rootfs) = rootfs {
@@ -297,10 +301,13 @@ impl CreateosClient {
             body["region"] = json!(region);
         }
         let url = format!("{}/sandboxes", self.base);
+        let label = op::SANDBOX_LIFECYCLE;
         let data = self
-            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.post(&url).json(&body))
+            .call_json_announced(label, opts, Retry::After429, &[], Some(recorder), || {
+                self.http.post(&url).json(&body)
+            })
             .await?;
-        reply_id(&data, "id", op::SANDBOX_LIFECYCLE)
+        reply_id(&data, "id", label)
     }
 
     /// `GET /sandboxes/{id}`; the reply must echo `id`.
@@ -624,8 +631,22 @@ impl CreateosClient {
         ok_statuses: &[StatusCode],
         build: impl Fn() -> RequestBuilder,
     ) -> Result<Map<String, Value>, Error> {
+        self.call_json_announced(label, opts, retry, ok_statuses, None, build).await
+    }
+
+    /// [`Self::call_json`], `announce` told right before each attempt leaves
+    /// (see [`Self::send_announced`]).
+    async fn call_json_announced(
+        &self,
+        label: &'static str,
+        opts: CallOptions,
+        retry: Retry,
+        ok_statuses: &[StatusCode],
+        announce: Option<&mut CreationRecorder>,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Map<String, Value>, Error> {
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, retry, build).await?;
+            let resp = self.send_announced(label, opts, retry, announce, build).await?;
             let resp = check_status(resp, label, ok_statuses)?;
             if !resp.status().is_success() {
                 return Ok(Map::new());
@@ -644,19 +665,40 @@ impl CreateosClient {
         retry: Retry,
         build: impl Fn() -> RequestBuilder,
     ) -> Result<Response, Error> {
+        self.send_announced(label, opts, retry, None, build).await
+    }
+
+    /// [`Self::send`], telling `announce` (a creation's write-ahead
+    /// recorder) right before each attempt leaves, once the gate and the
+    /// pacer admitted it. Its refusal sends nothing and is returned as
+    /// [`Error::HostRefused`]; a deadline that passes while it records is
+    /// [`Error::NotSent`].
+    async fn send_announced(
+        &self,
+        label: &'static str,
+        opts: CallOptions,
+        retry: Retry,
+        mut announce: Option<&mut CreationRecorder>,
+        build: impl Fn() -> RequestBuilder,
+    ) -> Result<Response, Error> {
         let mut retries = 0;
         loop {
-            // Racing the pass and the permit against the deadline here
-            // (inside `bounded`, whose timeout polls this future first)
-            // tells "never sent" apart from "sent, outcome unknown".
+            // Racing the pass, the permit and the announcement against the
+            // deadline here (inside `bounded`, whose timeout polls this
+            // future first) tells "never sent" apart from "sent, outcome
+            // unknown".
             let admitted = async {
                 let pass = self.gate.enter(opts.priority).await;
                 self.pacer.acquire(opts.priority).await;
-                pass
+                if let Some(recorder) = announce.as_deref_mut() {
+                    recorder.sending().await.map_err(Error::HostRefused)?;
+                }
+                Ok(pass)
             };
             let Ok(pass) = tokio::time::timeout_at(opts.deadline, admitted).await else {
                 return Err(Error::NotSent { operation: label });
             };
+            let pass = pass?;
             let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
                 log_transport(label, &e);
                 if e.is_connect() {
@@ -882,6 +924,75 @@ mod tests {
         CallOptions::new(Instant::now() + Duration::from_secs(10), Priority::InFlight)
     }
 
+    fn discard() -> CreationRecorder {
+        CreationRecorder::discard()
+    }
+
+    /// Notes how many requests the server had seen each time a creation was
+    /// announced; refuses every announcement when `refuse` is set.
+    struct Announcements {
+        mock: Mock,
+        heard: Arc<Mutex<Vec<usize>>>,
+        refuse: bool,
+    }
+
+    impl provider_abi::RecordCreation for Announcements {
+        fn sending(&mut self) -> provider_abi::HookFuture<()> {
+            self.heard.lock().unwrap().push(self.mock.seen().len());
+            let answer = match self.refuse {
+                true => Err(provider_abi::ProviderError::internal("the ledger is read-only")),
+                false => Ok(()),
+            };
+            provider_abi::ready(answer)
+        }
+
+        fn created(&mut self, _lease: &provider_abi::Lease) -> provider_abi::HookFuture<()> {
+            provider_abi::ready(Ok(()))
+        }
+    }
+
+    fn announcing(mock: &Mock, refuse: bool) -> (CreationRecorder, Arc<Mutex<Vec<usize>>>) {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let recorder =
+            CreationRecorder::new(Announcements { mock: mock.clone(), heard: Arc::clone(&heard), refuse });
+        (recorder, heard)
+    }
+
+    #[tokio::test]
+    async fn each_creation_attempt_is_announced_right_before_it_leaves() {
+        let (mock, client) = server().await;
+        mock.push(Reply::Status(429, vec![("retry-after", "0".into())], vec![]));
+        mock.push(ok(json!({"id": "sbx_1"})));
+        let (mut recorder, heard) = announcing(&mock, false);
+        let id = client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut recorder).await.unwrap();
+        assert_eq!(id, "sbx_1");
+        assert_eq!(*heard.lock().unwrap(), [0, 1], "once per attempt, before the server saw it");
+    }
+
+    #[tokio::test]
+    async fn a_refused_announcement_sends_nothing_and_returns_the_hosts_error() {
+        let (mock, client) = server().await;
+        let (mut recorder, heard) = announcing(&mock, true);
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut recorder).await.unwrap_err();
+        assert!(err.is_not_sent());
+        assert_eq!(err, Error::HostRefused(provider_abi::ProviderError::internal("the ledger is read-only")));
+        assert_eq!(heard.lock().unwrap().len(), 1);
+        assert!(mock.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_creation_the_pacer_never_admits_is_never_announced() {
+        let (mock, client) = server().await;
+        client.pacer().pause_until(Instant::now() + Duration::from_secs(60));
+        let (mut recorder, heard) = announcing(&mock, false);
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let options = CallOptions::new(deadline, Priority::InFlight);
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, options, &mut recorder).await.unwrap_err();
+        assert!(err.is_not_sent(), "{err}");
+        assert!(heard.lock().unwrap().is_empty(), "nothing could exist remotely: nothing to record");
+        assert!(mock.seen().is_empty());
+    }
+
     fn assert_clean(err: &Error) {
         let msg = err.to_string();
         assert!(!msg.contains(KEY) && !msg.contains("127.0.0.1"), "{msg}");
@@ -891,7 +1002,8 @@ mod tests {
     async fn create_sandbox_sends_the_contract() {
         let (mock, client) = server().await;
         mock.push(ok(json!({"id": "sbx_1"})));
-        let id = client.create_sandbox("s-1vcpu-1gb", Some("ubuntu"), None, opts()).await.unwrap();
+        let id =
+            client.create_sandbox("s-1vcpu-1gb", Some("ubuntu"), None, opts(), &mut discard()).await.unwrap();
         assert_eq!(id, "sbx_1");
         let seen = &mock.seen()[0];
         assert_eq!(seen.method, "POST");
@@ -925,7 +1037,7 @@ mod tests {
         let state = client.get_sandbox("sbx_1", opts()).await.unwrap();
         assert_eq!(state.status, SandboxStatus::Paused);
         mock.push(ok(json!({"id": "../x"})));
-        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap_err();
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut discard()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Protocol);
     }
 
@@ -1072,7 +1184,10 @@ mod tests {
         // So is a refused creation: the limiter created nothing.
         mock.push(retry("0"));
         mock.push(ok(json!({"id": "sbx_2"})));
-        assert_eq!(client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap(), "sbx_2");
+        assert_eq!(
+            client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut discard()).await.unwrap(),
+            "sbx_2"
+        );
         let seen = mock.seen();
         assert_eq!(seen.len(), 4);
         assert!(seen[2..].iter().all(|s| s.method == "POST" && s.uri == "/v1/sandboxes"));
@@ -1081,7 +1196,7 @@ mod tests {
         assert_eq!(client.pacer().pacing(), crate::pacer::Pacing::Smooth);
         mock.push(retry("30"));
         let before = Instant::now();
-        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts()).await.unwrap_err();
+        let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut discard()).await.unwrap_err();
         assert_eq!(err.http_status(), Some(429));
         assert_eq!(err.operation(), Some("sandbox lifecycle"));
         let paused = client.pacer().paused_until().unwrap();

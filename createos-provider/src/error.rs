@@ -148,6 +148,10 @@ pub enum Error {
         /// The host's one-line reason.
         reason: String,
     },
+    /// The host refused to record that a creation request was about to
+    /// leave, so it was not sent; the host's error is returned as it is.
+    #[error("{}", .0.message)]
+    HostRefused(provider_abi::ProviderError),
     /// A sandbox could not be deleted after a failed acquire or a probe.
     #[error("CreateOS cleanup is unconfirmed for sandbox {sandbox}.")]
     SandboxCleanupUnconfirmed {
@@ -308,7 +312,8 @@ impl Error {
             Error::Timeout { .. } | Error::NotSent { .. } => ErrorKind::Timeout,
             Error::Cancelled => ErrorKind::Cancelled,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
-            Error::Internal { .. } | Error::NotRecorded { .. } => ErrorKind::Internal,
+            // The host's own error crosses back unchanged (`to_abi`).
+            Error::Internal { .. } | Error::NotRecorded { .. } | Error::HostRefused(_) => ErrorKind::Internal,
             Error::CommandCleanupUnconfirmed => ErrorKind::CleanupUnconfirmed,
             Error::OutputEvicted | Error::OutputStreamError => ErrorKind::Api,
             Error::TransferFailed | Error::PostUploadFailed { .. } => ErrorKind::Api,
@@ -442,9 +447,10 @@ impl Error {
         matches!(self, Error::Unreachable { .. })
     }
 
-    /// The request was never sent (its deadline passed in the pacer queue).
+    /// The request was never sent (its deadline passed in the pacer queue,
+    /// or the host refused to record that it was leaving).
     pub fn is_not_sent(&self) -> bool {
-        matches!(self, Error::NotSent { .. })
+        matches!(self, Error::NotSent { .. } | Error::HostRefused(_))
     }
 
     /// The sandbox state a failed transition last saw.

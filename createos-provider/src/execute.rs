@@ -8,18 +8,18 @@
 //! 2. The command registers on its lease ([`Registry::start_command`]); a
 //!    closing lease is refused with [`Error::CleanupInProgress`], an
 //!    unconfirmed one with [`Error::CleanupUnconfirmed`], before any request.
-//! 3. The command waits for the pacer's admission of new work
-//!    ([`crate::lease::admit`]) and holds it until process
-//!    creation returns. Standard input, if any, is uploaded to `/tmp/.paperclip-stdin-<uuid>`
-//!    (`PUT /files`) and redirected with `<`; it never appears in the script
-//!    or the process-creation request. Without stdin the command reads
-//!    `/dev/null`. Input pulled from a byte source (ABI 1.9) is read on a
-//!    thread of its own in [`STREAM_CHUNK`]-byte pieces, at most
-//!    [`STDIN_PIECES_AHEAD`] of them ahead of the upload, and sent chunked as
-//!    it is read: memory stays bounded whatever its size, and the upload
-//!    (no 429 retry: it cannot be sent twice) is raced against the deadline
-//!    and the cancellation like every step. There is no size limit but the
-//!    sandbox's disk and the command's deadline.
+//! 3. Standard input is pulled from the host's byte source on a thread of
+//!    its own in [`STREAM_CHUNK`]-byte pieces, at most [`STDIN_PIECES_AHEAD`]
+//!    of them ahead of the upload. An input that ends before its first byte
+//!    stages nothing: the command reads `/dev/null`. Otherwise the command
+//!    waits for the pacer's admission of new work ([`crate::lease::admit`]),
+//!    which it holds until process creation returns, and the input is sent
+//!    chunked as it is read to `/tmp/.paperclip-stdin-<uuid>` (`PUT /files`)
+//!    and redirected with `<`; it never appears in the script or the
+//!    process-creation request. Memory stays bounded whatever its size, and
+//!    the upload (no 429 retry: it cannot be sent twice) is raced against
+//!    the deadline and the cancellation like every step. There is no size
+//!    limit but the sandbox's disk and the command's deadline.
 //! 4. `POST /processes` runs `/bin/bash -lc SCRIPT`, never retried. A 4xx (or
 //!    an input error) is a plain error; a request the pacer never sent
 //!    before the deadline is a plain timeout; any other failure (5xx, connection
@@ -27,8 +27,8 @@
 //!    arrived) leaves the outcome unknown: the lease is marked unconfirmed
 //!    and the error is [`Error::CreationUnconfirmed`].
 //! 5. The output is streamed with `GET .../connect?after=<cursor>` and
-//!    decoded by [`OutputDecoder`]; every decoded piece of text is written
-//!    to the sink once, as it arrives. On a connection error, a premature
+//!    decoded by [`OutputDecoder`]; the bytes of every data frame are written
+//!    to the sink once, as they arrive (the result keeps the text tails). On a connection error, a premature
 //!    end of the body, a 5xx or a 429 the stream reconnects from its cursor,
 //!    at most [`MAX_RECONNECTS`] times per command, [`RECONNECT_DELAY`]
 //!    apart. Everything is raced against the command's deadline and its
@@ -49,8 +49,8 @@
 //!
 //! `metadata_json` is `{"processId", "outputTruncated": {"stdout",
 //! "stderr"}, "reconnects"}` (`processId` is `null` when no process was
-//! created: a timeout while waiting for admission, uploading stdin or
-//! before the creation request was sent).
+//! created: a timeout while reading or uploading stdin, waiting for
+//! admission or before the creation request was sent).
 //!
 //! A relative `cwd` is resolved against the workspace
 //! ([`REMOTE_CWD`]); an empty or missing one is the workspace.
@@ -60,9 +60,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use provider_abi::{
-    ByteSink, ExecuteParams, ExecuteResult, OutputSink, OutputStream, OwnedByteSink, OwnedByteSource,
-};
+use provider_abi::{ByteSink, ByteSource, ExecuteParams, ExecuteResult, OutputStream};
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +70,7 @@ use crate::config::{ProviderConfig, MAX_TIMEOUT_MS};
 use crate::error::{op, Error, ErrorKind};
 use crate::lease::{Context, OwnedLease};
 use crate::metadata::REMOTE_CWD;
-use crate::ndjson::{ByteEmit, DecodedOutput, Emit, ExitStatus, OutputDecoder, TextEmit};
+use crate::ndjson::{ByteEmit, DecodedOutput, Emit, ExitStatus, OutputDecoder};
 use crate::pacer::{Admission, Priority};
 use crate::registry::{Refusal, Registry};
 use crate::script::{self, ScriptSpec};
@@ -96,14 +94,6 @@ pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 const CREATION_UNCONFIRMED: &str =
     "CreateOS process creation could not be confirmed; destroy the lease before reusing it.";
 
-/// A command's standard input, staged to a file in the sandbox.
-enum Stdin {
-    /// All of it, from [`ExecuteParams::stdin`].
-    Bytes(Bytes),
-    /// Pulled from the host as it is sent (ABI 1.9).
-    Source(OwnedByteSource),
-}
-
 /// Why a step stopped before its result.
 #[derive(Debug)]
 enum Stop {
@@ -115,109 +105,50 @@ enum Stop {
     Failed(Error),
 }
 
-/// Runs `params.command` in the lease's sandbox; see the module docs.
+/// Runs `params.command` in the lease's sandbox, its standard input pulled
+/// from `stdin` and its output written to `output` as raw bytes as it
+/// arrives; see the module docs.
 pub async fn execute(
     ctx: &Context,
     params: &ExecuteParams,
-    sink: &mut OutputSink<'_>,
+    stdin: ByteSource,
+    mut output: ByteSink,
 ) -> Result<ExecuteResult, Error> {
-    execute_with(ctx, params, &mut |stream, text| sink.write(stream, text)).await
+    let mut emit = ByteEmit(|stream: OutputStream, bytes: &[u8]| output.write(stream, bytes));
+    execute_to(ctx, params, Some(stdin), &mut emit).await
 }
 
-/// [`execute`], streaming the raw bytes the command wrote (ABI 1.3); the
-/// result keeps the text tails.
-pub async fn execute_bytes(
-    ctx: &Context,
-    params: &ExecuteParams,
-    sink: &mut ByteSink<'_>,
-) -> Result<ExecuteResult, Error> {
-    let stdin = params_stdin(params);
-    execute_to(
-        ctx,
-        params,
-        stdin,
-        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
-    )
-    .await
+/// Runs a command without standard input; its output is kept only in the
+/// result (the post-upload commands of file sync).
+pub(crate) async fn execute_quietly(ctx: &Context, params: &ExecuteParams) -> Result<ExecuteResult, Error> {
+    execute_to(ctx, params, None, &mut ByteEmit(|_: OutputStream, _: &[u8]| {})).await
 }
 
-/// [`execute_bytes`] streaming to a sink the call owns (the async hook,
-/// ABI 1.7).
-pub async fn execute_owned(
-    ctx: &Context,
-    params: &ExecuteParams,
-    sink: OwnedByteSink,
-) -> Result<ExecuteResult, Error> {
-    execute_into_owned(ctx, params, params_stdin(params), sink).await
-}
-
-/// [`execute_owned`], the standard input pulled from `stdin` (ABI 1.9);
-/// `params.stdin` must be `None`.
-pub async fn execute_pulling(
-    ctx: &Context,
-    params: &ExecuteParams,
-    stdin: OwnedByteSource,
-    sink: OwnedByteSink,
-) -> Result<ExecuteResult, Error> {
-    if params.stdin.is_some() {
-        return Err(Error::invalid_input(
-            "CreateOS command input comes either with the parameters or from a source, not both.",
-        ));
-    }
-    execute_into_owned(ctx, params, Some(Stdin::Source(stdin)), sink).await
-}
-
-/// [`execute_to`] streaming the raw bytes to a sink the call owns.
-async fn execute_into_owned(
-    ctx: &Context,
-    params: &ExecuteParams,
-    stdin: Option<Stdin>,
-    mut sink: OwnedByteSink,
-) -> Result<ExecuteResult, Error> {
-    execute_to(
-        ctx,
-        params,
-        stdin,
-        &mut ByteEmit(|stream: OutputStream, bytes: &[u8]| sink.write(stream, bytes)),
-    )
-    .await
-}
-
-/// The standard input `params` carry, if any.
-fn params_stdin(params: &ExecuteParams) -> Option<Stdin> {
-    params.stdin.as_ref().into_option().map(|bytes| Stdin::Bytes(Bytes::copy_from_slice(bytes)))
-}
-
-/// [`execute`] with any output callback.
-pub async fn execute_with(
-    ctx: &Context,
-    params: &ExecuteParams,
-    emit: &mut (dyn FnMut(OutputStream, &str) + Send),
-) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, params_stdin(params), &mut TextEmit(emit)).await
-}
-
-/// [`execute`] with `stdin` and any [`Emit`].
+/// [`execute`] with any [`Emit`]; `stdin: None` reads `/dev/null`.
 async fn execute_to(
     ctx: &Context,
     params: &ExecuteParams,
-    stdin: Option<Stdin>,
+    stdin: Option<ByteSource>,
     emit: &mut (impl Emit + Send),
 ) -> Result<ExecuteResult, Error> {
     let lease = ctx.own_required(&params.lease)?;
     let timeout = command_timeout(params.timeout_ms.into_option(), &lease.config)?;
-    let stdin_path = stdin.as_ref().map(|_| format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4()));
     let cwd = resolve_cwd(params.cwd.as_ref().into_option().map(|cwd| cwd.as_str()));
     let args: Vec<&str> = params.args.iter().map(|arg| arg.as_str()).collect();
     let env: Vec<(&str, &str)> =
         params.env.iter().map(|var| (var.name.as_str(), var.value.as_str())).collect();
-    let script = script::render(&ScriptSpec {
-        cwd: &cwd,
-        command: params.command.as_str(),
-        args: &args,
-        env: &env,
-        stdin_path: stdin_path.as_deref(),
-    })?;
+    let spec =
+        ScriptSpec { cwd: &cwd, command: params.command.as_str(), args: &args, env: &env, stdin_path: None };
+    let plain = script::render(&spec)?;
+    // The script reading a staged file, used once the input proves non-empty.
+    let staged = match stdin {
+        Some(source) => {
+            let path = format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4());
+            let script = script::render(&ScriptSpec { stdin_path: Some(&path), ..spec })?;
+            Some(StagedStdin { source, script, path })
+        }
+        None => None,
+    };
     let client = ctx.client(&lease.config)?;
     let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
         Refusal::Closing => Error::CleanupInProgress,
@@ -231,23 +162,39 @@ async fn execute_to(
         deadline: Instant::now() + timeout,
         reconnects: 0,
     };
-    let staged = stdin.zip(stdin_path.as_deref());
-    let result = run.run(&script, staged, emit).await;
+    let result = run.run(&plain, staged, emit).await;
     // Only now, with the tree terminated (or the lease marked unconfirmed)
     // and the stdin file removed, may a waiting release go on.
     drop(guard);
     result
 }
 
-/// A request body streaming what `source` yields: read on a thread of its
-/// own (a read may block on a pipe or a terminal) in [`STREAM_CHUNK`]-byte
-/// pieces, at most [`STDIN_PIECES_AHEAD`] ahead of the request. Once the
-/// body is dropped (the upload ended, failed or was cancelled) the thread
-/// stops after the read under way and drops the source. A read error fails
-/// the body, so the upload.
-fn source_body(mut source: OwnedByteSource) -> reqwest::Body {
-    type Piece = Result<Bytes, std::io::Error>;
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Piece>(STDIN_PIECES_AHEAD);
+/// A command's standard input, with the script that reads it from the file
+/// it is staged to.
+struct StagedStdin {
+    source: ByteSource,
+    script: String,
+    path: String,
+}
+
+/// A piece of standard input read from the host.
+type Piece = Result<Bytes, std::io::Error>;
+
+/// Standard input being read from the host, its first piece in hand.
+struct Pulled {
+    first: Bytes,
+    rest: tokio::sync::mpsc::Receiver<Piece>,
+}
+
+/// Starts reading `source` on a thread of its own (a read may block on a
+/// pipe or a terminal) in [`STREAM_CHUNK`]-byte pieces, at most
+/// [`STDIN_PIECES_AHEAD`] ahead of the upload, and waits for the first
+/// piece: `None` when the input is empty (nothing is staged, the command
+/// reads `/dev/null`). Once the pieces are dropped (the upload ended,
+/// failed or was cancelled) the thread stops after the read under way and
+/// drops the source.
+async fn pull(mut source: ByteSource) -> Result<Option<Pulled>, Error> {
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<Piece>(STDIN_PIECES_AHEAD);
     let reader = move || {
         let mut buffer = vec![0; STREAM_CHUNK];
         loop {
@@ -262,14 +209,24 @@ fn source_body(mut source: OwnedByteSource) -> reqwest::Body {
             }
         }
     };
-    if let Err(error) = std::thread::Builder::new().name("createos-stdin".into()).spawn(reader) {
-        let failed = futures_util::stream::once(async move { Err::<Bytes, _>(error) });
-        return reqwest::Body::wrap_stream(failed);
+    std::thread::Builder::new().name("createos-stdin".into()).spawn(reader).map_err(|_| {
+        Error::internal("The CreateOS provider cannot start a thread to read the command's standard input.")
+    })?;
+    match receiver.recv().await {
+        None => Ok(None),
+        Some(Ok(first)) => Ok(Some(Pulled { first, rest: receiver })),
+        Some(Err(error)) => Err(Error::internal(error.to_string())),
     }
-    let pieces = futures_util::stream::unfold(receiver, |mut receiver| async move {
+}
+
+/// A request body streaming the pulled input; a read error fails the body,
+/// so the upload.
+fn pulled_body(pulled: Pulled) -> reqwest::Body {
+    let first = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(pulled.first)));
+    let rest = futures_util::stream::unfold(pulled.rest, |mut receiver| async move {
         receiver.recv().await.map(|piece| (piece, receiver))
     });
-    reqwest::Body::wrap_stream(pieces)
+    reqwest::Body::wrap_stream(first.chain(rest))
 }
 
 /// The command's timeout: the call's, else the configuration's.
@@ -343,44 +300,44 @@ impl Run<'_> {
 
     async fn run(
         &mut self,
-        script: &str,
-        stdin: Option<(Stdin, &str)>,
+        plain: &str,
+        stdin: Option<StagedStdin>,
         emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         if self.cancel.is_cancelled() {
             return Err(Error::Cancelled);
         }
-        let stdin_path = stdin.as_ref().map(|(_, path)| *path);
-        let result = self.run_staged(script, stdin, emit).await;
-        if let Some(path) = stdin_path {
-            self.remove_stdin(path).await;
+        if let Some(StagedStdin { source, script, path }) = stdin {
+            match self.race(pull(source)).await {
+                Ok(None) => {}
+                Ok(Some(pulled)) => {
+                    let result = self.run_staged(&script, Some((pulled, &path)), emit).await;
+                    self.remove_stdin(&path).await;
+                    return result;
+                }
+                Err(Stop::Deadline) => {
+                    return Ok(self.result(None, None, true, OutputDecoder::new().finish()))
+                }
+                Err(Stop::Cancelled) => return Err(Error::Cancelled),
+                Err(Stop::Failed(error)) => return Err(error),
+            }
         }
-        result
+        self.run_staged(plain, None, emit).await
     }
 
     async fn run_staged(
         &mut self,
         script: &str,
-        stdin: Option<(Stdin, &str)>,
+        stdin: Option<(Pulled, &str)>,
         emit: &mut (impl Emit + Send),
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
         let admitted = self.race(crate::lease::admit(self.client, &self.lease.config)).await;
         let staged = match (admitted, stdin) {
-            (Ok(admission), Some((stdin, path))) => {
+            (Ok(admission), Some((pulled, path))) => {
                 let options = self.options(Priority::InFlight);
-                let upload = async {
-                    match stdin {
-                        Stdin::Bytes(bytes) => {
-                            self.client.put_file(self.sandbox(), path, bytes, options).await
-                        }
-                        Stdin::Source(source) => {
-                            let body = source_body(source);
-                            self.client.put_file_stream(self.sandbox(), path, body, options).await
-                        }
-                    }
-                };
+                let upload = self.client.put_file_stream(self.sandbox(), path, pulled_body(pulled), options);
                 self.race(upload).await.map(|()| admission)
             }
             (admitted, _) => admitted,
@@ -734,6 +691,8 @@ mod tests {
         mock: Mock,
         ctx: Context,
         params: ExecuteParams,
+        /// The command's standard input; `None`: an empty source.
+        stdin: Option<Vec<u8>>,
     }
 
     async fn fixture() -> Fixture {
@@ -751,6 +710,7 @@ mod tests {
             company_id: "company".into(),
             environment_id: "environment".into(),
             config_json: config.to_string().into(),
+            ..Default::default()
         };
         let parsed = crate::lease::parse_config(&env).unwrap();
         let metadata = LeaseMetadata::new(&env, &parsed).bind("sbx-1", &parsed);
@@ -770,7 +730,7 @@ mod tests {
             registry: Registry::default(),
             shutdown: CancellationToken::new(),
         };
-        Fixture { mock, ctx, params }
+        Fixture { mock, ctx, params, stdin: None }
     }
 
     fn data(seq: u64, stream: &str, bytes: &[u8]) -> String {
@@ -782,16 +742,29 @@ mod tests {
         json!({"type": "exit", "exit_code": code}).to_string() + "\n"
     }
 
-    type Written = Vec<(OutputStream, String)>;
+    /// The chunks the sink received, in order.
+    type Written = Vec<(OutputStream, Vec<u8>)>;
 
-    async fn run(f: &Fixture) -> (Result<ExecuteResult, Error>, Written) {
-        let mut written = Vec::new();
-        let result = execute_with(&f.ctx, &f.params, &mut |s, t| written.push((s, t.to_owned()))).await;
+    /// Runs `f`'s command with its input pulled from `stdin`.
+    async fn run_with(f: &Fixture, stdin: ByteSource) -> (Result<ExecuteResult, Error>, Written) {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&written);
+        let sink =
+            ByteSink::new(move |stream, chunk: &[u8]| kept.lock().unwrap().push((stream, chunk.to_vec())));
+        let result = execute(&f.ctx, &f.params, stdin, sink).await;
+        let written = written.lock().unwrap().clone();
         (result, written)
     }
 
-    fn text(written: &Written, stream: OutputStream) -> String {
-        written.iter().filter(|(s, _)| *s == stream).map(|(_, t)| t.as_str()).collect()
+    /// Runs `f`'s command with `f.stdin` as its input.
+    async fn run(f: &Fixture) -> (Result<ExecuteResult, Error>, Written) {
+        let stdin = f.stdin.clone().map_or_else(ByteSource::empty, ByteSource::from_bytes);
+        run_with(f, stdin).await
+    }
+
+    /// The bytes written to `stream`.
+    fn bytes(written: &Written, stream: OutputStream) -> Vec<u8> {
+        written.iter().filter(|(s, _)| *s == stream).flat_map(|(_, b)| b.iter().copied()).collect()
     }
 
     fn metadata(result: &ExecuteResult) -> Value {
@@ -805,7 +778,7 @@ mod tests {
     #[tokio::test]
     async fn runs_a_command_with_stdin_env_and_split_characters() {
         let mut f = fixture().await;
-        f.params.stdin = Some(b"secret-stdin\x00bytes".to_vec().into()).into();
+        f.stdin = Some(b"secret-stdin\x00bytes".to_vec());
         f.params.env = vec![EnvVar { name: "K".into(), value: "it's".into() }].into();
         f.params.cwd = Some("sub dir".into()).into();
         let euro = "€".as_bytes();
@@ -823,7 +796,9 @@ mod tests {
         assert!(result.signal.is_none() && !result.timed_out);
         assert_eq!(result.stdout.as_str(), "€");
         assert_eq!(result.stderr.as_str(), "warn");
-        assert_eq!(written, vec![(OutputStream::Stdout, "€".into()), (OutputStream::Stderr, "warn".into())]);
+        assert_eq!(bytes(&written, OutputStream::Stdout), euro, "raw bytes, a character split across frames");
+        assert_eq!(written.len(), 3, "one write per data frame");
+        assert_eq!(bytes(&written, OutputStream::Stderr), b"warn");
         assert_eq!(
             metadata(&result),
             json!({"processId": "proc-1", "outputTruncated": {"stdout": false, "stderr": false}, "reconnects": 0})
@@ -870,7 +845,7 @@ mod tests {
         let (result, written) = run(&f).await;
         let result = result.unwrap();
         assert_eq!(result.exit_code.into_option(), Some(4));
-        assert_eq!(text(&written, OutputStream::Stdout), "abc");
+        assert_eq!(bytes(&written, OutputStream::Stdout), b"abc");
         assert_eq!(written.len(), 3);
         assert_eq!(metadata(&result)["reconnects"], 3);
         let afters: Vec<String> = f
@@ -939,7 +914,7 @@ mod tests {
         assert!(result.timed_out);
         assert!(result.exit_code.is_none() && result.signal.is_none());
         assert_eq!(result.stdout.as_str(), "partial \u{FFFD}");
-        assert_eq!(text(&written, OutputStream::Stdout), "partial \u{FFFD}");
+        assert_eq!(bytes(&written, OutputStream::Stdout), b"partial \xe2\x82", "the bytes as written");
         assert_eq!(f.mock.count("DELETE", "grace_ms=1000"), 1);
         assert_eq!(f.ctx.registry.active_commands(), 0);
     }
@@ -992,7 +967,7 @@ mod tests {
     #[tokio::test]
     async fn release_cancels_and_waits_for_the_tree() {
         let mut f = fixture().await;
-        f.params.stdin = Some(b"x".to_vec().into()).into();
+        f.stdin = Some(b"x".to_vec());
         f.mock.connect(Stream::Body(vec![data(1, "stderr", b"working")], true));
         let scope = scope(&f);
         let release = async {
@@ -1004,7 +979,7 @@ mod tests {
         let ((result, written), (deletes, removals)) = tokio::join!(run(&f), release);
         assert_eq!(result.unwrap_err(), Error::Cancelled);
         assert_eq!(Error::Cancelled.to_string(), "CreateOS command was cancelled.");
-        assert_eq!(text(&written, OutputStream::Stderr), "working");
+        assert_eq!(bytes(&written, OutputStream::Stderr), b"working");
         assert_eq!((deletes, removals), (1, 1));
         assert!(!f.ctx.registry.is_unconfirmed(&scope));
     }
@@ -1070,7 +1045,7 @@ mod tests {
     #[tokio::test]
     async fn a_timeout_while_staging_stdin_creates_nothing() {
         let mut f = fixture().await;
-        f.params.stdin = Some(b"hang".to_vec().into()).into();
+        f.stdin = Some(b"hang".to_vec());
         f.params.timeout_ms = Some(300).into();
         let (result, _) = run(&f).await;
         let result = result.unwrap();
@@ -1082,23 +1057,12 @@ mod tests {
         assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
     }
 
-    /// Runs `f`'s command with its input pulled from `stdin`; the output as bytes.
-    async fn run_pulling(f: &Fixture, stdin: OwnedByteSource) -> (Result<ExecuteResult, Error>, Vec<u8>) {
-        let out = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = std::sync::Arc::clone(&out);
-        let sink = OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
-        let result = execute_pulling(&f.ctx, &f.params, stdin, sink).await;
-        let bytes = out.lock().unwrap().clone();
-        (result, bytes)
-    }
-
     #[tokio::test]
     async fn a_pulled_stdin_is_uploaded_whole_in_pieces() {
         let f = fixture().await;
         f.mock.connect(Stream::Body(vec![exit_code(0)], false));
         let input: Vec<u8> = (0..STREAM_CHUNK as u32 * 3 + 17).map(|i| (i % 253) as u8).collect();
-        let (result, _) =
-            run_pulling(&f, OwnedByteSource::from_reader(std::io::Cursor::new(input.clone()))).await;
+        let (result, _) = run_with(&f, ByteSource::from_reader(std::io::Cursor::new(input.clone()))).await;
         assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
         let seen = f.mock.seen();
         assert_eq!(seen[0].method, "PUT");
@@ -1106,12 +1070,29 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn input_both_in_the_parameters_and_from_a_source_is_refused_before_any_request() {
-        let mut f = fixture().await;
-        f.params.stdin = Some(b"x".to_vec().into()).into();
-        let (result, _) = run_pulling(&f, OwnedByteSource::from_reader(std::io::empty())).await;
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+    async fn an_empty_stdin_stages_nothing_and_the_command_reads_dev_null() {
+        let f = fixture().await;
+        f.mock.connect(Stream::Body(vec![exit_code(0)], false));
+        let (result, _) = run(&f).await;
+        assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
+        let seen = f.mock.seen();
+        let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
+        assert_eq!(methods, ["POST", "GET"], "no upload, no removal");
+        let create: Value = serde_json::from_slice(&seen[0].body).unwrap();
+        assert_eq!(
+            create["args"][1],
+            "cd -- '/paperclip-workspace' || exit\nexec env -- 'echo' 'hi' < '/dev/null'"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stdin_that_fails_before_its_first_byte_sends_nothing() {
+        let f = fixture().await;
+        let failing = ByteSource::new(|_: &mut [u8]| Err(provider_abi::ProviderError::internal("no input")));
+        let (result, _) = run_with(&f, failing).await;
+        assert_eq!(result.unwrap_err().to_string(), "no input");
         assert!(f.mock.seen().is_empty());
+        assert_eq!(f.ctx.registry.active_commands(), 0);
     }
 
     /// Drops set `dropped` when the source that owns it is dropped.
@@ -1129,13 +1110,13 @@ mod tests {
         f.params.timeout_ms = Some(300).into();
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let guard = SetOnDrop(std::sync::Arc::clone(&dropped));
-        let endless = OwnedByteSource::new(move |buffer: &mut [u8]| {
+        let endless = ByteSource::new(move |buffer: &mut [u8]| {
             let _owned = &guard;
             std::thread::sleep(Duration::from_millis(2));
             buffer.fill(0);
             Ok(buffer.len())
         });
-        let (result, _) = run_pulling(&f, endless).await;
+        let (result, _) = run_with(&f, endless).await;
         let result = result.unwrap();
         assert!(result.timed_out);
         assert_eq!(f.mock.count("POST", "/processes"), 0);

@@ -11,8 +11,8 @@ use crate::{
     transition::{self, transition_with_priority, Desired, Estimates, Lifecycle},
 };
 use provider_abi::{
-    AcquireParams, AsyncCreationRecorder, CreationRecorder, EnvironmentParams, HookResult, Lease,
-    LeaseParams, LeaseStatus, ProbeReport, ReleaseReport, Workspace,
+    AcquireParams, CreationRecorder, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport,
+    ReleaseReport, Workspace,
 };
 use serde_json::json;
 use std::{
@@ -96,32 +96,13 @@ fn deadline(config: &ProviderConfig) -> Instant {
     Instant::now() + Duration::from_millis(config.timeout_ms)
 }
 
-/// Where a created lease is recorded ahead: the blocking recorder of ABI 1.2
-/// (answered on the calling thread) or the async one of ABI 1.8 (awaited).
-pub trait Record: Send {
-    /// Hands `lease` to the host; `Ok` once it is recorded.
-    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send;
-}
-
-impl Record for CreationRecorder<'_> {
-    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send {
-        std::future::ready(CreationRecorder::record(self, lease))
-    }
-}
-
-impl Record for AsyncCreationRecorder {
-    fn record(&mut self, lease: &Lease) -> impl Future<Output = HookResult<()>> + Send {
-        AsyncCreationRecorder::record(self, lease)
-    }
-}
-
-/// `acquire_lease`: create a sandbox, hand it to `recorder` the moment its
-/// id is known, wait for `running`, prepare the workspace and write the
+/// `acquire_lease`: tell `recorder` right before the creation request
+/// leaves, create a sandbox, hand it to `recorder` the moment its id is known, wait for `running`, prepare the workspace and write the
 /// marker; on any failure delete the sandbox.
 pub async fn acquire(
     ctx: &Context,
     params: &AcquireParams,
-    recorder: &mut impl Record,
+    recorder: &mut CreationRecorder,
 ) -> Result<Lease, Error> {
     let config = parse_config(&params.env)?;
     if params.requested_expires_at.is_some() {
@@ -147,18 +128,19 @@ fn lease_of(id: &str, metadata: &LeaseMetadata, config: &ProviderConfig) -> Leas
 }
 
 /// The work of `acquire_lease` (and of `probe`): once admitted, create a
-/// sandbox, have the host record it, wait for `running`, prepare the
+/// sandbox (the host hears of the request right before it leaves), have the
+/// host record it, wait for `running`, prepare the
 /// workspace and write the marker; on any failure (the host's record
 /// included) delete the sandbox. Returns its id and the lease metadata.
 async fn create_lease(
     client: &CreateosClient,
     config: &ProviderConfig,
     env: &EnvironmentParams,
-    recorder: &mut impl Record,
+    recorder: &mut CreationRecorder,
 ) -> Result<(String, LeaseMetadata), Error> {
     let _admission = admit(client, config).await?;
     let metadata = LeaseMetadata::new(env, config);
-    let id = create_sandbox(client, config).await?;
+    let id = create_sandbox(client, config, recorder).await?;
     tracing::info!(sandbox = %id, shape = %config.shape, "CreateOS sandbox created");
     let prepared = match recorder.record(&lease_of(&id, &metadata, config)).await {
         Ok(()) => {
@@ -201,12 +183,18 @@ pub(crate) async fn admit(client: &CreateosClient, config: &ProviderConfig) -> R
 /// `POST /sandboxes`, whose lost reply would leak a sandbox nobody can name:
 /// any failure after the request was sent that is not a plain refusal is
 /// "creation unconfirmed"; a request that never left (no connection could be
-/// made, or its deadline passed in the pacer) created nothing. It runs after admission, so it is work under way
-/// (in-flight priority), not new work that in-flight requests may starve.
-async fn create_sandbox(client: &CreateosClient, config: &ProviderConfig) -> Result<String, Error> {
+/// made, its deadline passed in the pacer, or the host refused to record
+/// that it leaves) created nothing. It runs after admission, so it is work
+/// under way (in-flight priority), not new work that in-flight requests may
+/// starve.
+async fn create_sandbox(
+    client: &CreateosClient,
+    config: &ProviderConfig,
+    recorder: &mut CreationRecorder,
+) -> Result<String, Error> {
     let options = CallOptions::new(deadline(config), Priority::InFlight);
     client
-        .create_sandbox(&config.shape, config.rootfs.as_deref(), config.region.as_deref(), options)
+        .create_sandbox(&config.shape, config.rootfs.as_deref(), config.region.as_deref(), options, recorder)
         .await
         .map_err(|error| match error.http_status() {
             _ if error.is_not_sent() || error.is_unreachable() => error,
@@ -423,7 +411,7 @@ pub fn realize(ctx: &Context, params: &LeaseParams) -> Result<Workspace, Error> 
     })
 }
 
-/// `import_unconfirmed` (ABI 1.5): the host hands over a lease whose cleanup
+/// `import_unconfirmed`: the host hands over a lease whose cleanup
 /// another version of this provider could not confirm; from now on it can
 /// only be destroyed, as if this version had marked it. Sends no request.
 pub fn import_unconfirmed(ctx: &Context, params: &LeaseParams) -> Result<(), Error> {
@@ -434,7 +422,7 @@ pub fn import_unconfirmed(ctx: &Context, params: &LeaseParams) -> Result<(), Err
     Ok(())
 }
 
-/// `inspect_lease` (ABI 1.1): the sandbox's state, without changing it.
+/// `inspect_lease`: the sandbox's state, without changing it.
 pub async fn inspect(ctx: &Context, params: &LeaseParams) -> Result<LeaseStatus, Error> {
     let lease = ctx.own_required(params)?;
     let unconfirmed = ctx.registry.is_unconfirmed(&lease.scope);
@@ -459,7 +447,7 @@ pub const PROBE_OUTPUT: &str = "paperclip-createos-ready";
 pub async fn probe(
     ctx: &Context,
     env: &EnvironmentParams,
-    recorder: &mut impl Record,
+    recorder: &mut CreationRecorder,
 ) -> Result<ProbeReport, Error> {
     let config = parse_config(env)?;
     let client = ctx.client(&config)?;

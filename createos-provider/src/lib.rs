@@ -26,4 +26,7 @@ pub mod transition;
 
 pub use provider::CreateosProvider;
 
-provider_abi::export_provider!(CreateosProvider);
+provider_abi::export_provider!(
+    CreateosProvider,
+    optional = [Probe, InspectLease, SyncFiles, ImportUnconfirmed, GrantRequestShare]
+);

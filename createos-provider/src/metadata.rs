@@ -283,6 +283,7 @@ mod tests {
             company_id: "company-a".into(),
             environment_id: "env-a".into(),
             config_json: "{}".into(),
+            ..Default::default()
         }
     }
 

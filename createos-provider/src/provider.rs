@@ -1,9 +1,9 @@
-//! The CreateOS provider behind the ABI: owns its tokio runtime, blocks the
-//! calling host thread on each blocking hook, spawns the work of each async
-//! hook (ABI 1.7 and 1.8) on that runtime, and converts errors once, here.
+//! The CreateOS provider behind the ABI: owns its tokio runtime, spawns the
+//! work of each hook that talks to the network on that runtime, answers the
+//! local hooks on the calling thread, and converts errors once, here.
 //!
-//! Dropping an async hook's future cancels the call (see [`CreateosProvider`]'s
-//! `spawn`): an acquire (recording or not) finishes its create, then deletes
+//! Dropping a hook's future cancels the call (see [`CreateosProvider`]'s
+//! `spawn`): an acquire finishes its create, then deletes
 //! the lease or marks it unconfirmed; a sync stops as release stops it (its
 //! current request or post-upload command is cancelled, the command's
 //! process tree terminated, the scratch file removed): files already moved
@@ -17,15 +17,14 @@ use crate::{
     config::{self, config_schema},
     error::{Error, ErrorKind},
     handoff,
-    lease::{self, Context, Record},
+    lease::{self, Context},
     registry::Registry,
 };
 use provider_abi::{
-    ready, AcquireParams, AsyncCreationRecorder, ByteSink, CreationRecorder, EnvironmentParams,
-    ExecuteParams, ExecuteResult, HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams,
-    LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, OwnedByteSink, OwnedByteSource, ProbeReport,
-    Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
-    ABI_VERSION,
+    ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams,
+    ExecuteResult, HealthReport, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink,
+    Manifest, ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult,
+    ValidationReport, Workspace, ABI_VERSION,
 };
 use std::{future::Future, sync::OnceLock};
 use tokio::runtime::Runtime;
@@ -62,7 +61,7 @@ impl CreateosProvider {
             .map_err(Clone::clone)
     }
 
-    /// Runs a hook's future to completion on the provider runtime, blocking
+    /// Runs `shutdown`'s work to completion on the provider runtime, blocking
     /// the calling host thread.
     fn run<'a, T, F>(&'a self, hook: impl FnOnce(&'a Context) -> F) -> HookResult<T>
     where
@@ -72,7 +71,7 @@ impl CreateosProvider {
         self.runtime().block_on(hook(context)).map_err(to_abi)
     }
 
-    /// Spawns an async hook's work on the provider runtime and hands back a
+    /// Spawns a hook's work on the provider runtime and hands back a
     /// future of its result, which any executor may poll.
     ///
     /// The work gets a context of its own whose shutdown token is a child of
@@ -124,7 +123,7 @@ impl CreateosProvider {
     }
 }
 
-/// What an async hook whose result nobody claims leaves behind: nothing.
+/// What a hook whose result nobody claims leaves behind: nothing.
 async fn keep<T>(_context: Context, _value: T) {}
 
 /// The provider's version: the crate's, with `+TAG` for a build made with
@@ -139,6 +138,9 @@ fn version() -> String {
 
 /// The one conversion from the provider's errors to the ABI's.
 pub fn to_abi(error: Error) -> ProviderError {
+    if let Error::HostRefused(error) = error {
+        return error;
+    }
     let kind = match error.kind() {
         ErrorKind::InvalidConfig => provider_abi::ErrorKind::INVALID_CONFIG,
         ErrorKind::InvalidInput => provider_abi::ErrorKind::INVALID_INPUT,
@@ -166,19 +168,15 @@ impl Provider for CreateosProvider {
             display_name: "CreateOS sandboxes".into(),
             driver_key: "createos".into(),
             abi_version: ABI_VERSION,
-            hooks: Hook::ALL.iter().map(|hook| hook.name().into()).collect(),
+            hooks: Default::default(),
             config_schema_json: config_schema().to_string().into(),
         }
     }
 
-    fn setup(&self, _params: &SetupParams) -> HookResult<()> {
+    fn setup(&self, _params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        crate::logs::install(logs, max_level);
         self.runtime();
         self.context().map(|_| ())
-    }
-
-    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        crate::logs::install(logs, max_level);
-        self.setup(params)
     }
 
     fn shutdown(&self) -> HookResult<()> {
@@ -219,170 +217,16 @@ impl Provider for CreateosProvider {
         })
     }
 
-    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
-        self.probe_recording(params, &mut CreationRecorder::discard())
-    }
-
-    fn probe_recording(
-        &self,
-        params: &EnvironmentParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<ProbeReport> {
-        self.run(|context| lease::probe(context, params, recorder))
-    }
-
-    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
-        self.acquire_lease_recording(params, &mut CreationRecorder::discard())
-    }
-
-    fn acquire_lease_recording(
-        &self,
-        params: &AcquireParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<Lease> {
-        self.run(|context| lease::acquire(context, params, recorder))
-    }
-
-    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
-        self.run(|context| lease::resume(context, params))
-    }
-
-    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        self.release_lease_reporting(params).map(|_| ())
-    }
-
-    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
-        self.run(|context| lease::release(context, params, false))
-    }
-
-    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        self.run(|context| lease::release(context, params, true)).map(|_| ())
-    }
-
-    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
-        self.context().and_then(|context| lease::realize(context, params).map_err(to_abi))
-    }
-
-    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
-        self.run(|context| crate::execute::execute(context, params, output))
-    }
-
-    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
-        self.run(|context| crate::execute::execute_bytes(context, params, output))
-    }
-
-    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
-        self.run(|context| lease::inspect(context, params))
-    }
-
-    /// ABI 1.6: every account's budget in this process is scaled to the
-    /// share (see [`crate::pacer`]); sends no request.
-    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
-        tracing::debug!(parts_per_million, "request share granted");
-        crate::pacer::grant_share_to_all(parts_per_million);
-        Ok(())
-    }
-
-    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
-        self.context().and_then(|context| lease::import_unconfirmed(context, params).map_err(to_abi))
-    }
-
-    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        self.run(|context| crate::sync::sync_in(context, params))
-    }
-
-    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        self.run(|context| crate::sync::sync_out(context, params))
-    }
-
-    fn health_async(&self) -> HookFuture<HealthReport> {
-        ready(self.health())
-    }
-
-    fn probe_async(&self, params: EnvironmentParams) -> HookFuture<ProbeReport> {
-        self.probe_async_with(params, CreationRecorder::discard())
-    }
-
-    fn probe_recording_async(
-        &self,
-        params: EnvironmentParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<ProbeReport> {
-        self.probe_async_with(params, recorder)
-    }
-
-    fn acquire_lease_async(&self, params: AcquireParams) -> HookFuture<Lease> {
-        self.acquire_async(params, CreationRecorder::discard())
-    }
-
-    fn acquire_lease_recording_async(
-        &self,
-        params: AcquireParams,
-        recorder: AsyncCreationRecorder,
-    ) -> HookFuture<Lease> {
-        self.acquire_async(params, recorder)
-    }
-
-    fn sync_in_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.spawn(move |context| async move { crate::sync::sync_in(&context, &params).await }, keep)
-    }
-
-    fn sync_out_async(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.spawn(move |context| async move { crate::sync::sync_out(&context, &params).await }, keep)
-    }
-
-    fn resume_lease_async(&self, params: LeaseParams) -> HookFuture<Lease> {
-        self.spawn(move |context| async move { lease::resume(&context, &params).await }, keep)
-    }
-
-    fn release_lease_async(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        self.spawn(move |context| async move { lease::release(&context, &params, false).await }, keep)
-    }
-
-    fn destroy_lease_async(&self, params: LeaseParams) -> HookFuture<()> {
-        self.spawn(
-            move |context| async move { lease::release(&context, &params, true).await.map(|_| ()) },
-            keep,
-        )
-    }
-
-    fn execute_async(&self, params: ExecuteParams, output: OwnedByteSink) -> HookFuture<ExecuteResult> {
-        self.spawn(
-            move |context| async move { crate::execute::execute_owned(&context, &params, output).await },
-            keep,
-        )
-    }
-
-    fn execute_stdin_async(
-        &self,
-        params: ExecuteParams,
-        stdin: OwnedByteSource,
-        output: OwnedByteSink,
-    ) -> HookFuture<ExecuteResult> {
-        self.spawn(
-            move |context| async move {
-                crate::execute::execute_pulling(&context, &params, stdin, output).await
-            },
-            keep,
-        )
-    }
-}
-
-impl CreateosProvider {
-    /// `probe_async` and `probe_recording_async`: the probe deletes its own
-    /// sandbox, so a result nobody awaits leaves nothing behind.
-    fn probe_async_with(
-        &self,
-        params: EnvironmentParams,
-        mut recorder: impl Record + 'static,
-    ) -> HookFuture<ProbeReport> {
+    /// The probe deletes its own sandbox, so a result nobody awaits leaves
+    /// nothing behind.
+    fn probe(&self, params: EnvironmentParams, mut recorder: CreationRecorder) -> HookFuture<ProbeReport> {
         self.spawn(move |context| async move { lease::probe(&context, &params, &mut recorder).await }, keep)
     }
 
-    /// `acquire_lease_async` and `acquire_lease_recording_async` (ABI 1.7,
-    /// 1.8): the recorder is awaited right after the creation reply; on its
-    /// refusal the sandbox is deleted (or the lease marked unconfirmed).
-    fn acquire_async(&self, params: AcquireParams, mut recorder: impl Record + 'static) -> HookFuture<Lease> {
+    /// The recorder hears the creation request right before it leaves and
+    /// the lease right after the reply; on its refusal nothing is sent, or
+    /// the sandbox is deleted (or the lease marked unconfirmed).
+    fn acquire_lease(&self, params: AcquireParams, mut recorder: CreationRecorder) -> HookFuture<Lease> {
         let env = params.env.clone();
         let run_id = params.run_id.clone();
         self.spawn(
@@ -401,6 +245,57 @@ impl CreateosProvider {
                 }
             },
         )
+    }
+
+    fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.spawn(move |context| async move { lease::resume(&context, &params).await }, keep)
+    }
+
+    fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.spawn(move |context| async move { lease::release(&context, &params, false).await }, keep)
+    }
+
+    fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
+        self.spawn(
+            move |context| async move { lease::release(&context, &params, true).await.map(|_| ()) },
+            keep,
+        )
+    }
+
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
+        self.context().and_then(|context| lease::realize(context, params).map_err(to_abi))
+    }
+
+    fn execute(
+        &self,
+        params: ExecuteParams,
+        stdin: ByteSource,
+        output: ByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        self.spawn(
+            move |context| async move { crate::execute::execute(&context, &params, stdin, output).await },
+            keep,
+        )
+    }
+
+    fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
+        self.spawn(move |context| async move { lease::inspect(&context, &params).await }, keep)
+    }
+
+    fn sync_files(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.spawn(move |context| async move { crate::sync::sync(&context, &params).await }, keep)
+    }
+
+    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
+        self.context().and_then(|context| lease::import_unconfirmed(context, params).map_err(to_abi))
+    }
+
+    /// Every account's budget in this process is scaled to the share (see
+    /// [`crate::pacer`]); sends no request.
+    fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
+        tracing::debug!(parts_per_million, "request share granted");
+        crate::pacer::grant_share_to_all(parts_per_million);
+        Ok(())
     }
 }
 

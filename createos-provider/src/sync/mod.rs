@@ -1,4 +1,4 @@
-//! The `sync_in` and `sync_out` hooks: files between the host and a lease.
+//! The `sync_files` hook: files between the host and a lease, either way.
 //!
 //! # Order of events
 //!
@@ -51,7 +51,6 @@ use crate::pacer::Priority;
 use crate::registry::Refusal;
 use crate::script::quote;
 pub use archive::MAX_EXTRACTED_BYTES;
-pub use plan::Direction;
 use plan::{Operation, Step};
 
 /// Prefix of the scratch file in the sandbox; a random UUID follows.
@@ -61,19 +60,11 @@ pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest archive downloaded: the extraction limit plus tar's own headers.
 const MAX_ARCHIVE_DOWNLOAD: u64 = MAX_EXTRACTED_BYTES + (1 << 30);
 
-/// `sync_in`: host files into the lease; see the module docs.
-pub async fn sync_in(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Error> {
-    sync(ctx, params, Direction::In).await
-}
-
-/// `sync_out`: lease files to the host; see the module docs.
-pub async fn sync_out(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Error> {
-    sync(ctx, params, Direction::Out).await
-}
-
-async fn sync(ctx: &Context, params: &SyncParams, direction: Direction) -> Result<SyncResult, Error> {
+/// `sync_files`: files into the lease or out of it, as `params.direction`
+/// says; see the module docs.
+pub async fn sync(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Error> {
     let lease = ctx.own_required(&params.lease)?;
-    let operations = plan::plan(params, direction)?;
+    let operations = plan::plan(params)?;
     let client = ctx.client(&lease.config)?;
     let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
         Refusal::Closing => Error::CleanupInProgress,
@@ -289,14 +280,13 @@ impl Transfer<'_> {
             args: vec!["-lc".into(), command.command.as_str().into()].into(),
             cwd: Some(resolved.into()).into(),
             env: Default::default(),
-            stdin: None.into(),
             timeout_ms: command.timeout_ms.into(),
         };
         // Not raced: the command registers on the lease itself, so a release
         // cancels it through its own token and it terminates its process
         // tree before returning (dropping it instead would leave the tree
         // unconfirmed).
-        let ran = crate::execute::execute_with(self.ctx, &params, &mut |_, _| {}).await?;
+        let ran = crate::execute::execute_quietly(self.ctx, &params).await?;
         match ran.exit_code.into_option() {
             Some(0) => Ok(()),
             exit_code => Err(Error::PostUploadFailed { exit_code }),

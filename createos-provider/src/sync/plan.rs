@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use globset::GlobSet;
-use provider_abi::{PostUploadCommand, SyncMapping, SyncParams};
+use provider_abi::{PostUploadCommand, SyncDirection, SyncMapping, SyncParams};
 
 use super::archive::{self, SourceEntry};
 use super::paths::{host_path, mode, sandbox_path};
@@ -18,15 +18,6 @@ use crate::error::Error;
 pub const DEFAULT_DIRECTORY_MODE: u32 = 0o755;
 /// Default mode of a file moved outbound.
 pub const DEFAULT_OUTBOUND_FILE_MODE: u32 = 0o600;
-
-/// Which way files move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Host to lease (`sync_in`).
-    In,
-    /// Lease to host (`sync_out`).
-    Out,
-}
 
 /// One checked mapping.
 #[derive(Debug)]
@@ -100,12 +91,13 @@ pub struct Operation {
 }
 
 /// Checks every mapping and command of `params`; see the module docs.
-pub fn plan(params: &SyncParams, direction: Direction) -> Result<Vec<Operation>, Error> {
+pub fn plan(params: &SyncParams) -> Result<Vec<Operation>, Error> {
+    let direction = params.direction;
     params
         .operations
         .iter()
         .map(|operation| {
-            if direction == Direction::Out && !operation.post_upload_commands.is_empty() {
+            if direction == SyncDirection::Out && !operation.post_upload_commands.is_empty() {
                 return Err(Error::invalid_input(
                     "CreateOS outbound transfers cannot run post-upload commands.",
                 ));
@@ -140,7 +132,7 @@ fn command(command: &PostUploadCommand) -> Result<Command, Error> {
     Ok(Command { command: command.command.to_string(), cwd, timeout_ms })
 }
 
-fn step(mapping: &SyncMapping, direction: Direction) -> Result<Step, Error> {
+fn step(mapping: &SyncMapping, direction: SyncDirection) -> Result<Step, Error> {
     let requested = mode(mapping.mode.into_option())?;
     let directory = match mapping.kind.as_str() {
         "file" => false,
@@ -148,7 +140,7 @@ fn step(mapping: &SyncMapping, direction: Direction) -> Result<Step, Error> {
         _ => return Err(Error::invalid_input("CreateOS transfer kind must be \"file\" or \"directory\".")),
     };
     match (direction, directory) {
-        (Direction::In, false) => {
+        (SyncDirection::In, false) => {
             let source = host_path(&mapping.source_path)?;
             let target = sandbox_path(&mapping.target_path)?;
             let link = fs::symlink_metadata(&source).map_err(|e| Error::host_io("read", &e))?;
@@ -164,7 +156,7 @@ fn step(mapping: &SyncMapping, direction: Direction) -> Result<Step, Error> {
             let mode = requested.unwrap_or(meta.permissions().mode() & 0o777);
             Ok(Step::InFile { source, len: meta.len(), target, mode })
         }
-        (Direction::In, true) => {
+        (SyncDirection::In, true) => {
             if mapping.follow_symlinks {
                 return Err(Error::invalid_input(
                     "CreateOS inbound directory transfers cannot follow symbolic links.",
@@ -185,7 +177,7 @@ fn step(mapping: &SyncMapping, direction: Direction) -> Result<Step, Error> {
                 mode: requested.unwrap_or(DEFAULT_DIRECTORY_MODE),
             })
         }
-        (Direction::Out, false) => {
+        (SyncDirection::Out, false) => {
             let source = sandbox_path(&mapping.source_path)?;
             let target = host_path(&mapping.target_path)?;
             if fs::symlink_metadata(&target).is_ok_and(|meta| meta.is_dir()) {
@@ -193,7 +185,7 @@ fn step(mapping: &SyncMapping, direction: Direction) -> Result<Step, Error> {
             }
             Ok(Step::OutFile { source, target, mode: requested.unwrap_or(DEFAULT_OUTBOUND_FILE_MODE) })
         }
-        (Direction::Out, true) => {
+        (SyncDirection::Out, true) => {
             let source = sandbox_path(&mapping.source_path)?;
             let target = host_path(&mapping.target_path)?;
             match fs::symlink_metadata(&target) {
