@@ -5,8 +5,9 @@
 //! manifest), in one run.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host_harness::{lock::LockFile, plugin::default_plugin_path, providers::sha256_hex, staging::Staging};
-use provider_abi::LoadedProvider;
+use host_harness::{
+    loader::LoadedProvider, lock::LockFile, plugin::default_plugin_path, providers::sha256_hex, staging::Staging,
+};
 use std::hint::black_box;
 
 fn pinning(c: &mut Criterion) {

@@ -4,8 +4,10 @@
 //! what a drained version gives back when its instance is dropped. One run,
 //! eight versions; prints a table. Also the time a hook call waits on a swap.
 
-use host_harness::{plugin::default_plugin_path, provider_set::ProviderSet, resources::resident_bytes};
-use provider_abi::{LoadedProvider, Provider, SetupParams};
+use host_harness::{
+    loader::LoadedProvider, plugin::default_plugin_path, provider_set::ProviderSet, resources::resident_bytes,
+};
+use provider_abi::{LogLevel, LogSink, Provider, SetupParams};
 use std::time::{Duration, Instant};
 
 const VERSIONS: usize = 8;
@@ -27,7 +29,7 @@ fn main() {
     let setup = SetupParams { host_name: "bench".into(), host_version: "0".into() };
     let load = |index: usize| {
         let provider = LoadedProvider::load(copy(index)).unwrap();
-        provider.setup(&setup).unwrap();
+        provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn).unwrap();
         provider
     };
     let set = ProviderSet::with_limit(load(0), VERSIONS + 1);

@@ -15,18 +15,23 @@
 //! Panics: conform cannot make an arbitrary provider's own code panic (that
 //! needs a provider-specific trigger). It checks the two places where a
 //! panic on the host's side of a hook call must come back as data: a
-//! recorder that panics inside `acquire_lease_recording` (the hook must fail
-//! with that error and delete what it created) and an output sink that
-//! panics inside `execute` (the call must still complete). Panics in the
+//! recorder that panics inside `acquire_lease` (the hook must fail with that
+//! error and delete what it created) and an output sink that panics inside
+//! `execute` (the call must still complete).
+//!
+//! The hooks that return a future are awaited on the check's thread
+//! ([`crate::wait`]). Panics in the
 //! provider's own hook code become `internal` errors in the export layer
 //! (`provider_abi::export::guard`, tested there) for every provider built with
 //! `export_provider!` and without `panic = "abort"`.
 
-use crate::request::HarnessConfig;
+use crate::{request::HarnessConfig, wait};
 use provider_abi::{
-    AcquireParams, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, Hook,
-    HookResult, Lease, LeaseParams, LoadedProvider, OutputSink, OutputStream, Provider, ProviderError,
+    ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
+    ExecuteParams, ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, Provider,
+    ProviderError, RecordCreation,
 };
+use provider_host::loader::LoadedProvider;
 use serde_json::{json, Value};
 use std::{
     panic::PanicHookInfo,
@@ -170,7 +175,7 @@ const WAIT: Duration = Duration::from_secs(60);
 pub const CHECKS: &[Check] = &[
     Check {
         name: "manifest",
-        contract: "The manifest names the provider, its version and driver key, declares only hooks of its ABI version (the ABI 1.0 lease hooks among them) and a JSON-object configuration schema, and the hooks it declares answer.",
+        contract: "The manifest names the provider, its version and driver key and a JSON-object configuration schema; the library's table has every required hook, and health answers.",
         run: manifest,
     },
     Check {
@@ -225,7 +230,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "recorder-panic",
-        contract: "acquire_lease_recording hands the lease to the host before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
+        contract: "acquire_lease tells the host its creation request is about to leave, then hands it the lease before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
         run: recorder_panic,
     },
     Check {
@@ -321,13 +326,64 @@ fn hook_failed(hook: &str, error: &ProviderError) -> Verdict {
 /// The output a command streamed, in order, by stream.
 #[derive(Default, Clone)]
 struct Streamed {
-    chunks: Vec<(OutputStream, String)>,
+    chunks: Vec<(OutputStream, Vec<u8>)>,
 }
 
 impl Streamed {
     fn text(&self, stream: OutputStream) -> String {
-        self.chunks.iter().filter(|(s, _)| *s == stream).map(|(_, chunk)| chunk.as_str()).collect()
+        let bytes: Vec<u8> =
+            self.chunks.iter().filter(|(s, _)| *s == stream).flat_map(|(_, chunk)| chunk.clone()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
+}
+
+/// What a creating hook reported to its recorder, in order.
+#[derive(Debug, Clone, PartialEq)]
+enum Moment {
+    Sending,
+    Created(Lease),
+}
+
+/// A recorder keeping every moment, panicking (on purpose) at the lease
+/// when `panics`.
+struct Journal {
+    moments: Arc<Mutex<Vec<Moment>>>,
+    panics: bool,
+}
+
+impl Journal {
+    /// A recorder for one creation and the moments it will hold.
+    fn new(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
+        let moments = Arc::new(Mutex::new(Vec::new()));
+        (CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics }), moments)
+    }
+}
+
+impl RecordCreation for Journal {
+    fn sending(&mut self) -> HookFuture<()> {
+        locked(&self.moments).push(Moment::Sending);
+        ready(Ok(()))
+    }
+
+    fn created(&mut self, lease: &Lease) -> HookFuture<()> {
+        locked(&self.moments).push(Moment::Created(lease.clone()));
+        if self.panics {
+            std::panic::panic_any(DELIBERATE_PANIC);
+        }
+        ready(Ok(()))
+    }
+}
+
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// A sink collecting into `streamed`.
+fn collecting(streamed: &Arc<Mutex<Streamed>>) -> ByteSink {
+    let streamed = Arc::clone(streamed);
+    ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
+        locked(&streamed).chunks.push((stream, chunk.to_vec()))
+    })
 }
 
 /// A lease a check holds; destroyed when dropped unless already destroyed,
@@ -348,7 +404,7 @@ impl Held {
     }
 
     fn destroy(&mut self) -> Result<(), Verdict> {
-        let outcome = self.ctx.provider().destroy_lease(&self.params());
+        let outcome = wait(self.ctx.provider().destroy_lease(self.params()));
         self.live = false;
         outcome.map_err(|error| hook_failed("destroy_lease", &error))
     }
@@ -357,7 +413,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if self.live {
-            if let Err(error) = self.ctx.provider().destroy_lease(&self.params()) {
+            if let Err(error) = wait(self.ctx.provider().destroy_lease(self.params())) {
                 tracing::warn!(lease = %self.id(), error = %error, "conform could not destroy a lease it acquired");
             }
         }
@@ -396,36 +452,34 @@ impl Ctx {
         receiver.recv_timeout(limit).ok()
     }
 
-    /// Acquires a lease (recording it ahead when the provider can), checking
-    /// the write-ahead promise: the lease returned is the one recorded.
+    /// Acquires a lease, checking the write-ahead promise: the request is
+    /// reported before the lease, and the lease returned is the one recorded.
     fn acquire(&self) -> Result<Held, Verdict> {
         let params = AcquireParams {
             env: self.0.env.clone(),
             run_id: "conform".into(),
             requested_expires_at: None.into(),
         };
-        let lease = if self.supports(Hook::AcquireLeaseRecording) {
-            let mut recorded = None;
-            let mut record = |lease: &Lease| {
-                recorded = Some(lease.provider_lease_id.clone());
-                Ok(())
-            };
-            let lease = self
-                .provider()
-                .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
-                .map_err(|error| hook_failed("acquire_lease_recording", &error))?;
-            if recorded.as_ref() != Some(&lease.provider_lease_id) {
-                let held = Held { ctx: self.clone(), lease, live: true };
-                return Err(failed(format!(
-                    "acquire_lease_recording returned lease {} without recording it first",
-                    held.id()
-                )));
-            }
-            lease
-        } else {
-            self.provider().acquire_lease(&params).map_err(|error| hook_failed("acquire_lease", &error))?
-        };
+        let (recorder, moments) = Journal::new(false);
+        let lease = wait(self.provider().acquire_lease(params, recorder))
+            .map_err(|error| hook_failed("acquire_lease", &error))?;
+        let moments = locked(&moments).clone();
         let held = Held { ctx: self.clone(), lease, live: true };
+        if moments != [Moment::Sending, Moment::Created(held.lease.clone())] {
+            let seen: Vec<&str> = moments
+                .iter()
+                .map(|moment| match moment {
+                    Moment::Sending => "sending",
+                    Moment::Created(lease) if *lease == held.lease => "this lease",
+                    Moment::Created(_) => "another lease",
+                })
+                .collect();
+            return Err(failed(format!(
+                "acquire_lease returned lease {} after reporting [{}] to its recorder, not the request leaving and then that lease",
+                held.id(),
+                seen.join(", ")
+            )));
+        }
         if held.lease.expired || held.lease.provider_lease_id.is_none() {
             return Err(failed("acquire returned an expired lease or one without an id"));
         }
@@ -446,10 +500,9 @@ impl Ctx {
             timeout_ms: timeout_ms.into(),
             ..Default::default()
         };
-        let mut streamed = Streamed::default();
-        let mut collect =
-            |stream: OutputStream, chunk: &str| streamed.chunks.push((stream, chunk.to_owned()));
-        let result = self.provider().execute(&params, &mut OutputSink::new(&mut collect));
+        let streamed = Arc::new(Mutex::new(Streamed::default()));
+        let result = wait(self.provider().execute(params, ByteSource::empty(), collecting(&streamed)));
+        let streamed = locked(&streamed).clone();
         (result, streamed)
     }
 
@@ -470,9 +523,7 @@ impl Ctx {
 
     /// Resumes `held` and expects it expired.
     fn expect_expired(&self, held: &Held, what: &str) -> Result<(), Verdict> {
-        let resumed = self
-            .provider()
-            .resume_lease(&held.params())
+        let resumed = wait(self.provider().resume_lease(held.params()))
             .map_err(|error| hook_failed("resume_lease", &error))?;
         if resumed.expired && resumed.provider_lease_id.is_none() {
             Ok(())
@@ -498,30 +549,9 @@ fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
             problems.push(format!("the {field} is empty"));
         }
     }
-    for name in &manifest.hooks {
-        match Hook::from_name(name) {
-            None => problems.push(format!("declares unknown hook `{name}`")),
-            Some(hook) if !Hook::available_at(abi).any(|available| available == hook) => {
-                problems.push(format!("declares `{name}`, which ABI {abi} does not have"))
-            }
-            Some(hook) if !ctx.supports(hook) => {
-                problems.push(format!("declares `{name}` but does not export it"))
-            }
-            Some(_) => {}
-        }
-    }
-    for hook in [
-        Hook::Health,
-        Hook::ValidateConfig,
-        Hook::AcquireLease,
-        Hook::ResumeLease,
-        Hook::ReleaseLease,
-        Hook::DestroyLease,
-        Hook::RealizeWorkspace,
-        Hook::Execute,
-    ] {
-        if !manifest.hooks.iter().any(|name| name == hook.name()) {
-            problems.push(format!("does not declare `{hook}`"));
+    for hook in Hook::ALL.into_iter().filter(|hook| !hook.is_optional()) {
+        if !ctx.supports(hook) {
+            problems.push(format!("lacks the required `{hook}` hook"));
         }
     }
     match serde_json::from_str::<Value>(&manifest.config_schema_json) {
@@ -609,38 +639,23 @@ fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
         return Err(failed("realize_workspace returned an empty working directory"));
     }
     streaming_execute(ctx, &held.lease)?;
-    // Whether the release kept the lease: reported (ABI 1.2), inspected
-    // (ABI 1.1), or unknown until resume answers (ABI 1.0).
-    let kept = if ctx.supports(Hook::ReleaseLeaseReporting) {
-        ctx.provider().release_lease_reporting(&held.params()).map(|report| Some(report.kept))
+    let kept = wait(ctx.provider().release_lease(held.params()))
+        .map_err(|error| hook_failed("release_lease", &error))?
+        .kept;
+    let note = if !kept {
+        "release deleted the lease (configure lease reuse to check resume)"
     } else {
-        ctx.provider().release_lease(&held.params()).map(|()| {
-            let inspected =
-                ctx.supports(Hook::InspectLease).then(|| ctx.provider().inspect_lease(&held.params()));
-            inspected.and_then(Result::ok).map(|status| status.exists && !status.unconfirmed)
-        })
-    }
-    .map_err(|error| hook_failed("release_lease", &error))?;
-    let deleted = "release deleted the lease (configure lease reuse to check resume)";
-    let note = if kept == Some(false) {
-        deleted
-    } else {
-        let resumed = ctx
-            .provider()
-            .resume_lease(&held.params())
+        let resumed = wait(ctx.provider().resume_lease(held.params()))
             .map_err(|error| hook_failed("resume_lease", &error))?;
-        if resumed.expired && kept.is_none() {
-            deleted
-        } else if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
+        if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
             return Err(failed(format!("resume_lease did not hand back released lease {}", held.id())));
-        } else {
-            held.lease = resumed;
-            let out = ctx.sh_ok(&held.lease, "printf resumed")?;
-            if out != "resumed" {
-                return Err(failed(format!("after resume, execute printed {out:?} instead of \"resumed\"")));
-            }
-            "released, resumed and ran again"
         }
+        held.lease = resumed;
+        let out = ctx.sh_ok(&held.lease, "printf resumed")?;
+        if out != "resumed" {
+            return Err(failed(format!("after resume, execute printed {out:?} instead of \"resumed\"")));
+        }
+        "released, resumed and ran again"
     };
     held.destroy()?;
     Ok(note.into())
@@ -664,15 +679,15 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
                 ..Default::default()
             };
             let mut signalled = false;
-            let mut collect = |stream: OutputStream, chunk: &str| {
-                let mut streamed = streamed.lock().unwrap_or_else(|poison| poison.into_inner());
-                streamed.chunks.push((stream, chunk.to_owned()));
+            let collect = ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
+                let mut streamed = locked(&streamed);
+                streamed.chunks.push((stream, chunk.to_vec()));
                 if !signalled && streamed.text(OutputStream::Stdout).contains("conform-out\n") {
                     signalled = true;
                     let _ = seen_sender.send(());
                 }
-            };
-            ctx.provider().execute(&params, &mut OutputSink::new(&mut collect))
+            });
+            wait(ctx.provider().execute(params, ByteSource::empty(), collect))
         })
     };
     // Only once the first line arrived does the second command let the
@@ -719,7 +734,7 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
 fn destroy_twice(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
     held.destroy()?;
-    ctx.provider().destroy_lease(&held.params()).map_err(|error| {
+    wait(ctx.provider().destroy_lease(held.params())).map_err(|error| {
         failed(format!("the second destroy_lease failed: {} [{}]", error.message, error.kind))
     })?;
     Ok(String::new())
@@ -775,13 +790,12 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
             ..Default::default()
         };
         let provider = ctx.provider();
-        let mut ignore = |_: OutputStream, _: &str| {};
         let outcomes: Vec<(Hook, Option<ProviderError>)> = vec![
             (Hook::RealizeWorkspace, provider.realize_workspace(&params).err()),
-            (Hook::Execute, provider.execute(&execute, &mut OutputSink::new(&mut ignore)).err()),
-            (Hook::ResumeLease, provider.resume_lease(&params).err()),
-            (Hook::ReleaseLease, provider.release_lease(&params).err()),
-            (Hook::DestroyLease, provider.destroy_lease(&params).err()),
+            (Hook::Execute, wait(provider.execute(execute, ByteSource::empty(), ByteSink::discard())).err()),
+            (Hook::ResumeLease, wait(provider.resume_lease(params.clone())).err()),
+            (Hook::ReleaseLease, wait(provider.release_lease(params.clone())).err()),
+            (Hook::DestroyLease, wait(provider.destroy_lease(params.clone())).err()),
         ];
         for (hook, error) in outcomes {
             match error {
@@ -848,8 +862,11 @@ fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
                 timeout_ms: Some(120_000).into(),
                 ..Default::default()
             };
-            let mut ignore = |_: OutputStream, _: &str| {};
-            let _ = done_sender.send(ctx.provider().execute(&params, &mut OutputSink::new(&mut ignore)));
+            let _ = done_sender.send(wait(ctx.provider().execute(
+                params,
+                ByteSource::empty(),
+                ByteSink::discard(),
+            )));
         });
     }
     ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
@@ -863,11 +880,7 @@ fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
             std::thread::spawn(move || {
                 barrier.wait();
                 let started = Instant::now();
-                let outcome = if ctx.supports(Hook::ReleaseLeaseReporting) {
-                    ctx.provider().release_lease_reporting(&params).map(|_| ())
-                } else {
-                    ctx.provider().release_lease(&params)
-                };
+                let outcome = wait(ctx.provider().release_lease(params)).map(|_| ());
                 (outcome, started, Instant::now())
             })
         })
@@ -1031,28 +1044,28 @@ fn describe(verdict: &Verdict) -> String {
 }
 
 fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
-    if !ctx.supports(Hook::AcquireLeaseRecording) {
-        return Err(Verdict::Skipped("the provider has no acquire_lease_recording (ABI 1.2)".into()));
-    }
     let params =
         AcquireParams { env: ctx.0.env.clone(), run_id: "conform".into(), requested_expires_at: None.into() };
-    let mut recorded = None;
-    let mut record = |lease: &Lease| -> HookResult<()> {
-        recorded = Some(lease.clone());
-        std::panic::panic_any(DELIBERATE_PANIC)
-    };
-    let outcome = ctx.provider().acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record));
-    let created = recorded.map(|lease| Held { ctx: ctx.clone(), lease, live: true });
+    let (recorder, moments) = Journal::new(true);
+    let outcome = wait(ctx.provider().acquire_lease(params, recorder));
+    let moments = locked(&moments).clone();
+    let created = moments.iter().find_map(|moment| match moment {
+        Moment::Created(lease) => Some(Held { ctx: ctx.clone(), lease: lease.clone(), live: true }),
+        Moment::Sending => None,
+    });
+    if moments.first() != Some(&Moment::Sending) {
+        return Err(failed("acquire_lease did not report its creation request before it left"));
+    }
     match (outcome, &created) {
-        (_, None) => Err(failed("acquire_lease_recording never called the recorder")),
+        (_, None) => Err(failed("acquire_lease never handed the lease to the recorder")),
         (Ok(lease), Some(_)) => {
             drop(Held { ctx: ctx.clone(), lease, live: true });
-            Err(failed("acquire_lease_recording succeeded although the host's recorder failed"))
+            Err(failed("acquire_lease succeeded although the host's recorder failed"))
         }
         (Err(error), Some(held)) => {
             if error.kind != ErrorKind::INTERNAL {
                 return Err(failed(format!(
-                    "acquire_lease_recording failed with {} ({}) instead of the recorder's internal error",
+                    "acquire_lease failed with {} ({}) instead of the recorder's internal error",
                     error.kind, error.message
                 )));
             }
@@ -1071,10 +1084,8 @@ fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
         timeout_ms: Some(30_000).into(),
         ..Default::default()
     };
-    let mut explode = |_: OutputStream, _: &str| std::panic::panic_any(DELIBERATE_PANIC);
-    let result = ctx
-        .provider()
-        .execute(&params, &mut OutputSink::new(&mut explode))
+    let explode = ByteSink::new(|_: OutputStream, _: &[u8]| std::panic::panic_any(DELIBERATE_PANIC));
+    let result = wait(ctx.provider().execute(params, ByteSource::empty(), explode))
         .map_err(|error| hook_failed("execute with a panicking output sink", &error))?;
     if result.exit_code.into_option() != Some(3)
         || result.stdout != "conform-a"

@@ -7,11 +7,11 @@ use provider_host::hosted::{HookSupport, OutOfProcess};
 use std::path::Path;
 
 impl HookSupport for IsolatedProvider {
-    /// The worker protocol does not carry `grant_request_share` (yet): a
-    /// host falls back as for an older provider (an isolated provider keeps
-    /// its whole request budget).
+    /// The hooks of the library's table, but `grant_request_share`, which
+    /// the worker protocol does not carry: an isolated provider keeps its
+    /// whole request budget.
     fn supports(&self, hook: Hook) -> bool {
-        hook != Hook::GrantRequestShare && IsolatedProvider::supports(self, hook)
+        IsolatedProvider::supports(self, hook)
     }
 
     fn is_transport_failure(&self, error: &ProviderError) -> bool {

@@ -2,7 +2,7 @@
 //! whole lease lifecycles and soaks, keeping a durable lease ledger.
 //!
 //! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`], [`budget`],
-//! [`provider_set`], [`async_host`], [`lock`], [`providers`], [`secrets`],
+//! [`provider_set`], [`loader`], [`lock`], [`providers`], [`secrets`],
 //! [`request`]) lives in the `provider-host` library; its modules are
 //! re-exported here. The binary (`host-harness`) is a
 //! thin clap front end over them and these modules: [`lifecycle`], [`soak`],
@@ -28,6 +28,6 @@ pub mod soak;
 pub mod swap;
 
 pub use provider_host::{
-    async_host, budget, handover, heartbeat, host, hosted, ledger, lock, pg_ledger, provider_set, providers,
-    request, secrets, staging, store, sweep,
+    budget, handover, heartbeat, host, hosted, ledger, loader, lock, pg_ledger, provider_set, providers,
+    request, secrets, staging, store, sweep, wait,
 };

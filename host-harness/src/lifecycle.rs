@@ -2,7 +2,7 @@
 //! sync-in, execute, sync-out, release for reuse (pause), resume, execute
 //! again, destroy. The sync steps copy a small host directory into the
 //! workspace before the first command and its result back after it; they
-//! are skipped for a provider without file sync (before ABI 1.4), and
+//! are skipped for a provider without file sync (`sync_files`), and
 //! [`run_with`] can leave them out (`soak` measures leases alone).
 //!
 //! Each step is reported with its duration and outcome to a [`Reporter`]
@@ -12,10 +12,12 @@
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
 use crate::{
-    host::{Calls, HeldLease, Host, Released},
+    host::{HeldLease, Host, Released},
     interrupt,
 };
-use provider_abi::{ErrorKind, ExecuteParams, Hook, HookResult, OutputStream, ProviderError, SyncParams};
+use provider_abi::{
+    ByteSource, ErrorKind, ExecuteParams, HookResult, OutputStream, ProviderError, SyncDirection, SyncParams,
+};
 use serde_json::{json, Value};
 use std::{
     future::Future,
@@ -72,15 +74,15 @@ impl<F: FnMut(&StepReport) + Send> Reporter for F {
 /// Runs a lifecycle through `host` on this thread, reporting each step.
 /// Returns true when every step succeeded.
 pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
-    pollster::block_on(run_with(host, reporter, Calls::Blocking, true))
+    crate::wait(run_with(host, reporter, true))
 }
 
-/// Runs a lifecycle through `host`, calling the provider as `calls` says,
-/// with the sync steps when `sync` is true (`soak` measures leases alone).
-/// Dropping the future cancels the hook under way and leaves the lease it
-/// holds to the ledger (a `sweep` destroys it).
-pub async fn run_with(host: &Host<'_>, reporter: &mut dyn Reporter, calls: Calls, sync: bool) -> bool {
-    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true, sync, calls };
+/// Runs a lifecycle through `host`, with the sync steps when `sync` is true
+/// (`soak` measures leases alone). Dropping the future cancels the hook
+/// under way and leaves the lease it holds to the ledger (a `sweep`
+/// destroys it).
+pub async fn run_with(host: &Host<'_>, reporter: &mut dyn Reporter, sync: bool) -> bool {
+    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true, sync };
     let completed = lifecycle.steps().await.is_ok();
     if !completed {
         lifecycle.clean_up().await;
@@ -104,12 +106,11 @@ struct Lifecycle<'a, 'h> {
     reporter: &'a mut dyn Reporter,
     ok: bool,
     sync: bool,
-    calls: Calls,
 }
 
 impl Lifecycle<'_, '_> {
     async fn steps(&mut self) -> Result<(), ()> {
-        let (host, calls) = (self.host, self.calls);
+        let host = self.host;
         // One verdict for the step: a configuration the provider finds
         // invalid fails it with the provider's reasons.
         let validate = async {
@@ -121,8 +122,8 @@ impl Lifecycle<'_, '_> {
             Err(ProviderError::new(ErrorKind::INVALID_CONFIG, message))
         };
         self.step("validate", "", validate).await?;
-        self.step("probe", "", host.probe_with(calls)).await?;
-        let held = self.step("acquire", "", host.acquire_with(calls)).await?;
+        self.step("probe", "", host.probe()).await?;
+        let held = self.step("acquire", "", host.acquire()).await?;
         self.lease = Some(held.clone());
         let workspace = self.step("realize", "", async { host.realize(&held) }).await?;
         let synced = self.sync_in(&held, &workspace.cwd).await?;
@@ -138,7 +139,7 @@ impl Lifecycle<'_, '_> {
         }
         self.refuse_if_interrupted("release")?;
         let started = Instant::now();
-        match Box::pin(host.release_with(calls, &held)).await {
+        match Box::pin(host.release(&held)).await {
             Ok(Released::DestroyedInstead(cause)) => {
                 let note = "cleanup unconfirmed: destroyed instead of reused";
                 let _ = self.finish("release", note, started, Err::<(), _>(cause));
@@ -153,7 +154,7 @@ impl Lifecycle<'_, '_> {
                 }
             }
         }
-        let resumed = self.step("resume", "", host.resume_with(calls, &held)).await?;
+        let resumed = self.step("resume", "", host.resume(&held)).await?;
         if resumed.expired {
             self.lease = None;
             self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
@@ -162,7 +163,7 @@ impl Lifecycle<'_, '_> {
         let held = HeldLease { lease: resumed, ..held };
         self.lease = Some(held.clone());
         self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here").await?;
-        self.step("destroy", "", host.destroy_with(calls, &held)).await?;
+        self.step("destroy", "", host.destroy(&held)).await?;
         self.lease = None;
         Ok(())
     }
@@ -170,10 +171,6 @@ impl Lifecycle<'_, '_> {
     /// Runs a shell command in the lease, streaming its output live, and
     /// checks that its stdout contains `expect`.
     async fn execute(&mut self, step: &'static str, script: &str, expect: &str) -> Result<(), ()> {
-        if !self.host.can_execute() {
-            self.note(step, "skipped: the provider does not implement execute");
-            return Ok(());
-        }
         let held = self.lease.clone().unwrap_or_else(|| HeldLease::new(0, Default::default()));
         let params = ExecuteParams {
             command: "/bin/sh".into(),
@@ -186,7 +183,7 @@ impl Lifecycle<'_, '_> {
         let outcome = {
             let reporter = &mut *self.reporter;
             let mut live = |stream: OutputStream, chunk: &[u8]| reporter.output(stream, chunk);
-            Box::pin(host.execute_bytes_with(self.calls, &held, params, &mut live)).await
+            Box::pin(host.execute(&held, params, ByteSource::empty(), &mut live)).await
         };
         let result = self.finish(step, "", started, outcome)?;
         if result.exit_code.into_option() != Some(0) || !result.stdout.contains(expect) {
@@ -219,11 +216,12 @@ impl Lifecycle<'_, '_> {
                 self.fail("sync-in", ProviderError::internal(format!("cannot stage the input: {error}")))
             })?;
         let source = local.path().join("input").to_string_lossy().into_owned();
-        let params = sync_params("input", "directory", &source, &format!("{cwd}/{SYNC_INPUT}"));
+        let params =
+            sync_params(SyncDirection::In, "input", "directory", &source, &format!("{cwd}/{SYNC_INPUT}"));
         let host = self.host;
         self.refuse_if_interrupted("sync-in")?;
         let started = Instant::now();
-        let outcome = Box::pin(host.sync_with(self.calls, held, params, Hook::SyncIn)).await;
+        let outcome = Box::pin(host.sync(held, params)).await;
         let note = moved(&outcome);
         self.finish("sync-in", &note, started, outcome)?;
         Ok(Some(local))
@@ -232,12 +230,12 @@ impl Lifecycle<'_, '_> {
     /// Copies the first command's result back and checks it.
     async fn sync_out(&mut self, held: &HeldLease, cwd: &str, local: &std::path::Path) -> Result<(), ()> {
         let target = local.join("result.txt");
-        let params =
-            sync_params("result", "file", &format!("{cwd}/{SYNC_RESULT}"), &target.to_string_lossy());
+        let source = format!("{cwd}/{SYNC_RESULT}");
+        let params = sync_params(SyncDirection::Out, "result", "file", &source, &target.to_string_lossy());
         let host = self.host;
         self.refuse_if_interrupted("sync-out")?;
         let started = Instant::now();
-        let outcome = Box::pin(host.sync_with(self.calls, held, params, Hook::SyncOut)).await;
+        let outcome = Box::pin(host.sync(held, params)).await;
         let note = moved(&outcome);
         self.finish("sync-out", &note, started, outcome)?;
         if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {
@@ -314,7 +312,7 @@ impl Lifecycle<'_, '_> {
         let host = self.host;
         self.lease = Some(held.clone());
         let started = Instant::now();
-        let outcome = Box::pin(host.destroy_with(self.calls, &held)).await;
+        let outcome = Box::pin(host.destroy(&held)).await;
         let _ = self.finish("destroy", "clean-up after a failed step", started, outcome);
         self.lease = None;
     }
@@ -328,9 +326,9 @@ impl Lifecycle<'_, '_> {
     }
 }
 
-/// One operation of one mapping.
-fn sync_params(id: &str, kind: &str, source: &str, target: &str) -> SyncParams {
-    SyncParams::single(Default::default(), id, kind, source, target)
+/// One operation of one mapping, moving files `direction`.
+fn sync_params(direction: SyncDirection, id: &str, kind: &str, source: &str, target: &str) -> SyncParams {
+    SyncParams::single(Default::default(), direction, id, kind, source, target)
 }
 
 /// "N files, M bytes" of a sync's outcome.

@@ -235,11 +235,6 @@ pub struct SoakArgs {
     /// Completed lifecycles between two swaps (with --swap-to).
     #[arg(long, value_name = "N", default_value_t = 100, requires = "swap_to")]
     swap_every: usize,
-    /// Call the blocking hooks, a thread per lifecycle in flight (default:
-    /// the async hooks, every lifecycle on one thread, when the provider has
-    /// them in this process).
-    #[arg(long)]
-    blocking: bool,
 }
 
 /// `exec` options.
@@ -510,9 +505,8 @@ enum ProvidersCommand {
     },
 }
 
-/// Blocking hooks hold their calling thread, so `soak --blocking` (and any
-/// soak of a provider without async hooks) runs one thread per lifecycle in
-/// flight (a thousand at `--concurrency 1000`). glibc gives threads up to
+/// Under `--isolate` each hook call in flight holds a thread of its own
+/// while its worker runs it (a thousand at `--concurrency 1000`). glibc gives threads up to
 /// eight malloc arenas per core, and a thousand threads spread over them
 /// roughly doubled the resident memory through fragmentation (measured:
 /// 299 MiB against 150 MiB with two arenas for 3,000 lifecycles, 1,000 at
@@ -821,7 +815,6 @@ impl From<&SoakArgs> for commands::runs::SoakOptions {
             config: args.config.clone(),
             swap_to: args.swap_to.clone(),
             swap_every: args.swap_every,
-            blocking: args.blocking,
         }
     }
 }

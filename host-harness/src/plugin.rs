@@ -9,8 +9,11 @@ use crate::{
     isolation::{IsolatedProvider, IsolationOptions},
     providers::ProvidersDir,
 };
-use provider_abi::{Hook, HookResult, LoadError, LoadedProvider, SetupParams};
-use provider_host::staging::Staged;
+use provider_abi::{HookResult, LogLevel, SetupParams};
+use provider_host::{
+    loader::{library_file_name, LoadError, LoadedProvider},
+    staging::Staged,
+};
 use std::path::{Path, PathBuf};
 
 /// The provider library a run loads.
@@ -83,7 +86,7 @@ pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<(Pat
 
 /// File name of the CreateOS provider's shared library on this platform.
 pub fn createos_library_name() -> String {
-    provider_abi::library_file_name("createos_provider")
+    library_file_name("createos_provider")
 }
 
 /// The CreateOS provider built next to the running harness binary: in the
@@ -118,22 +121,12 @@ pub fn load_library(library: &Library) -> Result<LoadedProvider, LoadError> {
     Ok(provider)
 }
 
-/// Runs the provider's `setup`: `setup_with_logs` (ABI 1.3) when the
-/// provider has it and the host's subscriber wants any level, so the
-/// provider's events reach the host's.
+/// Runs the provider's `setup` with the log sink that re-emits its events
+/// into the host's subscriber, up to the most verbose level the subscriber
+/// wants (errors only when it wants none: they are dropped here).
 pub fn set_up(provider: &dyn HookSupport) -> HookResult<()> {
-    let params = setup_params();
-    // A library may carry the 1.3 table without implementing this hook:
-    // `unsupported` falls back to the plain setup.
-    match crate::provider_log::host_max_level() {
-        Some(level) if provider.supports(Hook::SetupWithLogs) => {
-            match provider.setup_with_logs(&params, crate::provider_log::sink(), level) {
-                Err(error) if error.kind == provider_abi::ErrorKind::UNSUPPORTED => provider.setup(&params),
-                outcome => outcome,
-            }
-        }
-        _ => provider.setup(&params),
-    }
+    let level = crate::provider_log::host_max_level().unwrap_or(LogLevel::Error);
+    provider.setup(&setup_params(), crate::provider_log::sink(), level)
 }
 
 /// Loads `library` and runs `setup`: in this process, or with `isolation`

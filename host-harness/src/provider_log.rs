@@ -1,6 +1,6 @@
-//! The provider's log events in the host's subscriber (ABI 1.3).
+//! The provider's log events in the host's subscriber.
 //!
-//! [`sink`] builds the [`LogSink`] the host passes to `setup_with_logs`: each
+//! [`sink`] builds the [`LogSink`] the host passes to `setup`: each
 //! record the provider forwards is re-emitted as a `tracing` event of the
 //! host, with the provider's level, target, message and fields, so the
 //! host's filter (`-v`, `RUST_LOG=createos_provider=debug`) and format apply
@@ -34,7 +34,7 @@ pub const MAX_CALLSITES: usize = 1024;
 const MAX_FIELDS: usize = 8;
 
 /// The most verbose level the host's subscriber wants, `None` when it wants
-/// none: what `setup_with_logs` passes so disabled levels cost nothing.
+/// none: what `setup` passes so disabled levels cost nothing.
 pub fn host_max_level() -> Option<LogLevel> {
     let current = LevelFilter::current();
     [

@@ -10,7 +10,7 @@
 
 use crate::hosted::HookSupport;
 use crate::{
-    host::{Calls, Host},
+    host::Host,
     ledger::Owner,
     lifecycle::{self, Reporter, StepReport},
     request::HarnessConfig,
@@ -56,9 +56,6 @@ pub struct SoakPlan<'a> {
     pub leases: usize,
     /// Lifecycles in flight at once.
     pub concurrency: usize,
-    /// How the lifecycles call the provider: async, all on one thread, or
-    /// blocking, a thread each.
-    pub calls: Calls,
 }
 
 /// One finished lifecycle, for progress output.
@@ -173,9 +170,8 @@ impl Reporter for Watcher<'_> {
 }
 
 /// Runs `plan.leases` lifecycles, `plan.concurrency` at a time; `progress`
-/// is called after each. With [`Calls::Async`] they all run on this thread,
-/// each lifecycle a future awaiting the provider's async hooks; with
-/// [`Calls::Blocking`], one scoped thread per lifecycle in flight.
+/// is called after each. They all run on this thread, each lifecycle a
+/// future awaiting the provider's hooks.
 pub fn run(
     provider: &dyn HookSupport,
     ledger: &dyn LeaseStore,
@@ -216,7 +212,7 @@ pub fn run(
                 unconfirmed_known: false,
             };
             let started = Instant::now();
-            let ok = lifecycle::run_with(&host, &mut watcher, plan.calls, false).await;
+            let ok = lifecycle::run_with(&host, &mut watcher, false).await;
             let duration = started.elapsed();
             let first_error =
                 watcher.tally_into(&mut tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), ok);
@@ -226,37 +222,16 @@ pub fn run(
     // No new lifecycle after an interruption.
     let still_wanted = || crate::interrupt::requested().is_none();
     let in_flight = plan.concurrency.clamp(1, plan.leases.max(1));
-    match plan.calls {
-        Calls::Async => {
-            use futures_util::StreamExt;
-            // The lifecycles are futures polled on this thread alone, woken
-            // by the provider's runtime; no async runtime of the host's is
-            // entered, so blocking code the host calls meanwhile (the
-            // PostgreSQL driver runs its own) stays usable.
-            pollster::block_on(
-                futures_util::stream::iter(0..plan.leases)
-                    .take_while(|_| std::future::ready(still_wanted()))
-                    .for_each_concurrent(in_flight, lifecycle),
-            );
-        }
-        Calls::Blocking => {
-            let next = AtomicUsize::new(0);
-            let worker = || {
-                while still_wanted() {
-                    let index = next.fetch_add(1, Ordering::SeqCst);
-                    if index >= plan.leases {
-                        return;
-                    }
-                    pollster::block_on(lifecycle(index));
-                }
-            };
-            std::thread::scope(|scope| {
-                for _ in 0..in_flight {
-                    scope.spawn(worker);
-                }
-            });
-        }
-    }
+    use futures_util::StreamExt;
+    // The lifecycles are futures polled on this thread alone, woken by the
+    // provider's runtime; no async runtime of the host's is entered, so
+    // blocking code the host calls meanwhile (the PostgreSQL driver runs its
+    // own) stays usable.
+    crate::wait(
+        futures_util::stream::iter(0..plan.leases)
+            .take_while(|_| std::future::ready(still_wanted()))
+            .for_each_concurrent(in_flight, lifecycle),
+    );
     let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
     tally.log_lines_scanned = log_lines.load(Ordering::Relaxed);
     tally.secrets_seen += log_secrets.load(Ordering::Relaxed);
@@ -329,8 +304,6 @@ pub struct Summary {
     pub resources: ResourceFigures,
     /// Lifecycles in flight at once.
     pub concurrency: usize,
-    /// How the lifecycles called the provider.
-    pub calls: Calls,
     /// True when a fault profile injected failures (else any failed
     /// lifecycle fails the soak).
     pub faults_injected: bool,
@@ -429,7 +402,6 @@ impl Summary {
             "peakProviderThreads": self.resources.peak_provider_threads,
             "cpuPerLifecycleMs": self.cpu_per_lifecycle_ms(),
             "monitorCpuMs": Self::millis(self.resources.monitor_cpu),
-            "hookCalls": self.calls_name(),
             "swaps": self.swaps.done,
             "swapsRefused": self.swaps.refused,
             "drainedPerSwap": self.swaps.drained,
@@ -442,14 +414,6 @@ impl Summary {
             "invariantsHeld": self.broken().is_empty(),
             "broken": self.broken(),
         })
-    }
-
-    /// `async` (every lifecycle on one thread) or `blocking` (a thread each).
-    fn calls_name(&self) -> &'static str {
-        match self.calls {
-            Calls::Async => "async",
-            Calls::Blocking => "blocking",
-        }
     }
 
     /// Lifecycles finished per second of wall-clock time.
@@ -509,12 +473,11 @@ impl Summary {
             self.cpu_per_lifecycle_ms()
         ));
         lines.push(format!(
-            "memory: peak {:.1} MiB resident, {:.1} KiB per lifecycle in flight; threads: peak {} ({} the provider's; hooks called {})",
+            "memory: peak {:.1} MiB resident, {:.1} KiB per lifecycle in flight; threads: peak {} ({} the provider's)",
             self.resources.peak_rss as f64 / 1048576.0,
             self.rss_per_in_flight() as f64 / 1024.0,
             self.resources.peak_threads,
             self.resources.peak_provider_threads,
-            self.calls_name()
         ));
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
         if self.taken_over > 0 {
@@ -586,7 +549,6 @@ mod tests {
                 taken_over: 0,
                 resources: Default::default(),
                 concurrency: 1,
-                calls: Calls::Blocking,
                 faults_injected,
                 cut_short_by_crash: 0,
                 swaps: Default::default(),

@@ -10,9 +10,10 @@
 //! process never loads two files from one path).
 
 use crate::plugin::set_up;
-use provider_abi::{LeaseParams, LoadError, Provider};
+use provider_abi::{LeaseParams, Provider};
 use provider_host::{
     handover::unconfirmed_leases,
+    loader::LoadError,
     lock::LockFile,
     provider_set::{ProviderSet, SwapError, SwapReport},
     staging::Staging,

@@ -401,7 +401,7 @@ fn without_config_another_provider_runs_on_its_defaults_or_is_told_to_give_one()
     }
     // A provider whose empty configuration is valid runs on it, without the
     // CreateOS simulator.
-    let fixture = e2e::library("fixture_v1_2");
+    let fixture = e2e::library("fixture_provider");
     let output = harness(&["--plugin", fixture.to_str().unwrap(), "lifecycle"], "");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));

@@ -9,7 +9,7 @@
 //! timeout) are part of what it checks, and they are generous by design.
 
 use host_harness::conform::CHECKS;
-use provider_abi::library_file_name;
+use host_harness::loader::library_file_name;
 use serde_json::{json, Value};
 use std::{
     collections::BTreeSet,

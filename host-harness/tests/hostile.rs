@@ -248,7 +248,7 @@ fn a_creation_rejected_with_a_client_error_leaves_no_unresolved_row() {
 /// The shared library cargo built for fixture crate `name`.
 fn fixture(name: &str) -> PathBuf {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.join(provider_abi::library_file_name(name));
+    let path = deps.join(host_harness::loader::library_file_name(name));
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
@@ -264,12 +264,12 @@ fn an_isolated_lifecycle_whose_worker_dies_after_creating_leaves_no_sandbox() {
         .command(&["--isolate", "--plugin"])
         .arg(fixture("crashy_createos"))
         .args(["lifecycle", "--config", bed.config(), "--json"])
-        .env("CRASHY_CRASH_AFTER", "acquire_lease_recording")
+        .env("CRASHY_CRASH_AFTER", "acquire_lease")
         .output()
         .unwrap();
     let log = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{log}");
-    assert!(log.contains("crashy: aborting in `acquire_lease_recording`"), "{log}");
+    assert!(log.contains("crashy: aborting in `acquire_lease`"), "{log}");
     assert!(log.contains("destroyed the sandbox whose creation the provider could not finish"), "{log}");
     let seen = bed.sim.ledger();
     assert_eq!(seen.sandboxes.len(), 2, "the probe's sandbox and the acquire's");

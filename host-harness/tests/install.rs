@@ -131,7 +131,7 @@ fn each_refusal_is_one_line_and_changes_nothing() {
 
     // The same version from another library (trailing bytes change the hash,
     // not the provider): refused, then accepted with --force.
-    let first = library("fixture_v1_1");
+    let first = library("fixture_provider");
     let altered = home.dir.path().join("altered.so");
     let mut bytes = std::fs::read(&first).unwrap();
     bytes.extend_from_slice(b"another build");
@@ -142,23 +142,23 @@ fn each_refusal_is_one_line_and_changes_nothing() {
     assert_eq!(forced.status.code(), Some(0), "{}", stderr(&forced));
 
     // A second version is installed inactive, and says so.
-    let second = home.run(&["providers", "install", library("fixture_v1_2").to_str().unwrap()]);
+    let second = home.run(&["providers", "install", library("fixture_next_minor").to_str().unwrap()]);
     assert!(second.status.success());
     assert!(
         String::from_utf8_lossy(&second.stdout)
-            .contains("fixture@1.2.0 is not active: `host-harness providers use fixture@1.2.0` makes it so"),
+            .contains("fixture@2.1.0 is not active: `host-harness providers use fixture@2.1.0` makes it so"),
         "{second:?}"
     );
     // A bare id lists its installed versions.
-    refused(&home.run(&["providers", "use", "fixture"]), "installed: fixture@1.1.0, fixture@1.2.0");
+    refused(&home.run(&["providers", "use", "fixture"]), "installed: fixture@2.0.0, fixture@2.1.0");
 
     // Removing the active version; another one can go.
-    refused(&home.run(&["providers", "remove", "fixture@1.1.0"]), "active");
-    assert!(home.run(&["providers", "use", "fixture@1.2.0"]).status.success());
-    assert!(home.run(&["providers", "remove", "fixture@1.1.0"]).status.success());
+    refused(&home.run(&["providers", "remove", "fixture@2.0.0"]), "active");
+    assert!(home.run(&["providers", "use", "fixture@2.1.0"]).status.success());
+    assert!(home.run(&["providers", "remove", "fixture@2.0.0"]).status.success());
     let left: Vec<Value> = json_lines(&home.run(&["providers", "list", "--json"]));
     assert_eq!(left.len(), 1);
-    assert_eq!(left[0]["version"], "1.2.0");
+    assert_eq!(left[0]["version"], "2.1.0");
     refused(&home.run(&["providers", "use", "fixture@9.9.9"]), "not installed");
     refused(&home.run(&["providers", "use", "no-version"]), "ID@VERSION");
 
@@ -180,12 +180,12 @@ fn each_refusal_is_one_line_and_changes_nothing() {
 #[test]
 fn the_search_order_is_flag_then_variable_then_installed_then_beside_the_binary() {
     let home = Home::new();
-    for fixture in ["fixture_v1_0", "fixture_v1_2"] {
+    for fixture in ["fixture_frozen", "fixture_next_minor"] {
         assert!(home.run(&["providers", "install", library(fixture).to_str().unwrap()]).status.success());
     }
-    assert!(home.run(&["providers", "use", "fixture@1.2.0"]).status.success());
-    let flag = library("fixture_v1_0");
-    let variable = library("fixture_v1_1");
+    assert!(home.run(&["providers", "use", "fixture@2.1.0"]).status.success());
+    let flag = library("fixture_frozen");
+    let variable = library("fixture_provider");
     let inspect = |binary: &Path, flag: Option<&Path>, variable: Option<&Path>| {
         let mut args = vec!["inspect", "--json"];
         if let Some(path) = flag {
@@ -194,13 +194,13 @@ fn the_search_order_is_flag_then_variable_then_installed_then_beside_the_binary(
         inspected_version(&home.run_binary(binary, &args, variable))
     };
     // 1. --plugin wins over everything.
-    assert_eq!(inspect(&home.binary(), Some(&flag), Some(&variable)), "1.0.0");
+    assert_eq!(inspect(&home.binary(), Some(&flag), Some(&variable)), "2.0.0-frozen");
     // 2. then HOST_HARNESS_PLUGIN.
-    assert_eq!(inspect(&home.binary(), None, Some(&variable)), "1.1.0");
+    assert_eq!(inspect(&home.binary(), None, Some(&variable)), "2.0.0");
     // 3. then the providers directory's active version, even where a provider
     //    sits beside the binary (the build's own binary has one in deps/).
     let built = Path::new(env!("CARGO_BIN_EXE_host-harness"));
-    assert_eq!(inspect(built, None, None), "1.2.0");
+    assert_eq!(inspect(built, None, None), "2.1.0");
     // 4. then beside the binary.
     let empty = Home::new();
     let beside = empty.run_binary(built, &["inspect", "--json"], None);

@@ -3,22 +3,27 @@
 //! line naming the signal and the hook, the next call starts a new worker,
 //! and the ledger keeps what the dead worker knew only in memory.
 
+mod common;
+
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
     host::{Host, Released},
     isolation::{is_worker_failure, IsolatedProvider, IsolationOptions, Limits},
     ledger::{LeaseState, Ledger, Owner},
+    loader::{library_file_name, LoadedProvider},
     request::HarnessConfig,
     sweep::{sweep, Scope, SweepSecrets},
+    wait,
 };
 use provider_abi::{
-    library_file_name, AcquireParams, CreationRecorder, ErrorKind, ExecuteParams, Hook, Lease, LeaseParams,
-    OutputSink, OutputStream, Provider, ProviderError, SetupParams,
+    ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, ErrorKind, ExecuteParams, Hook, HookFuture,
+    Lease, LeaseParams, LogLevel, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
 };
 use serde_json::json;
 use std::{
     path::PathBuf,
     process::{Command, Stdio},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -41,7 +46,25 @@ fn options() -> IsolationOptions {
 }
 
 fn start(options: IsolationOptions) -> IsolatedProvider {
-    IsolatedProvider::start(fixture("fixture_v1_2"), options).expect("start the worker")
+    IsolatedProvider::start(fixture("fixture_provider"), options).expect("start the worker")
+}
+
+/// Output chunks as a sink collects them.
+type Chunks = Arc<Mutex<Vec<String>>>;
+
+/// A sink keeping each chunk as text, and what it keeps.
+fn collect() -> (ByteSink, Chunks) {
+    let chunks = Chunks::default();
+    let kept = Arc::clone(&chunks);
+    let sink = ByteSink::new(move |_: OutputStream, chunk: &[u8]| {
+        kept.lock().unwrap().push(String::from_utf8_lossy(chunk).into_owned())
+    });
+    (sink, chunks)
+}
+
+/// A host-side output callback that drops everything.
+fn ignore() -> impl FnMut(OutputStream, &[u8]) + Send {
+    |_: OutputStream, _: &[u8]| {}
 }
 
 fn lease_params(id: &str) -> LeaseParams {
@@ -65,9 +88,9 @@ fn execute(
         args: args.iter().map(|arg| (*arg).into()).collect(),
         ..Default::default()
     };
-    let mut chunks = Vec::new();
-    let mut collect = |_: OutputStream, chunk: &str| chunks.push(chunk.to_owned());
-    let result = provider.execute(&params, &mut OutputSink::new(&mut collect));
+    let (sink, chunks) = collect();
+    let result = wait(provider.execute(params, ByteSource::empty(), sink));
+    let chunks = chunks.lock().unwrap().clone();
     (result, chunks)
 }
 
@@ -128,24 +151,54 @@ fn the_worker_inherits_no_stdin_and_only_the_variables_the_schema_names() {
     assert!(stdout.contains("open_files=64\n"), "the open-files limit applies: {stdout}");
 }
 
-#[test]
-fn created_leases_round_trip_to_the_host_before_the_hook_goes_on() {
-    let provider = start(options());
-    assert!(provider.supports(Hook::AcquireLeaseRecording));
-    let params = AcquireParams { run_id: "run".into(), ..Default::default() };
-    let mut recorded = Vec::new();
-    let mut record = |lease: &Lease| {
-        recorded.push(lease.provider_lease_id.clone().unwrap().to_string());
-        Ok(())
-    };
-    let lease = provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record)).unwrap();
-    assert_eq!(recorded, [lease.provider_lease_id.unwrap().to_string()]);
+/// Keeps the moments a creating hook reports (`sending`, then the lease
+/// id), refusing the one named in `refuse`.
+struct Journal {
+    seen: Arc<Mutex<Vec<String>>>,
+    refuse: &'static str,
+}
 
-    // The host's refusal reaches the provider, whose hook fails with it.
-    let mut refuse = |_: &Lease| Err(ProviderError::internal("the ledger is full"));
-    let error =
-        provider.acquire_lease_recording(&params, &mut CreationRecorder::new(&mut refuse)).unwrap_err();
-    assert_eq!(error.message.as_str(), "the ledger is full");
+impl RecordCreation for Journal {
+    fn sending(&mut self) -> HookFuture<()> {
+        self.seen.lock().unwrap().push("sending".into());
+        match self.refuse {
+            "sending" => ready(Err(ProviderError::internal("the ledger is full"))),
+            _ => ready(Ok(())),
+        }
+    }
+
+    fn created(&mut self, lease: &Lease) -> HookFuture<()> {
+        self.seen.lock().unwrap().push(lease.provider_lease_id.clone().unwrap().to_string());
+        match self.refuse {
+            "created" => ready(Err(ProviderError::internal("the ledger is full"))),
+            _ => ready(Ok(())),
+        }
+    }
+}
+
+#[test]
+fn both_creation_moments_round_trip_to_the_host_before_the_hook_goes_on() {
+    let provider = start(options());
+    assert!(provider.supports(Hook::AcquireLease));
+    let params = AcquireParams { run_id: "run".into(), ..Default::default() };
+    let acquire = |refuse: &'static str| {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorder = CreationRecorder::new(Journal { seen: Arc::clone(&seen), refuse });
+        let outcome = wait(provider.acquire_lease(params.clone(), recorder));
+        let seen = seen.lock().unwrap().clone();
+        (outcome, seen)
+    };
+    let (lease, seen) = acquire("");
+    assert_eq!(seen, ["sending".to_owned(), lease.unwrap().provider_lease_id.unwrap().to_string()]);
+
+    // The host's refusal at either moment reaches the provider, whose hook
+    // fails with it: before the request, nothing more is reported.
+    let (refused, seen) = acquire("sending");
+    assert_eq!(refused.unwrap_err().message.as_str(), "the ledger is full");
+    assert_eq!(seen, ["sending"]);
+    let (refused, seen) = acquire("created");
+    assert_eq!(refused.unwrap_err().message.as_str(), "the ledger is full");
+    assert_eq!(seen.len(), 2, "{seen:?}");
 }
 
 /// Each creation runs in a creation worker, kept for the next one; at
@@ -155,13 +208,15 @@ fn creations_run_in_creation_workers_up_to_their_bound() {
     let params = AcquireParams { run_id: "run".into(), ..Default::default() };
     let provider = start(IsolationOptions { creation_workers: 8, ..options() });
     for _ in 0..3 {
-        provider.acquire_lease(&params).expect("acquired");
+        wait(provider.acquire_lease(params.clone(), CreationRecorder::discard())).expect("acquired");
     }
     assert_eq!(provider.creation_workers(), 1, "an idle creation worker is reused");
     let bounded = start(IsolationOptions { creation_workers: 1, ..options() });
     std::thread::scope(|scope| {
         for _ in 0..6 {
-            scope.spawn(|| bounded.acquire_lease(&params).expect("acquired"));
+            scope.spawn(|| {
+                wait(bounded.acquire_lease(params.clone(), CreationRecorder::discard())).expect("acquired")
+            });
         }
     });
     assert_eq!(bounded.creation_workers(), 1, "the bound holds");
@@ -199,47 +254,45 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let provider = start(options());
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
-    let poisoned = host.acquire().unwrap();
-    let control = host.acquire().unwrap();
-    let mut ignore = |_: OutputStream, _: &str| {};
+    let poisoned = wait(host.acquire()).unwrap();
+    let control = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
-    let error = host.execute(&poisoned, command, &mut OutputSink::new(&mut ignore)).unwrap_err();
+    let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
-    assert!(provider.inspect_lease(&host.params(&poisoned.lease)).unwrap().unconfirmed, "worker 1 knows");
+    let inspect = |lease: &Lease| wait(provider.inspect_lease(host.params(lease))).unwrap();
+    assert!(inspect(&poisoned.lease).unconfirmed, "worker 1 knows");
 
     let (crashed, _) = execute(&provider, "crash:abort", &[]);
     assert!(is_worker_failure(&crashed.unwrap_err()));
-    let status = provider.inspect_lease(&host.params(&poisoned.lease)).unwrap();
-    assert!(!status.unconfirmed, "worker 2 never heard of it");
+    assert!(!inspect(&poisoned.lease).unconfirmed, "worker 2 never heard of it");
     assert_eq!(provider.workers_started(), 2);
 
-    match host.release(&poisoned).unwrap() {
+    match wait(host.release(&poisoned)).unwrap() {
         Released::DestroyedInstead(cause) => assert_eq!(cause.kind, ErrorKind::CLEANUP_UNCONFIRMED),
         other => panic!("an unconfirmed lease was released as {other:?}"),
     }
     assert_eq!(ledger.get(poisoned.row).unwrap().unwrap().state, LeaseState::Destroyed);
-    assert_eq!(host.release(&control).unwrap(), Released::Kept, "worker 2 would have paused it");
+    assert_eq!(wait(host.release(&control)).unwrap(), Released::Kept, "worker 2 would have paused it");
 }
 
 /// The release rule across a crash with a provider that takes leases over
-/// (`import_unconfirmed`, ABI 1.5): the host hands the poisoned lease to the
+/// (`import_unconfirmed`): the host hands the poisoned lease to the
 /// provider, and every worker started after a crash is handed it again, so
 /// the provider itself keeps refusing it until it is destroyed.
 #[test]
 fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destroyed() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let provider = IsolatedProvider::start(fixture("fixture_v1_5"), options()).expect("start the worker");
+    let provider = start(options());
     assert!(provider.supports(Hook::ImportUnconfirmed));
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
-    let poisoned = host.acquire().unwrap();
-    let mut ignore = |_: OutputStream, _: &str| {};
+    let poisoned = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
-    let error = host.execute(&poisoned, command, &mut OutputSink::new(&mut ignore)).unwrap_err();
+    let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     let unconfirmed = |provider: &IsolatedProvider| {
-        provider.inspect_lease(&host.params(&poisoned.lease)).unwrap().unconfirmed
+        wait(provider.inspect_lease(host.params(&poisoned.lease))).unwrap().unconfirmed
     };
 
     for crash in 1..=2 {
@@ -249,7 +302,7 @@ fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destro
     }
     assert_eq!(provider.workers_started(), 3);
 
-    host.destroy(&poisoned).unwrap();
+    wait(host.destroy(&poisoned)).unwrap();
     let (crashed, _) = execute(&provider, "crash:abort", &[]);
     assert!(is_worker_failure(&crashed.unwrap_err()));
     assert!(!unconfirmed(&provider), "a destroyed lease is not handed to new workers");
@@ -264,13 +317,12 @@ fn a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused() {
     let provider = start(options());
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "died", false);
-    let held = host.acquire().unwrap();
-    let mut ignore = |_: OutputStream, _: &str| {};
+    let held = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "crash:segv".into(), ..Default::default() };
-    let error = host.execute(&held, command, &mut OutputSink::new(&mut ignore)).unwrap_err();
+    let error = wait(host.execute(&held, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert!(error.message.contains("SIGSEGV"), "{error:?}");
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
-    assert!(matches!(host.release(&held).unwrap(), Released::DestroyedInstead(_)));
+    assert!(matches!(wait(host.release(&held)).unwrap(), Released::DestroyedInstead(_)));
 }
 
 #[test]
@@ -285,15 +337,15 @@ fn a_library_the_worker_cannot_load_is_refused_in_one_line() {
 
 #[test]
 fn a_worker_told_a_hash_loads_only_a_library_with_that_hash() {
-    let library = fixture("fixture_v1_2");
+    let library = fixture("fixture_provider");
     let wrong = IsolationOptions { library_sha256: Some("00".repeat(32)), ..options() };
     let error = IsolatedProvider::start(&library, wrong).err().expect("refused").to_string();
     assert!(error.contains(&format!("not the {} the host checked", "00".repeat(32))), "{error}");
-    assert!(error.contains("fixture_v1_2") && !error.contains('\n'), "{error}");
+    assert!(error.contains("fixture_provider") && !error.contains('\n'), "{error}");
     let sha256 = host_harness::staging::library_sha256(&library).unwrap();
     let right = IsolationOptions { library_sha256: Some(sha256), ..options() };
     let provider = IsolatedProvider::start(&library, right).expect("the checked library loads");
-    assert_eq!(provider.manifest().version.as_str(), "1.2.0");
+    assert_eq!(provider.manifest().version.as_str(), "2.0.0");
 }
 
 /// `--isolate` on the command line: the harness survives a provider that
@@ -308,7 +360,7 @@ fn the_harness_survives_a_crash_under_isolate() {
     std::fs::write(&lease, json!({"providerLeaseId": "lease-1", "metadata": {}}).to_string()).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
         .args(["--isolate", "--plugin"])
-        .arg(fixture("fixture_v1_2"))
+        .arg(fixture("fixture_provider"))
         .arg("--ledger")
         .arg(dir.path().join("ledger.sqlite3"))
         .args(["exec", "--config"])
@@ -338,7 +390,7 @@ fn the_worker_dies_with_the_host() {
     std::fs::write(&lease, json!({"providerLeaseId": "lease-1", "metadata": {}}).to_string()).unwrap();
     let mut host = Command::new(env!("CARGO_BIN_EXE_host-harness"))
         .args(["--isolate", "--plugin"])
-        .arg(fixture("fixture_v1_2"))
+        .arg(fixture("fixture_provider"))
         .arg("--ledger")
         .arg(dir.path().join("ledger.sqlite3"))
         .args(["exec", "--config"])
@@ -463,7 +515,7 @@ fn a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = IsolatedProvider::start(fixture("createos_provider"), createos_options()).unwrap();
-    provider.setup(&SetupParams::default()).unwrap();
+    provider.setup(&SetupParams::default(), LogSink::new(|_| {}), LogLevel::Warn).unwrap();
     let mut settings = sim.provider_config(false);
     settings["requestsPerMinute"] = json!(100_000);
     let config = HarnessConfig::for_config(settings);
@@ -471,7 +523,7 @@ fn a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox() {
     let serving = provider.worker_pid().expect("a worker serves");
 
     let acquired: Vec<_> = std::thread::scope(|scope| {
-        let acquires: Vec<_> = (0..CREATIONS).map(|_| scope.spawn(|| host.acquire())).collect();
+        let acquires: Vec<_> = (0..CREATIONS).map(|_| scope.spawn(|| wait(host.acquire()))).collect();
         let made = poll(Duration::from_secs(60), || (sim.live_sandboxes().len() == CREATIONS).then_some(()));
         assert!(made.is_some(), "the simulator made {} of {CREATIONS} sandboxes", sim.live_sandboxes().len());
         // SAFETY: kill(2) on the worker's pid, a child of this process.
@@ -479,7 +531,7 @@ fn a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox() {
         acquires.into_iter().map(|acquire| acquire.join().unwrap()).collect()
     });
     for held in acquired.iter().flatten() {
-        host.destroy(held).unwrap();
+        wait(host.destroy(held)).unwrap();
     }
     let secrets = SweepSecrets::from_config(&provider, &config);
     let swept = sweep(&provider, &ledger, Scope::ThisProcess, &secrets).unwrap();
@@ -538,35 +590,81 @@ impl IsolatedBed {
     }
 }
 
-/// The worker cannot pull a command's stdin (`execute_stdin_async` does not
-/// cross its protocol): `exec --isolate` forwards up to 64 MiB of it and
-/// refuses more in one line, before any command runs.
+/// `exec --isolate` streams a command's stdin to the worker a chunk at a
+/// time, as in process: input beyond any bound a frame could hold arrives
+/// byte for byte.
 #[test]
-fn exec_through_the_worker_takes_a_bounded_stdin() {
+fn exec_through_the_worker_streams_stdin_of_any_size() {
     let bed = IsolatedBed::new();
     let lease = bed.acquire(None);
-    let exec = |stdin: &PathBuf| {
-        let stdin = stdin.to_str().unwrap();
-        bed.run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "cat"])
-    };
-    let small = bed.path("small.bin");
-    std::fs::write(&small, b"through the worker\n").unwrap();
-    let echoed = exec(&small);
-    assert_eq!(echoed.status.code(), Some(0), "{}", String::from_utf8_lossy(&echoed.stderr));
-    assert_eq!(echoed.stdout, b"through the worker\n");
-
-    let large = bed.path("large.bin");
-    std::fs::File::create(&large).unwrap().set_len((64 << 20) + 1).unwrap();
-    let before = bed.sim.ledger().processes.len();
-    let refused = exec(&large);
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert_eq!(refused.status.code(), Some(2), "{stderr}");
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("larger than 64 MiB"), "{stderr}");
-    assert_eq!(bed.sim.ledger().processes.len(), before, "no command ran");
+    let input: Vec<u8> = (0..70_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    let file = bed.path("input.bin");
+    std::fs::write(&file, &input).unwrap();
+    let stdin = file.to_str().unwrap();
+    let output = bed.run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "sha256sum"]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let remote = String::from_utf8_lossy(&output.stdout).into_owned();
+    use sha2::Digest as _;
+    let local: String = sha2::Sha256::digest(&input).iter().map(|byte| format!("{byte:02x}")).collect();
+    assert_eq!(remote.split_whitespace().next(), Some(local.as_str()), "{remote}");
 }
 
-/// ABI 1.3's `execute_bytes` through the worker: `exec --isolate` is byte-exact.
+/// Processes the simulator created and nobody terminated (those that ended
+/// by themselves count too).
+fn unterminated(ledger: &createos_sim::Ledger) -> usize {
+    let created = ledger
+        .requests
+        .iter()
+        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
+        .filter(|r| (200..300).contains(&r.status))
+        .count();
+    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
+}
+
+/// Dropping a hook's future cancels the call in the worker, which drops the
+/// provider's future: a command that would run for minutes is terminated,
+/// and the lease stays usable.
+#[test]
+fn dropping_an_execute_through_the_worker_terminates_its_command() {
+    let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
+    let provider = IsolatedProvider::start(fixture("createos_provider"), createos_options()).unwrap();
+    provider.setup(&SetupParams::default(), LogSink::new(|_| {}), LogLevel::Warn).unwrap();
+    let mut settings = sim.provider_config(true);
+    settings["requestsPerMinute"] = json!(100_000);
+    settings["timeoutMs"] = json!(600_000);
+    let config = HarnessConfig::for_config(settings);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "cancel", false);
+    let held = wait(host.acquire()).unwrap();
+    let command = |program: &str, arg: &str| ExecuteParams {
+        command: program.into(),
+        args: vec![arg.into()].into(),
+        ..Default::default()
+    };
+    let ended_by_themselves = unterminated(&sim.ledger());
+    let created = |ledger: &createos_sim::Ledger| {
+        ledger.requests.iter().filter(|r| createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path)).count()
+    };
+    let before = created(&sim.ledger());
+    {
+        let mut output = ignore();
+        let mut running = Box::pin(host.execute(&held, command("/bin/sleep", "600"), ByteSource::empty(), &mut output));
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(running.as_mut().poll(&mut context).is_pending(), "a 600 s command runs");
+        common::wait_until("the command was created", Duration::from_secs(60), || created(&sim.ledger()) > before);
+    }
+    common::wait_until("the dropped command was terminated", Duration::from_secs(60), || {
+        unterminated(&sim.ledger()) == ended_by_themselves
+    });
+    let mut output = ignore();
+    let again = wait(host.execute(&held, command("/bin/echo", "again"), ByteSource::empty(), &mut output));
+    assert_eq!(again.expect("the lease is still usable").stdout, "again\n");
+    wait(host.destroy(&held)).unwrap();
+    assert!(sim.ledger().leaked().is_empty());
+}
+
+/// `exec --isolate` is byte-exact: output crosses the worker as bytes.
 #[test]
 fn exec_through_the_worker_is_byte_exact() {
     let bed = IsolatedBed::new();
@@ -583,7 +681,7 @@ fn exec_through_the_worker_is_byte_exact() {
     assert_eq!((to_stderr.status.code(), to_stderr.stderr.as_slice()), (Some(3), &b"\xffx"[..]));
 }
 
-/// ABI 1.4's `sync_in` and `sync_out` through the worker.
+/// `sync_files`, in and out, through the worker.
 #[test]
 fn sync_through_the_worker_moves_files_in_and_out() {
     let bed = IsolatedBed::new();
@@ -604,7 +702,7 @@ fn sync_through_the_worker_moves_files_in_and_out() {
     assert_eq!(std::fs::read_to_string(bed.path("output.txt")).unwrap(), "FROM THE HOST\n");
 }
 
-/// ABI 1.3's `setup_with_logs` through the worker: the provider's events
+/// `setup`'s log sink through the worker: the provider's events
 /// reach the harness's log, at its level, with their target and fields.
 #[test]
 fn the_providers_logs_cross_the_worker_at_the_harness_level() {
@@ -624,12 +722,12 @@ fn the_providers_logs_cross_the_worker_at_the_harness_level() {
     assert!(!text.contains(bed.sim.api_key()), "never the API key in a log line");
 }
 
-/// A provider older than a hook reports `unsupported` through the worker
-/// exactly as in process: a 1.2 library cannot sync, delivers `exec` as
-/// text and forwards no logs; a 1.3 library forwards its logs.
+/// A library without an optional hook reports it `unsupported` through the
+/// worker exactly as in process: the frozen 2.0 fixture (required hooks
+/// only) cannot sync; both libraries forward their logs (`setup`).
 #[test]
-fn through_the_worker_an_older_provider_lacks_the_newer_hooks() {
-    for (library, logs) in [("fixture_v1_2", false), ("fixture_v1_3", true)] {
+fn through_the_worker_a_library_lacks_the_hooks_its_table_lacks() {
+    for library in ["fixture_provider", "fixture_frozen"] {
         let bed = IsolatedBed::new();
         std::fs::write(&bed.config, r#"{"passphrase": "p"}"#).unwrap();
         let plugin = fixture(library);
@@ -653,47 +751,40 @@ fn through_the_worker_an_older_provider_lacks_the_newer_hooks() {
             (Some(0), &b"hi\n"[..]),
             "{library}: {stderr}"
         );
-        assert_eq!(stderr.contains("fixture set up"), logs, "{library}: {stderr}");
+        assert!(stderr.contains("fixture set up"), "{library}: {stderr}");
     }
     let bed = IsolatedBed::new();
     std::fs::write(&bed.config, r#"{"passphrase": "p"}"#).unwrap();
-    let old = fixture("fixture_v1_2");
-    let lease = bed.acquire(Some(&old));
+    let frozen = fixture("fixture_frozen");
+    let lease = bed.acquire(Some(&frozen));
     std::fs::write(bed.path("f"), "f").unwrap();
     let inbound = format!("{}:/fixture/f", bed.path("f").display());
     let output =
-        bed.run(Some(&old), &["--json", "sync", "--config", "{config}", "--lease", &lease, "--in", &inbound]);
+        bed.run(Some(&frozen), &["--json", "sync", "--config", "{config}", "--lease", &lease, "--in", &inbound]);
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(line["error"]["kind"], "unsupported", "{line}");
     assert!(
-        line["error"]["message"].as_str().unwrap().contains("does not implement the `sync_in` hook"),
+        line["error"]["message"].as_str().unwrap().contains("does not implement the `sync_files` hook"),
         "{line}"
     );
 }
 
-/// The async hooks (ABI 1.7 and 1.8) do not cross the worker protocol:
-/// through `--isolate` a 1.8 library reports them unsupported (its manifest
-/// leaves them out), and the async facade falls back to the blocking hooks.
+/// Every hook of the library's table crosses the worker protocol but
+/// `grant_request_share` (each worker paces its own requests): the
+/// isolated provider supports, and its manifest lists, exactly those.
 #[test]
-fn async_hooks_are_unsupported_through_isolation_and_the_facade_falls_back() {
-    let provider = IsolatedProvider::start(fixture("fixture_v1_8"), options()).expect("start the worker");
-    for hook in Hook::ALL {
-        assert_eq!(provider.supports(hook), !hook.is_async(), "{hook}");
-        assert_eq!(
-            provider.manifest().hooks.iter().any(|name| name == hook.name()),
-            !hook.is_async(),
-            "{hook}"
-        );
+fn the_worker_serves_the_hooks_of_the_librarys_table() {
+    for library in ["fixture_provider", "fixture_frozen"] {
+        let loaded = LoadedProvider::load(fixture(library)).unwrap();
+        let isolated = IsolatedProvider::start(fixture(library), options()).expect("start the worker");
+        for hook in Hook::ALL {
+            let expected = loaded.supports(hook) && hook != Hook::GrantRequestShare;
+            assert_eq!(isolated.supports(hook), expected, "{library}: {hook}");
+            let listed = isolated.manifest().hooks.iter().any(|name| name == hook.name());
+            assert_eq!(listed, expected, "{library}: {hook}");
+        }
+        let refused = isolated.grant_request_share(500_000).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::UNSUPPORTED, "{library}");
     }
-    let facade = host_harness::async_host::AsyncProvider::new(std::sync::Arc::new(provider));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let (health, result) = runtime.block_on(async {
-        let health = facade.health().await.unwrap();
-        let params =
-            ExecuteParams { command: "echo".into(), args: vec!["a".into()].into(), ..Default::default() };
-        (health, facade.execute(params).result().await.unwrap())
-    });
-    assert_eq!(health.message, "fixture 1.8.0");
-    assert_eq!(result.stdout, "a");
 }

@@ -13,6 +13,7 @@ use host_harness::{
     lifecycle::{self, StepReport},
     plugin::load_provider,
     request::HarnessConfig,
+    wait,
 };
 use provider_abi::ErrorKind;
 use rand::Rng;
@@ -89,8 +90,8 @@ fn a_release_reporting_cleanup_unconfirmed_falls_back_to_destroy() {
     let config = HarnessConfig::for_config(provider_config(&sim));
     let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "fallback", true);
 
-    let held = host.acquire().expect("acquire");
-    let released = host.release(&held).expect("the fallback destroy succeeds");
+    let held = wait(host.acquire()).expect("acquire");
+    let released = wait(host.release(&held)).expect("the fallback destroy succeeds");
     let Released::DestroyedInstead(cause) = released else { panic!("not destroyed instead: {released:?}") };
     assert_eq!(cause.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     let seen = sim.ledger();
@@ -159,8 +160,9 @@ fn a_lease_the_ledger_knows_as_unconfirmed_is_destroyed_never_reused() {
 /// started, so the first creates were always among them. Now a sandbox still
 /// live after the sweep must have been created within moments of a kill (its
 /// reply in flight, or read but not yet committed), and each is matched by a
-/// row without a lease id that `sweep` reports, exiting non-zero with one
-/// line saying what to do.
+/// row without a lease id whose request left (`creating`) that `sweep`
+/// reports, exiting non-zero with one line saying what to do; a row whose
+/// request never left (`acquiring`) it closes without a word.
 #[test]
 fn after_sigkill_sweep_leaves_no_sandbox_whose_creation_reply_was_read() {
     const CONCURRENCY: usize = 6;
@@ -220,8 +222,11 @@ fn after_sigkill_sweep_leaves_no_sandbox_whose_creation_reply_was_read() {
     for row in rows.iter().filter(|row| row.provider_lease_id.is_some()) {
         assert_eq!(row.state, LeaseState::Destroyed, "{}", row.to_json());
     }
+    // A row whose creation request never left was closed without a word;
+    // one whose request left and whose reply never came is unresolvable.
+    assert!(!rows.iter().any(|row| row.state == LeaseState::Acquiring), "sweep closes the rows never sent");
     let unnamed =
-        rows.iter().filter(|row| row.provider_lease_id.is_none() && row.state == LeaseState::Acquiring);
+        rows.iter().filter(|row| row.provider_lease_id.is_none() && row.state == LeaseState::Creating);
     assert_eq!(unnamed.count(), unresolvable);
     for sandbox in seen.sandboxes.iter().filter(|sandbox| !sandbox.deleted) {
         let in_flight_at_a_kill = kills

@@ -80,11 +80,11 @@ fn refused_in_one_line(output: &Output, needles: &[&str]) {
 #[test]
 fn locked_refuses_an_unpinned_or_altered_library_before_opening_it() {
     let bed = Bed::new();
-    let pinned = bed.copy("fixture_v1_2");
+    let pinned = bed.copy("fixture_provider");
     let pin = json(&bed.run(&["lock", "add", pinned.to_str().unwrap(), "--json"]));
     assert_eq!(pin["id"], "fixture");
-    assert_eq!(pin["version"], "1.2.0");
-    assert_eq!(pin["abi"], "1.2");
+    assert_eq!(pin["version"], "2.0.0");
+    assert_eq!(pin["abi"], "2.0");
     let hash = pin["sha256"].as_str().unwrap().to_owned();
     assert!(
         std::fs::read_to_string(bed.lock()).unwrap().contains(&hash),
@@ -93,7 +93,7 @@ fn locked_refuses_an_unpinned_or_altered_library_before_opening_it() {
     assert_eq!(json(&bed.run(&["lock", "list", "--json"]))["sha256"], hash.as_str());
 
     let inspected = json(&bed.run(&["--locked", "--plugin", pinned.to_str().unwrap(), "inspect", "--json"]));
-    assert_eq!(inspected["version"], "1.2.0");
+    assert_eq!(inspected["version"], "2.0.0");
 
     // Not a library at all: refused as unpinned, so it was never opened
     // (opening it would say it is not a loadable shared library).
@@ -118,16 +118,16 @@ fn locked_refuses_an_unpinned_or_altered_library_before_opening_it() {
 #[test]
 fn an_install_is_pinned_when_a_lock_file_is_in_use() {
     let bed = Bed::new();
-    let first = bed.copy("fixture_v1_1");
+    let first = bed.copy("fixture_next_minor");
     assert!(bed.run(&["providers", "install", first.to_str().unwrap()]).status.success());
     assert!(!bed.lock().exists(), "no lock file in use, none created");
     assert!(bed.run(&["lock", "add", first.to_str().unwrap()]).status.success());
-    let second = bed.copy("fixture_v1_2");
+    let second = bed.copy("fixture_provider");
     assert!(bed.run(&["providers", "install", second.to_str().unwrap()]).status.success());
     let pins = String::from_utf8_lossy(&bed.run(&["lock", "list", "--json"]).stdout).into_owned();
-    assert!(pins.lines().any(|line| line.contains("\"1.2.0\"")), "the install was pinned: {pins}");
+    assert!(pins.lines().any(|line| line.contains("\"2.0.0\"")), "the install was pinned: {pins}");
     // The installed copy (the active version) loads under --locked.
-    assert!(bed.run(&["providers", "use", "fixture@1.2.0"]).status.success());
+    assert!(bed.run(&["providers", "use", "fixture@2.0.0"]).status.success());
     let health = bed.run(&["--locked", "health"]);
     assert_eq!(health.status.code(), Some(0), "{}", stderr(&health));
 }
@@ -135,7 +135,7 @@ fn an_install_is_pinned_when_a_lock_file_is_in_use() {
 #[test]
 fn inspect_reports_what_a_detached_signature_says() {
     let bed = Bed::new();
-    let signed = bed.copy("fixture_v1_2");
+    let signed = bed.copy("fixture_provider");
     let keys = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
     let other = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
     let bytes = std::fs::read(&signed).unwrap();
@@ -151,7 +151,7 @@ fn inspect_reports_what_a_detached_signature_says() {
     assert_eq!(status(&["--trusted-key", &trusted], &signed), "verified");
     assert_eq!(status(&["--trusted-key", &stranger], &signed), "untrusted");
     assert_eq!(status(&[], &signed), "untrusted");
-    assert_eq!(status(&["--trusted-key", &trusted], &bed.copy("fixture_v1_1")), "unsigned");
+    assert_eq!(status(&["--trusted-key", &trusted], &bed.copy("fixture_frozen")), "unsigned");
 }
 
 /// Sets its flag when dropped.
@@ -178,8 +178,8 @@ enum Replacement {
 /// one, every refusal is one line, and both outcomes occur (the race ran).
 fn locked_inspect_under_a_replacement_loop(replacement: Replacement, extra: &[&str], runs: usize) {
     let bed = Bed::new();
-    let pinned = bed.copy("fixture_v1_2");
-    let unpinned = bed.copy("fixture_v1_3");
+    let pinned = bed.copy("fixture_provider");
+    let unpinned = bed.copy("fixture_next_minor");
     assert!(bed.run(&["lock", "add", pinned.to_str().unwrap()]).status.success());
     let plugin = bed.dir.path().join("plugin.so");
     let incoming = bed.dir.path().join("incoming.so");
@@ -211,7 +211,7 @@ fn locked_inspect_under_a_replacement_loop(replacement: Replacement, extra: &[&s
             let output = bed.run(&args);
             if output.status.success() {
                 let version = json(&output)["version"].as_str().unwrap().to_owned();
-                if version != "1.2.0" {
+                if version != "2.0.0" {
                     panic!(
                         "--locked loaded the unpinned library {version} (run {})",
                         loaded_pinned + refused + 1
@@ -280,7 +280,7 @@ fn lock_add_install_and_verify_refuse_a_fifo_in_one_line() {
         refused_in_one_line(&run_guarded(&bed, &args), &["plugin.so", "not a regular file but a FIFO"]);
     }
     // A FIFO as a library's detached signature: no signature.
-    let library = bed.copy("fixture_v1_2");
+    let library = bed.copy("fixture_provider");
     mkfifo(&library.with_extension("so.minisig"));
     let inspected = json(&run_guarded(&bed, &["--plugin", library.to_str().unwrap(), "inspect", "--json"]));
     assert_eq!(inspected["signature"]["status"], "unsigned", "{inspected}");

@@ -2,14 +2,15 @@
 //! keys: every command works against the fixture provider, whose
 //! configuration says `passphrase` (a secret) and `holdOnRelease` (release
 //! keeps the lease) in words the host has never heard of; and what a release
-//! did comes from the provider, whichever ABI version it speaks.
+//! did comes from the provider's report.
 
 use host_harness::{
     host::{Host, Released},
     ledger::{Ledger, Owner},
+    loader::LoadedProvider,
     request::HarnessConfig,
+    wait,
 };
-use provider_abi::LoadedProvider;
 use serde_json::{json, Value};
 use std::{
     path::Path,
@@ -45,7 +46,7 @@ impl Bed {
     fn run(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_host-harness"))
             .arg("--plugin")
-            .arg(fixture("fixture_v1_2"))
+            .arg(fixture("fixture_provider"))
             .arg("--ledger")
             .arg(self.path("ledger.sqlite3"))
             .arg("--json")
@@ -118,17 +119,16 @@ fn every_command_works_with_a_provider_whose_keys_the_host_does_not_know() {
     assert!(bed.ledger_text().contains("holdOnRelease"), "it holds the rest of the configuration");
 }
 
-/// What the host concludes from a release, for each ABI version.
+/// What the host concludes from a release is what the provider reports:
+/// kept (paused for reuse) or deleted, for a library with every hook and
+/// for one with the required hooks only.
 #[test]
-fn what_a_release_did_comes_from_the_provider_at_every_abi_version() {
-    // (library, holdOnRelease, expected): 1.2 reports it; 1.1 is asked
-    // (`inspect_lease`: the fixture's lease still exists); 1.0 cannot say,
-    // so the host destroys the lease and never resumes it.
+fn what_a_release_did_comes_from_the_providers_report() {
     let cases = [
-        ("fixture_v1_2", true, Released::Kept),
-        ("fixture_v1_2", false, Released::Deleted),
-        ("fixture_v1_1", false, Released::Kept),
-        ("fixture_v1_0", true, Released::Deleted),
+        ("fixture_provider", true, Released::Kept),
+        ("fixture_provider", false, Released::Deleted),
+        ("fixture_frozen", true, Released::Kept),
+        ("fixture_frozen", false, Released::Deleted),
     ];
     for (library, hold, expected) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -136,7 +136,7 @@ fn what_a_release_did_comes_from_the_provider_at_every_abi_version() {
         let provider = LoadedProvider::load(fixture(library)).unwrap();
         let config = HarnessConfig::for_config(json!({"passphrase": SECRET, "holdOnRelease": hold}));
         let host = Host::new(&provider, &ledger, &config, Owner::Command, "run", false);
-        let held = host.acquire().unwrap();
-        assert_eq!(host.release(&held).unwrap(), expected, "{library} hold={hold}");
+        let held = wait(host.acquire()).unwrap();
+        assert_eq!(wait(host.release(&held)).unwrap(), expected, "{library} hold={hold}");
     }
 }

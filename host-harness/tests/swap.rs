@@ -24,7 +24,7 @@ impl Bed {
     }
 
     fn plugin(&self) -> PathBuf {
-        self.dir.path().join(provider_abi::library_file_name("createos_provider"))
+        self.dir.path().join(host_harness::loader::library_file_name("createos_provider"))
     }
 
     /// Puts a build at the plugin path as a package manager does: written
@@ -160,7 +160,7 @@ fn a_sighup_to_an_unpinned_library_is_refused_when_a_lock_file_exists() {
     let pinned = bed.harness().args(["lock", "add"]).arg(bed.plugin()).output().unwrap();
     assert!(pinned.status.success(), "{}", String::from_utf8_lossy(&pinned.stderr));
     let soak = endless_soak(&bed);
-    bed.drop_build(&library("fixture_v1_1")); // not pinned (and another provider)
+    bed.drop_build(&library("fixture_frozen")); // not pinned (and another provider)
     soak.signal(libc::SIGHUP);
     let said = soak.stderr_until("SIGHUP:");
     let line = said.lines().find(|line| line.starts_with("SIGHUP:")).unwrap();
@@ -178,7 +178,7 @@ fn a_sighup_to_an_unpinned_library_is_refused_when_a_lock_file_exists() {
 #[test]
 fn soak_swaps_every_n_lifecycles_alternating_between_two_builds() {
     let bed = Bed::new();
-    let other = bed.dir.path().join("other").join(provider_abi::library_file_name("createos_provider"));
+    let other = bed.dir.path().join("other").join(host_harness::loader::library_file_name("createos_provider"));
     std::fs::create_dir(other.parent().unwrap()).unwrap();
     std::fs::copy(library("createos_provider"), &other).unwrap();
     let output = bed
@@ -266,7 +266,7 @@ fn soak_checks_every_swap_to_library_before_its_first_lifecycle() {
     for (library, says) in [
         (missing.as_path(), "missing.so"),
         (not_a_provider.as_path(), "notes.so"),
-        (library("fixture_v1_2").as_path(), "cannot swap provider `createos` for a library of provider"),
+        (library("fixture_provider").as_path(), "cannot swap provider `createos` for a library of provider"),
     ] {
         let output = bed
             .harness()

@@ -1,9 +1,9 @@
 //! `host-harness sync` as users run it against a simulator this test owns:
 //! files in (with `--then`) and out, per-operation results, one-line
-//! refusals, and `unsupported` from a provider older than ABI 1.4.
+//! refusals, and `unsupported` from a provider without `sync_files`.
 
 use createos_sim::{SimConfig, Simulator};
-use provider_abi::library_file_name;
+use host_harness::loader::library_file_name;
 use serde_json::{json, Value};
 use std::{
     os::unix::fs::PermissionsExt,
@@ -139,15 +139,15 @@ fn sync_moves_a_directory_in_runs_then_and_brings_a_result_out() {
 }
 
 #[test]
-fn sync_with_a_provider_older_than_1_4_is_unsupported() {
+fn sync_with_a_provider_without_sync_files_is_unsupported() {
     let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
     let bed = Bed::new(&sim);
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let old = deps.join(library_file_name("fixture_v1_2"));
+    let old = deps.join(library_file_name("fixture_frozen"));
     let lease = bed.lease(Some(&old));
     std::fs::write(bed.path("f"), "f").unwrap();
     let inbound = format!("{}:/fixture/f", bed.path("f").display());
     let output = bed.run(Some(&old), &["sync", "--lease", &lease, "--in", &inbound]);
     let line = one_line_failure(&output);
-    assert!(line.contains("does not implement the `sync_in` hook"), "{line}");
+    assert!(line.contains("does not implement the `sync_files` hook"), "{line}");
 }

@@ -7,11 +7,11 @@ use host_harness::{
     host::{Host, Released},
     lease_file,
     ledger::Owner,
-    render,
+    render, wait,
 };
 use provider_abi::{
-    EnvVar, ExecuteParams, Lease, OutputStream, OwnedByteSource, PostUploadCommand, Provider, SyncMapping,
-    SyncOperation, SyncParams, SyncResult,
+    ByteSource, EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncDirection,
+    SyncMapping, SyncOperation, SyncParams, SyncResult,
 };
 use std::{
     fs::File,
@@ -41,7 +41,7 @@ fn expired(lease: &Lease) -> Lease {
 
 /// `acquire`: prints the new lease.
 pub fn acquire(session: &Session, config: &Path) -> Result<(), Failure> {
-    let held = host(session, config)?.acquire()?;
+    let held = wait(host(session, config)?.acquire())?;
     print_lease(session, &held.lease);
     Ok(())
 }
@@ -50,7 +50,7 @@ pub fn acquire(session: &Session, config: &Path) -> Result<(), Failure> {
 pub fn resume(session: &Session, config: &Path, lease: &Path) -> Result<(), Failure> {
     let host = host(session, config)?;
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
-    let resumed = host.resume(&held)?;
+    let resumed = wait(host.resume(&held))?;
     print_lease(session, &resumed);
     Ok(())
 }
@@ -61,10 +61,10 @@ pub fn release(session: &Session, config: &Path, lease: &Path, destroy: bool) ->
     let host = host(session, config)?;
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
     let kept = if destroy {
-        host.destroy(&held)?;
+        wait(host.destroy(&held))?;
         false
     } else {
-        host.release(&held)? == Released::Kept
+        wait(host.release(&held))? == Released::Kept
     };
     print_lease(session, &if kept { held.lease } else { expired(&held.lease) });
     Ok(())
@@ -72,7 +72,7 @@ pub fn release(session: &Session, config: &Path, lease: &Path, destroy: bool) ->
 
 /// `probe`: exit 1 unless the probe ran a command and cleaned up.
 pub fn probe(session: &Session, config: &Path) -> Result<(), Failure> {
-    let report = host(session, config)?.probe()?;
+    let report = wait(host(session, config)?.probe())?;
     let json = serde_json::json!({
         "ok": report.ok,
         "message": report.message.as_str(),
@@ -123,10 +123,6 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
-/// The most standard input `exec` holds in memory for a provider that
-/// cannot pull it as it sends it (older than ABI 1.9, or under `--isolate`).
-pub const MAX_BUFFERED_STDIN: usize = 64 << 20;
-
 /// Bytes of the command's input read before its provider call, to tell an
 /// empty input from none.
 const FIRST_PIECE: usize = 64 << 10;
@@ -138,26 +134,9 @@ struct Input {
 }
 
 impl Input {
-    /// The whole input as a reader.
-    fn into_reader(self) -> impl Read + Send + 'static {
-        std::io::Cursor::new(self.first).chain(self.rest)
-    }
-
-    /// The whole input in memory, at most [`MAX_BUFFERED_STDIN`] bytes.
-    fn into_bytes(self) -> Result<Vec<u8>, Failure> {
-        let mut bytes = Vec::new();
-        self.into_reader()
-            .take(MAX_BUFFERED_STDIN as u64 + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|error| Failure::Usage(format!("cannot read the command's input: {error}")))?;
-        if bytes.len() > MAX_BUFFERED_STDIN {
-            return Err(Failure::Usage(format!(
-                "the command's input is larger than {} MiB, the most this provider takes (it cannot stream \
-                 input: it is older than ABI 1.9, or runs under --isolate); stage it with `sync --in` instead",
-                MAX_BUFFERED_STDIN >> 20
-            )));
-        }
-        Ok(bytes)
+    /// The whole input as a source the provider pulls from as it sends it on.
+    fn into_source(self) -> ByteSource {
+        ByteSource::from_reader(std::io::Cursor::new(self.first).chain(self.rest))
     }
 }
 
@@ -211,19 +190,9 @@ pub fn exec(
         ));
     }
     let host = host(session, config)?;
-    if !host.can_execute() {
-        return Err(Failure::Usage("the provider does not implement `execute`".into()));
-    }
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
-    let stdin = command_stdin(options, stdin_taken)?;
-    let (pulled, buffered) = match stdin {
-        Some(input) if host.can_pull_stdin() => {
-            (Some(OwnedByteSource::from_reader(input.into_reader())), None)
-        }
-        Some(input) => (None, Some(input.into_bytes()?)),
-        None => (None, None),
-    };
+    let stdin = command_stdin(options, stdin_taken)?.map_or_else(ByteSource::empty, Input::into_source);
     let params = ExecuteParams {
         command: program.as_str().into(),
         args: args.iter().map(|arg| arg.as_str().into()).collect(),
@@ -233,7 +202,6 @@ pub fn exec(
             .iter()
             .map(|(name, value)| EnvVar { name: name.as_str().into(), value: value.as_str().into() })
             .collect(),
-        stdin: buffered.map(Into::into).into(),
         timeout_ms: options
             .timeout
             .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
@@ -262,10 +230,7 @@ pub fn exec(
                 });
             }
         };
-        match pulled {
-            Some(stdin) => host.execute_pulling_stdin(&held, params, stdin, &mut live),
-            None => host.execute_bytes(&held, params, &mut live),
-        }
+        wait(host.execute(&held, params, stdin, &mut live))
     });
     if closed.load(Ordering::SeqCst) {
         return Err(Failure::Exit(BROKEN_PIPE_EXIT));
@@ -337,11 +302,11 @@ pub fn sync(
             .then
             .iter()
             .map(|command| PostUploadCommand { command: command.as_str().into(), ..Default::default() });
-        let params = sync_params("in", inbound, commands.collect());
-        results.push(host.sync_in(&held, params)?);
+        let params = sync_params(SyncDirection::In, "in", inbound, commands.collect());
+        results.push(wait(host.sync(&held, params))?);
     }
     if !outbound.is_empty() {
-        results.push(host.sync_out(&held, sync_params("out", outbound, Vec::new()))?);
+        results.push(wait(host.sync(&held, sync_params(SyncDirection::Out, "out", outbound, Vec::new())))?);
     }
     let operations: Vec<_> = results.iter().flat_map(|result| result.operations.iter()).collect();
     let json = serde_json::json!({"operations": operations
@@ -367,9 +332,15 @@ pub fn sync(
     Ok(())
 }
 
-fn sync_params(id: &str, mappings: Vec<SyncMapping>, commands: Vec<PostUploadCommand>) -> SyncParams {
+fn sync_params(
+    direction: SyncDirection,
+    id: &str,
+    mappings: Vec<SyncMapping>,
+    commands: Vec<PostUploadCommand>,
+) -> SyncParams {
     SyncParams {
         lease: Default::default(),
+        direction,
         operations: vec![SyncOperation {
             id: id.into(),
             mappings: mappings.into(),

@@ -33,7 +33,9 @@ pub fn sweep(
     let scope = Scope::Abandoned { include_held };
     let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), scope, &secrets)
         .map_err(|error| Failure::Usage(error.to_string()))?;
-    for item in &swept {
+    // A row whose creation request never left is closed without a word:
+    // nothing can exist remotely.
+    for item in swept.iter().filter(|item| item.outcome != Outcome::NeverSent) {
         session.out.value(&item.to_json(), || {
             let lease = item.record.provider_lease_id.as_deref().unwrap_or("(no lease id)");
             let what = match &item.outcome {
@@ -43,6 +45,7 @@ pub fn sweep(
                     "unresolvable: its creation reply was still in flight when its run died".to_owned()
                 }
                 Outcome::Failed(error) => format!("FAILED: {}", host_harness::render::error_line(error)),
+                Outcome::NeverSent => "closed: its creation request never left".to_owned(),
             };
             format!("row {:>5} {:<14} {lease}: {what}", item.record.id, item.record.state)
         });

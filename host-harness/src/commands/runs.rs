@@ -4,8 +4,7 @@
 use super::{read_config, Failure, Printer, Session};
 use host_harness::{
     budget, embedded,
-    host::{Calls, Host},
-    hosted::HookSupport,
+    host::Host,
     isolation::is_worker_failure_message,
     ledger::Owner,
     lifecycle::{self, StepReport},
@@ -16,7 +15,7 @@ use host_harness::{
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
-use provider_abi::{Hook, Provider};
+use provider_abi::Provider;
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 
 /// The environment of a run: an external API, or a simulator embedded in
@@ -132,19 +131,6 @@ pub struct SoakOptions {
     pub swap_to: Vec<PathBuf>,
     /// Completed lifecycles between two swaps.
     pub swap_every: usize,
-    /// A thread per lifecycle in flight, calling the blocking hooks, even
-    /// when the provider has async ones.
-    pub blocking: bool,
-}
-
-/// How `soak` calls the provider: its async hooks on one thread when it has
-/// them in this process, the write-ahead acquire among them (ABI 1.8), else
-/// (or with `--blocking`) a thread per lifecycle in flight.
-fn soak_calls(provider: &dyn HookSupport, blocking: bool) -> Calls {
-    match !blocking && provider.supports(Hook::AcquireLeaseRecordingAsync) {
-        true => Calls::Async,
-        false => Calls::Blocking,
-    }
 }
 
 /// `soak`: many lifecycles, a progress report, a summary; exit 1 when an
@@ -253,7 +239,6 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         embedded_sim: target.sim.is_some(),
         leases: options.leases,
         concurrency: options.concurrency,
-        calls: soak_calls(&session.provider, options.blocking),
     };
     let monitor = host_harness::resources::Monitor::start();
     let secrets = SweepSecrets::from_config(&session.provider, &target.config);
@@ -319,7 +304,6 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         cut_short_by_crash,
         resources,
         concurrency: options.concurrency,
-        calls: plan.calls,
         faults_injected: faults_injected || worker_crashed,
         swaps: session.swapper.figures(),
         request_share,

@@ -2,14 +2,15 @@
 //! worker process, restarted after a crash.
 
 use super::{
-    process::{Failure, Output, Setup, Shared, WorkerProcess},
+    process::{cancelled, CallControl, CallIo, Failure, Setup, Shared, WorkerProcess},
     protocol::{Call, Reply},
     spawn::Limits,
 };
 use provider_abi::{
-    AcquireParams, ByteSink, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport,
-    Hook, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest, OutputSink, ProbeReport,
-    Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
+    ready, unsupported, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams,
+    ExecuteParams, ExecuteResult, HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams,
+    LeaseStatus, LogLevel, LogSink, Manifest, ProbeReport, Provider, ProviderError, ReleaseReport,
+    SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
 };
 use std::{
     borrow::Cow,
@@ -95,13 +96,17 @@ impl std::error::Error for IsolationError {}
 /// in the provider kills a worker, never the host.
 ///
 /// One worker serves every hook but the creating ones; each creating hook
-/// (`acquire_lease`, `probe` and their recording forms) runs alone in a
-/// creation worker of its own (kept for the next creation; at most
+/// (`acquire_lease`, `probe`) runs alone in a creation worker of its own
+/// (kept for the next creation; at most
 /// [`IsolationOptions::creation_workers`]), so a crash in another hook never
 /// cuts a creation short between the sandbox being made and its record
 /// reaching the host: a sandbox the API made is always one the host can
 /// name. (A crash inside the creating hook itself still can, as a `SIGKILL`
 /// of an in-process host can.)
+///
+/// The synchronous hooks run on the calling thread; each hook that returns
+/// a future runs on a thread of its own, and dropping its future cancels
+/// it in the worker (which drops the provider's future).
 ///
 /// A worker that dies fails the calls in flight on it with an `internal`
 /// error naming how it ended and the hook (operation label
@@ -110,13 +115,17 @@ impl std::error::Error for IsolationError {}
 /// unconfirmed (`import_unconfirmed`, until the lease is destroyed), so a
 /// lease poisoned before a crash stays poisoned in the provider after it.
 /// (A lease a dead worker marked itself and the host did not hear of is
-/// still known to the host's ledger, and [`crate::host::Host`] refuses to
-/// reuse it whichever worker serves.)
+/// still known to the host's ledger, and the host refuses to reuse it
+/// whichever worker serves.)
 pub struct IsolatedProvider {
+    inner: Arc<Inner>,
+}
+
+/// What the calls in flight share (a hook's future outlives its `&self`).
+struct Inner {
     library: PathBuf,
     options: IsolationOptions,
     manifest: Manifest,
-    supported: Vec<String>,
     setup: Mutex<Setup>,
     main: Mutex<Option<Arc<WorkerProcess>>>,
     creators: Mutex<Vec<Arc<WorkerProcess>>>,
@@ -135,50 +144,107 @@ impl IsolatedProvider {
         let shared = Arc::new(Shared::default());
         let worker = WorkerProcess::open(&library, &options, &Setup::default(), &shared)?;
         let mut manifest = worker.hello.manifest.clone();
-        manifest.hooks.retain(|name| Hook::from_name(name).is_none_or(|hook| !hook.is_async()));
-        Ok(IsolatedProvider {
+        manifest.hooks.retain(|name| name.as_str() != Hook::GrantRequestShare.name());
+        let inner = Inner {
             library,
             options,
             manifest,
-            supported: worker.hello.supported.clone(),
             setup: Mutex::new(Setup::default()),
             main: Mutex::new(Some(worker)),
             creators: Mutex::new(Vec::new()),
             started: AtomicU64::new(1),
             shared,
             unconfirmed: Mutex::new(Vec::new()),
-        })
+        };
+        Ok(IsolatedProvider { inner: Arc::new(inner) })
     }
 
     /// The library the workers load.
     pub fn library(&self) -> &Path {
-        &self.library
+        &self.inner.library
     }
 
-    /// True when the worker's library has `hook` (every blocking hook crosses the
-    /// worker protocol; a library older than the hook reports `unsupported`,
-    /// and hosts fall back as in process).
-    ///
-    /// The async hooks (ABI 1.7 and 1.8) do not cross the worker protocol: never
-    /// supported here, so async hosts fall back to the blocking hooks.
+    /// True when the host can call `hook` through the workers: the hooks of
+    /// the library's table (its manifest's list), but `grant_request_share`,
+    /// which does not cross (every worker paces its own requests).
     pub fn supports(&self, hook: Hook) -> bool {
-        !hook.is_async() && self.supported.iter().any(|name| name == hook.name())
+        self.inner.supports(hook)
     }
 
     /// Workers started to serve the hooks that create nothing (1 + restarts).
     pub fn workers_started(&self) -> u64 {
-        self.started.load(Ordering::SeqCst)
+        self.inner.started.load(Ordering::SeqCst)
     }
 
     /// Workers that died or were killed without being asked to stop.
     pub fn crashes(&self) -> u64 {
-        self.shared.crashes.load(Ordering::SeqCst)
+        self.inner.shared.crashes.load(Ordering::SeqCst)
     }
 
     /// The process id of the worker serving the hooks that create nothing,
     /// if one is alive.
     pub fn worker_pid(&self) -> Option<u32> {
-        lock(&self.main).as_ref().filter(|worker| !worker.is_dead()).map(|worker| worker.pid)
+        lock(&self.inner.main).as_ref().filter(|worker| !worker.is_dead()).map(|worker| worker.pid)
+    }
+
+    /// Creation workers alive now.
+    pub fn creation_workers(&self) -> usize {
+        lock(&self.inner.creators).iter().filter(|worker| !worker.is_dead()).count()
+    }
+
+    /// Runs a synchronous hook on the calling thread.
+    fn call_now(&self, call: Call<'_>) -> HookResult<Reply> {
+        let hook = call.hook();
+        if !self.supports(hook) {
+            return Err(unsupported(hook));
+        }
+        self.inner.call(call, &mut CallIo::default(), None)
+    }
+
+    /// Runs a hook that returns a future on a thread of its own; `extract`
+    /// picks its result out of the reply. Dropping the future cancels the
+    /// call.
+    fn call_later<T: Send + 'static>(
+        &self,
+        call: Call<'static>,
+        mut io: CallIo,
+        extract: fn(Reply) -> Option<T>,
+    ) -> HookFuture<T> {
+        let hook = call.hook();
+        if !self.supports(hook) {
+            return ready(Err(unsupported(hook)));
+        }
+        let (inner, control) = (Arc::clone(&self.inner), Arc::new(CallControl::default()));
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let running = Arc::clone(&control);
+        let spawned = std::thread::Builder::new().name("provider-call".into()).spawn(move || {
+            // Dropped (cancelled) futures no longer listen.
+            let _ = sender.send(inner.call(call, &mut io, Some(&running)));
+        });
+        if let Err(error) = spawned {
+            return ready(Err(worker_error(format!("cannot start a thread for the `{hook}` hook: {error}"))));
+        }
+        let cancel_on_drop = CancelOnDrop(control);
+        Box::pin(async move {
+            let _cancel_on_drop = cancel_on_drop;
+            let reply = receiver.await.unwrap_or_else(|_| Err(cancelled(hook)))?;
+            extract(reply).ok_or_else(|| reply_mismatch(hook))
+        })
+    }
+}
+
+/// Cancels its call when dropped (a no-op once the call ended).
+struct CancelOnDrop(Arc<CallControl>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+impl Inner {
+    fn supports(&self, hook: Hook) -> bool {
+        self.manifest.hooks.iter().any(|name| name.as_str() == hook.name())
     }
 
     /// Starts a worker with the current setup; refuses one whose library
@@ -213,7 +279,7 @@ impl IsolatedProvider {
         let unconfirmed = lock(&self.unconfirmed).clone();
         for lease in &unconfirmed {
             let call = Call::ImportUnconfirmed(Cow::Borrowed(lease));
-            match worker.call(&call, &mut Output::None, None, self.options.deadline) {
+            match worker.call(&call, &mut CallIo::default(), None, self.options.deadline) {
                 Ok(Ok(Reply::Unit)) => {}
                 Ok(Ok(_)) => return Err(reply_mismatch(Hook::ImportUnconfirmed)),
                 Ok(Err(error)) => return Err(error),
@@ -249,15 +315,10 @@ impl IsolatedProvider {
         Ok(worker)
     }
 
-    /// Creation workers alive now.
-    pub fn creation_workers(&self) -> usize {
-        lock(&self.creators).iter().filter(|worker| !worker.is_dead()).count()
-    }
-
     /// The deadline of `call`.
     fn deadline(&self, call: &Call<'_>) -> Duration {
         match call {
-            Call::Execute(params) | Call::ExecuteBytes(params) => match params.timeout_ms.into_option() {
+            Call::Execute(params) => match params.timeout_ms.into_option() {
                 Some(ms) => self.options.deadline.max(Duration::from_millis(ms) + Duration::from_secs(60)),
                 None => self.options.deadline,
             },
@@ -266,26 +327,17 @@ impl IsolatedProvider {
     }
 
     /// Runs `call` on its worker (a creation worker for a creating hook),
-    /// delivering output to `output` and created leases to `recorder` as
-    /// they arrive. A worker found dead before the call was sent is
-    /// replaced once.
-    fn call(
-        &self,
-        call: Call<'_>,
-        mut output: Output<'_, '_>,
-        mut recorder: Option<&mut CreationRecorder<'_>>,
-    ) -> HookResult<Reply> {
+    /// its output, input and recorded moments crossing through `io` as they
+    /// come. A worker found dead before the call was sent is replaced once.
+    fn call(&self, call: Call<'_>, io: &mut CallIo, control: Option<&CallControl>) -> HookResult<Reply> {
         let hook = call.hook();
-        let creating = matches!(
-            hook,
-            Hook::AcquireLease | Hook::AcquireLeaseRecording | Hook::Probe | Hook::ProbeRecording
-        );
+        let creating = matches!(hook, Hook::AcquireLease | Hook::Probe);
         let deadline = self.deadline(&call);
         let mut attempts = 0;
         loop {
             attempts += 1;
             let worker = if creating { self.creation_worker()? } else { self.main_worker()? };
-            let outcome = worker.call(&call, &mut output, recorder.as_deref_mut(), deadline);
+            let outcome = worker.call(&call, io, control, deadline);
             if creating {
                 worker.creations.fetch_sub(1, Ordering::SeqCst);
             }
@@ -307,7 +359,7 @@ impl IsolatedProvider {
 impl Drop for IsolatedProvider {
     /// Closes every worker's control socket: each exits when it reads the end.
     fn drop(&mut self) {
-        for worker in self.workers() {
+        for worker in self.inner.workers() {
             worker.close();
         }
     }
@@ -343,148 +395,119 @@ fn reply_mismatch(hook: Hook) -> ProviderError {
     worker_error(format!("The provider worker answered the `{hook}` hook with another hook's result."))
 }
 
-macro_rules! expect_reply {
-    ($reply:expr, $hook:expr, $variant:ident) => {
-        match $reply? {
-            Reply::$variant(value) => Ok(value),
-            _ => Err(reply_mismatch($hook)),
+/// Picks one variant's value out of a reply.
+macro_rules! reply {
+    ($variant:ident) => {
+        |reply| match reply {
+            Reply::$variant(value) => Some(value),
+            _ => None,
         }
     };
-    ($reply:expr, $hook:expr) => {
-        match $reply? {
-            Reply::Unit => Ok(()),
-            _ => Err(reply_mismatch($hook)),
+    () => {
+        |reply| match reply {
+            Reply::Unit => Some(()),
+            _ => None,
         }
     };
 }
 
+/// The value of a synchronous call's reply.
+fn expect<T>(hook: Hook, reply: HookResult<Reply>, extract: fn(Reply) -> Option<T>) -> HookResult<T> {
+    extract(reply?).ok_or_else(|| reply_mismatch(hook))
+}
+
 impl Provider for IsolatedProvider {
     fn manifest(&self) -> Manifest {
-        self.manifest.clone()
+        self.inner.manifest.clone()
     }
 
-    /// Runs `setup` on the worker, and on every worker started later.
-    fn setup(&self, params: &SetupParams) -> HookResult<()> {
-        *lock(&self.setup) = Setup { params: Some(params.clone()), logs: None };
-        expect_reply!(self.call(Call::Setup(Cow::Borrowed(params)), Output::None, None), Hook::Setup)
-    }
-
-    /// Runs `setup_with_logs` on the worker, and on every worker started
-    /// later: their events come back to the host and go to `logs`.
-    fn setup_with_logs(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        *self.shared.logs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(logs);
-        *lock(&self.setup) = Setup { params: Some(params.clone()), logs: Some(max_level) };
-        let call = Call::SetupWithLogs(Cow::Borrowed(params), max_level);
-        expect_reply!(self.call(call, Output::None, None), Hook::SetupWithLogs)
+    /// Runs `setup` on the worker, and on every worker started later: their
+    /// events come back to the host and go to `logs`.
+    fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
+        *self.inner.shared.logs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(logs);
+        *lock(&self.inner.setup) = Setup(Some((params.clone(), max_level)));
+        expect(Hook::Setup, self.call_now(Call::Setup(Cow::Borrowed(params), max_level)), reply!())
     }
 
     /// Runs `shutdown` on every live worker; the main worker's outcome.
     fn shutdown(&self) -> HookResult<()> {
-        let creators: Vec<_> = lock(&self.creators).iter().filter(|w| !w.is_dead()).cloned().collect();
+        let creators: Vec<_> = lock(&self.inner.creators).iter().filter(|w| !w.is_dead()).cloned().collect();
         for worker in creators {
-            let _ = worker.call(&Call::Shutdown, &mut Output::None, None, self.options.deadline);
+            let _ = worker.call(&Call::Shutdown, &mut CallIo::default(), None, self.inner.options.deadline);
         }
-        expect_reply!(self.call(Call::Shutdown, Output::None, None), Hook::Shutdown)
+        expect(Hook::Shutdown, self.call_now(Call::Shutdown), reply!())
     }
 
     fn health(&self) -> HookResult<HealthReport> {
-        expect_reply!(self.call(Call::Health, Output::None, None), Hook::Health, Health)
+        expect(Hook::Health, self.call_now(Call::Health), reply!(Health))
     }
 
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
         let call = Call::ValidateConfig(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::ValidateConfig, Validation)
+        expect(Hook::ValidateConfig, self.call_now(call), reply!(Validation))
     }
 
-    fn probe(&self, params: &EnvironmentParams) -> HookResult<ProbeReport> {
-        expect_reply!(self.call(Call::Probe(Cow::Borrowed(params)), Output::None, None), Hook::Probe, Probe)
+    fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
+        let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
+        self.call_later(Call::Probe(Cow::Owned(params)), io, reply!(Probe))
     }
 
-    fn acquire_lease(&self, params: &AcquireParams) -> HookResult<Lease> {
-        let call = Call::AcquireLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::AcquireLease, Lease)
+    fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
+        let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
+        self.call_later(Call::AcquireLease(Cow::Owned(params)), io, reply!(Lease))
     }
 
-    fn resume_lease(&self, params: &LeaseParams) -> HookResult<Lease> {
-        let call = Call::ResumeLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::ResumeLease, Lease)
+    fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
+        self.call_later(Call::ResumeLease(Cow::Owned(params)), CallIo::default(), reply!(Lease))
     }
 
-    fn release_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        let call = Call::ReleaseLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::ReleaseLease)
+    fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
+        self.call_later(Call::ReleaseLease(Cow::Owned(params)), CallIo::default(), reply!(Release))
     }
 
     /// A destroyed lease is no longer handed to new workers as unconfirmed.
-    fn destroy_lease(&self, params: &LeaseParams) -> HookResult<()> {
-        let call = Call::DestroyLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::DestroyLease)?;
-        lock(&self.unconfirmed).retain(|lease| lease.provider_lease_id != params.provider_lease_id);
-        Ok(())
+    fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
+        let (inner, id) = (Arc::clone(&self.inner), params.provider_lease_id.clone());
+        let destroyed = self.call_later(Call::DestroyLease(Cow::Owned(params)), CallIo::default(), reply!());
+        Box::pin(async move {
+            destroyed.await?;
+            lock(&inner.unconfirmed).retain(|lease| lease.provider_lease_id != id);
+            Ok(())
+        })
+    }
+
+    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
+        let call = Call::RealizeWorkspace(Cow::Borrowed(params));
+        expect(Hook::RealizeWorkspace, self.call_now(call), reply!(Workspace))
+    }
+
+    fn execute(
+        &self,
+        params: ExecuteParams,
+        stdin: ByteSource,
+        output: ByteSink,
+    ) -> HookFuture<ExecuteResult> {
+        let io = CallIo { output: Some(output), stdin: Some(stdin), recorder: None };
+        self.call_later(Call::Execute(Cow::Owned(params)), io, reply!(Execute))
+    }
+
+    fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
+        self.call_later(Call::InspectLease(Cow::Owned(params)), CallIo::default(), reply!(Status))
+    }
+
+    fn sync_files(&self, params: SyncParams) -> HookFuture<SyncResult> {
+        self.call_later(Call::SyncFiles(Cow::Owned(params)), CallIo::default(), reply!(Sync))
     }
 
     /// Hands the lease to the main worker, and to every main worker started
     /// later until the lease is destroyed.
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
-        {
-            let mut unconfirmed = lock(&self.unconfirmed);
+        if self.supports(Hook::ImportUnconfirmed) {
+            let mut unconfirmed = lock(&self.inner.unconfirmed);
             unconfirmed.retain(|lease| lease.provider_lease_id != params.provider_lease_id);
             unconfirmed.push(params.clone());
         }
         let call = Call::ImportUnconfirmed(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::ImportUnconfirmed)
-    }
-
-    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
-        let call = Call::RealizeWorkspace(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::RealizeWorkspace, Workspace)
-    }
-
-    fn execute(&self, params: &ExecuteParams, output: &mut OutputSink<'_>) -> HookResult<ExecuteResult> {
-        let call = Call::Execute(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::Text(output), None), Hook::Execute, Execute)
-    }
-
-    fn execute_bytes(&self, params: &ExecuteParams, output: &mut ByteSink<'_>) -> HookResult<ExecuteResult> {
-        let call = Call::ExecuteBytes(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::Bytes(output), None), Hook::ExecuteBytes, Execute)
-    }
-
-    fn inspect_lease(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
-        let call = Call::InspectLease(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::InspectLease, Status)
-    }
-
-    fn acquire_lease_recording(
-        &self,
-        params: &AcquireParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<Lease> {
-        let call = Call::AcquireLeaseRecording(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, Some(recorder)), Hook::AcquireLeaseRecording, Lease)
-    }
-
-    fn probe_recording(
-        &self,
-        params: &EnvironmentParams,
-        recorder: &mut CreationRecorder<'_>,
-    ) -> HookResult<ProbeReport> {
-        let call = Call::ProbeRecording(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, Some(recorder)), Hook::ProbeRecording, Probe)
-    }
-
-    fn release_lease_reporting(&self, params: &LeaseParams) -> HookResult<ReleaseReport> {
-        let call = Call::ReleaseLeaseReporting(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::ReleaseLeaseReporting, Release)
-    }
-
-    fn sync_in(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        let call = Call::SyncIn(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::SyncIn, Sync)
-    }
-
-    fn sync_out(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        let call = Call::SyncOut(Cow::Borrowed(params));
-        expect_reply!(self.call(call, Output::None, None), Hook::SyncOut, Sync)
+        expect(Hook::ImportUnconfirmed, self.call_now(call), reply!())
     }
 }

@@ -5,19 +5,22 @@
 //!
 //! A calling thread takes an idle call socket (or makes one and passes the
 //! worker its other end), writes its call and reads everything about it
-//! itself: output chunks, created leases to record, the reply. When the
-//! worker dies every call socket ends; a caller that sees its end waits for
-//! the control reader to reap the worker and name how it ended.
+//! itself: output chunks, standard-input requests (served by a pump thread
+//! of the call's own, so a blocking input never holds up its output), the
+//! recorder's moments, the reply. A call's [`CallControl`] lets another
+//! thread cancel it. When the worker dies every call socket ends; a caller
+//! that sees its end waits for the control reader to reap the worker and
+//! name how it ended.
 
 use super::{
     fd_pass,
-    protocol::{self, Call, Hello, Reply, ToHost, ToWorker},
+    protocol::{self, Call, Hello, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::{self, SpawnSpec},
     IsolationError, IsolationOptions,
 };
 use provider_abi::{
-    ByteSink, CreationRecorder, Hook, HookResult, LogField, LogLevel, LogRecord, LogSink, Manifest,
-    OutputSink, SetupParams,
+    ByteSink, ByteSource, CreationRecorder, Hook, HookResult, LogField, LogLevel, LogRecord, LogSink,
+    Manifest, SetupParams,
 };
 use serde_json::Value;
 use std::{
@@ -28,7 +31,7 @@ use std::{
     process::{Child, ExitStatus},
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        Arc, Condvar, Mutex, MutexGuard, RwLock,
+        mpsc, Arc, Condvar, Mutex, MutexGuard, RwLock,
     },
     time::{Duration, Instant},
 };
@@ -38,27 +41,68 @@ use std::{
 pub(super) struct Shared {
     /// Workers that died or were killed without being asked to stop.
     pub crashes: AtomicU64,
-    /// Where the provider's log events go (`setup_with_logs`).
+    /// Where the provider's log events go (`setup`).
     pub logs: RwLock<Option<LogSink>>,
 }
 
-/// What the host replays into every worker it starts.
+/// What the host replays into every worker it starts: its `setup`
+/// parameters and log level, once it called `setup`.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Setup {
-    /// The host's `setup` parameters, once it called `setup`.
-    pub params: Option<SetupParams>,
-    /// The log level, when it called `setup_with_logs`.
-    pub logs: Option<LogLevel>,
+pub(super) struct Setup(pub Option<(SetupParams, LogLevel)>);
+
+/// What a call hands the worker besides its parameters, and what it
+/// answers with: `execute`'s output sink and input source, a creating
+/// hook's recorder.
+#[derive(Default)]
+pub(super) struct CallIo {
+    /// Where `execute`'s output goes.
+    pub output: Option<ByteSink>,
+    /// Where `execute`'s standard input comes from (none: empty).
+    pub stdin: Option<ByteSource>,
+    /// Who hears a creating hook's moments (none: accepted unrecorded).
+    pub recorder: Option<CreationRecorder>,
 }
 
-/// Where a call's output goes.
-pub(super) enum Output<'a, 'b> {
-    /// Nowhere: the hook has none.
-    None,
-    /// `execute`'s text sink.
-    Text(&'a mut OutputSink<'b>),
-    /// `execute_bytes`'s byte sink.
-    Bytes(&'a mut ByteSink<'b>),
+/// Lets another thread cancel a call: the call's future, dropped, tells
+/// the worker to drop the hook's.
+#[derive(Default)]
+pub(super) struct CallControl {
+    state: Mutex<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    cancelled: bool,
+    /// The socket the call went out on, while it runs.
+    writer: Option<Arc<SocketWriter>>,
+}
+
+impl CallControl {
+    /// Sends `call` on `writer` unless the call was cancelled first
+    /// (`Ok(false)`): a cancellation is sent after its call, never before.
+    fn send_call(&self, writer: &Arc<SocketWriter>, call: &Call<'_>) -> io::Result<bool> {
+        let mut state = lock(&self.state);
+        if state.cancelled {
+            return Ok(false);
+        }
+        writer.send_call(call)?;
+        state.writer = Some(Arc::clone(writer));
+        Ok(true)
+    }
+
+    /// Cancels the call: not sent when it was not yet; the worker drops the
+    /// hook's future when it runs; nothing once it ended.
+    pub fn cancel(&self) {
+        let mut state = lock(&self.state);
+        state.cancelled = true;
+        if let Some(writer) = state.writer.take() {
+            let _ = writer.send_in_call(&ToWorker::Cancel);
+        }
+    }
+
+    fn finished(&self) {
+        lock(&self.state).writer = None;
+    }
 }
 
 /// Why a call has no reply.
@@ -173,13 +217,14 @@ impl WorkerProcess {
         self.dead.load(Ordering::SeqCst)
     }
 
-    /// Runs `call` on this worker, delivering output and created leases as
-    /// they arrive, within `deadline`.
+    /// Runs `call` on this worker within `deadline`, delivering output,
+    /// standard input and the recorder's moments through `io` as they come;
+    /// `control`, when given, may cancel it.
     pub fn call(
         &self,
         call: &Call<'_>,
-        output: &mut Output<'_, '_>,
-        mut recorder: Option<&mut CreationRecorder<'_>>,
+        io: &mut CallIo,
+        control: Option<&CallControl>,
         deadline: Duration,
     ) -> Result<HookResult<Reply>, Failure> {
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +235,7 @@ impl WorkerProcess {
             }
             state.in_flight.insert(number, call.hook());
         }
-        let outcome = self.exchange(call, output, &mut recorder, deadline);
+        let outcome = self.exchange(call, io, control, deadline);
         lock(&self.state).in_flight.remove(&number);
         outcome
     }
@@ -198,8 +243,8 @@ impl WorkerProcess {
     fn exchange(
         &self,
         call: &Call<'_>,
-        output: &mut Output<'_, '_>,
-        recorder: &mut Option<&mut CreationRecorder<'_>>,
+        io: &mut CallIo,
+        control: Option<&CallControl>,
         deadline: Duration,
     ) -> Result<HookResult<Reply>, Failure> {
         let until = Instant::now() + deadline;
@@ -219,37 +264,91 @@ impl WorkerProcess {
                 mine
             }
         };
-        if socket.send(&ToWorker::Call(call.clone())).is_err() {
-            self.kill(None);
-            return Err(Failure::NotSent(self.death()));
+        let sent = match control {
+            Some(control) => control.send_call(&socket.writer, call),
+            None => socket.writer.send_call(call).map(|()| true),
+        };
+        match sent {
+            Ok(true) => {}
+            Ok(false) => {
+                lock(&self.idle).push(socket);
+                return Ok(Err(cancelled(call.hook())));
+            }
+            Err(_) => {
+                self.kill(None);
+                return Err(Failure::NotSent(self.death()));
+            }
         }
+        let outcome = self.follow(call, io, &mut socket, until, deadline);
+        socket.writer.end_call();
+        if let Some(control) = control {
+            control.finished();
+        }
+        if outcome.is_ok() {
+            lock(&self.idle).push(socket);
+        }
+        outcome
+    }
+
+    /// Reads what the worker sends about the call it is running until its
+    /// reply, answering what it asks for.
+    fn follow(
+        &self,
+        call: &Call<'_>,
+        io: &mut CallIo,
+        socket: &mut CallSocket,
+        until: Instant,
+        deadline: Duration,
+    ) -> Result<HookResult<Reply>, Failure> {
+        let mut pump: Option<StdinPump> = None;
         let mut first = true;
         loop {
             let received = socket.receive(until, deadline, first);
             first = false;
             match received {
-                Ok(Some(ToHost::Chunk { stream, text })) => match output {
-                    Output::Text(sink) => sink.write(stream, &text),
-                    Output::Bytes(sink) => sink.write(stream, text.as_bytes()),
-                    Output::None => {}
-                },
-                Ok(Some(ToHost::Bytes { stream, bytes })) => match output {
-                    Output::Bytes(sink) => sink.write(stream, &bytes),
-                    Output::Text(sink) => sink.write(stream, &String::from_utf8_lossy(&bytes)),
-                    Output::None => {}
-                },
-                Ok(Some(ToHost::Record(lease))) => {
-                    let result = match recorder.as_deref_mut() {
-                        Some(recorder) => recorder.record(&lease),
+                Ok(Some(ToHost::Bytes { stream, bytes })) => {
+                    if let Some(sink) = io.output.as_mut() {
+                        sink.write(stream, &bytes);
+                    }
+                }
+                Ok(Some(ToHost::StdinWanted(wanted))) => {
+                    let wanted = wanted.min(MAX_STDIN_CHUNK);
+                    if let (None, Some(source)) = (&pump, io.stdin.take()) {
+                        match StdinPump::start(source, &socket.writer) {
+                            Ok(started) => pump = Some(started),
+                            Err(error) => {
+                                let error = provider_abi::ProviderError::internal(format!(
+                                    "cannot start a thread for the command's standard input: {error}"
+                                ));
+                                let _ = socket.writer.send_in_call(&ToWorker::Stdin(Err(error)));
+                                continue;
+                            }
+                        }
+                    }
+                    match &pump {
+                        Some(pump) => pump.want(wanted),
+                        // No source: the input is empty.
+                        None => {
+                            let _ = socket.writer.send_in_call(&ToWorker::Stdin(Ok(Vec::new())));
+                        }
+                    }
+                }
+                Ok(Some(ToHost::Sending)) => {
+                    let answer = match io.recorder.as_mut() {
+                        Some(recorder) => pollster::block_on(recorder.sending()),
                         None => Ok(()),
                     };
                     // A failed send means the worker died: its end comes next.
-                    let _ = socket.send(&ToWorker::Recorded(result));
+                    let _ = socket.writer.send_in_call(&ToWorker::Recorded(answer));
                 }
-                Ok(Some(ToHost::Reply(result))) => {
-                    lock(&self.idle).push(socket);
-                    return Ok(result);
+                Ok(Some(ToHost::Created(lease))) => {
+                    let answer = match io.recorder.as_mut() {
+                        Some(recorder) => pollster::block_on(recorder.record(&lease)),
+                        None => Ok(()),
+                    };
+                    let _ = socket.writer.send_in_call(&ToWorker::Recorded(answer));
                 }
+                Ok(Some(ToHost::Reply(result))) => return Ok(result),
                 Ok(Some(_)) => {
                     self.kill(Some("broke the protocol".into()));
                     return Err(Failure::Died(self.death()));
@@ -384,9 +483,8 @@ impl WorkerProcess {
 /// One call socket on the host's side, with the buffers its frames reuse.
 struct CallSocket {
     reader: BufReader<UnixStream>,
-    writer: UnixStream,
+    writer: Arc<SocketWriter>,
     buffer: Vec<u8>,
-    frame: Vec<u8>,
     /// The read timeout set on the socket now.
     timeout: Option<Duration>,
 }
@@ -394,12 +492,12 @@ struct CallSocket {
 impl CallSocket {
     fn new(socket: UnixStream) -> io::Result<CallSocket> {
         let reader = BufReader::new(socket.try_clone()?);
-        Ok(CallSocket { reader, writer: socket, buffer: Vec::new(), frame: Vec::new(), timeout: None })
-    }
-
-    fn send(&mut self, message: &ToWorker<'_>) -> io::Result<()> {
-        protocol::encode_into(message, &mut self.frame)?;
-        self.writer.write_all(&self.frame)
+        Ok(CallSocket {
+            reader,
+            writer: Arc::new(SocketWriter::new(socket)),
+            buffer: Vec::new(),
+            timeout: None,
+        })
     }
 
     /// The next frame, waiting until `until` at most. The first read of a
@@ -412,11 +510,97 @@ impl CallSocket {
             until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
         };
         if self.timeout != Some(timeout) {
-            self.writer.set_read_timeout(Some(timeout))?;
+            self.reader.get_ref().set_read_timeout(Some(timeout))?;
             self.timeout = Some(timeout);
         }
         protocol::read(&mut self.reader, &mut self.buffer)
     }
+}
+
+/// A call socket's writing side, shared by the calling thread, the call's
+/// standard-input pump and whoever cancels it. Between a call's reply and
+/// the next call nothing but a call is written, so a late answer or
+/// cancellation never reaches the next call.
+struct SocketWriter {
+    state: Mutex<WriterState>,
+}
+
+struct WriterState {
+    socket: UnixStream,
+    frame: Vec<u8>,
+    /// True from a call's frame until its reply was read.
+    in_call: bool,
+}
+
+impl SocketWriter {
+    fn new(socket: UnixStream) -> SocketWriter {
+        SocketWriter { state: Mutex::new(WriterState { socket, frame: Vec::new(), in_call: false }) }
+    }
+
+    fn send_call(&self, call: &Call<'_>) -> io::Result<()> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        state.in_call = true;
+        protocol::encode_into(&ToWorker::Call(call.clone()), &mut state.frame)?;
+        state.socket.write_all(&state.frame)
+    }
+
+    /// Sends `message` about the call in flight; nothing once it ended.
+    fn send_in_call(&self, message: &ToWorker<'_>) -> io::Result<()> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        if !state.in_call {
+            return Ok(());
+        }
+        protocol::encode_into(message, &mut state.frame)?;
+        state.socket.write_all(&state.frame)
+    }
+
+    fn end_call(&self) {
+        lock(&self.state).in_call = false;
+    }
+}
+
+/// Reads `execute`'s standard input on a thread of the call's own, a chunk
+/// per request of the worker, so that a source that blocks (a terminal, a
+/// pipe) never holds up the output. It ends when the call does (after the
+/// read it is blocked in, if any).
+struct StdinPump {
+    requests: mpsc::Sender<u32>,
+}
+
+impl StdinPump {
+    fn start(mut source: ByteSource, writer: &Arc<SocketWriter>) -> io::Result<StdinPump> {
+        let (requests, wanted) = mpsc::channel::<u32>();
+        let writer = Arc::clone(writer);
+        let pump = move || {
+            for count in wanted {
+                let mut chunk = vec![0; count as usize];
+                let answer = source.read(&mut chunk).map(|read| {
+                    chunk.truncate(read);
+                    chunk
+                });
+                if writer.send_in_call(&ToWorker::Stdin(answer)).is_err() {
+                    return;
+                }
+            }
+        };
+        std::thread::Builder::new().name("provider-stdin".into()).spawn(pump)?;
+        Ok(StdinPump { requests })
+    }
+
+    /// Asks for at most `count` more bytes (the pump answers the worker).
+    fn want(&self, count: u32) {
+        let _ = self.requests.send(count);
+    }
+}
+
+/// The error of a call cancelled before it was sent.
+pub(super) fn cancelled(hook: Hook) -> provider_abi::ProviderError {
+    provider_abi::ProviderError::new(
+        provider_abi::ErrorKind::CANCELLED,
+        format!("The host cancelled the `{hook}` call."),
+    )
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -438,7 +622,7 @@ fn handshake(socket: &UnixStream, deadline: Duration, setup: &Setup) -> io::Resu
         _ => return Err(unexpected()),
     };
     let env = environment_for(&hello.manifest);
-    let start = ToWorker::Start { env, setup: setup.params.clone(), logs: setup.logs };
+    let start = ToWorker::Start { env, setup: setup.0.clone() };
     protocol::write(&mut writer, &start)?;
     match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
         ToHost::Ready(Ok(())) => Ok(Ok(hello)),

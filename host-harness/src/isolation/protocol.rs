@@ -7,22 +7,26 @@
 //! A worker has one *control* socket (its file descriptor 3) and any number
 //! of *call* sockets:
 //! 1. control, worker → host [`ToHost::Hello`]: the library loaded (its
-//!    manifest and the hooks this build can call on it), or why not;
+//!    manifest, whose hook list is the library's table), or why not;
 //! 2. control, host → worker [`ToWorker::Start`]: the environment variables
-//!    the provider's schema names (`x-env`) and the host's `setup` (with the
-//!    log level, when the host forwards the provider's logs); worker → host
-//!    [`ToHost::Ready`] with `setup`'s outcome;
+//!    the provider's schema names (`x-env`) and the host's `setup` with the
+//!    log level it wants; worker → host [`ToHost::Ready`] with `setup`'s
+//!    outcome;
 //! 3. then the host passes the worker one end of each new call socket over
 //!    the control socket (`SCM_RIGHTS`, one byte each), and the worker serves
-//!    each call socket on a thread of its own: one call at a time, a
-//!    [`ToWorker::Call`] answered by [`ToHost::Reply`], after
-//!    [`ToHost::Chunk`]s and [`ToHost::Bytes`] (execute's output, as it
-//!    arrives) and [`ToHost::Record`]s (a created lease; the hook waits for
-//!    the host's [`ToWorker::Recorded`] on the same socket). A calling host
-//!    thread writes its call and reads its reply itself: a round trip is two
-//!    thread wake-ups, one in each process.
-//! 4. The provider's log events (`setup_with_logs`) come back on the control
-//!    socket as [`ToHost::Log`].
+//!    each call socket on threads of its own: one call at a time, a
+//!    [`ToWorker::Call`] (one per operation) answered by [`ToHost::Reply`].
+//!    While the hook runs, the worker sends [`ToHost::Bytes`] (execute's
+//!    output, as it arrives), [`ToHost::StdinWanted`] (execute pulls its
+//!    standard input; the host answers [`ToWorker::Stdin`]) and the
+//!    recorder's two moments, [`ToHost::Sending`] and [`ToHost::Created`]
+//!    (a creating hook waits for the host's [`ToWorker::Recorded`] after
+//!    each), and the host may send [`ToWorker::Cancel`] (it dropped the
+//!    call's future: the worker drops the hook's future, which cancels it,
+//!    and replies). A calling host thread writes its call and reads its
+//!    reply itself.
+//! 4. The provider's log events come back on the control socket as
+//!    [`ToHost::Log`].
 //!
 //! The host closing the control socket ends the worker.
 
@@ -37,24 +41,32 @@ use std::{
     io::{self, Read, Write},
 };
 
-/// The largest frame either side accepts (execute's stdin travels in one).
+/// The largest frame either side accepts.
 pub const MAX_FRAME: usize = 256 << 20;
 
-/// A hook call and its parameters. Borrowed when the host sends it, owned
-/// when the worker receives it.
+/// The most standard input the worker asks for in one [`ToHost::StdinWanted`].
+pub const MAX_STDIN_CHUNK: u32 = 1 << 20;
+
+/// A hook call and its parameters, one variant per operation that crosses.
+/// Borrowed when the host sends it, owned when the worker receives it.
+///
+/// `manifest` never crosses (the hello carries it), nor does
+/// `grant_request_share` (every worker paces its own requests, so a share
+/// granted to one would not bound the others).
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Call<'a> {
-    /// `setup` (also replayed on every worker started later, in [`ToWorker::Start`]).
-    Setup(Cow<'a, SetupParams>),
+    /// `setup` with the log level the host wants (also replayed on every
+    /// worker started later, in [`ToWorker::Start`]).
+    Setup(Cow<'a, SetupParams>, LogLevel),
     /// `shutdown`.
     Shutdown,
     /// `health`.
     Health,
     /// `validate_config`.
     ValidateConfig(Cow<'a, EnvironmentParams>),
-    /// `probe`.
+    /// `probe`; its moments come back as [`ToHost::Sending`] and [`ToHost::Created`].
     Probe(Cow<'a, EnvironmentParams>),
-    /// `acquire_lease`.
+    /// `acquire_lease`; as `probe`.
     AcquireLease(Cow<'a, AcquireParams>),
     /// `resume_lease`.
     ResumeLease(Cow<'a, LeaseParams>),
@@ -64,24 +76,13 @@ pub enum Call<'a> {
     DestroyLease(Cow<'a, LeaseParams>),
     /// `realize_workspace`.
     RealizeWorkspace(Cow<'a, LeaseParams>),
-    /// `execute`; its output comes back as [`ToHost::Chunk`]s.
+    /// `execute`; its output comes back as [`ToHost::Bytes`], its standard
+    /// input is pulled with [`ToHost::StdinWanted`].
     Execute(Cow<'a, ExecuteParams>),
     /// `inspect_lease`.
     InspectLease(Cow<'a, LeaseParams>),
-    /// `acquire_lease_recording`; created leases come back as [`ToHost::Record`]s.
-    AcquireLeaseRecording(Cow<'a, AcquireParams>),
-    /// `probe_recording`; as `acquire_lease_recording`.
-    ProbeRecording(Cow<'a, EnvironmentParams>),
-    /// `release_lease_reporting`.
-    ReleaseLeaseReporting(Cow<'a, LeaseParams>),
-    /// `execute_bytes`; its output comes back as [`ToHost::Bytes`].
-    ExecuteBytes(Cow<'a, ExecuteParams>),
-    /// `setup_with_logs`; the events come back on the control socket.
-    SetupWithLogs(Cow<'a, SetupParams>, LogLevel),
-    /// `sync_in`.
-    SyncIn(Cow<'a, SyncParams>),
-    /// `sync_out`.
-    SyncOut(Cow<'a, SyncParams>),
+    /// `sync_files`.
+    SyncFiles(Cow<'a, SyncParams>),
     /// `import_unconfirmed` (also replayed on every main worker started
     /// later, until the lease is destroyed).
     ImportUnconfirmed(Cow<'a, LeaseParams>),
@@ -91,7 +92,7 @@ impl Call<'_> {
     /// The hook called.
     pub fn hook(&self) -> Hook {
         match self {
-            Call::Setup(_) => Hook::Setup,
+            Call::Setup(..) => Hook::Setup,
             Call::Shutdown => Hook::Shutdown,
             Call::Health => Hook::Health,
             Call::ValidateConfig(_) => Hook::ValidateConfig,
@@ -103,13 +104,7 @@ impl Call<'_> {
             Call::RealizeWorkspace(_) => Hook::RealizeWorkspace,
             Call::Execute(_) => Hook::Execute,
             Call::InspectLease(_) => Hook::InspectLease,
-            Call::AcquireLeaseRecording(_) => Hook::AcquireLeaseRecording,
-            Call::ProbeRecording(_) => Hook::ProbeRecording,
-            Call::ReleaseLeaseReporting(_) => Hook::ReleaseLeaseReporting,
-            Call::ExecuteBytes(_) => Hook::ExecuteBytes,
-            Call::SetupWithLogs(..) => Hook::SetupWithLogs,
-            Call::SyncIn(_) => Hook::SyncIn,
-            Call::SyncOut(_) => Hook::SyncOut,
+            Call::SyncFiles(_) => Hook::SyncFiles,
             Call::ImportUnconfirmed(_) => Hook::ImportUnconfirmed,
         }
     }
@@ -118,35 +113,34 @@ impl Call<'_> {
 /// What a hook returned, when it succeeded.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Reply {
-    /// `()`: setup, setup_with_logs, shutdown, release, destroy.
+    /// `()`: setup, shutdown, destroy, import_unconfirmed.
     Unit,
     /// `health`.
     Health(HealthReport),
     /// `validate_config`.
     Validation(ValidationReport),
-    /// `probe`, `probe_recording`.
+    /// `probe`.
     Probe(ProbeReport),
-    /// `acquire_lease`, `resume_lease`, `acquire_lease_recording`.
+    /// `acquire_lease`, `resume_lease`.
     Lease(Lease),
     /// `realize_workspace`.
     Workspace(Workspace),
-    /// `execute`, `execute_bytes`.
+    /// `execute`.
     Execute(ExecuteResult),
     /// `inspect_lease`.
     Status(LeaseStatus),
-    /// `release_lease_reporting`.
+    /// `release_lease`.
     Release(ReleaseReport),
-    /// `sync_in`, `sync_out`.
+    /// `sync_files`.
     Sync(SyncResult),
 }
 
 /// What a worker that loaded its library says first.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct Hello {
-    /// The library's manifest (as the host-side loader reports it).
+    /// The library's manifest as the loader reports it: its `hooks` list
+    /// is the library's table.
     pub manifest: Manifest,
-    /// The hooks this worker's build can call on the library.
-    pub supported: Vec<String>,
 }
 
 /// Host → worker.
@@ -155,20 +149,24 @@ pub struct Hello {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
     /// Control socket: sets the environment variables the provider needs,
-    /// then runs `setup` (`setup_with_logs` when `logs` is set).
+    /// then runs `setup` when the host called it.
     Start {
         /// `(name, value)` pairs, only those the provider's schema names.
         env: Vec<(String, String)>,
-        /// The host's `setup` parameters, if it called `setup`.
-        setup: Option<SetupParams>,
-        /// The most verbose level of provider events the host wants, when
-        /// it called `setup_with_logs`.
-        logs: Option<LogLevel>,
+        /// The host's `setup` parameters and log level, if it called `setup`.
+        setup: Option<(SetupParams, LogLevel)>,
     },
     /// Call socket: runs a hook.
     Call(Call<'a>),
-    /// Call socket: the host's answer to a [`ToHost::Record`], `Ok` once committed.
+    /// Call socket: the host's answer to [`ToHost::Sending`] or
+    /// [`ToHost::Created`], `Ok` once the moment is durable.
     Recorded(Result<(), ProviderError>),
+    /// Call socket: the next bytes of execute's standard input, answering
+    /// [`ToHost::StdinWanted`]; empty at its end.
+    Stdin(Result<Vec<u8>, ProviderError>),
+    /// Call socket: the host dropped the call's future; the worker drops the
+    /// hook's (which cancels it) and replies. Ignored once the hook ended.
+    Cancel,
 }
 
 /// One log event of the provider, as the control socket carries it.
@@ -194,22 +192,21 @@ pub enum ToHost {
     /// Control socket: a log event of the provider.
     Log(LogEvent),
     /// Call socket: an output chunk of a running `execute`.
-    Chunk {
-        /// Which stream.
-        stream: OutputStream,
-        /// The chunk.
-        text: String,
-    },
-    /// Call socket: an output chunk of a running `execute_bytes`.
     Bytes {
         /// Which stream.
         stream: OutputStream,
         /// The chunk, byte for byte (postcard writes a `u8` as one byte).
         bytes: Vec<u8>,
     },
+    /// Call socket: `execute` wants at most this many more bytes of its
+    /// standard input; the host answers [`ToWorker::Stdin`].
+    StdinWanted(u32),
+    /// Call socket: a creating hook's request is about to leave; the hook
+    /// waits for [`ToWorker::Recorded`].
+    Sending,
     /// Call socket: a lease a creating hook just made; the hook waits for
     /// [`ToWorker::Recorded`].
-    Record(Lease),
+    Created(Lease),
     /// Call socket: the hook returned.
     Reply(Result<Reply, ProviderError>),
 }
@@ -299,10 +296,17 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
-        let params = SyncParams::single(LeaseParams::default(), "op", "file", "/a", "/b");
-        let frame = encode(&ToWorker::Call(Call::SyncIn(Cow::Borrowed(&params)))).unwrap();
+        let params = SyncParams::single(
+            LeaseParams::default(),
+            provider_abi::SyncDirection::Out,
+            "op",
+            "file",
+            "/a",
+            "/b",
+        );
+        let frame = encode(&ToWorker::Call(Call::SyncFiles(Cow::Borrowed(&params)))).unwrap();
         match read::<ToWorker<'static>>(&mut &frame[..], &mut Vec::new()).unwrap() {
-            Some(ToWorker::Call(Call::SyncIn(received))) => assert_eq!(received.into_owned(), params),
+            Some(ToWorker::Call(Call::SyncFiles(received))) => assert_eq!(received.into_owned(), params),
             other => panic!("unexpected {other:?}"),
         }
     }

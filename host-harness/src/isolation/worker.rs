@@ -2,30 +2,33 @@
 //! host closes the control socket.
 //!
 //! The main thread receives call sockets on the control socket and serves
-//! each on a thread of its own (see [`super::protocol`]): it reads a call,
-//! runs the hook on that thread, writes output chunks and created leases as
-//! they come (a creating hook then reads the host's answer on the same
-//! socket, so a write-ahead record still commits before the provider goes
-//! on) and the reply. The provider's log events go back on the control
-//! socket.
+//! each on two threads of its own (see [`super::protocol`]): a reader,
+//! which routes every frame the host sends, and a runner, which runs one
+//! call at a time, awaiting the hook's future, and writes its reply. Output
+//! chunks, standard-input requests and the recorder's moments go out as
+//! they come (a creating hook then waits for the host's answer, so a
+//! write-ahead moment is durable before the provider goes on). The
+//! provider's log events go back on the control socket.
 
 use super::{
     fd_pass,
-    protocol::{self, Call, Hello, LogEvent, Reply, ToHost, ToWorker},
+    protocol::{self, Call, Hello, LogEvent, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::WORKER_FD,
 };
+use futures_util::future::{self, Either};
 use provider_abi::{
-    ByteSink, CreationRecorder, Hook, HookResult, Lease, LoadedProvider, LogLevel, LogRecord, LogSink,
-    OutputSink, OutputStream, Provider, ProviderError, SetupParams,
+    ready, ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookFuture, HookResult, Lease, LogLevel,
+    LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
 };
-use provider_host::staging::load_expecting;
+use provider_host::{loader::LoadedProvider, staging::load_expecting};
 use std::{
     io::{self, BufReader, Write},
     os::{fd::FromRawFd, unix::net::UnixStream},
     path::Path,
     process::ExitCode,
-    sync::{Arc, Mutex},
+    sync::{mpsc, Arc, Mutex},
 };
+use tokio::sync::oneshot;
 
 /// Stack size of the threads serving call sockets: hooks block on the
 /// provider's own runtime, so they need little; a thousand calls in flight
@@ -87,11 +90,10 @@ impl Worker {
                 return Ok(None);
             }
         };
-        let supported = Hook::ALL.iter().filter(|hook| provider.supports(**hook)).map(|h| h.name().into());
-        let hello = Hello { manifest: provider.manifest(), supported: supported.collect() };
+        let hello = Hello { manifest: provider.manifest() };
         protocol::write(&mut writer, &ToHost::Hello(Ok(hello)))?;
         let mut buffer = Vec::new();
-        let Some(ToWorker::Start { env, setup, logs }) =
+        let Some(ToWorker::Start { env, setup }) =
             protocol::read::<ToWorker<'static>>(&mut &control, &mut buffer)?
         else {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the host did not start the worker"));
@@ -102,10 +104,9 @@ impl Worker {
             std::env::set_var(name, value);
         }
         let worker = Arc::new(Worker { provider, control: Arc::new(Mutex::new(writer)) });
-        let ready = match (setup, logs) {
-            (Some(params), Some(level)) => worker.setup_with_logs(&params, level),
-            (Some(params), None) => worker.provider.setup(&params),
-            (None, _) => Ok(()),
+        let ready = match setup {
+            Some((params, level)) => worker.setup(&params, level),
+            None => Ok(()),
         };
         protocol::write(&mut *lock(&worker.control), &ToHost::Ready(ready))?;
         Ok(Some((worker, control)))
@@ -117,7 +118,7 @@ impl Worker {
         while let Ok(Some(socket)) = fd_pass::receive_socket(&control) {
             let worker = Arc::clone(&self);
             let started = std::thread::Builder::new()
-                .name("call".into())
+                .name("call-reader".into())
                 .stack_size(CALL_THREAD_STACK)
                 .spawn(move || worker.serve_calls(socket));
             // Without a thread the socket is dropped: the host's call sees
@@ -131,27 +132,63 @@ impl Worker {
         std::process::exit(0);
     }
 
-    /// Serves one call socket: one call at a time until the host closes it.
-    fn serve_calls(&self, socket: UnixStream) {
+    /// Serves one call socket: this thread reads every frame the host
+    /// sends and routes it (a call to the runner thread, which runs one
+    /// call at a time and writes its reply; the answers the running call
+    /// waits for; a cancellation) until the host closes the socket.
+    fn serve_calls(self: Arc<Self>, socket: UnixStream) {
         let Ok(reader) = socket.try_clone() else { return };
-        let mut connection = Connection {
-            reader: BufReader::new(reader),
-            writer: socket,
-            buffer: Vec::new(),
-            frame: Vec::new(),
+        let mut reader = BufReader::new(reader);
+        let writer = Arc::new(Writer::new(socket));
+        let (jobs, queued) = mpsc::channel::<(Call<'static>, Inputs)>();
+        let runner = {
+            let (worker, writer) = (Arc::clone(&self), Arc::clone(&writer));
+            std::thread::Builder::new().name("call".into()).stack_size(CALL_THREAD_STACK).spawn(move || {
+                for (call, inputs) in queued {
+                    let result = worker.run(call, inputs, &writer);
+                    // A host that went away ends the worker through the control socket.
+                    if writer.send(&ToHost::Reply(result)).is_err() {
+                        return;
+                    }
+                }
+            })
         };
-        while let Ok(Some(ToWorker::Call(call))) =
-            protocol::read::<ToWorker<'static>>(&mut connection.reader, &mut connection.buffer)
-        {
-            let result = self.run(call, &mut connection);
-            if connection.send(&ToHost::Reply(result)).is_err() {
-                return;
+        if runner.is_err() {
+            return;
+        }
+        let mut buffer = Vec::new();
+        let mut current: Option<Routes> = None;
+        while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
+            match message {
+                ToWorker::Call(call) => {
+                    let (routes, inputs) = Routes::new();
+                    current = Some(routes);
+                    if jobs.send((call, inputs)).is_err() {
+                        return;
+                    }
+                }
+                ToWorker::Recorded(answer) => {
+                    if let Some(waiting) = current.as_ref().and_then(|routes| lock(&routes.recorded).take()) {
+                        let _ = waiting.send(answer);
+                    }
+                }
+                ToWorker::Stdin(chunk) => {
+                    if let Some(routes) = &current {
+                        let _ = routes.stdin.send(chunk);
+                    }
+                }
+                ToWorker::Cancel => {
+                    if let Some(cancel) = current.as_mut().and_then(|routes| routes.cancel.take()) {
+                        let _ = cancel.send(());
+                    }
+                }
+                ToWorker::Start { .. } => return,
             }
         }
     }
 
-    /// `setup_with_logs`, the provider's events going back on the control socket.
-    fn setup_with_logs(&self, params: &SetupParams, level: LogLevel) -> HookResult<()> {
+    /// `setup`, the provider's events going back on the control socket.
+    fn setup(&self, params: &SetupParams, level: LogLevel) -> HookResult<()> {
         let control = Arc::clone(&self.control);
         let sink = LogSink::new(move |record: &LogRecord<'_>| {
             let event = LogEvent {
@@ -165,81 +202,177 @@ impl Worker {
                 let _ = lock(&control).write_all(&frame);
             }
         });
-        self.provider.setup_with_logs(params, sink, level)
+        self.provider.setup(params, sink, level)
     }
 
-    /// Runs one hook, its output and created leases going to `connection`.
-    fn run(&self, call: Call<'static>, connection: &mut Connection) -> HookResult<Reply> {
+    /// Runs one hook: its output, standard input and recorded moments cross
+    /// on `writer` and `inputs`; a cancellation drops its future.
+    fn run(&self, call: Call<'static>, inputs: Inputs, writer: &Arc<Writer>) -> HookResult<Reply> {
         let provider = &self.provider;
+        let hook = call.hook();
+        let Inputs { recorded, stdin, cancel } = inputs;
+        let recorder = || CreationRecorder::new(Forward { writer: Arc::clone(writer), answer: recorded });
         match call {
-            Call::Setup(params) => provider.setup(&params).map(|()| Reply::Unit),
-            Call::SetupWithLogs(params, level) => self.setup_with_logs(&params, level).map(|()| Reply::Unit),
+            Call::Setup(params, level) => self.setup(&params, level).map(|()| Reply::Unit),
             Call::Shutdown => provider.shutdown().map(|()| Reply::Unit),
             Call::Health => provider.health().map(Reply::Health),
             Call::ValidateConfig(params) => provider.validate_config(&params).map(Reply::Validation),
-            Call::Probe(params) => provider.probe(&params).map(Reply::Probe),
-            Call::AcquireLease(params) => provider.acquire_lease(&params).map(Reply::Lease),
-            Call::ResumeLease(params) => provider.resume_lease(&params).map(Reply::Lease),
-            Call::ReleaseLease(params) => provider.release_lease(&params).map(|()| Reply::Unit),
-            Call::DestroyLease(params) => provider.destroy_lease(&params).map(|()| Reply::Unit),
             Call::RealizeWorkspace(params) => provider.realize_workspace(&params).map(Reply::Workspace),
-            Call::Execute(params) => {
-                let mut chunk = |stream: OutputStream, text: &str| {
-                    // A host that went away ends the worker through the control socket.
-                    let _ = connection.send(&ToHost::Chunk { stream, text: text.to_owned() });
-                };
-                provider.execute(&params, &mut OutputSink::new(&mut chunk)).map(Reply::Execute)
-            }
-            Call::ExecuteBytes(params) => {
-                let mut chunk = |stream: OutputStream, bytes: &[u8]| {
-                    let _ = connection.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
-                };
-                provider.execute_bytes(&params, &mut ByteSink::new(&mut chunk)).map(Reply::Execute)
-            }
-            Call::InspectLease(params) => provider.inspect_lease(&params).map(Reply::Status),
-            Call::AcquireLeaseRecording(params) => {
-                let mut record = |lease: &Lease| connection.record(lease);
-                provider
-                    .acquire_lease_recording(&params, &mut CreationRecorder::new(&mut record))
-                    .map(Reply::Lease)
-            }
-            Call::ProbeRecording(params) => {
-                let mut record = |lease: &Lease| connection.record(lease);
-                provider.probe_recording(&params, &mut CreationRecorder::new(&mut record)).map(Reply::Probe)
-            }
-            Call::ReleaseLeaseReporting(params) => {
-                provider.release_lease_reporting(&params).map(Reply::Release)
-            }
-            Call::SyncIn(params) => provider.sync_in(&params).map(Reply::Sync),
-            Call::SyncOut(params) => provider.sync_out(&params).map(Reply::Sync),
             Call::ImportUnconfirmed(params) => provider.import_unconfirmed(&params).map(|()| Reply::Unit),
+            Call::Probe(params) => {
+                until_cancelled(hook, provider.probe(params.into_owned(), recorder()), cancel)
+                    .map(Reply::Probe)
+            }
+            Call::AcquireLease(params) => {
+                let future = provider.acquire_lease(params.into_owned(), recorder());
+                until_cancelled(hook, future, cancel).map(Reply::Lease)
+            }
+            Call::ResumeLease(params) => {
+                until_cancelled(hook, provider.resume_lease(params.into_owned()), cancel).map(Reply::Lease)
+            }
+            Call::ReleaseLease(params) => {
+                until_cancelled(hook, provider.release_lease(params.into_owned()), cancel).map(Reply::Release)
+            }
+            Call::DestroyLease(params) => {
+                until_cancelled(hook, provider.destroy_lease(params.into_owned()), cancel)
+                    .map(|()| Reply::Unit)
+            }
+            Call::InspectLease(params) => {
+                until_cancelled(hook, provider.inspect_lease(params.into_owned()), cancel).map(Reply::Status)
+            }
+            Call::SyncFiles(params) => {
+                until_cancelled(hook, provider.sync_files(params.into_owned()), cancel).map(Reply::Sync)
+            }
+            Call::Execute(params) => {
+                let output = Arc::clone(writer);
+                let sink = ByteSink::new(move |stream: OutputStream, bytes: &[u8]| {
+                    // A host that went away ends the worker through the control socket.
+                    let _ = output.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
+                });
+                let source = stdin_source(Arc::clone(writer), stdin);
+                until_cancelled(hook, provider.execute(params.into_owned(), source, sink), cancel)
+                    .map(Reply::Execute)
+            }
         }
     }
 }
 
-/// One call socket, with the buffers its frames reuse.
-struct Connection {
-    reader: BufReader<UnixStream>,
-    writer: UnixStream,
-    buffer: Vec<u8>,
-    frame: Vec<u8>,
+/// Awaits `future` on this thread, or drops it (cancelling the hook) when
+/// the host cancels the call or closes its socket.
+fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiver<()>) -> HookResult<T> {
+    match pollster::block_on(future::select(future, cancel)) {
+        Either::Left((result, _)) => result,
+        Either::Right((_, future)) => {
+            drop(future);
+            Err(ProviderError::new(ErrorKind::CANCELLED, format!("The host cancelled the `{hook}` call.")))
+        }
+    }
 }
 
-impl Connection {
-    fn send(&mut self, message: &ToHost) -> io::Result<()> {
-        protocol::encode_into(message, &mut self.frame)?;
-        self.writer.write_all(&self.frame)
+/// What the frames of the running call deliver, on the reader's side.
+struct Routes {
+    /// The answer the recorder waits for, once it sent a moment.
+    recorded: Answer,
+    /// Standard input, as the host sends it.
+    stdin: mpsc::Sender<HookResult<Vec<u8>>>,
+    /// Cancels the call; taken by the first cancellation.
+    cancel: Option<oneshot::Sender<()>>,
+}
+
+/// The same, on the running call's side.
+struct Inputs {
+    recorded: Answer,
+    stdin: mpsc::Receiver<HookResult<Vec<u8>>>,
+    cancel: oneshot::Receiver<()>,
+}
+
+/// Where the host's answer to a recorded moment goes: one moment is
+/// outstanding at a time (the provider awaits each).
+type Answer = Arc<Mutex<Option<oneshot::Sender<HookResult<()>>>>>;
+
+impl Routes {
+    fn new() -> (Routes, Inputs) {
+        let recorded = Answer::default();
+        let (stdin, chunks) = mpsc::channel();
+        let (cancel, cancelled) = oneshot::channel();
+        let inputs = Inputs { recorded: Arc::clone(&recorded), stdin: chunks, cancel: cancelled };
+        (Routes { recorded, stdin, cancel: Some(cancel) }, inputs)
+    }
+}
+
+/// The worker's recorder: each moment crosses to the host, and the hook
+/// goes on once the host answered.
+struct Forward {
+    writer: Arc<Writer>,
+    answer: Answer,
+}
+
+impl Forward {
+    fn moment(&mut self, message: ToHost) -> HookFuture<()> {
+        let (answer, answered) = oneshot::channel();
+        *lock(&self.answer) = Some(answer);
+        if self.writer.send(&message).is_err() {
+            return ready(Err(lost()));
+        }
+        Box::pin(async move { answered.await.unwrap_or_else(|_| Err(lost())) })
+    }
+}
+
+impl RecordCreation for Forward {
+    fn sending(&mut self) -> HookFuture<()> {
+        self.moment(ToHost::Sending)
     }
 
-    /// Hands `lease` to the host and waits for its answer.
-    fn record(&mut self, lease: &Lease) -> HookResult<()> {
-        let lost =
-            || ProviderError::internal("The host closed the worker's connection while recording a lease.");
-        self.send(&ToHost::Record(lease.clone())).map_err(|_| lost())?;
-        match protocol::read::<ToWorker<'static>>(&mut self.reader, &mut self.buffer) {
-            Ok(Some(ToWorker::Recorded(result))) => result,
-            _ => Err(lost()),
+    fn created(&mut self, lease: &Lease) -> HookFuture<()> {
+        self.moment(ToHost::Created(lease.clone()))
+    }
+}
+
+fn lost() -> ProviderError {
+    ProviderError::internal("The host closed the worker's connection during the call.")
+}
+
+/// `execute`'s standard input, pulled from the host a chunk at a time
+/// (at most what the provider's buffer holds): bounded memory on both sides.
+fn stdin_source(writer: Arc<Writer>, chunks: mpsc::Receiver<HookResult<Vec<u8>>>) -> ByteSource {
+    let (mut pending, mut at, mut ended) = (Vec::new(), 0, false);
+    ByteSource::new(move |buffer: &mut [u8]| {
+        if at == pending.len() {
+            if ended || buffer.is_empty() {
+                return Ok(0);
+            }
+            let wanted = u32::try_from(buffer.len()).unwrap_or(u32::MAX).min(MAX_STDIN_CHUNK);
+            writer.send(&ToHost::StdinWanted(wanted)).map_err(|_| lost())?;
+            pending = chunks.recv().map_err(|_| lost())??;
+            at = 0;
+            if pending.is_empty() {
+                ended = true;
+                return Ok(0);
+            }
         }
+        let count = (pending.len() - at).min(buffer.len());
+        buffer[..count].copy_from_slice(&pending[at..at + count]);
+        at += count;
+        Ok(count)
+    })
+}
+
+/// One call socket's writing side, shared by the runner, the provider's
+/// output and input threads and the recorder; each frame is written whole.
+struct Writer {
+    state: Mutex<(UnixStream, Vec<u8>)>,
+}
+
+impl Writer {
+    fn new(socket: UnixStream) -> Writer {
+        Writer { state: Mutex::new((socket, Vec::new())) }
+    }
+
+    fn send(&self, message: &ToHost) -> io::Result<()> {
+        let mut state = lock(&self.state);
+        let (socket, frame) = &mut *state;
+        protocol::encode_into(message, frame)?;
+        socket.write_all(frame)
     }
 }
 

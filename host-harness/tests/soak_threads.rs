@@ -1,6 +1,5 @@
-//! `soak` on the async hooks (ABI 1.8 providers): every lifecycle is a
-//! future on one thread, so the harness's threads stay bounded however many
-//! lifecycles are in flight, where `--blocking` pays a thread for each. The
+//! `soak`: every lifecycle is a future on one thread, so the harness's
+//! threads stay bounded however many lifecycles are in flight. The
 //! simulator runs as its own process (`host-harness sim`), so the harness's
 //! figures are its own and the provider's.
 
@@ -59,7 +58,7 @@ impl Drop for Sim {
 }
 
 /// Runs `in_flight` lifecycles, all at once; returns the summary.
-fn soak(dir: &Path, in_flight: usize, extra: &[&str]) -> Value {
+fn soak(dir: &Path, in_flight: usize) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
         .arg("--json")
         .arg("--ledger")
@@ -67,7 +66,6 @@ fn soak(dir: &Path, in_flight: usize, extra: &[&str]) -> Value {
         .args(["soak", "--leases", &in_flight.to_string(), "--concurrency", &in_flight.to_string()])
         .arg("--config")
         .arg(dir.join("config.json"))
-        .args(extra)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -78,27 +76,21 @@ fn soak(dir: &Path, in_flight: usize, extra: &[&str]) -> Value {
 }
 
 #[test]
-fn an_async_soak_holds_a_bounded_number_of_threads_where_a_blocking_one_holds_one_per_lifecycle() {
+fn a_soak_holds_a_bounded_number_of_threads_however_many_lifecycles_are_in_flight() {
     const IN_FLIGHT: usize = 64;
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(&dir.path().join("config.json"));
-    let awaited = soak(dir.path(), IN_FLIGHT, &[]);
-    let blocking = soak(dir.path(), IN_FLIGHT, &["--blocking"]);
+    let summary = soak(dir.path(), IN_FLIGHT);
     let left = sim.stop();
 
-    for (summary, calls) in [(&awaited, "async"), (&blocking, "blocking")] {
-        assert_eq!(summary["hookCalls"], calls, "{summary}");
-        assert_eq!(summary["succeeded"], IN_FLIGHT, "{summary}");
-        assert_eq!(summary["invariantsHeld"], true, "{summary}");
-        assert_eq!(summary["unswept"], 0, "{summary}");
-    }
+    assert_eq!(summary["succeeded"], IN_FLIGHT, "{summary}");
+    assert_eq!(summary["invariantsHeld"], true, "{summary}");
+    assert_eq!(summary["unswept"], 0, "{summary}");
     // The bound: at most 16 threads in the harness process, with
     // the provider's runtime, the ledger's heartbeat, the sweep patrol and
     // the resource monitor among them.
-    let threads = awaited["peakThreads"].as_u64().unwrap();
-    assert!(threads <= 16, "{threads} threads for {IN_FLIGHT} lifecycles in flight: {awaited}");
-    let threads = blocking["peakThreads"].as_u64().unwrap();
-    assert!(threads >= IN_FLIGHT as u64, "{threads} threads for {IN_FLIGHT} blocking lifecycles: {blocking}");
+    let threads = summary["peakThreads"].as_u64().unwrap();
+    assert!(threads <= 16, "{threads} threads for {IN_FLIGHT} lifecycles in flight: {summary}");
     assert_eq!(left["liveSandboxes"], 0, "{left}");
     assert_eq!(left["stopped"], true, "{left}");
 }
