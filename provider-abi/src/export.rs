@@ -155,7 +155,9 @@ fn instance<'a, P>(this: InstancePtr) -> &'a P {
 }
 
 extern "C" fn new_instance<P: Provider + Default>() -> FfiResult<InstancePtr> {
-    guard_at(Place::Constructor, || Ok(InstancePtr(Box::into_raw(Box::new(P::default())).cast_const().cast())))
+    guard_at(Place::Constructor, || {
+        Ok(InstancePtr(Box::into_raw(Box::new(P::default())).cast_const().cast()))
+    })
 }
 
 extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
@@ -248,7 +250,10 @@ mod tests {
     #[test]
     fn a_panic_in_the_constructor_is_named_as_such() {
         let result: HookResult<()> = guard_at(Place::Constructor, || panic!("no config")).into_result();
-        assert_eq!(result.unwrap_err().message.as_str(), "The provider panicked in its constructor: no config");
+        assert_eq!(
+            result.unwrap_err().message.as_str(),
+            "The provider panicked in its constructor: no config"
+        );
     }
 
     #[test]

@@ -55,7 +55,9 @@ where
         return ready(Err(ProviderError::internal(format!("cannot start a thread for a hook: {error}"))));
     }
     Box::pin(async move {
-        receiver.await.unwrap_or_else(|_| Err(ProviderError::internal("a blocking hook body ended without an answer")))
+        receiver
+            .await
+            .unwrap_or_else(|_| Err(ProviderError::internal("a blocking hook body ended without an answer")))
     })
 }
 

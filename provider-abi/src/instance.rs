@@ -44,8 +44,11 @@ impl Instance {
         let mut provider = Self { instance, module, hooks, manifest: empty_manifest() };
         let mut manifest = Result::from((hooks.manifest())(instance))?;
         manifest.abi_version = module.abi_version();
-        manifest.hooks =
-            Hook::ALL.into_iter().filter(|&hook| hooks.has(hook)).map(|hook| RString::from(hook.name())).collect();
+        manifest.hooks = Hook::ALL
+            .into_iter()
+            .filter(|&hook| hooks.has(hook))
+            .map(|hook| RString::from(hook.name()))
+            .collect();
         provider.manifest = manifest;
         Ok(provider)
     }
@@ -87,7 +90,11 @@ fn imported<T: Send + 'static>(hook: Hook, future: FfiHookFuture<T>) -> HookFutu
 }
 
 /// The future of an optional hook: its call, or `unsupported` without one.
-fn optional<F, T: Send + 'static>(hook: Hook, function: Option<F>, call: impl FnOnce(F) -> FfiHookFuture<T>) -> HookFuture<T> {
+fn optional<F, T: Send + 'static>(
+    hook: Hook,
+    function: Option<F>,
+    call: impl FnOnce(F) -> FfiHookFuture<T>,
+) -> HookFuture<T> {
     match function {
         Some(function) => imported(hook, call(function)),
         None => ready(Err(unsupported(hook))),
@@ -139,7 +146,12 @@ impl Provider for Instance {
         (self.hooks.realize_workspace())(self.instance, params).into()
     }
 
-    fn execute(&self, params: ExecuteParams, stdin: ByteSource, output: ByteSink) -> HookFuture<ExecuteResult> {
+    fn execute(
+        &self,
+        params: ExecuteParams,
+        stdin: ByteSource,
+        output: ByteSink,
+    ) -> HookFuture<ExecuteResult> {
         imported(Hook::Execute, (self.hooks.execute())(self.instance, &params, stdin, output))
     }
 
@@ -165,4 +177,3 @@ impl Provider for Instance {
         }
     }
 }
-

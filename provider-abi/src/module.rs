@@ -93,9 +93,11 @@ pub struct HookTable {
     pub(crate) shutdown: extern "C" fn(InstancePtr) -> FfiResult<()>,
     pub(crate) health: extern "C" fn(InstancePtr) -> FfiResult<HealthReport>,
     pub(crate) validate_config: extern "C" fn(InstancePtr, &EnvironmentParams) -> FfiResult<ValidationReport>,
-    pub(crate) probe:
-        Option<extern "C" fn(InstancePtr, &EnvironmentParams, CreationRecorder) -> FfiHookFuture<ProbeReport>>,
-    pub(crate) acquire_lease: extern "C" fn(InstancePtr, &AcquireParams, CreationRecorder) -> FfiHookFuture<Lease>,
+    pub(crate) probe: Option<
+        extern "C" fn(InstancePtr, &EnvironmentParams, CreationRecorder) -> FfiHookFuture<ProbeReport>,
+    >,
+    pub(crate) acquire_lease:
+        extern "C" fn(InstancePtr, &AcquireParams, CreationRecorder) -> FfiHookFuture<Lease>,
     pub(crate) resume_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<Lease>,
     pub(crate) release_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<ReleaseReport>,
     pub(crate) destroy_lease: extern "C" fn(InstancePtr, &LeaseParams) -> FfiHookFuture<()>,

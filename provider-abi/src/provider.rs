@@ -82,7 +82,12 @@ pub trait Provider: Send + Sync + 'static {
     /// (see [`ByteSource`] for the threads that may read it); its output is
     /// written to `output` as raw bytes as it arrives (decoding is the
     /// host's business).
-    fn execute(&self, params: ExecuteParams, stdin: ByteSource, output: ByteSink) -> HookFuture<ExecuteResult>;
+    fn execute(
+        &self,
+        params: ExecuteParams,
+        stdin: ByteSource,
+        output: ByteSink,
+    ) -> HookFuture<ExecuteResult>;
 
     /// A lease's remote state, without changing it.
     fn inspect_lease(&self, _params: LeaseParams) -> HookFuture<LeaseStatus> {

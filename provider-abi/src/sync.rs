@@ -136,7 +136,14 @@ mod tests {
     #[test]
     fn single_is_one_operation_with_one_mapping_and_no_commands() {
         let lease = LeaseParams { run_id: "run-1".into(), ..Default::default() };
-        let params = SyncParams::single(lease.clone(), SyncDirection::In, "input", "directory", "/host/in", "/workspace/in");
+        let params = SyncParams::single(
+            lease.clone(),
+            SyncDirection::In,
+            "input",
+            "directory",
+            "/host/in",
+            "/workspace/in",
+        );
         assert_eq!(params.lease, lease);
         let [operation] = params.operations.as_slice() else { panic!("one operation: {params:?}") };
         assert_eq!(operation.id, "input");

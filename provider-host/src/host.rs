@@ -26,8 +26,8 @@ use crate::{
 };
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
-    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError,
-    RecordCreation, SyncParams, SyncResult, Workspace,
+    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport,
+    ProviderError, RecordCreation, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 use std::future::Future;
@@ -196,7 +196,8 @@ impl RecordCreation for ChannelRecorder {
 /// Boxed chunks: a channel allocates its slots 32 at a time.
 fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Box<(OutputStream, Vec<u8>)>>) {
     let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
-    let sink = ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
+    let sink =
+        ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
     (sink, chunks)
 }
 
@@ -310,7 +311,8 @@ impl<'a> Host<'a> {
     pub async fn probe(&self) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
         let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
-        let outcome = self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
+        let outcome =
+            self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
         match &outcome {
             Ok(_) => self.record(row, LeaseState::Destroyed, hook, None)?,
             Err(error) => self.after_failed_creation(row, hook, error).await?,
@@ -330,7 +332,8 @@ impl<'a> Host<'a> {
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        let outcome = self.creating(row, hook, |recorder| self.provider.acquire_lease(params, recorder)).await;
+        let outcome =
+            self.creating(row, hook, |recorder| self.provider.acquire_lease(params, recorder)).await;
         match outcome {
             Ok(lease) => {
                 self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
@@ -641,7 +644,11 @@ impl<'a> Host<'a> {
                 || error.kind == ErrorKind::CREATION_UNCONFIRMED
                 || self.provider.is_transport_failure(error)
                 || (self.provider.supports(Hook::InspectLease)
-                    && self.provider.inspect_lease(params.lease.clone()).await.is_ok_and(|status| status.unconfirmed));
+                    && self
+                        .provider
+                        .inspect_lease(params.lease.clone())
+                        .await
+                        .is_ok_and(|status| status.unconfirmed));
             if unconfirmed {
                 tracing::warn!(
                     lease = held.id().unwrap_or("-"),

@@ -403,7 +403,12 @@ impl Provider for ProviderSet {
         self.call(|provider| provider.realize_workspace(params))
     }
 
-    fn execute(&self, params: ExecuteParams, stdin: ByteSource, output: ByteSink) -> HookFuture<ExecuteResult> {
+    fn execute(
+        &self,
+        params: ExecuteParams,
+        stdin: ByteSource,
+        output: ByteSink,
+    ) -> HookFuture<ExecuteResult> {
         self.call_async(move |provider| provider.execute(params, stdin, output))
     }
 

@@ -153,7 +153,8 @@ impl ProvidersDir {
     /// refused when it differs, unless `force`.
     pub fn install(&self, path: &Path, force: bool) -> Result<Entry, ProvidersError> {
         let library_staging = Staging::new().map_err(io(format!("copy {}", path.display())))?;
-        let not_a_provider = |error: crate::loader::LoadError| ProvidersError::NotAProvider(error.to_string());
+        let not_a_provider =
+            |error: crate::loader::LoadError| ProvidersError::NotAProvider(error.to_string());
         let staged = library_staging.stage(path).map_err(not_a_provider)?;
         let provider = staged.load().map_err(not_a_provider)?;
         let manifest = provider.manifest();

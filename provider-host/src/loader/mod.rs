@@ -11,15 +11,15 @@ mod image;
 
 pub use checked::open_library;
 
-use checked::CheckedFile;
-use image::LoadedImage;
-use provider_abi::{AbiVersion, Hook, Instance, ProviderError, ProviderModuleRef, ABI_VERSION};
 use abi_stable::{
     abi_stability::abi_checking::check_layout_compatibility,
     library::{lib_header_from_path, LibHeader, LibraryError, RootModule},
     sabi_types::VersionNumber,
     StableAbi,
 };
+use checked::CheckedFile;
+use image::LoadedImage;
+use provider_abi::{AbiVersion, Hook, Instance, ProviderError, ProviderModuleRef, ABI_VERSION};
 use std::{
     fmt,
     path::{Path, PathBuf},
@@ -190,7 +190,11 @@ impl LoadedProvider {
         let (module, image) = open_module(checked)?;
         let library_abi = module.library_abi();
         if library_abi.major != ABI_VERSION.major {
-            return Err(LoadError::IncompatibleAbi { library: library_abi.to_string(), host: ABI_VERSION, path });
+            return Err(LoadError::IncompatibleAbi {
+                library: library_abi.to_string(),
+                host: ABI_VERSION,
+                path,
+            });
         }
         for (what, address) in module.code_addresses() {
             if !image.contains(address) {
@@ -270,7 +274,8 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
         // (its layout as the expected one), and the hooks appended since
         // read as absent through the table's accessors. The fixture
         // `fixture-next-minor`'s tests prove both directions.
-        let library = header.layout().ok_or_else(|| mismatch(&"the library declares no root module layout"))?;
+        let library =
+            header.layout().ok_or_else(|| mismatch(&"the library declares no root module layout"))?;
         check_layout_compatibility(library, ProviderModuleRef::LAYOUT).map_err(|error| mismatch(&error))?;
         // SAFETY: the layouts were just checked, with the library's as the
         // expected one; fields past the library's are read through

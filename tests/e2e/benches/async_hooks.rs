@@ -1,26 +1,21 @@
-//! The async hooks (ABI 1.7) beside the blocking ones, in one run, through
-//! the loaded CreateOS library:
-//!
-//! - `health` round trip: blocking call vs awaiting `health_async` on a tokio
-//!   host (current-thread runtime), ns per call and the difference;
-//! - commands in flight: `IN_FLIGHT` (default 1,000; first argument) `sleep`
-//!   commands at once over 10 leases against the simulator (embedded, rate
-//!   limit off), through the async facade on one host thread vs a host
-//!   thread per blocking call (what a host pays without async hooks); the
-//!   peak threads of the process and the peak RSS added per command in
-//!   flight, sampled while they run.
+//! A host awaiting the hooks' futures beside a host blocking a thread per
+//! call on them, in one run, through the loaded CreateOS library: commands
+//! in flight: `IN_FLIGHT` (default 1,000; first argument) `sleep` commands at
+//! once over 10 leases against the simulator (embedded, rate limit off),
+//! awaited on one host thread vs a host thread per call waiting on its
+//! future; the peak threads of the process and the peak RSS added per
+//! command in flight, sampled while they run.
 //!
 //! The simulator runs in the same process (its threads and memory are in
 //! both columns alike), so compare the two columns, not absolute figures.
 //! Run: `cargo bench -p e2e --bench async_hooks [-- IN_FLIGHT]`.
 
-use provider_host::wait;
 use e2e::bed::Bed;
-use host_harness::async_host::AsyncProvider;
-use provider_abi::{LoadedProvider, OutputSink, OutputStream, Provider};
+use provider_abi::{ByteSink, ByteSource, Provider};
+use provider_host::loader::LoadedProvider;
+use provider_host::wait;
 use serde_json::json;
 use std::{
-    hint::black_box,
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -50,51 +45,28 @@ fn sample_peaks(done: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
     })
 }
 
-fn health_round_trip(provider: &LoadedProvider) {
-    const CALLS: u32 = 200_000;
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-    for _ in 0..2 {
-        let start = Instant::now();
-        for _ in 0..CALLS {
-            black_box(provider.health().unwrap());
-        }
-        let blocking = start.elapsed().as_nanos() as f64 / f64::from(CALLS);
-        let start = Instant::now();
-        runtime.block_on(async {
-            for _ in 0..CALLS {
-                black_box(provider.health().await.unwrap());
-            }
-        });
-        let awaited = start.elapsed().as_nanos() as f64 / f64::from(CALLS);
-        println!(
-            "health round trip: blocking {blocking:.1} ns, async {awaited:.1} ns (+{:.1} ns)",
-            awaited - blocking
-        );
-    }
-}
-
 fn main() {
     let in_flight: usize = std::env::args().skip(1).find_map(|arg| arg.parse().ok()).unwrap_or(1_000);
     let bed = Bed::new();
-    health_round_trip(&bed.provider);
 
     let config = bed.config(json!({"timeoutMs": 600_000}));
     let leases: Vec<_> = (0..10).map(|_| bed.acquire(&config)).collect();
     let command = |index: usize| bed.command(&config, &leases[index % leases.len()], "/bin/sleep", &["3"]);
 
-    // Async: one host thread, the facade over the same loaded library.
-    let facade =
-        AsyncProvider::new(Arc::new(LoadedProvider::load(e2e::library("createos_provider")).unwrap()));
+    // Async: one host thread awaiting every call's future.
+    let provider = LoadedProvider::load(e2e::library("createos_provider")).unwrap();
     let (base_threads, base_rss) = (status("Threads"), status("VmRSS"));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = sample_peaks(Arc::clone(&done));
     let start = Instant::now();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let failed = runtime.block_on(async {
-        let executions: Vec<_> = (0..in_flight).map(|index| facade.execute(command(index))).collect();
+        let executions: Vec<_> = (0..in_flight)
+            .map(|index| provider.execute(command(index), ByteSource::empty(), ByteSink::discard()))
+            .collect();
         let mut failed = 0;
         for execution in executions {
-            failed += usize::from(execution.result().await.map_or(true, |result| result.exit_code.is_none()));
+            failed += usize::from(execution.await.map_or(true, |result| result.exit_code.is_none()));
         }
         failed
     });
@@ -107,7 +79,7 @@ fn main() {
         (async_rss.saturating_sub(base_rss)) as f64 / in_flight as f64
     );
 
-    // Blocking: a host thread per call.
+    // Blocking: a host thread per call, waiting on its future.
     let (base_threads, base_rss) = (status("Threads"), status("VmRSS"));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = sample_peaks(Arc::clone(&done));
@@ -118,8 +90,7 @@ fn main() {
                 let params = command(index);
                 let provider = &bed.provider;
                 scope.spawn(move || {
-                    let mut ignore = |_: OutputStream, _: &str| {};
-                    let result = provider.execute(&params, &mut OutputSink::new(&mut ignore));
+                    let result = wait(provider.execute(params, ByteSource::empty(), ByteSink::discard()));
                     usize::from(result.map_or(true, |result| result.exit_code.is_none()))
                 })
             })

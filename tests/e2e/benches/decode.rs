@@ -1,20 +1,19 @@
 //! Output and reply decoding, single core:
 //! - `ndjson_decode`: the NDJSON output decoder, in MB/s of process output
-//!   (base64 in JSON lines → UTF-8 text delivered to a callback), fed in
-//!   16 KiB body chunks like an HTTP stream;
-//! - `ndjson_decode_bytes`: the same decoder on the byte path (`exec`'s, a
-//!   byte emitter as `execute_bytes` uses), for random bytes (binary output)
+//!   (base64 in JSON lines → the raw bytes delivered to a callback), fed in
+//!   16 KiB body chunks like an HTTP stream, for text in 4 KiB frames;
+//! - `ndjson_decode_bytes`: the same decoder for random bytes (binary output)
 //!   and ASCII text, in 64 KiB frames as the simulator journals them;
 //! - `envelope`: the `{"status":"success","data":{..}}` reply parser;
-//! - `sink`: delivering one 4 KiB chunk to the host through `OutputSink`
+//! - `sink`: delivering one 4 KiB chunk to the host through a `ByteSink`
 //!   against calling the host's closure directly.
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use createos_provider::client::envelope;
-use createos_provider::ndjson::{ByteEmit, OutputDecoder};
+use createos_provider::ndjson::OutputDecoder;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use provider_abi::{OutputSink, OutputStream};
+use provider_abi::{ByteSink, OutputStream};
 use serde_json::json;
 use std::hint::black_box;
 
@@ -79,8 +78,8 @@ fn ndjson_decode(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let mut decoder = OutputDecoder::new();
-                let mut emit = |stream: OutputStream, text: &str| {
-                    black_box((stream, text));
+                let mut emit = |stream: OutputStream, bytes: &[u8]| {
+                    black_box((stream, bytes));
                 };
                 for chunk in body.chunks(BODY_CHUNK) {
                     decoder.feed(chunk, &mut emit).unwrap();
@@ -101,11 +100,11 @@ fn ndjson_decode_bytes(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let mut decoder = OutputDecoder::new();
-                let mut emit = ByteEmit(|stream: OutputStream, bytes: &[u8]| {
+                let mut emit = |stream: OutputStream, bytes: &[u8]| {
                     black_box((stream, bytes));
-                });
+                };
                 for chunk in body.chunks(BODY_CHUNK) {
-                    decoder.feed_to(chunk, &mut emit).unwrap();
+                    decoder.feed(chunk, &mut emit).unwrap();
                 }
                 black_box(decoder.finish())
             })
@@ -129,13 +128,16 @@ fn envelope_parse(c: &mut Criterion) {
 }
 
 fn sink(c: &mut Criterion) {
-    let chunk = String::from_utf8(process_output(FRAME_BYTES, false)).unwrap();
+    let chunk = process_output(FRAME_BYTES, false);
     let mut received = 0usize;
-    let mut host = |_: OutputStream, text: &str| received += text.len();
+    let mut host = move |_: OutputStream, bytes: &[u8]| {
+        received += bytes.len();
+        black_box(received);
+    };
     let mut group = c.benchmark_group("sink");
     group.bench_function("direct_closure", |b| b.iter(|| host(OutputStream::Stdout, black_box(&chunk))));
-    let mut sink = OutputSink::new(&mut host);
-    group.bench_function("output_sink", |b| b.iter(|| sink.write(OutputStream::Stdout, black_box(&chunk))));
+    let mut sink = ByteSink::new(host);
+    group.bench_function("byte_sink", |b| b.iter(|| sink.write(OutputStream::Stdout, black_box(&chunk))));
     group.finish();
 }
 

@@ -16,9 +16,10 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use e2e::worker::Worker;
 use host_harness::isolation::{IsolatedProvider, IsolationOptions};
 use provider_abi::{
-    EnvironmentParams, ExecuteParams, LoadedProvider, LogLevel, LogRecord, LogSink, OutputSink, OutputStream,
-    Provider, SetupParams,
+    ByteSink, ByteSource, EnvironmentParams, ExecuteParams, LogLevel, LogRecord, LogSink, Provider,
+    SetupParams,
 };
+use provider_host::{loader::LoadedProvider, wait};
 use serde_json::json;
 use std::{
     hint::black_box,
@@ -60,6 +61,7 @@ fn round_trips(c: &mut Criterion) {
         company_id: "company".into(),
         environment_id: "environment".into(),
         config_json: config.to_string().into(),
+        extensions_json: Default::default(),
     };
     let mut validate = c.benchmark_group("validate_config");
     validate.bench_function("direct", |b| b.iter(|| black_box(direct.validate_config(&params).unwrap())));
@@ -93,22 +95,22 @@ fn provider_logs(c: &mut Criterion) {
         config_json: json!({"apiKey": "bench-key", "shape": "s-1vcpu-1gb"}).to_string().into(),
         ..Default::default()
     };
-    // The plain setup starts the provider's runtime, as `setup_with_logs`
-    // does: the three cases differ only in the log sink.
-    loaded.setup(&SetupParams::default()).expect("setup");
-    let mut group = c.benchmark_group("provider_logs");
-    group.bench_function("validate_no_sink", |b| {
-        b.iter(|| black_box(loaded.validate_config(&params).unwrap()))
-    });
+    // A setup at ERROR (this validation logs nothing there) starts the
+    // provider's runtime: the three cases differ only in the log sink's level.
     static FORWARDED: AtomicU64 = AtomicU64::new(0);
     let sink = LogSink::new(|record: &LogRecord<'_>| {
         black_box(record.message.len());
         FORWARDED.fetch_add(1, Ordering::Relaxed);
     });
+    loaded.setup(&SetupParams::default(), sink, LogLevel::Error).expect("setup");
+    let mut group = c.benchmark_group("provider_logs");
+    group.bench_function("validate_level_error", |b| {
+        b.iter(|| black_box(loaded.validate_config(&params).unwrap()))
+    });
     for (name, level) in
         [("validate_level_disabled", LogLevel::Warn), ("validate_level_enabled", LogLevel::Debug)]
     {
-        loaded.setup_with_logs(&SetupParams::default(), sink, level).expect("setup_with_logs");
+        loaded.setup(&SetupParams::default(), sink, level).expect("setup");
         group.bench_function(name, |b| b.iter(|| black_box(loaded.validate_config(&params).unwrap())));
     }
     group.finish();
@@ -120,7 +122,7 @@ fn provider_logs(c: &mut Criterion) {
 /// handshake, call. The crash itself is outside the measured time.
 fn crash_recovery(c: &mut Criterion) {
     let provider =
-        IsolatedProvider::start(e2e::library("fixture_v1_2"), isolation()).expect("start the fixture");
+        IsolatedProvider::start(e2e::library("fixture_provider"), isolation()).expect("start the fixture");
     let crash = ExecuteParams { command: "crash:abort".into(), ..Default::default() };
     let mut group = c.benchmark_group("isolated_crash");
     group.sample_size(20).measurement_time(Duration::from_secs(10));
@@ -128,8 +130,8 @@ fn crash_recovery(c: &mut Criterion) {
         b.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                let mut ignore = |_: OutputStream, _: &str| {};
-                let error = provider.execute(&crash, &mut OutputSink::new(&mut ignore)).unwrap_err();
+                let running = provider.execute(crash.clone(), ByteSource::empty(), ByteSink::discard());
+                let error = wait(running).unwrap_err();
                 black_box(error);
                 let detected = Instant::now();
                 black_box(provider.health().unwrap());

@@ -40,12 +40,12 @@
 //!    already under way when the 429 came may arrive a few ms later), and
 //!    the share once smooth.
 
-use provider_abi::CreationRecorder;
-use provider_host::wait;
 use createos_provider::transition::{model, REFERENCE_POLL_MS};
 use createos_sim::{path_matches, Ledger, RateLimit, RequestRecord, SimConfig};
 use e2e::bed::Bed;
+use provider_abi::CreationRecorder;
 use provider_abi::{Lease, LeaseParams, Provider};
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -74,13 +74,15 @@ const STEPS: &[Step] = &[
     ("acquire", 1, |bed, config, lease| *lease = bed.acquire(config)),
     ("execute", 0, execute),
     ("release (pause)", 1, |bed, config, lease| {
-        wait(bed.provider.release_lease(params(bed, config, lease))).unwrap()
+        wait(bed.provider.release_lease(params(bed, config, lease))).unwrap();
     }),
     ("resume", 1, |bed, config, lease| {
         assert!(!wait(bed.provider.resume_lease(params(bed, config, lease))).unwrap().expired);
     }),
     ("execute again", 0, execute),
-    ("destroy", 0, |bed, config, lease| wait(bed.provider.destroy_lease(params(bed, config, lease))).unwrap()),
+    ("destroy", 0, |bed, config, lease| {
+        wait(bed.provider.destroy_lease(params(bed, config, lease))).unwrap()
+    }),
 ];
 
 fn params(bed: &Bed, config: &Value, lease: &Lease) -> LeaseParams {
@@ -391,7 +393,11 @@ fn load(limit: RateLimit, run: Duration) -> (usize, usize, Ledger) {
                     let (mut completed, mut failed) = (0, 0);
                     while started.elapsed() < run {
                         let ok = (|| {
-                            let lease = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).ok()?;
+                            let lease = wait(
+                                bed.provider
+                                    .acquire_lease(bed.acquire_params(&config), CreationRecorder::discard()),
+                            )
+                            .ok()?;
                             let params = bed.lease_params(&config, &lease);
                             wait(bed.provider.release_lease(params.clone())).ok()?;
                             let resumed = wait(bed.provider.resume_lease(params.clone())).ok()?;

@@ -1,7 +1,7 @@
 //! File sync through the loaded CreateOS provider against the simulator,
 //! beside raw `PUT`/`GET /files` of the same bytes. Prints one table.
 //!
-//! - 256 MiB in and out: the provider's `sync_in`/`sync_out` of one file
+//! - 256 MiB in and out: the provider's `sync_files` in and out of one file
 //!   against a raw streamed `PUT`/`GET` (reqwest, the same 256 KiB reads
 //!   from disk), alternating, nine of each (every round to new files), with
 //!   the ratios of the medians' and of the best
@@ -18,7 +18,8 @@
 
 use e2e::bed::Bed;
 use futures_util::StreamExt;
-use provider_abi::{Lease, Provider, SyncParams};
+use provider_abi::{Lease, Provider, SyncDirection, SyncParams};
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
@@ -123,8 +124,10 @@ fn write_tree(root: &Path) -> u64 {
 }
 
 fn sync(bed: &Bed, config: &Value, lease: &Lease, inbound: bool, kind: &str, source: &str, target: &str) {
-    let params = SyncParams::single(bed.lease_params(config, lease), "bench", kind, source, target);
-    let result = if inbound { bed.sync_in(params.clone()) } else { bed.sync_out(params.clone()) };
+    let direction = if inbound { SyncDirection::In } else { SyncDirection::Out };
+    let params =
+        SyncParams::single(bed.lease_params(config, lease), direction, "bench", kind, source, target);
+    let result = wait(bed.provider.sync_files(params));
     result.unwrap_or_else(|error| panic!("sync failed: {error}"));
 }
 

@@ -90,9 +90,13 @@ impl Bed {
 
     /// Runs `params` without standard input, collecting the chunks the
     /// sink saw (as text, each chunk decoded on its own).
-    pub fn execute(&self, params: &ExecuteParams) -> (HookResult<ExecuteResult>, Vec<(OutputStream, String)>) {
+    pub fn execute(
+        &self,
+        params: &ExecuteParams,
+    ) -> (HookResult<ExecuteResult>, Vec<(OutputStream, String)>) {
         let (result, chunks) = self.execute_bytes(params, ByteSource::empty());
-        let text = chunks.into_iter().map(|(stream, bytes)| (stream, String::from_utf8_lossy(&bytes).into_owned()));
+        let text =
+            chunks.into_iter().map(|(stream, bytes)| (stream, String::from_utf8_lossy(&bytes).into_owned()));
         (result, text.collect())
     }
 
@@ -104,7 +108,9 @@ impl Bed {
     ) -> (HookResult<ExecuteResult>, Vec<(OutputStream, Vec<u8>)>) {
         let chunks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let collected = std::sync::Arc::clone(&chunks);
-        let sink = ByteSink::new(move |stream, chunk: &[u8]| collected.lock().unwrap().push((stream, chunk.to_vec())));
+        let sink = ByteSink::new(move |stream, chunk: &[u8]| {
+            collected.lock().unwrap().push((stream, chunk.to_vec()))
+        });
         let result = wait(self.provider.execute(params.clone(), stdin, sink));
         let chunks = std::mem::take(&mut *chunks.lock().unwrap());
         (result, chunks)

@@ -1,17 +1,15 @@
-//! The async hooks (ABI 1.7 and 1.8) through the loaded libraries:
-//! cancellation by dropping the future, panics, streaming, the async
-//! write-ahead recorder, async file sync, and the async facade's fallback to
-//! the blocking hooks of older providers.
+//! The async hooks through the loaded libraries: cancellation by dropping
+//! the future, panics, streaming, the write-ahead recorder's two moments,
+//! file sync, and the host's own acquire dropped at any point.
 
-use provider_host::wait;
 use crate::support::*;
 use e2e::library;
-use host_harness::async_host::AsyncProvider;
 use provider_abi::{
-    AsyncCreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, Hook, HookFuture, HookResult, Lease,
-    LoadedProvider, OutputStream, OwnedByteSink, PostUploadCommand, Provider, ProviderError, SyncMapping,
-    SyncOperation, SyncParams, SyncResult, ABI_1_5, ABI_1_6, ABI_1_7, ABI_1_8,
+    ready, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams, HookFuture,
+    HookResult, Lease, OutputStream, PostUploadCommand, Provider, ProviderError, RecordCreation,
+    SyncDirection, SyncMapping, SyncOperation, SyncParams, SyncResult,
 };
+use provider_host::{loader::LoadedProvider, wait};
 use serde_json::{json, Value};
 use std::{
     collections::HashSet,
@@ -102,30 +100,31 @@ fn requests_of<T, F: Future<Output = HookResult<T>>>(
 /// Drops `acquire()`'s future after N polls on the host's executor (N from
 /// 1 up) and after the provider's k-th request (for every request it makes).
 /// After each drop, once a lease the acquire did return (checked by
-/// `returned`) is destroyed, waits until the simulator created exactly one
-/// more sandbox and `settled` holds: once it exists, the provider deletes it
-/// on its own runtime.
+/// `returned`) is destroyed, waits until the simulator created exactly
+/// `made(acquires so far)` sandboxes and `settled` holds: once one exists,
+/// the provider deletes it on its own runtime.
 fn drop_acquire_at_every_point<'a, F: Future<Output = HookResult<Lease>> + 'a>(
     bed: &Bed,
     config: &Value,
     acquire: impl Fn() -> F,
     returned: impl Fn(&Lease),
+    made: impl Fn(usize) -> usize,
     settled: impl Fn(&createos_sim::Ledger) -> bool,
 ) {
     let runtime = host_runtime();
     let (requests, lease) = requests_of(bed, &runtime, &acquire);
     returned(&lease);
     wait(bed.provider.destroy_lease(bed.lease_params(config, &lease))).unwrap();
-    let mut created = 1;
+    let mut acquires = 1;
     let mut finish = |outcome: Option<HookResult<Lease>>, what: &str| {
         if let Some(result) = outcome {
             let lease = result.unwrap_or_else(|error| panic!("{what}: {error}"));
             returned(&lease);
             wait(bed.provider.destroy_lease(bed.lease_params(config, &lease))).unwrap();
         }
-        // Every acquire creates exactly one sandbox (no faults), cancelled or not.
-        created += 1;
-        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == created && settled(ledger));
+        acquires += 1;
+        let expected = made(acquires);
+        bed.wait_for_ledger(what, |ledger| ledger.sandboxes.len() == expected && settled(ledger));
     };
     for polls in 1.. {
         let outcome = runtime.block_on(DropAfter { future: Some(Box::pin(acquire())), polls });
@@ -146,8 +145,11 @@ fn drop_acquire_at_every_point<'a, F: Future<Output = HookResult<Lease>> + 'a>(
 fn dropping_an_async_acquire_at_any_point_leaves_no_live_sandbox() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
-    let acquire = || bed.provider.acquire_lease(bed.acquire_params(&config));
-    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |ledger| ledger.leaked().is_empty());
+    let acquire = || bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard());
+    // The discarding recorder accepts every creation, so every acquire,
+    // cancelled or not, creates exactly one sandbox.
+    let made = |acquires| acquires;
+    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), made, |ledger| ledger.leaked().is_empty());
 }
 
 /// Polls `future` once, waits (bounded) until it is woken, which for a
@@ -180,12 +182,8 @@ fn an_acquired_lease_the_host_never_polled_for_is_deleted() {
     let config = bed.config(json!({}));
     let seen = Arc::new(Mutex::new(HashSet::new()));
     for round in 1..=4 {
-        let acquire = if round % 2 == 1 {
-            bed.provider.acquire_lease(bed.acquire_params(&config))
-        } else {
-            bed.provider
-                .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(())))
-        };
+        let recorder = if round % 2 == 1 { CreationRecorder::discard() } else { recorder(&seen, || Ok(())) };
+        let acquire = bed.provider.acquire_lease(bed.acquire_params(&config), recorder);
         let outcome = drop_once_answered(acquire);
         assert!(outcome.is_none(), "an acquire needs the network, so it is not ready at once");
         bed.wait_for_ledger(&format!("acquire {round}'s unclaimed lease deleted"), |ledger| {
@@ -215,8 +213,8 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     let lease = bed.acquire(&config);
     let runtime = host_runtime();
     let execute = |command: &str, args: &[&str]| {
-        bed.provider
-            .execute_async(bed.command(&config, &lease, command, args), OwnedByteSink::new(|_, _: &[u8]| ()))
+        let params = bed.command(&config, &lease, command, args);
+        bed.provider.execute(params, ByteSource::empty(), ByteSink::discard())
     };
     let (requests, result) = requests_of(&bed, &runtime, || execute("/bin/echo", &["ok"]));
     assert_eq!(result.stdout, "ok\n");
@@ -252,33 +250,28 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     assert!(bed.ledger().leaked().is_empty());
 }
 
+/// A panic while a hook's future is polled, after it streamed output, is an
+/// `internal` error naming the hook; the output still arrived and the
+/// provider carries on. (A panic before the future exists is in `abi.rs`.)
 #[test]
-fn a_panicking_async_hook_is_an_error_before_and_while_polled() {
-    let provider = LoadedProvider::load(library("fixture_v1_7")).unwrap();
+fn a_panic_while_a_hooks_future_is_polled_is_an_error_and_the_provider_carries_on() {
+    let provider = LoadedProvider::load(library("fixture_frozen")).unwrap();
     let runtime = host_runtime();
-    // Before the future is returned.
-    let panics = EnvironmentParams { config_json: "panic".into(), ..Default::default() };
-    let error = runtime.block_on(provider.probe(panics)).unwrap_err();
-    assert_eq!(error.kind, ErrorKind::INTERNAL);
-    assert_eq!(
-        error.message.as_str(),
-        "The provider panicked in the `probe_async` hook: fixture probe_async was told to panic"
-    );
-    // While it is polled, after streaming output.
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = Arc::clone(&seen);
-    let sink = OwnedByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
+    let sink = ByteSink::new(move |_, chunk: &[u8]| kept.lock().unwrap().extend_from_slice(chunk));
     let params =
         ExecuteParams { command: "panic".into(), args: vec!["a".into()].into(), ..Default::default() };
-    let error = runtime.block_on(provider.execute_async(params, sink)).unwrap_err();
+    let error = runtime.block_on(provider.execute(params, ByteSource::empty(), sink)).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INTERNAL);
-    assert_eq!(
-        error.message.as_str(),
-        "The provider panicked in the `execute_async` hook: fixture execute_async was told to panic"
-    );
+    assert!(error.message.contains("The provider panicked in the `execute` hook"), "{error}");
     assert_eq!(*seen.lock().unwrap(), b"a");
-    // The host and the provider carry on.
-    assert_eq!(runtime.block_on(provider.health()).unwrap().status, "ok");
+    let probe = EnvironmentParams { config_json: "{}".into(), ..Default::default() };
+    assert!(runtime
+        .block_on(provider.acquire_lease(Default::default(), CreationRecorder::discard()))
+        .is_ok());
+    assert_eq!(provider.health().unwrap().status, "ok");
+    drop(probe);
 }
 
 #[test]
@@ -290,20 +283,23 @@ fn many_concurrent_async_executes_stream_their_output() {
     // Generous: a thousand processes on a shared two-core machine.
     let config = bed.config(json!({"timeoutMs": 300_000}));
     let leases: Vec<_> = (0..LEASES).map(|_| bed.acquire(&config)).collect();
-    let provider = AsyncProvider::new(Arc::new(LoadedProvider::load(library("createos_provider")).unwrap()));
+    let provider = LoadedProvider::load(library("createos_provider")).unwrap();
     let runtime = host_runtime();
     let outputs = runtime.block_on(async {
         let mut running = Vec::new();
         for (index, lease) in (0..LEASES * PER_LEASE).map(|i| (i, &leases[i % LEASES])) {
             let script = format!("echo out-{index}; echo err-{index} >&2");
-            let execution = provider.execute(bed.command(&config, lease, "/bin/sh", &["-c", &script]));
+            let chunks = Arc::new(Mutex::new(Vec::new()));
+            let kept = Arc::clone(&chunks);
+            let sink = ByteSink::new(move |stream, chunk: &[u8]| {
+                kept.lock().unwrap().push((stream, chunk.to_vec()))
+            });
+            let params = bed.command(&config, lease, "/bin/sh", &["-c", &script]);
+            let execution = provider.execute(params, ByteSource::empty(), sink);
             running.push(tokio::spawn(async move {
-                let mut execution = execution;
-                let mut chunks = Vec::new();
-                while let Some((stream, chunk)) = execution.output.recv().await {
-                    chunks.push((stream, chunk));
-                }
-                (index, chunks, execution.result().await)
+                let result = execution.await;
+                let chunks = std::mem::take(&mut *chunks.lock().unwrap());
+                (index, chunks, result)
             }));
         }
         let mut outputs = Vec::new();
@@ -331,43 +327,6 @@ fn many_concurrent_async_executes_stream_their_output() {
     assert!(bed.ledger().leaked().is_empty());
 }
 
-#[test]
-fn the_async_facade_uses_async_hooks_when_the_library_has_them_and_falls_back_otherwise() {
-    let runtime = host_runtime();
-    // New host / new provider, new host / old provider, old host / new
-    // provider: the same answers through the facade.
-    for (name, host, async_hooks) in [
-        ("fixture_v1_7", ABI_1_7, true),
-        ("fixture_v1_6", ABI_1_7, false),
-        ("fixture_v1_5", ABI_1_7, false),
-        ("fixture_v1_0", ABI_1_7, false),
-        ("fixture_v1_7", ABI_1_6, false),
-        ("fixture_v1_7", ABI_1_5, false),
-    ] {
-        let loaded = LoadedProvider::load_as(library(name), host).unwrap();
-        assert_eq!(loaded.supports(provider_abi::Hook::ExecuteAsync), async_hooks, "{name} as {host}");
-        let provider = AsyncProvider::new(Arc::new(loaded));
-        let (health, lease, result, output) = runtime.block_on(async {
-            let health = provider.health().await.unwrap();
-            let lease = wait(provider.acquire_lease(Default::default(), CreationRecorder::discard())).await.unwrap();
-            let params = ExecuteParams {
-                command: "echo".into(),
-                args: vec!["a".into(), "b".into()].into(),
-                ..Default::default()
-            };
-            let mut execution = provider.execute(params);
-            let mut output = Vec::new();
-            while let Some((_, chunk)) = execution.output.recv().await {
-                output.extend(chunk);
-            }
-            (health, lease, execution.result().await.unwrap(), output)
-        });
-        assert_eq!(health.status, "ok", "{name} as {host}");
-        assert!(lease.provider_lease_id.is_some(), "{name} as {host}");
-        assert_eq!((result.stdout.as_str(), output.as_slice()), ("ab", b"ab".as_slice()), "{name} as {host}");
-    }
-}
-
 /// Waits once before it is ready (waking itself), with no runtime of its
 /// own: an await point inside the host's record, wherever it is polled.
 struct YieldOnce(bool);
@@ -385,14 +344,33 @@ impl Future for YieldOnce {
     }
 }
 
+/// A test recorder: accepts every creation request leaving, and hands each
+/// created lease to `created`.
+struct OnCreated<C>(C);
+
+impl<C: FnMut(&Lease) -> HookFuture<()> + Send + 'static> RecordCreation for OnCreated<C> {
+    fn sending(&mut self) -> HookFuture<()> {
+        ready(Ok(()))
+    }
+
+    fn created(&mut self, lease: &Lease) -> HookFuture<()> {
+        (self.0)(lease)
+    }
+}
+
+/// A recorder whose record of each created lease is `created`'s future.
+fn on_created(created: impl FnMut(&Lease) -> HookFuture<()> + Send + 'static) -> CreationRecorder {
+    CreationRecorder::new(OnCreated(created))
+}
+
 /// A recorder keeping every lease id it is handed in `seen` (after one
 /// await point), answering `answer` for each.
 fn recorder(
     seen: &Arc<Mutex<HashSet<String>>>,
     answer: impl Fn() -> HookResult<()> + Send + Sync + 'static,
-) -> AsyncCreationRecorder {
+) -> CreationRecorder {
     let (seen, answer) = (Arc::clone(seen), Arc::new(answer));
-    AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+    on_created(move |lease: &Lease| -> HookFuture<()> {
         let (id, seen, answer) = (lease_id(lease), Arc::clone(&seen), Arc::clone(&answer));
         Box::pin(async move {
             YieldOnce(false).await;
@@ -414,15 +392,18 @@ fn dropping_an_async_recording_acquire_at_any_point_leaves_no_sandbox_the_record
     let bed = Bed::new();
     let config = bed.config(json!({}));
     let seen = Arc::new(Mutex::new(HashSet::new()));
-    let acquire = || {
-        bed.provider.acquire_lease(bed.acquire_params(&config), recorder(&seen, || Ok(())))
-    };
+    let acquire = || bed.provider.acquire_lease(bed.acquire_params(&config), recorder(&seen, || Ok(())));
     // A returned lease was recorded before it was returned; every sandbox
     // was handed to the recorder before anything else, and none is alive.
     let returned = |lease: &Lease| assert!(seen.lock().unwrap().contains(&lease_id(lease)), "recorded first");
-    drop_acquire_at_every_point(&bed, &config, acquire, returned, |ledger| {
-        all_recorded_and_deleted(ledger, &seen)
-    });
+    drop_acquire_at_every_point(
+        &bed,
+        &config,
+        acquire,
+        returned,
+        |acquires| acquires,
+        |ledger| all_recorded_and_deleted(ledger, &seen),
+    );
 }
 
 #[test]
@@ -434,29 +415,25 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
     let refuse = || Err(ProviderError::new(ErrorKind::API, "the host's ledger is full"));
     // Refused: the sandbox is deleted and the hook fails with the host's error.
     let refused = recorder(&seen, refuse);
-    let error =
-        runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), refused));
+    let error = runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), refused));
     let error = error.unwrap_err();
     assert!(error.message.contains("the host's ledger is full"), "{error}");
     bed.wait_for_ledger("the refused acquire's sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 1 && all_recorded_and_deleted(ledger, &seen)
     });
-    let probed =
-        runtime.block_on(bed.provider.probe(bed.env(&config), recorder(&seen, refuse)));
+    let probed = runtime.block_on(bed.provider.probe(bed.env(&config), recorder(&seen, refuse)));
     assert!(probed.unwrap_err().message.contains("the host's ledger is full"));
     bed.wait_for_ledger("the refused probe's sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 2 && all_recorded_and_deleted(ledger, &seen)
     });
     // A host that panics making the record's future, or while it is polled:
     // an internal error, and the sandbox deleted all the same.
-    let panics_now =
-        AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> { panic!("host ledger exploded") });
-    let panics_later = AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> {
+    let panics_now = on_created(|_: &Lease| -> HookFuture<()> { panic!("host ledger exploded") });
+    let panics_later = on_created(|_: &Lease| -> HookFuture<()> {
         Box::pin(async { panic!("host ledger exploded later") })
     });
     for (index, panicking) in [panics_now, panics_later].into_iter().enumerate() {
-        let result = runtime
-            .block_on(bed.provider.acquire_lease(bed.acquire_params(&config), panicking));
+        let result = runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), panicking));
         let error = result.unwrap_err();
         assert_eq!(error.kind, ErrorKind::INTERNAL, "{error}");
         assert!(error.message.contains("The host panicked while recording a created lease."), "{error}");
@@ -467,10 +444,7 @@ fn a_refusing_or_panicking_async_recorder_fails_the_hook_and_leaves_no_live_sand
     }
     // The provider carries on.
     let lease = runtime
-        .block_on(
-            bed.provider
-                .acquire_lease_recording_async(bed.acquire_params(&config), recorder(&seen, || Ok(()))),
-        )
+        .block_on(bed.provider.acquire_lease(bed.acquire_params(&config), recorder(&seen, || Ok(()))))
         .expect("a recorder that accepts");
     wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
@@ -486,21 +460,20 @@ fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_pro
     // client in a real host). Polled as it is on the provider's runtime, it
     // finds no reactor: the panic is an internal error and the sandbox is
     // deleted.
-    let unspawned = AsyncCreationRecorder::new(|_: &Lease| -> HookFuture<()> {
+    let unspawned = on_created(|_: &Lease| -> HookFuture<()> {
         Box::pin(async {
             tokio::time::sleep(Duration::ZERO).await;
             Ok(())
         })
     });
-    let result =
-        runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), unspawned));
+    let result = runtime.block_on(bed.provider.acquire_lease(bed.acquire_params(&config), unspawned));
     assert_eq!(result.unwrap_err().kind, ErrorKind::INTERNAL);
     bed.wait_for_ledger("the unrecorded sandbox deleted", |ledger| {
         ledger.sandboxes.len() == 1 && ledger.leaked().is_empty()
     });
     // Spawned on the host's runtime, the provider awaits its `JoinHandle`.
     let (host, kept) = (runtime.handle().clone(), Arc::clone(&seen));
-    let spawned = AsyncCreationRecorder::new(move |lease: &Lease| -> HookFuture<()> {
+    let spawned = on_created(move |lease: &Lease| -> HookFuture<()> {
         let (id, kept) = (lease_id(lease), Arc::clone(&kept));
         let task = host.spawn(async move {
             tokio::time::sleep(Duration::ZERO).await;
@@ -519,8 +492,8 @@ fn a_record_that_needs_the_hosts_runtime_is_spawned_there_and_awaited_by_the_pro
 /// One sync operation of `mappings`, with `commands` after an inbound one.
 fn sync_params(
     bed: &Bed,
-    config: &Value,
-    lease: &Lease,
+    (config, lease): (&Value, &Lease),
+    direction: SyncDirection,
     mappings: Vec<SyncMapping>,
     commands: &[&str],
 ) -> SyncParams {
@@ -528,6 +501,7 @@ fn sync_params(
         commands.iter().map(|command| PostUploadCommand { command: (*command).into(), ..Default::default() });
     SyncParams {
         lease: bed.lease_params(config, lease),
+        direction,
         operations: vec![SyncOperation {
             id: "op".into(),
             mappings: mappings.into(),
@@ -570,7 +544,7 @@ fn counts(result: &SyncResult) -> Vec<(u64, u64)> {
 }
 
 #[test]
-fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the_lease_usable() {
+fn a_sync_round_trip_brings_the_files_back_and_a_dropped_sync_leaves_the_lease_usable() {
     let bed = Bed::new();
     let config = bed.config(json!({"reuseLease": true, "timeoutMs": 120_000}));
     let lease = bed.acquire(&config);
@@ -582,23 +556,19 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     std::fs::write(source.join("deep/b.bin"), (0..=255u8).cycle().take(10_000).collect::<Vec<u8>>()).unwrap();
     let workspace = Path::new("/paperclip-workspace");
     let inbound = |target: &str, commands: &[&str]| {
-        sync_params(&bed, &config, &lease, vec![directory(&source, &workspace.join(target))], commands)
+        let mapping = directory(&source, &workspace.join(target));
+        sync_params(&bed, (&config, &lease), SyncDirection::In, vec![mapping], commands)
     };
     let outbound = |from: &str, to: &str| {
-        sync_params(&bed, &config, &lease, vec![directory(&workspace.join(from), &host.path().join(to))], &[])
+        let mapping = directory(&workspace.join(from), &host.path().join(to));
+        sync_params(&bed, (&config, &lease), SyncDirection::Out, vec![mapping], &[])
     };
-    // Round trip, blocking and async crossed: in blocking, out async, and
-    // the other way round; both bring back the source's files.
-    let blocking_in = bed.provider.sync_in(&inbound("blocking", &[])).unwrap();
-    let async_in = runtime.block_on(bed.provider.sync_files(inbound("async", &[]))).unwrap();
-    assert_eq!(counts(&blocking_in), counts(&async_in));
-    let blocking_out = bed.provider.sync_out(&outbound("async", "back-blocking")).unwrap();
-    let async_out =
-        runtime.block_on(bed.provider.sync_files(outbound("blocking", "back-async"))).unwrap();
-    assert_eq!(counts(&blocking_out), counts(&async_out));
-    assert_eq!(counts(&blocking_out), counts(&blocking_in));
-    assert_eq!(tree(&host.path().join("back-blocking")), tree(&source));
-    assert_eq!(tree(&host.path().join("back-async")), tree(&source));
+    // A round trip brings back the source's files.
+    let synced_in = runtime.block_on(bed.provider.sync_files(inbound("blocking", &[]))).unwrap();
+    let synced_out = runtime.block_on(bed.provider.sync_files(outbound("blocking", "back"))).unwrap();
+    assert_eq!(counts(&synced_out), counts(&synced_in));
+    assert_eq!(tree(&host.path().join("back")), tree(&source));
+    let blocking_in = synced_in;
     // Dropped after the provider's k-th request, for every request an
     // inbound sync with a post-upload command makes, and after its first
     // poll: the sync stops (its command terminated, its scratch removed),
@@ -642,85 +612,15 @@ fn async_sync_moves_the_same_files_as_blocking_sync_and_a_dropped_one_leaves_the
     assert!(bed.ledger().leaked().is_empty());
 }
 
-#[test]
-fn an_older_provider_answers_the_1_8_hooks_unsupported_and_the_facade_falls_back() {
-    let runtime = host_runtime();
-    let hooks_1_8 =
-        [Hook::SyncInAsync, Hook::SyncOutAsync, Hook::AcquireLeaseRecordingAsync, Hook::ProbeRecordingAsync];
-    let host_dir = tempfile::tempdir().unwrap();
-    let source = host_dir.path().join("in.txt");
-    std::fs::write(&source, "fallback").unwrap();
-    for (name, host, has_1_8) in [
-        ("fixture_v1_8", ABI_1_8, true),
-        ("fixture_v1_7", ABI_1_8, false),
-        ("fixture_v1_5", ABI_1_8, false),
-        ("fixture_v1_8", ABI_1_7, false),
-    ] {
-        let loaded = LoadedProvider::load_as(library(name), host).unwrap();
-        for hook in hooks_1_8 {
-            assert_eq!(loaded.supports(hook), has_1_8, "{name} as {host}: {hook}");
-        }
-        if !has_1_8 {
-            let seen = Arc::new(Mutex::new(HashSet::new()));
-            let unsupported =
-                |error: ProviderError| assert_eq!(error.kind, ErrorKind::UNSUPPORTED, "{error}");
-            unsupported(runtime.block_on(loaded.sync_files(Default::default())).unwrap_err());
-            unsupported(runtime.block_on(loaded.sync_files(Default::default())).unwrap_err());
-            let recorded = recorder(&seen, || Ok(()));
-            unsupported(
-                runtime
-                    .block_on(loaded.acquire_lease(Default::default(), recorded))
-                    .unwrap_err(),
-            );
-            let recorded = recorder(&seen, || Ok(()));
-            unsupported(
-                runtime.block_on(loaded.probe(Default::default(), recorded)).unwrap_err(),
-            );
-            assert!(seen.lock().unwrap().is_empty(), "nothing was created, nothing recorded");
-        }
-        // The facade's sync answers the same either way (async hook or the
-        // blocking one on the bounded pool).
-        let provider = AsyncProvider::new(Arc::new(loaded));
-        let lease = provider_abi::LeaseParams {
-            provider_lease_id: Some(format!("{name}-{host}").into()).into(),
-            ..Default::default()
-        };
-        let mapping = |source: &Path, target: &str| SyncMapping {
-            kind: "file".into(),
-            source_path: source.to_str().unwrap().into(),
-            target_path: target.into(),
-            ..Default::default()
-        };
-        let params = |mapping: SyncMapping| SyncParams {
-            lease: lease.clone(),
-            operations: vec![SyncOperation {
-                id: "op".into(),
-                mappings: vec![mapping].into(),
-                ..Default::default()
-            }]
-            .into(),
-        };
-        let back = host_dir.path().join(format!("back-{name}-{host}.txt"));
-        let (synced_in, synced_out) = runtime.block_on(async {
-            let synced_in = provider.sync_in(params(mapping(&source, "/fallback.txt"))).await;
-            let out = params(mapping(Path::new("/fallback.txt"), back.to_str().unwrap()));
-            (synced_in, provider.sync_out(out).await)
-        });
-        assert_eq!(counts(&synced_in.unwrap()), [(1, 8)], "{name} as {host}");
-        assert_eq!(counts(&synced_out.unwrap()), [(1, 8)], "{name} as {host}");
-        assert_eq!(std::fs::read_to_string(&back).unwrap(), "fallback", "{name} as {host}");
-    }
-}
-
-/// The host's own async acquire (`Host::acquire_with(Calls::Async)`), the
-/// write-ahead record crossing as the async recorder: dropped at any point
+/// The host's own acquire (`Host::acquire`), the write-ahead record
+/// crossing as the recorder's two moments: dropped at any point
 /// (after N polls, after each of the provider's requests), it leaves no live
 /// sandbox, and the ledger holds one row per acquire, whose lease id, once
 /// the record was committed, names the sandbox the simulator made.
 #[test]
 fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per_call() {
-    use host_harness::{
-        host::{Calls, Host},
+    use provider_host::{
+        host::Host,
         ledger::{LeaseState, Ledger, Owner},
         request::HarnessConfig,
     };
@@ -736,23 +636,33 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
         warnings: Vec::new(),
     };
     let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1", false);
-    let acquire = || async { host.acquire_with(Calls::Async).await.map(|held| held.lease) };
-    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), |sim| sim.leaked().is_empty());
+    let acquire = || async { host.acquire().await.map(|held| held.lease) };
+    // A creation request leaves only once the host committed `creating`:
+    // an acquire dropped before that sends nothing, and its row stays
+    // `acquiring`. So the sandboxes made are the rows past `acquiring`.
+    let sent = |_| ledger.list().unwrap().iter().filter(|row| row.state != LeaseState::Acquiring).count();
+    drop_acquire_at_every_point(&bed, &config, acquire, |_| (), sent, |sim| sim.leaked().is_empty());
 
     let rows = ledger.list().unwrap();
     let made: HashSet<String> = bed.ledger().sandboxes.iter().map(|sandbox| sandbox.id.clone()).collect();
-    assert_eq!(rows.len(), made.len(), "one row per acquire, each of which made one sandbox: {rows:?}");
     let named: Vec<&str> = rows.iter().filter_map(|row| row.provider_lease_id.as_deref()).collect();
     assert!(named.iter().all(|id| made.contains(*id)), "{named:?} not all among {made:?}");
     assert!(named.len() >= 2, "the completed acquires at least are named: {rows:?}");
+    assert!(
+        rows.iter().any(|row| row.state == LeaseState::Acquiring),
+        "an acquire dropped at its first poll sent nothing: {rows:?}"
+    );
     for row in &rows {
-        match row.provider_lease_id {
+        match (&row.provider_lease_id, row.state) {
             // Completed: the lease was handed over as active.
-            Some(_) if row.state == LeaseState::Active => {}
-            // Dropped after its record was committed, or before the sandbox
-            // existed, or between the two (the provider deleted it): the
-            // row stays `acquiring`, for a sweep to resolve.
-            _ => assert_eq!(row.state, LeaseState::Acquiring, "{row:?}"),
+            (Some(_), LeaseState::Active) => {}
+            // Dropped before its creation request left: nothing exists.
+            (None, LeaseState::Acquiring) => {}
+            // Dropped after the request left, before or after its reply was
+            // recorded (the provider deleted what it made): `creating`, for
+            // a sweep to resolve.
+            (_, LeaseState::Creating) => {}
+            _ => panic!("unexpected row {row:?}"),
         }
     }
 }

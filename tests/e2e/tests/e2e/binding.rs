@@ -3,10 +3,10 @@
 //! Every hook that takes a lease refuses an altered record in one line
 //! before any request, and company B's sandbox stays untouched and usable.
 
-use provider_abi::CreationRecorder;
-use provider_host::wait;
 use crate::support::{lease_id, Bed, COMPANY};
+use provider_abi::CreationRecorder;
 use provider_abi::{ErrorKind, ExecuteParams, Lease, LeaseParams, Provider};
+use provider_host::wait;
 use serde_json::{json, Value};
 
 const COMPANY_B: &str = "company-b";
@@ -29,7 +29,8 @@ impl Tenants {
         let a = bed.acquire(&config);
         let mut params = bed.acquire_params(&config);
         params.env.company_id = COMPANY_B.into();
-        let b = wait(bed.provider.acquire_lease(params.clone(), CreationRecorder::discard())).expect("acquire company B's lease");
+        let b = wait(bed.provider.acquire_lease(params.clone(), CreationRecorder::discard()))
+            .expect("acquire company B's lease");
         Self { bed, config, a, b }
     }
 
@@ -76,11 +77,11 @@ fn every_hook(bed: &Bed, params: &LeaseParams) -> Vec<(&'static str, provider_ab
     let provider = &bed.provider;
     vec![
         ("execute", bed.execute(&echo(params, "x")).0.map(|_| ()).unwrap_err()),
-        ("resume", wait(provider.resume_lease(params)).map(|_| ()).unwrap_err()),
-        ("release", wait(provider.release_lease(params)).unwrap_err()),
-        ("destroy", wait(provider.destroy_lease(params)).unwrap_err()),
+        ("resume", wait(provider.resume_lease(params.clone())).map(|_| ()).unwrap_err()),
+        ("release", wait(provider.release_lease(params.clone())).unwrap_err()),
+        ("destroy", wait(provider.destroy_lease(params.clone())).unwrap_err()),
         ("realize", provider.realize_workspace(params).map(|_| ()).unwrap_err()),
-        ("inspect", wait(provider.inspect_lease(params)).map(|_| ()).unwrap_err()),
+        ("inspect", wait(provider.inspect_lease(params.clone())).map(|_| ()).unwrap_err()),
     ]
 }
 
@@ -212,8 +213,7 @@ fn a_lease_of_a_rotated_key_is_refused_and_destroyed_with_its_own_configuration(
     let error = wait(bed.provider.destroy_lease(bed.lease_params(&rotated, lease))).unwrap_err();
     assert_eq!((error.kind, error.message.as_str()), (ErrorKind::NOT_THIS_ENVIRONMENT, NOT_VERIFIED));
     assert_eq!(bed.ledger().requests.len(), before);
-    bed.provider
-        .destroy_lease(&tenants.as_a(lease))
+    wait(bed.provider.destroy_lease(tenants.as_a(lease)))
         .expect("destroyed with the configuration it was acquired with");
     assert_eq!(bed.status(&lease_id(lease)), "destroyed");
     assert_eq!(tenants.echo(&tenants.as_b(&tenants.b), "b").trim(), "b");

@@ -5,11 +5,11 @@
 //! destroyed lease that comes back, and the script size limit at Linux's
 //! own number.
 
-use provider_host::wait;
 use crate::support::{lease_id, Bed};
 use provider_abi::{
     ByteSink, ByteSource, ErrorKind, ExecuteParams, ExecuteResult, HookResult, OutputStream, Provider,
 };
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::sync::mpsc;
 use std::thread::{Scope, ScopedJoinHandle};

@@ -2,10 +2,10 @@
 //! real processes: exact arguments, live output, protocol faults, timeouts,
 //! cancellation by release, and the release rule end to end.
 
-use provider_host::wait;
 use crate::support::{lease_id, Bed};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger};
-use provider_abi::{EnvVar, ErrorKind, OutputStream, Provider};
+use provider_abi::{ByteSource, EnvVar, ErrorKind, OutputStream, Provider};
+use provider_host::wait;
 use serde_json::{json, Value};
 
 const SEED_MESSAGE: &str = "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
@@ -87,9 +87,8 @@ fn stdin_is_staged_as_a_file_and_never_sent_in_the_process_request() {
     let config = bed.config(json!({}));
     let lease = bed.acquire(&config);
     let secret_input = "stdin-only-content-7f3a9 'with quotes'\nand a second line\n";
-    let mut params = bed.command(&config, &lease, "/bin/cat", &[]);
-    params.stdin = Some(secret_input.as_bytes().to_vec().into()).into();
-    let (result, _) = bed.execute(&params);
+    let params = bed.command(&config, &lease, "/bin/cat", &[]);
+    let (result, _) = bed.execute_bytes(&params, ByteSource::from_bytes(secret_input.as_bytes().to_vec()));
     assert_eq!(result.unwrap().stdout, secret_input);
     let ledger = bed.ledger();
     assert!(!ledger.processes.is_empty());

@@ -2,11 +2,11 @@
 //! the loaded CreateOS provider against the simulator, with the simulator's
 //! ledger checked after each.
 
-use provider_abi::CreationRecorder;
-use provider_host::wait;
 use crate::support::{lease_id, Bed, COMPANY};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, RateLimit, SimConfig};
+use provider_abi::CreationRecorder;
 use provider_abi::{ErrorKind, LeaseParams, Provider};
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -80,7 +80,7 @@ fn acquire_refuses_a_requested_expiry_before_any_request() {
     let config = bed.config(json!({}));
     let mut params = bed.acquire_params(&config);
     params.requested_expires_at = Some("2030-01-01T00:00:00Z".into()).into();
-    let error = wait(wait(bed.provider.acquire_lease(params.clone(), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap_err();
+    let error = wait(bed.provider.acquire_lease(params.clone(), CreationRecorder::discard())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::INVALID_INPUT);
     assert!(bed.ledger().requests.is_empty());
 }
@@ -93,7 +93,10 @@ fn a_failed_acquire_deletes_its_sandbox() {
         FaultTrigger::from_nth(1),
         FaultKind::Status(500),
     ));
-    let error = wait(wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap_err();
+    let error = wait(
+        bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard()),
+    )
+    .unwrap_err();
     assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(500)));
     assert_eq!(error.operation(), Some("workspace command"));
     let ledger = bed.ledger();
@@ -107,7 +110,10 @@ fn a_failed_acquire_whose_delete_fails_says_cleanup_is_unconfirmed_for_the_sandb
     for route in ["POST /v1/sandboxes/*/exec", "DELETE /v1/sandboxes/*"] {
         bed.sim.add_fault(FaultRule::new(route, FaultTrigger::from_nth(1), FaultKind::Status(500)));
     }
-    let error = wait(wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap_err();
+    let error = wait(
+        bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard()),
+    )
+    .unwrap_err();
     let id = &bed.ledger().sandboxes[0].id;
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     assert!(error.message.contains(&format!("cleanup is unconfirmed for sandbox {id}")), "{error}");
@@ -117,7 +123,10 @@ fn a_failed_acquire_whose_delete_fails_says_cleanup_is_unconfirmed_for_the_sandb
 fn a_lost_create_reply_is_creation_unconfirmed() {
     let bed = Bed::new();
     bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes", FaultTrigger::nth(1), FaultKind::DropAfterAction));
-    let error = wait(wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap_err();
+    let error = wait(
+        bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard()),
+    )
+    .unwrap_err();
     assert_eq!(error.kind, ErrorKind::CREATION_UNCONFIRMED, "{error}");
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes"), 1, "creation is never retried");
 }
@@ -137,9 +146,9 @@ fn another_environments_lease_is_refused_without_a_request() {
         let mut params = bed.lease_params(&config, &lease);
         change(&mut params);
         let errors = [
-            wait(wait(bed.provider.resume_lease(params.clone()))).map(|_| ()).unwrap_err(),
-            wait(wait(bed.provider.release_lease(params.clone()))).unwrap_err(),
-            wait(wait(bed.provider.destroy_lease(params.clone()))).unwrap_err(),
+            wait(bed.provider.resume_lease(params.clone())).map(|_| ()).unwrap_err(),
+            wait(bed.provider.release_lease(params.clone())).unwrap_err(),
+            wait(bed.provider.destroy_lease(params.clone())).unwrap_err(),
             bed.provider.realize_workspace(&params).map(|_| ()).unwrap_err(),
         ];
         for error in errors {
@@ -159,9 +168,9 @@ fn release_with_reuse_pauses_and_resume_brings_the_same_sandbox_back() {
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
     let id = lease_id(&lease);
-    wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
     assert_eq!(bed.status(&id), "paused");
-    let resumed = wait(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease)))).unwrap();
+    let resumed = wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(!resumed.expired);
     assert_eq!(lease_id(&resumed), id);
     assert_eq!(bed.status(&id), "running");
@@ -176,7 +185,7 @@ fn release_without_reuse_deletes_the_sandbox() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
     let lease = bed.acquire(&config);
-    wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
     let ledger = bed.ledger();
     assert!(ledger.leaked().is_empty());
     assert_eq!(ledger.count("POST", "/v1/sandboxes/*/pause"), 0);
@@ -187,9 +196,9 @@ fn destroy_deletes_even_a_reusable_lease_and_a_second_destroy_tolerates_404() {
     let bed = Bed::new();
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
-    wait(wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(bed.ledger().leaked().is_empty());
-    wait(wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
 }
 
 #[test]
@@ -197,8 +206,8 @@ fn resume_expires_a_deleted_sandbox() {
     let bed = Bed::new();
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
-    wait(wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease)))).unwrap();
-    let resumed = wait(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.destroy_lease(bed.lease_params(&config, &lease))).unwrap();
+    let resumed = wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap();
     assert!(resumed.expired);
     assert!(resumed.provider_lease_id.is_none());
 }
@@ -219,7 +228,7 @@ fn resume_expires_on_changed_configuration_without_a_request() {
         }
         let mut params = bed.lease_params(&config, &lease);
         params.env.config_json = other.to_string().into();
-        assert!(wait(wait(bed.provider.resume_lease(params.clone()))).unwrap().expired, "{other}");
+        assert!(wait(bed.provider.resume_lease(params.clone())).unwrap().expired, "{other}");
     }
     assert_eq!(bed.ledger().requests.len(), before);
     assert_eq!(bed.ledger().leaked().len(), 1, "expiry deletes nothing");
@@ -235,7 +244,7 @@ fn resume_expires_when_the_marker_does_not_read_back() {
     let overwrite = format!("printf 00000000-0000-4000-8000-000000000000 > {MARKER_PATH}");
     let (result, _) = bed.execute(&bed.command(&config, &lease, "/bin/sh", &["-c", &overwrite]));
     assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
-    assert!(wait(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease)))).unwrap().expired);
+    assert!(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap().expired);
     assert_eq!(bed.ledger().count("GET", "/v1/sandboxes/*/files"), 1);
 }
 
@@ -246,13 +255,13 @@ fn resume_reports_transient_failures_and_deletes_nothing() {
     let bed = Bed::new();
     let config = bed.config(reuse());
     let lease = bed.acquire(&config);
-    wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))).unwrap();
+    wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
     bed.sim.add_fault(FaultRule::new(
         "GET /v1/sandboxes/*",
         FaultTrigger::from_nth(1),
         FaultKind::Status(503),
     ));
-    let error = wait(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease)))).unwrap_err();
+    let error = wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap_err();
     assert_eq!((error.kind, error.status()), (ErrorKind::API, Some(503)));
     let ledger = bed.ledger();
     assert_eq!(ledger.count("DELETE", "/v1/sandboxes/*"), 0);
@@ -271,12 +280,12 @@ fn a_second_concurrent_release_is_refused() {
     ));
     let reads_before = bed.ledger().count("GET", "/v1/sandboxes/*");
     std::thread::scope(|scope| {
-        let first = scope.spawn(|| wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))));
+        let first = scope.spawn(|| wait(bed.provider.release_lease(bed.lease_params(&config, &lease))));
         // The first release has read the state and is now inside its pause.
         bed.wait_for_ledger("the first release's state read", |ledger| {
             ledger.count("GET", "/v1/sandboxes/*") > reads_before
         });
-        let error = wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))).unwrap_err();
+        let error = wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap_err();
         assert_eq!(error.kind, ErrorKind::CLEANUP_IN_PROGRESS);
         assert_eq!(error.message, "CreateOS lease cleanup is already in progress.");
         first.join().unwrap().expect("the first release pauses");
@@ -296,20 +305,20 @@ fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
         let lease = bed.acquire(&config);
         let params = bed.lease_params(&config, &lease);
         bed.sim.add_fault(FaultRule::new("POST /v1/sandboxes/*/pause", FaultTrigger::nth(1), fault));
-        let error = wait(wait(bed.provider.release_lease(params.clone()))).unwrap_err();
+        let error = wait(bed.provider.release_lease(params.clone())).unwrap_err();
         assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{fault:?}: {error}");
-        assert!(wait(wait(bed.provider.inspect_lease(params.clone()))).unwrap().unconfirmed, "{fault:?}");
+        assert!(wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed, "{fault:?}");
         // The release rule: a reuse release of an unconfirmed lease fails, pausing nothing.
         let pauses = bed.ledger().count("POST", "/v1/sandboxes/*/pause");
-        let error = wait(wait(bed.provider.release_lease(params.clone()))).unwrap_err();
+        let error = wait(bed.provider.release_lease(params.clone())).unwrap_err();
         assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
-        let error = wait(wait(bed.provider.resume_lease(params.clone()))).unwrap_err();
+        let error = wait(bed.provider.resume_lease(params.clone())).unwrap_err();
         assert_eq!((error.kind, error.message.as_str()), (ErrorKind::CLEANUP_UNCONFIRMED, SEED_MESSAGE));
         assert_eq!(bed.ledger().count("POST", "/v1/sandboxes/*/pause"), pauses, "{fault:?}: nothing paused");
         // Destroy deletes and clears the flag.
-        wait(wait(bed.provider.destroy_lease(params.clone()))).unwrap();
+        wait(bed.provider.destroy_lease(params.clone())).unwrap();
         assert!(bed.ledger().leaked().is_empty(), "{fault:?}");
-        assert!(!wait(wait(bed.provider.inspect_lease(params.clone()))).unwrap().unconfirmed, "{fault:?}");
+        assert!(!wait(bed.provider.inspect_lease(params.clone())).unwrap().unconfirmed, "{fault:?}");
     }
 }
 
@@ -317,7 +326,7 @@ fn an_unconfirmed_pause_poisons_the_lease_until_destroy() {
 fn probe_runs_a_command_and_always_deletes() {
     let bed = Bed::new();
     let config = bed.config(json!({}));
-    let report = wait(wait(bed.provider.probe(bed.env(&config), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap();
+    let report = wait(bed.provider.probe(bed.env(&config), CreationRecorder::discard())).unwrap();
     assert!(report.ok, "{report:?}");
     let ledger = bed.ledger();
     assert_eq!(ledger.sandboxes.len(), 1);
@@ -332,7 +341,8 @@ fn probe_reports_a_failed_delete() {
         FaultTrigger::from_nth(1),
         FaultKind::Status(500),
     ));
-    let error = wait(wait(bed.provider.probe(bed.env(&bed.config(json!({}))), CreationRecorder::discard(), CreationRecorder::discard()))).unwrap_err();
+    let error =
+        wait(bed.provider.probe(bed.env(&bed.config(json!({}))), CreationRecorder::discard())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED, "{error}");
 }
 
@@ -357,7 +367,7 @@ fn forty_leases_at_once_stay_within_the_rate_limit() {
             .map(|_| {
                 scope.spawn(|| {
                     let lease = bed.acquire(&config);
-                    wait(wait(bed.provider.release_lease(bed.lease_params(&config, &lease)))).unwrap();
+                    wait(bed.provider.release_lease(bed.lease_params(&config, &lease))).unwrap();
                 })
             })
             .collect();
@@ -390,19 +400,21 @@ fn twenty_loops_under_overload_finish_their_work() {
                 scope.spawn(|| {
                     let mut completed = 0;
                     while started.elapsed() < RUN {
-                        let lease = bed
+                        let acquiring = bed
                             .provider
-                            .acquire_lease(&bed.acquire_params(&config))
-                            .map_err(|e| format!("acquire: {e:?}"))?;
+                            .acquire_lease(bed.acquire_params(&config), CreationRecorder::discard());
+                        let lease = wait(acquiring).map_err(|e| format!("acquire: {e:?}"))?;
                         let params = bed.lease_params(&config, &lease);
-                        wait(wait(bed.provider.release_lease(params.clone()))).map_err(|e| format!("release: {e:?}"))?;
+                        wait(bed.provider.release_lease(params.clone()))
+                            .map_err(|e| format!("release: {e:?}"))?;
                         let resume_started = std::time::Instant::now();
-                        let resumed =
-                            wait(wait(bed.provider.resume_lease(params.clone()))).map_err(|e| format!("resume: {e:?}"))?;
+                        let resumed = wait(bed.provider.resume_lease(params.clone()))
+                            .map_err(|e| format!("resume: {e:?}"))?;
                         let took = resume_started.elapsed().as_nanos() as u64;
                         slowest_resume_nanos.fetch_max(took, std::sync::atomic::Ordering::Relaxed);
                         assert!(!resumed.expired);
-                        wait(wait(bed.provider.destroy_lease(params.clone()))).map_err(|e| format!("destroy: {e:?}"))?;
+                        wait(bed.provider.destroy_lease(params.clone()))
+                            .map_err(|e| format!("destroy: {e:?}"))?;
                         completed += 1;
                     }
                     Ok(completed)

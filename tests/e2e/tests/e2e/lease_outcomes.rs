@@ -4,11 +4,11 @@
 //! a state read and a probe command that failed. Through the loaded CreateOS
 //! provider against the simulator.
 
-use provider_abi::CreationRecorder;
-use provider_host::wait;
 use crate::support::Bed;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, RateLimit};
+use provider_abi::CreationRecorder;
 use provider_abi::{ErrorKind, Lease, LeaseParams, Provider, ProviderError};
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -46,7 +46,8 @@ fn assert_status(error: &ProviderError, kind: ErrorKind, status: u16) {
 fn acquire_answered(status: u16) -> ProviderError {
     let bed = Bed::new();
     fault(&bed, CREATE, FaultTrigger::nth(1), FaultKind::Status(status));
-    wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard())).unwrap_err()
+    wait(bed.provider.acquire_lease(bed.acquire_params(&bed.config(json!({}))), CreationRecorder::discard()))
+        .unwrap_err()
 }
 
 /// A creation the API refused (4xx) created nothing: the refusal itself is
@@ -57,7 +58,8 @@ fn a_refused_creation_is_reported_as_the_refusal() {
     let bed = Bed::new();
     let mut config = bed.config(json!({}));
     config["apiKey"] = "not-the-key".into();
-    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
+    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard()))
+        .unwrap_err();
     assert_status(&error, ErrorKind::UNAUTHORIZED, 401);
     for status in [400, 422] {
         assert_status(&acquire_answered(status), ErrorKind::API, status);
@@ -87,7 +89,8 @@ fn a_creation_never_sent_is_not_unconfirmed() {
     bed.sim.set_rate_limit(Some(RateLimit::sliding_window(1, Duration::from_secs(60))));
     wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
     assert_eq!(bed.ledger().count_status(429), 1);
-    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard())).unwrap_err();
+    let error = wait(bed.provider.acquire_lease(bed.acquire_params(&config), CreationRecorder::discard()))
+        .unwrap_err();
     assert_eq!(error.kind, ErrorKind::TIMEOUT, "{error}");
     assert!(error.message.contains("was not sent"), "{error}");
     assert_eq!(bed.ledger().count("POST", "/v1/sandboxes"), 1, "the second creation was never sent");
@@ -157,7 +160,11 @@ fn a_delete_with_an_unreadable_reply_is_repeated_and_a_refused_one_is_not() {
 
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, DELETE, FaultTrigger::from_nth(1), FaultKind::Status(403));
-    assert_status(&wait(bed.provider.release_lease(params.clone())).unwrap_err(), ErrorKind::UNAUTHORIZED, 403);
+    assert_status(
+        &wait(bed.provider.release_lease(params.clone())).unwrap_err(),
+        ErrorKind::UNAUTHORIZED,
+        403,
+    );
     assert_eq!(bed.ledger().count("DELETE", "/v1/sandboxes/*"), 1);
 }
 
@@ -204,7 +211,11 @@ fn an_imported_unconfirmed_lease_can_only_be_destroyed() {
 fn inspect_reports_a_failed_read_and_only_a_404_as_gone() {
     let Leased { bed, params, .. } = leased(json!({}));
     fault(&bed, "GET /v1/sandboxes/*", FaultTrigger::nth(1), FaultKind::Status(503));
-    assert_status(&wait(bed.provider.inspect_lease(params.clone())).map(|_| ()).unwrap_err(), ErrorKind::API, 503);
+    assert_status(
+        &wait(bed.provider.inspect_lease(params.clone())).map(|_| ()).unwrap_err(),
+        ErrorKind::API,
+        503,
+    );
     wait(bed.provider.destroy_lease(params.clone())).unwrap();
     let status = wait(bed.provider.inspect_lease(params.clone())).unwrap();
     assert!(!status.exists && !status.unconfirmed, "{status:?}");
@@ -217,7 +228,8 @@ fn a_probe_whose_command_fails_is_not_ok_whatever_it_printed() {
     let bed = Bed::new();
     // The second command is the probe's (the first prepares the workspace).
     fault(&bed, "POST /v1/sandboxes/*/exec", FaultTrigger::nth(2), FaultKind::ExitCode(1));
-    let report = wait(bed.provider.probe(bed.env(&bed.config(json!({}))), CreationRecorder::discard())).unwrap();
+    let report =
+        wait(bed.provider.probe(bed.env(&bed.config(json!({}))), CreationRecorder::discard())).unwrap();
     assert!(!report.ok, "{report:?}");
     assert_eq!(report.message, "CreateOS probe command did not print the expected output.");
     let metadata: Value = serde_json::from_str(&report.metadata_json).unwrap();

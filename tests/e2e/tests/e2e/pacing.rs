@@ -3,10 +3,10 @@
 //! back to back), and when the server's limiter turns out to be a token
 //! bucket it honours the 429's `Retry-After` and paces smoothly from then on.
 
-use provider_host::wait;
 use crate::support::Bed;
 use createos_sim::{Ledger, RateLimit, SimConfig};
 use provider_abi::{Lease, Provider};
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::time::Duration;
 

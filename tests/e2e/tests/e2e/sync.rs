@@ -3,12 +3,12 @@
 //! bytes, plus links planted in the sandbox, cancellation by release and
 //! request counts.
 
-use provider_host::wait;
 use crate::support::{lease_id, Bed};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger};
 use provider_abi::{
     ErrorKind, Lease, PostUploadCommand, Provider, ProviderError, SyncMapping, SyncOperation, SyncParams,
 };
+use provider_host::wait;
 use serde_json::{json, Value};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
