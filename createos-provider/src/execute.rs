@@ -139,11 +139,12 @@ async fn execute_to(
     let spec =
         ScriptSpec { cwd: &cwd, command: params.command.as_str(), args: &args, env: &env, stdin_path: None };
     let plain = script::render(&spec)?;
-    // The script reading a staged file, used once the input proves non-empty.
+    // The script reading a staged file, used once the input proves
+    // non-empty: only then may its longer redirection make it too long.
     let staged = match stdin {
         Some(source) => {
             let path = format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4());
-            let script = script::render(&ScriptSpec { stdin_path: Some(&path), ..spec })?;
+            let script = script::render(&ScriptSpec { stdin_path: Some(&path), ..spec });
             Some(StagedStdin { source, script, path })
         }
         None => None,
@@ -169,10 +170,10 @@ async fn execute_to(
 }
 
 /// A command's standard input, with the script that reads it from the file
-/// it is staged to.
+/// it is staged to (or why that script cannot run).
 struct StagedStdin {
     source: ByteSource,
-    script: String,
+    script: Result<String, Error>,
     path: String,
 }
 
@@ -310,7 +311,7 @@ impl Run<'_> {
             match self.race(pull(source)).await {
                 Ok(None) => {}
                 Ok(Some(pulled)) => {
-                    let result = self.run_staged(&script, Some((pulled, &path)), emit).await;
+                    let result = self.run_staged(&script?, Some((pulled, &path)), emit).await;
                     self.remove_stdin(&path).await;
                     return result;
                 }

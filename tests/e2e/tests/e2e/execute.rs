@@ -109,12 +109,18 @@ fn output_streams_live_and_utf8_split_across_frames_decodes() {
     let config = bed.config(json!({}));
     let lease = bed.acquire(&config);
     let script = "printf 'a\\342'; sleep 0.2; printf '\\202\\254b'; sleep 0.2; printf 'err' >&2";
-    let (result, chunks) = bed.execute(&bed.command(&config, &lease, "/bin/sh", &["-c", script]));
+    let params = bed.command(&config, &lease, "/bin/sh", &["-c", script]);
+    let (result, chunks) = bed.execute_bytes(&params, ByteSource::empty());
     let result = result.unwrap();
     assert_eq!(result.stdout, "a€b");
     assert_eq!(result.stderr, "err");
     assert!(chunks.len() >= 3, "chunks arrived as the command produced them: {chunks:?}");
-    assert_eq!(stdout_of(&chunks), "a€b");
+    let stdout: Vec<u8> = chunks
+        .iter()
+        .filter(|(stream, _)| *stream == OutputStream::Stdout)
+        .flat_map(|(_, bytes)| bytes.clone())
+        .collect();
+    assert_eq!(stdout, "a€b".as_bytes(), "the raw bytes, a character split across chunks");
 }
 
 #[test]
