@@ -393,18 +393,6 @@ impl CreateosClient {
         Ok(url)
     }
 
-    /// `PUT /sandboxes/{id}/files?path=P` with raw bytes.
-    pub async fn put_file(
-        &self,
-        id: &str,
-        path: &str,
-        contents: Bytes,
-        opts: CallOptions,
-    ) -> Result<(), Error> {
-        let len = contents.len() as u64;
-        self.put_body(id, path, Some(len), opts, Retry::After429, || contents.clone().into()).await
-    }
-
     /// `PUT /sandboxes/{id}/files?path=P` with the bytes `body` streams, of
     /// a length not known ahead (sent chunked). The body can be sent only
     /// once, so a 429 is not retried: it fails the transfer.
@@ -481,7 +469,7 @@ impl CreateosClient {
     }
 
     /// `GET /sandboxes/{id}/files?path=P`, streamed into `sink` chunk by
-    /// chunk (a blocking writer: the hook runs on the host's thread); returns
+    /// chunk (a blocking writer: a host file); returns
     /// the number of bytes written. More than `cap` bytes is
     /// [`Error::UnsafeArchive`]; a body cut short is a connection error. The
     /// deadline bounds the whole transfer.
@@ -1121,7 +1109,8 @@ mod tests {
         let r = client.exec("s", "/bin/mkdir", &["-p".into(), "/w".into()], opts()).await.unwrap();
         assert_eq!(r, ExecResult { exit_code: 3, stdout: "o".into(), stderr: "e".into() });
         mock.push(raw(200, ""));
-        client.put_file("s", "/w/a b&c=d", Bytes::from_static(b"\x00\x01"), opts()).await.unwrap();
+        let body = reqwest::Body::from(Bytes::from_static(b"\x00\x01"));
+        client.put_file_stream("s", "/w/a b&c=d", body, opts()).await.unwrap();
         mock.push(raw(200, "contents"));
         let bytes = client.get_file("s", "/w/x", opts()).await.unwrap();
         assert_eq!(&bytes[..], b"contents");

@@ -70,7 +70,7 @@ use crate::config::{ProviderConfig, MAX_TIMEOUT_MS};
 use crate::error::{op, Error, ErrorKind};
 use crate::lease::{Context, OwnedLease};
 use crate::metadata::REMOTE_CWD;
-use crate::ndjson::{ByteEmit, DecodedOutput, Emit, ExitStatus, OutputDecoder};
+use crate::ndjson::{DecodedOutput, ExitStatus, OutputDecoder};
 use crate::pacer::{Admission, Priority};
 use crate::registry::{Refusal, Registry};
 use crate::script::{self, ScriptSpec};
@@ -114,22 +114,21 @@ pub async fn execute(
     stdin: ByteSource,
     mut output: ByteSink,
 ) -> Result<ExecuteResult, Error> {
-    let mut emit = ByteEmit(|stream: OutputStream, bytes: &[u8]| output.write(stream, bytes));
-    execute_to(ctx, params, Some(stdin), &mut emit).await
+    execute_to(ctx, params, Some(stdin), &mut |stream, bytes| output.write(stream, bytes)).await
 }
 
 /// Runs a command without standard input; its output is kept only in the
 /// result (the post-upload commands of file sync).
 pub(crate) async fn execute_quietly(ctx: &Context, params: &ExecuteParams) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, None, &mut ByteEmit(|_: OutputStream, _: &[u8]| {})).await
+    execute_to(ctx, params, None, &mut |_, _| {}).await
 }
 
-/// [`execute`] with any [`Emit`]; `stdin: None` reads `/dev/null`.
+/// [`execute`], the output's bytes to `emit`; `stdin: None` reads `/dev/null`.
 async fn execute_to(
     ctx: &Context,
     params: &ExecuteParams,
     stdin: Option<ByteSource>,
-    emit: &mut (impl Emit + Send),
+    emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
 ) -> Result<ExecuteResult, Error> {
     let lease = ctx.own_required(&params.lease)?;
     let timeout = command_timeout(params.timeout_ms.into_option(), &lease.config)?;
@@ -302,7 +301,7 @@ impl Run<'_> {
         &mut self,
         plain: &str,
         stdin: Option<StagedStdin>,
-        emit: &mut (impl Emit + Send),
+        emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         if self.cancel.is_cancelled() {
             return Err(Error::Cancelled);
@@ -329,7 +328,7 @@ impl Run<'_> {
         &mut self,
         script: &str,
         stdin: Option<(Pulled, &str)>,
-        emit: &mut (impl Emit + Send),
+        emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
@@ -384,7 +383,7 @@ impl Run<'_> {
         &mut self,
         script: &str,
         admission: Admission,
-        emit: &mut (impl Emit + Send),
+        emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         let (created, cancelled) = self.create_process(script).await;
         drop(admission);
@@ -418,7 +417,6 @@ impl Run<'_> {
             Ok(exit) => return Ok(self.result(Some(&pid), Some(exit), false, decoder.finish())),
             Err(stop) => stop,
         };
-        decoder.flush_to(emit);
         if !self.terminate(&pid).await {
             self.registry.mark_unconfirmed(&self.lease.scope);
             return Err(Error::CommandCleanupUnconfirmed);
@@ -436,7 +434,7 @@ impl Run<'_> {
         &mut self,
         pid: &str,
         decoder: &mut OutputDecoder,
-        emit: &mut (impl Emit + Send),
+        emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExitStatus, Stop> {
         loop {
             let attempt = async {
@@ -444,7 +442,7 @@ impl Run<'_> {
                 let mut body = self.client.connect(self.sandbox(), pid, decoder.cursor(), options).await?;
                 decoder.reconnect();
                 while let Some(chunk) = body.next().await {
-                    if let Some(exit) = decoder.feed_to(&chunk?, emit)? {
+                    if let Some(exit) = decoder.feed(&chunk?, emit)? {
                         return Ok(exit);
                     }
                 }

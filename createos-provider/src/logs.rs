@@ -1,5 +1,5 @@
-//! Forwards the provider's `tracing` events to the host's log sink (ABI 1.3,
-//! `setup_with_logs`).
+//! Forwards the provider's `tracing` events to the host's log sink (the
+//! one `setup` receives).
 //!
 //! Inside the `cdylib` this crate has its own copy of `tracing`'s globals, so
 //! its events reach nobody unless a subscriber is installed here. [`install`]
@@ -25,7 +25,7 @@ use std::{
 use tracing::{field::Field, level_filters::LevelFilter, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::{layer::Context, prelude::*, Layer};
 
-/// The host's sink, replaced by every `setup_with_logs`.
+/// The host's sink, replaced by every `setup`.
 static SINK: RwLock<Option<LogSink>> = RwLock::new(None);
 /// The most verbose level the host wants, as a [`LogLevel`] number.
 static MAX_LEVEL: AtomicU8 = AtomicU8::new(0);

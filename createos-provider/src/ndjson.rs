@@ -2,9 +2,9 @@
 //! (`GET .../processes/{pid}/connect?after=SEQ`).
 //!
 //! Feed it the body's chunks as they arrive ([`OutputDecoder::feed`]); it
-//! splits lines, parses frames, checks sequence numbers, decodes UTF-8 per
-//! stream across frames, hands every decoded piece of text to a callback
-//! exactly once, and keeps the tail of each stream.
+//! splits lines, parses frames, checks sequence numbers, hands the bytes of
+//! every data frame to a callback exactly once, as the command wrote them,
+//! and keeps the tail of each stream.
 //!
 //! # Rules
 //!
@@ -19,8 +19,7 @@
 //! - A data frame's `seq` must be exactly `cursor + 1`, and then becomes the
 //!   cursor. `seq <= cursor` is a replay and is skipped; a larger one is a
 //!   gap. A reconnect resumes with `after = cursor` ([`OutputDecoder::cursor`]).
-//! - The exit frame ends the output: it flushes the UTF-8 decoders (an
-//!   incomplete character becomes U+FFFD) and everything after it is
+//! - The exit frame ends the output: everything after it is
 //!   ignored. `exit_code` wins when both statuses are present; an exit with
 //!   neither (or with `null`s) is a protocol error. `exit_code` must fit an
 //!   `i32`; `signal` is a non-empty name (an integer is accepted as its
@@ -32,19 +31,13 @@
 //!   [`Error::protocol`]`(output connection)`. After an error the decoder
 //!   must not be fed again (the command is over).
 //! - Base64 is the standard alphabet; padding is optional.
-//! - UTF-8 is decoded per stream as `String::from_utf8_lossy` would decode
-//!   the stream's whole byte sequence: complete characters are emitted as
-//!   soon as they are complete, a character split across frames is joined,
-//!   and each maximal invalid subsequence becomes one U+FFFD.
-//! - Each stream keeps at most its last `tail_limit` characters
-//!   ([`MAX_TAIL_CHARS`] = 4 Mi by default) and remembers whether it dropped
-//!   any. Trimming is amortised: the buffer may briefly hold a quarter more.
-//! - A byte emitter ([`ByteEmit`]) gets each frame's bytes and nothing is
-//!   decoded as they arrive: the stream keeps its last `tail_limit` bytes
-//!   instead, decoded once by [`OutputDecoder::finish`] (a character the cut
-//!   split is dropped whole), so binary output costs a copy, not a decoding
-//!   per byte. Its tail then holds at most `tail_limit` characters, fewer
-//!   when they are multibyte.
+//! - Nothing is decoded as the bytes arrive: each stream keeps its last
+//!   `tail_limit` bytes ([`MAX_TAIL_BYTES`] = 4 Mi by default) and remembers
+//!   whether it dropped any, and [`OutputDecoder::finish`] decodes that tail
+//!   once, as `String::from_utf8_lossy` would (each maximal invalid
+//!   subsequence becomes one U+FFFD; a character the cut split is dropped
+//!   whole). Binary output costs a copy, not a decoding per byte. Trimming
+//!   is amortised: the buffer may briefly hold a quarter more.
 
 use std::mem;
 
@@ -57,8 +50,8 @@ use crate::error::{op, Error};
 
 /// Longest accepted line, without its `\n`.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
-/// Characters of tail kept per stream.
-pub const MAX_TAIL_CHARS: usize = 4 << 20;
+/// Bytes of tail kept per stream (the reference kept 4 Mi characters).
+pub const MAX_TAIL_BYTES: usize = 4 << 20;
 /// The error frame text meaning "the output after the cursor was evicted".
 pub const OFFSET_EXPIRED: &str = "output_offset_expired";
 
@@ -144,54 +137,7 @@ pub fn parse_frame(line: &[u8]) -> Result<Frame, Error> {
     }
 }
 
-/// Incremental lossy UTF-8 decoding across chunk boundaries.
-#[derive(Debug, Default)]
-struct Utf8Decoder {
-    /// The start of a character whose remaining bytes have not arrived
-    /// (at most 3 bytes).
-    pending: Vec<u8>,
-}
-
-impl Utf8Decoder {
-    /// Decodes `bytes`, appending complete characters (and U+FFFD for
-    /// invalid bytes) to `out`; keeps an incomplete trailing character.
-    fn decode(&mut self, bytes: &[u8], out: &mut String) {
-        let joined;
-        let input: &[u8] = if self.pending.is_empty() {
-            bytes
-        } else {
-            let mut buf = mem::take(&mut self.pending);
-            buf.extend_from_slice(bytes);
-            joined = buf;
-            &joined
-        };
-        let mut chunks = input.utf8_chunks().peekable();
-        while let Some(chunk) = chunks.next() {
-            out.push_str(chunk.valid());
-            let invalid = chunk.invalid();
-            if invalid.is_empty() {
-                continue;
-            }
-            let incomplete_at_end = chunks.peek().is_none()
-                && std::str::from_utf8(invalid).err().is_some_and(|e| e.error_len().is_none());
-            if incomplete_at_end {
-                self.pending.extend_from_slice(invalid);
-            } else {
-                out.push(char::REPLACEMENT_CHARACTER);
-            }
-        }
-    }
-
-    /// Ends the stream: an incomplete character becomes U+FFFD.
-    fn flush(&mut self, out: &mut String) {
-        if !self.pending.is_empty() {
-            self.pending.clear();
-            out.push(char::REPLACEMENT_CHARACTER);
-        }
-    }
-}
-
-/// The last `limit` bytes of a stream, for a byte emitter's tail.
+/// The last `limit` bytes of a stream.
 #[derive(Debug)]
 struct ByteTail {
     bytes: Vec<u8>,
@@ -235,141 +181,6 @@ impl ByteTail {
     }
 }
 
-/// The last `limit` characters of a stream.
-#[derive(Debug)]
-struct Tail {
-    text: String,
-    chars: usize,
-    limit: usize,
-    truncated: bool,
-}
-
-impl Tail {
-    fn new(limit: usize) -> Self {
-        Tail { text: String::new(), chars: 0, limit, truncated: false }
-    }
-
-    fn push(&mut self, s: &str) {
-        self.text.push_str(s);
-        self.chars += s.chars().count();
-        if self.chars > self.limit + self.limit / 4 {
-            self.trim();
-        }
-    }
-
-    fn trim(&mut self) {
-        if self.chars <= self.limit {
-            return;
-        }
-        let excess = self.chars - self.limit;
-        let cut = self.text.char_indices().nth(excess).map_or(self.text.len(), |(i, _)| i);
-        self.text.drain(..cut);
-        self.chars = self.limit;
-        self.truncated = true;
-    }
-
-    fn finish(mut self) -> (String, bool) {
-        self.trim();
-        (self.text, self.truncated)
-    }
-}
-
-#[derive(Debug)]
-struct StreamState {
-    utf8: Utf8Decoder,
-    tail: Tail,
-    bytes: ByteTail,
-    scratch: String,
-}
-
-impl StreamState {
-    fn new(limit: usize) -> Self {
-        StreamState {
-            utf8: Utf8Decoder::default(),
-            tail: Tail::new(limit),
-            bytes: ByteTail::new(limit),
-            scratch: String::new(),
-        }
-    }
-
-    /// Decodes, emits and keeps `bytes` (`None`: flush the end of stream).
-    /// A byte emitter gets the raw bytes, which the byte tail keeps
-    /// undecoded; a text emitter gets the text, which the tail keeps.
-    fn take(&mut self, stream: OutputStream, bytes: Option<&[u8]>, emit: &mut impl Emit) {
-        if !emit.wants_text() {
-            if let Some(bytes) = bytes {
-                emit.bytes(stream, bytes);
-                self.bytes.push(bytes);
-            }
-            return;
-        }
-        self.scratch.clear();
-        match bytes {
-            Some(bytes) => {
-                emit.bytes(stream, bytes);
-                self.utf8.decode(bytes, &mut self.scratch)
-            }
-            None => self.utf8.flush(&mut self.scratch),
-        }
-        if !self.scratch.is_empty() {
-            emit.text(stream, &self.scratch);
-            self.tail.push(&self.scratch);
-        }
-    }
-}
-
-impl StreamState {
-    /// The stream's tail: the text kept, or the bytes a byte emitter left,
-    /// decoded now.
-    fn finish(self) -> (String, bool) {
-        match self.bytes.bytes.is_empty() && !self.bytes.truncated {
-            true => self.tail.finish(),
-            false => self.bytes.finish(),
-        }
-    }
-}
-
-/// Where decoded output goes: text (U+FFFD for invalid UTF-8) or raw bytes.
-pub trait Emit {
-    /// A piece of decoded text.
-    fn text(&mut self, stream: OutputStream, text: &str);
-    /// The bytes of a data frame, exactly as the command wrote them.
-    fn bytes(&mut self, stream: OutputStream, bytes: &[u8]);
-    /// False when [`Emit::text`] ignores what it gets: the stream's text is
-    /// then decoded only once, for its tail, when the output ends.
-    fn wants_text(&self) -> bool {
-        true
-    }
-}
-
-/// An [`Emit`] handing text to a closure.
-pub struct TextEmit<F>(pub F);
-
-impl<F: FnMut(OutputStream, &str)> Emit for TextEmit<F> {
-    fn text(&mut self, stream: OutputStream, text: &str) {
-        (self.0)(stream, text)
-    }
-
-    fn bytes(&mut self, _stream: OutputStream, _bytes: &[u8]) {}
-}
-
-/// An [`Emit`] handing raw bytes to a closure.
-pub struct ByteEmit<F>(pub F);
-
-impl<F: FnMut(OutputStream, &[u8])> Emit for ByteEmit<F> {
-    fn text(&mut self, _stream: OutputStream, _text: &str) {}
-
-    fn bytes(&mut self, stream: OutputStream, bytes: &[u8]) {
-        if !bytes.is_empty() {
-            (self.0)(stream, bytes)
-        }
-    }
-
-    fn wants_text(&self) -> bool {
-        false
-    }
-}
-
 /// What a command printed, once the stream is over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedOutput {
@@ -377,9 +188,9 @@ pub struct DecodedOutput {
     pub stdout: String,
     /// The tail of standard error.
     pub stderr: String,
-    /// True when standard output lost characters to the tail limit.
+    /// True when standard output lost bytes to the tail limit.
     pub stdout_truncated: bool,
-    /// True when standard error lost characters to the tail limit.
+    /// True when standard error lost bytes to the tail limit.
     pub stderr_truncated: bool,
 }
 
@@ -389,8 +200,8 @@ pub struct OutputDecoder {
     /// A partial line carried to the next chunk.
     line: Vec<u8>,
     cursor: u64,
-    stdout: StreamState,
-    stderr: StreamState,
+    stdout: ByteTail,
+    stderr: ByteTail,
     exit: Option<ExitStatus>,
 }
 
@@ -401,18 +212,18 @@ impl Default for OutputDecoder {
 }
 
 impl OutputDecoder {
-    /// A decoder keeping [`MAX_TAIL_CHARS`] per stream.
+    /// A decoder keeping [`MAX_TAIL_BYTES`] per stream.
     pub fn new() -> Self {
-        Self::with_tail_limit(MAX_TAIL_CHARS)
+        Self::with_tail_limit(MAX_TAIL_BYTES)
     }
 
-    /// A decoder keeping `limit` characters per stream.
+    /// A decoder keeping `limit` bytes per stream.
     pub fn with_tail_limit(limit: usize) -> Self {
         OutputDecoder {
             line: Vec::new(),
             cursor: 0,
-            stdout: StreamState::new(limit),
-            stderr: StreamState::new(limit),
+            stdout: ByteTail::new(limit),
+            stderr: ByteTail::new(limit),
             exit: None,
         }
     }
@@ -433,20 +244,15 @@ impl OutputDecoder {
         self.line.clear();
     }
 
-    /// Feeds one body chunk. Every decoded piece of text goes to
-    /// `emit(stream, text)` in order, exactly once. Returns the exit status
-    /// once the exit frame has arrived (and from then on ignores input).
+    /// Feeds one body chunk. The bytes of every data frame (but an empty
+    /// one) go to `emit(stream, bytes)` in order, exactly once. Returns the
+    /// exit status once the exit frame has arrived (and from then on
+    /// ignores input).
     pub fn feed(
         &mut self,
         chunk: &[u8],
-        emit: &mut impl FnMut(OutputStream, &str),
+        emit: &mut impl FnMut(OutputStream, &[u8]),
     ) -> Result<Option<ExitStatus>, Error> {
-        self.feed_to(chunk, &mut TextEmit(emit))
-    }
-
-    /// [`Self::feed`], handing each data frame to `emit` as text or as raw
-    /// bytes (the tails keep the text either way).
-    pub fn feed_to(&mut self, chunk: &[u8], emit: &mut impl Emit) -> Result<Option<ExitStatus>, Error> {
         let mut rest = chunk;
         while self.exit.is_none() {
             let Some(newline) = rest.iter().position(|b| *b == b'\n') else {
@@ -475,7 +281,7 @@ impl OutputDecoder {
         Ok(self.exit.clone())
     }
 
-    fn line_done(&mut self, line: &[u8], emit: &mut impl Emit) -> Result<(), Error> {
+    fn line_done(&mut self, line: &[u8], emit: &mut impl FnMut(OutputStream, &[u8])) -> Result<(), Error> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
@@ -487,11 +293,13 @@ impl OutputDecoder {
                     return Err(protocol());
                 }
                 self.cursor = seq;
-                self.state(stream).take(stream, Some(&data), emit);
+                if !data.is_empty() {
+                    emit(stream, &data);
+                    self.tail(stream).push(&data);
+                }
                 Ok(())
             }
             Frame::Exit(status) => {
-                self.flush_to(emit);
                 self.exit = Some(status);
                 Ok(())
             }
@@ -500,25 +308,11 @@ impl OutputDecoder {
         }
     }
 
-    fn state(&mut self, stream: OutputStream) -> &mut StreamState {
+    fn tail(&mut self, stream: OutputStream) -> &mut ByteTail {
         match stream {
             OutputStream::Stdout => &mut self.stdout,
             OutputStream::Stderr => &mut self.stderr,
         }
-    }
-
-    /// Ends both streams' UTF-8 decoding (an incomplete character becomes
-    /// U+FFFD, emitted). Called by the exit frame; call it when the output
-    /// ends otherwise (timeout) before [`Self::finish`].
-    pub fn flush(&mut self, emit: &mut impl FnMut(OutputStream, &str)) {
-        self.flush_to(&mut TextEmit(emit))
-    }
-
-    /// [`Self::flush`] to any [`Emit`] (a byte emitter gets nothing: the
-    /// bytes went out as they arrived).
-    pub fn flush_to(&mut self, emit: &mut impl Emit) {
-        self.stdout.take(OutputStream::Stdout, None, emit);
-        self.stderr.take(OutputStream::Stderr, None, emit);
     }
 
     /// The tails of both streams.
@@ -545,13 +339,13 @@ mod tests {
         json!({"type": "exit", "exit_code": code}).to_string() + "\n"
     }
 
-    type Seen = Vec<(OutputStream, String)>;
+    type Seen = Vec<(OutputStream, Vec<u8>)>;
 
     fn collect(decoder: &mut OutputDecoder, chunks: &[&[u8]]) -> (Seen, Result<Option<ExitStatus>, Error>) {
         let mut seen = Vec::new();
         let mut result = Ok(None);
         for chunk in chunks {
-            result = decoder.feed(chunk, &mut |s, t| seen.push((s, t.to_owned())));
+            result = decoder.feed(chunk, &mut |s, b| seen.push((s, b.to_vec())));
             if result.is_err() {
                 break;
             }
@@ -559,8 +353,10 @@ mod tests {
         (seen, result)
     }
 
+    /// The bytes emitted for `stream`, decoded.
     fn joined(seen: &Seen, stream: OutputStream) -> String {
-        seen.iter().filter(|(s, _)| *s == stream).map(|(_, t)| t.as_str()).collect()
+        let bytes: Vec<u8> = seen.iter().filter(|(s, _)| *s == stream).flat_map(|(_, b)| b.clone()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 
     #[test]
@@ -655,7 +451,7 @@ mod tests {
     }
 
     #[test]
-    fn exit_ends_the_stream_and_flushes_split_characters() {
+    fn exit_ends_the_stream_and_the_tails_decode_split_characters() {
         let mut decoder = OutputDecoder::new();
         let euro = "€".as_bytes();
         let body = [
@@ -670,7 +466,15 @@ mod tests {
         let (seen, result) = collect(&mut decoder, &[body.as_bytes(), after.as_bytes()]);
         assert_eq!(result.unwrap(), Some(ExitStatus::Code(3)));
         assert_eq!(decoder.exit(), Some(&ExitStatus::Code(3)));
-        assert_eq!(seen, vec![(OutputStream::Stdout, "€".into()), (OutputStream::Stderr, "\u{FFFD}".into())]);
+        let bytes = |a: &[u8]| a.to_vec();
+        assert_eq!(
+            seen,
+            vec![
+                (OutputStream::Stdout, bytes(&euro[..1])),
+                (OutputStream::Stdout, bytes(&euro[1..])),
+                (OutputStream::Stderr, bytes(&euro[..2])),
+            ]
+        );
         let output = decoder.finish();
         assert_eq!(output.stdout, "€");
         assert_eq!(output.stderr, "\u{FFFD}");
@@ -743,24 +547,24 @@ mod tests {
 
     #[test]
     fn a_tail_never_holds_more_than_a_quarter_over_its_limit() {
-        // A tail of 8 characters may hold 10 between trims, whatever the
-        // size of the pieces pushed into it.
-        let mut tail = Tail::new(8);
-        let mut pushed = String::new();
+        // A tail of 8 bytes may hold 10 between trims, whatever the size of
+        // the pieces pushed into it.
+        let mut tail = ByteTail::new(8);
+        let mut pushed = Vec::new();
         for piece in ["abc", "defghijklmno", "p", "qr", "stuvwxyzABCDEFGHIJKL", "é日", "MNOPQRSTU"] {
-            tail.push(piece);
-            pushed.push_str(piece);
-            let held = tail.text.chars().count();
-            assert!(held <= 10, "{held} characters held after {pushed:?}");
-            assert!(pushed.ends_with(&tail.text), "the tail is the end of the stream");
+            tail.push(piece.as_bytes());
+            pushed.extend_from_slice(piece.as_bytes());
+            let held = tail.bytes.len();
+            assert!(held <= 10, "{held} bytes held after {:?}", String::from_utf8_lossy(&pushed));
+            assert!(pushed.ends_with(&tail.bytes), "the tail is the end of the stream");
         }
         assert_eq!(tail.finish(), ("NOPQRSTU".to_string(), true));
     }
 
     #[test]
     fn a_chatty_command_holds_a_bounded_tail_while_it_streams() {
-        // The reference keeps 4 Mi characters of tail per stream; trimming is
-        // amortised, so between trims a stream may hold a quarter more.
+        // The tail keeps 4 MiB per stream; trimming is amortised, so between
+        // trims a stream may hold a quarter more.
         const REFERENCE_TAIL: usize = 4 * 1024 * 1024;
         const HELD_AT_MOST: usize = 5 * 1024 * 1024;
         const FRAME: usize = 64 * 1024;
@@ -770,14 +574,13 @@ mod tests {
         let mut emitted = 0;
         for seq in 1..=FRAMES {
             let frame = data(seq, "stdout", frame_text(seq).as_bytes());
-            let result = decoder.feed(frame.as_bytes(), &mut |_, text| emitted += text.len());
+            let result = decoder.feed(frame.as_bytes(), &mut |_, bytes| emitted += bytes.len());
             assert_eq!(result.unwrap(), None);
-            // ASCII: bytes are characters.
-            let held = &decoder.stdout.tail.text;
+            let held = &decoder.stdout.bytes;
             assert!(held.len() <= HELD_AT_MOST, "{} held after {emitted} streamed", held.len());
             assert!(held.capacity() <= 2 * HELD_AT_MOST, "{} allocated after {emitted}", held.capacity());
         }
-        assert_eq!(emitted, 16 * 1024 * 1024, "every character reached the sink");
+        assert_eq!(emitted, 16 * 1024 * 1024, "every byte reached the sink");
         assert_eq!(decoder.feed(exit(0).as_bytes(), &mut |_, _| {}).unwrap(), Some(ExitStatus::Code(0)));
         let output = decoder.finish();
         assert_eq!(output.stdout.len(), REFERENCE_TAIL);
@@ -807,8 +610,8 @@ mod tests {
     }
 
     #[test]
-    fn tails_keep_the_last_characters() {
-        let mut decoder = OutputDecoder::with_tail_limit(5);
+    fn tails_keep_the_last_bytes() {
+        let mut decoder = OutputDecoder::with_tail_limit(7);
         let mut body = String::new();
         for (i, piece) in ["ab", "cdé", "fgh", "日本"].iter().enumerate() {
             body += &data(i as u64 + 1, "stdout", piece.as_bytes());
@@ -818,40 +621,49 @@ mod tests {
         let (seen, _) = collect(&mut decoder, &[body.as_bytes()]);
         assert_eq!(joined(&seen, OutputStream::Stdout), "abcdéfgh日本");
         let output = decoder.finish();
-        assert_eq!(output.stdout, "fgh日本");
+        assert_eq!(output.stdout, "h日本");
         assert!(output.stdout_truncated);
         assert_eq!(output.stderr, "xyz");
         assert!(!output.stderr_truncated);
 
-        let mut tail = Tail::new(MAX_TAIL_CHARS);
+        let mut tail = ByteTail::new(MAX_TAIL_BYTES);
         let block = "é".repeat(1 << 16);
         for _ in 0..80 {
-            tail.push(&block);
+            tail.push(block.as_bytes());
         }
-        assert!(tail.text.chars().count() <= MAX_TAIL_CHARS + MAX_TAIL_CHARS / 4);
+        assert!(tail.bytes.len() <= MAX_TAIL_BYTES + MAX_TAIL_BYTES / 4);
         let (text, truncated) = tail.finish();
-        assert_eq!(text.chars().count(), MAX_TAIL_CHARS);
+        assert_eq!(text.chars().count(), MAX_TAIL_BYTES / 2, "two bytes a character");
         assert!(truncated);
     }
 
     #[test]
-    fn invalid_utf8_becomes_replacement_characters() {
-        let cases: &[&[u8]] =
-            &[b"\xff", b"a\xffb", b"\xe2\x28\xa1", b"\xf0\x9f\x92", b"\xc0\xaf", b"\xed\xa0\x80"];
+    fn a_character_split_across_frames_is_joined_and_invalid_bytes_become_replacement_characters() {
+        let cases: &[&[u8]] = &[
+            b"\xff",
+            b"a\xffb",
+            b"\xe2\x28\xa1",
+            b"\xf0\x9f\x92",
+            b"\xc0\xaf",
+            b"\xed\xa0\x80",
+            "€".as_bytes(),
+        ];
         for bytes in cases {
             for split in 0..=bytes.len() {
-                let mut decoder = Utf8Decoder::default();
-                let mut out = String::new();
-                decoder.decode(&bytes[..split], &mut out);
-                decoder.decode(&bytes[split..], &mut out);
-                decoder.flush(&mut out);
-                assert_eq!(out, String::from_utf8_lossy(bytes), "{bytes:?} split at {split}");
+                let body =
+                    data(1, "stdout", &bytes[..split]) + &data(2, "stdout", &bytes[split..]) + &exit(0);
+                let mut decoder = OutputDecoder::new();
+                let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
+                assert!(result.unwrap().is_some());
+                let want = String::from_utf8_lossy(bytes);
+                assert_eq!(joined(&seen, OutputStream::Stdout), want);
+                assert_eq!(decoder.finish().stdout, want, "{bytes:?} split at {split}");
             }
         }
     }
 
     #[test]
-    fn a_byte_emitters_tail_keeps_the_last_bytes_and_drops_a_character_the_cut_split() {
+    fn a_tail_drops_a_character_the_cut_split() {
         let output = "ab€cd€".as_bytes(); // € is three bytes: e2 82 ac
         let input: String =
             output.chunks(2).enumerate().map(|(i, chunk)| data(i as u64 + 1, "stdout", chunk)).collect();
@@ -861,10 +673,7 @@ mod tests {
             let mut decoder = OutputDecoder::with_tail_limit(limit);
             let mut bytes = Vec::new();
             let ended = decoder
-                .feed_to(
-                    (input.clone() + &exit(0)).as_bytes(),
-                    &mut ByteEmit(|_: OutputStream, b: &[u8]| bytes.extend_from_slice(b)),
-                )
+                .feed((input.clone() + &exit(0)).as_bytes(), &mut |_, b| bytes.extend_from_slice(b))
                 .unwrap();
             assert!(ended.is_some());
             assert_eq!(bytes, output, "every byte went out");
@@ -878,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn a_byte_emitter_gets_each_frames_bytes_as_written() {
+    fn each_frames_bytes_go_out_as_written() {
         // Invalid UTF-8 and a character split across frames included, in
         // order, once per frame; an empty frame is no call; the tails keep
         // the decoded text.
@@ -892,9 +701,7 @@ mod tests {
         .concat();
         let mut decoder = OutputDecoder::new();
         let mut seen: Vec<(OutputStream, Vec<u8>)> = Vec::new();
-        let status = decoder
-            .feed_to(input.as_bytes(), &mut ByteEmit(|s: OutputStream, b: &[u8]| seen.push((s, b.to_vec()))))
-            .unwrap();
+        let status = decoder.feed(input.as_bytes(), &mut |s, b| seen.push((s, b.to_vec()))).unwrap();
         assert!(status.is_some());
         assert_eq!(
             seen,
@@ -909,16 +716,13 @@ mod tests {
     }
 
     #[test]
-    fn flushing_ends_a_stream_cut_short() {
-        // No exit frame (a timeout): the incomplete character is emitted as
-        // U+FFFD, and the tail keeps it.
+    fn a_stream_cut_short_keeps_an_incomplete_character_as_a_replacement() {
+        // No exit frame (a timeout): the bytes went out as they came, and the
+        // tail decodes the incomplete character as U+FFFD.
         let mut decoder = OutputDecoder::new();
         let (seen, result) = collect(&mut decoder, &[data(1, "stdout", b"caf\xc3").as_bytes()]);
         assert!(result.unwrap().is_none());
-        assert_eq!(joined(&seen, OutputStream::Stdout), "caf");
-        let mut flushed = Vec::new();
-        decoder.flush(&mut |s, t| flushed.push((s, t.to_owned())));
-        assert_eq!(flushed, [(OutputStream::Stdout, "\u{fffd}".to_string())]);
+        assert_eq!(seen, [(OutputStream::Stdout, b"caf\xc3".to_vec())]);
         assert_eq!(decoder.finish().stdout, "caf\u{fffd}");
     }
 
@@ -966,7 +770,7 @@ mod tests {
             let want_err = String::from_utf8_lossy(&err).into_owned();
             prop_assert_eq!(&joined(&seen, OutputStream::Stdout), &want_out);
             prop_assert_eq!(&joined(&seen, OutputStream::Stderr), &want_err);
-            prop_assert!(seen.iter().all(|(_, t)| !t.is_empty()));
+            prop_assert!(seen.iter().all(|(_, b)| !b.is_empty()));
             let output = decoder.finish();
             prop_assert_eq!(output.stdout, want_out);
             prop_assert_eq!(output.stderr, want_err);
@@ -980,7 +784,6 @@ mod tests {
                     break;
                 }
             }
-            decoder.flush(&mut |_, _| {});
             let _ = decoder.finish();
         }
 

@@ -3,8 +3,8 @@
 //! local hooks on the calling thread, and converts errors once, here.
 //!
 //! Dropping a hook's future cancels the call (see [`CreateosProvider`]'s
-//! `spawn`): an acquire finishes its create, then deletes
-//! the lease or marks it unconfirmed; a sync stops as release stops it (its
+//! `spawn`): an acquire finishes its create (the recorder still hears both
+//! moments), then deletes the lease or marks it unconfirmed; a sync stops as release stops it (its
 //! current request or post-upload command is cancelled, the command's
 //! process tree terminated, the scratch file removed): files already moved
 //! stay, a host file is replaced only whole (a temporary file renamed over

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{mpsc::Sender, Condvar, Mutex, MutexGuard, PoisonError},
+    sync::{mpsc::Sender, Arc, Condvar, Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -161,12 +161,13 @@ impl Leases {
     /// Registers a command about to start in the lease, refused while the
     /// lease is closing or unconfirmed. Checked and registered under one
     /// lock, so a release either sees the command (and cancels it) or the
-    /// command sees the release (and does not start).
+    /// command sees the release (and does not start). The guard may move to
+    /// the thread that runs the command.
     pub fn start_command(
-        &self,
+        self: &Arc<Self>,
         id: &str,
         cancel: Sender<crate::process::Event>,
-    ) -> Result<CommandGuard<'_>, ProviderError> {
+    ) -> Result<CommandGuard, ProviderError> {
         let mut state = self.lock();
         let (leases, next) = &mut *state;
         let lease = leases.entry(id.to_owned()).or_default();
@@ -178,7 +179,7 @@ impl Leases {
         }
         *next += 1;
         lease.running.insert(*next, cancel);
-        Ok(CommandGuard { leases: self, id: id.to_owned(), number: *next })
+        Ok(CommandGuard { leases: Arc::clone(self), id: id.to_owned(), number: *next })
     }
 
     /// Marks the lease closing; a second release or destroy of the same lease
@@ -236,13 +237,13 @@ fn in_progress() -> ProviderError {
 
 /// A registered command; dropping it unregisters the command and wakes a
 /// release waiting for it.
-pub struct CommandGuard<'a> {
-    leases: &'a Leases,
+pub struct CommandGuard {
+    leases: Arc<Leases>,
     id: String,
     number: u64,
 }
 
-impl Drop for CommandGuard<'_> {
+impl Drop for CommandGuard {
     fn drop(&mut self) {
         let mut state = self.leases.lock();
         if let Some(lease) = state.0.get_mut(&self.id) {

@@ -1,21 +1,27 @@
 //! Running one command: output streamed as it arrives, a deadline, and
 //! termination of the command's whole process group.
 //!
-//! The provider owns its threads: a reader per output pipe, a waiter for the
-//! exit status and a writer for stdin, all feeding one channel that the
-//! hook's own thread (the host's caller) drains. So the host's output sink is
-//! only ever called from the thread that called `execute`, and the hook
-//! never blocks on a pipe or a child without a deadline. (A provider built on
-//! async I/O does the same with a runtime it creates once and owns; it never
-//! uses the host's runtime, and no runtime type crosses the boundary.)
+//! The provider owns its threads: a reader per output pipe and a waiter for
+//! the exit status, feeding one channel that the command's own thread (the
+//! one [`provider_abi::blocking`] started for the hook) drains, and a writer
+//! that pulls standard input from the host's [`ByteSource`]. So the host's
+//! output sink is only ever called from one thread, the hook never blocks on
+//! a pipe or a child without a deadline, and a source read that blocks (a
+//! terminal) blocks only the writer. (A provider built on async I/O does the
+//! same with a runtime it creates once and owns; it never uses the host's
+//! runtime, and no runtime type crosses the boundary.)
 
-use provider_abi::{ExecuteResult, OutputSink, OutputStream};
+use provider_abi::{ByteSink, ByteSource, ExecuteResult, OutputStream};
 use std::{
     io::{Read, Write},
     os::unix::process::{CommandExt, ExitStatusExt},
     path::PathBuf,
     process::{ExitStatus, Stdio},
-    sync::mpsc::{Receiver, RecvTimeoutError, Sender},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, Sender},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -55,8 +61,6 @@ pub struct Spec {
     pub cwd: PathBuf,
     /// Extra environment variables (names already checked).
     pub env: Vec<(String, String)>,
-    /// Bytes for standard input (closed when `None`).
-    pub stdin: Option<Vec<u8>>,
     /// The deadline.
     pub timeout: Duration,
 }
@@ -81,21 +85,24 @@ pub struct Outcome {
     pub cleanup_confirmed: bool,
 }
 
-/// Runs `spec` in its own process group, streaming its output to `sink` as it
-/// arrives. `events` must be the receiver of the sender the lease registered
-/// for this command (so a release can cancel it); `sender` is a clone of it.
+/// Runs `spec` in its own process group, its standard input pulled from
+/// `stdin` and its output written to `sink` as raw bytes as it arrives (the
+/// host decodes it). `events` must be the receiver of the sender the lease
+/// registered for this command (so a release, or the host dropping the
+/// hook's future, can cancel it); `sender` is a clone of it.
 pub fn run(
     spec: &Spec,
+    stdin: ByteSource,
     sender: Sender<Event>,
     events: &Receiver<Event>,
-    sink: &mut OutputSink<'_>,
+    sink: &mut ByteSink,
 ) -> std::io::Result<Outcome> {
     let deadline = Instant::now() + spec.timeout;
     let mut child = std::process::Command::new(&spec.program)
         .args(&spec.args)
         .current_dir(&spec.cwd)
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own process group, so that a timeout or release can terminate
@@ -103,12 +110,11 @@ pub fn run(
         .process_group(0)
         .spawn()?;
     let pgid = child.id() as libc::pid_t;
-    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), spec.stdin.clone()) {
-        // A command that exits without reading its input closes the pipe:
-        // the write fails, which is fine.
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&bytes);
-        });
+    // Set once the command is over: the writer then starts no new read.
+    let ended = Arc::new(AtomicBool::new(false));
+    if let Some(pipe) = child.stdin.take() {
+        let ended = Arc::clone(&ended);
+        std::thread::spawn(move || feed_stdin(stdin, pipe, &ended));
     }
     for (stream, pipe) in [
         (OutputStream::Stdout, child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>)),
@@ -160,6 +166,7 @@ pub fn run(
     // Ran out of time only if it had not exited (a process that escaped the
     // group may hold the pipes open past the end of the command).
     let timed_out = timed_out && status.is_none();
+    ended.store(true, Ordering::Relaxed);
     let cleanup_confirmed = if status.is_some() {
         wait_group_gone(pgid, Instant::now() + KILL_BOUND)
     } else if wait_failed {
@@ -170,7 +177,7 @@ pub fn run(
     if cancelled {
         return Ok(Outcome { ended: Ended::Cancelled, cleanup_confirmed });
     }
-    let (stdout, stderr, truncated) = output.finish(sink);
+    let (stdout, stderr, truncated) = output.finish();
     let result = ExecuteResult {
         // A timeout reports no exit code even if the command died of the
         // termination signal: the host must see `timed_out`.
@@ -182,6 +189,24 @@ pub fn run(
         metadata_json: serde_json::json!({"outputTruncated": truncated}).to_string().into(),
     };
     Ok(Outcome { ended: Ended::Finished(result), cleanup_confirmed })
+}
+
+/// Copies the host's standard input into the command's pipe until either
+/// ends, on a thread of its own: a read may block (a terminal). The source is
+/// dropped here, once its last read has returned; no read starts after the
+/// command is over. Closing the pipe is the command's end of input.
+fn feed_stdin(mut stdin: ByteSource, mut pipe: std::process::ChildStdin, ended: &AtomicBool) {
+    let mut buffer = vec![0; 64 * 1024];
+    while !ended.load(Ordering::Relaxed) {
+        match stdin.read(&mut buffer) {
+            // A command that exits without reading its input closes the
+            // pipe: the write fails, which ends the copy.
+            Ok(read @ 1..) if pipe.write_all(&buffer[..read]).is_ok() => {}
+            // The end of the input, a write that failed, or a host error
+            // (which the command sees as the end of its input).
+            _ => break,
+        }
+    }
 }
 
 fn read_pipe(stream: OutputStream, pipe: Option<Box<dyn Read + Send>>, sender: &Sender<Event>) {
@@ -211,7 +236,7 @@ fn terminate(
     events: &Receiver<Event>,
     status: &mut Option<ExitStatus>,
     output: &mut Collected,
-    sink: &mut OutputSink<'_>,
+    sink: &mut ByteSink,
 ) -> bool {
     for (signal, bound) in [(libc::SIGTERM, GRACE), (libc::SIGKILL, KILL_BOUND)] {
         signal_group(pgid, signal);
@@ -272,87 +297,46 @@ pub fn signal_name(signal: i32) -> String {
     }
 }
 
-/// Output decoded per stream (a chunk may end inside a UTF-8 character),
-/// streamed to the sink and its tail kept for the result.
+/// Each stream's output: written to the sink as it arrives, its tail kept
+/// for the result.
 #[derive(Default)]
 struct Collected {
-    streams: [Decoded; 2],
+    streams: [Tail; 2],
 }
 
 #[derive(Default)]
-struct Decoded {
-    pending: Vec<u8>,
-    kept: String,
+struct Tail {
+    kept: Vec<u8>,
     truncated: bool,
 }
 
-impl Decoded {
-    fn push(&mut self, stream: OutputStream, text: &str, sink: &mut OutputSink<'_>) {
-        if text.is_empty() {
+impl Collected {
+    fn push(&mut self, stream: OutputStream, bytes: &[u8], sink: &mut ByteSink) {
+        if bytes.is_empty() {
             return;
         }
-        sink.write(stream, text);
-        self.kept.push_str(text);
-        if self.kept.len() > MAX_KEPT {
-            let mut cut = self.kept.len() - MAX_KEPT;
-            while !self.kept.is_char_boundary(cut) {
-                cut += 1;
-            }
-            self.kept.drain(..cut);
-            self.truncated = true;
+        // Raw bytes, exactly as the command wrote them: a chunk may end
+        // inside a UTF-8 character, and decoding is the host's business.
+        sink.write(stream, bytes);
+        let tail = &mut self.streams[stream as usize];
+        tail.kept.extend_from_slice(bytes);
+        if tail.kept.len() > MAX_KEPT {
+            let cut = tail.kept.len() - MAX_KEPT;
+            tail.kept.drain(..cut);
+            tail.truncated = true;
         }
     }
-}
 
-impl Collected {
-    fn push(&mut self, stream: OutputStream, bytes: &[u8], sink: &mut OutputSink<'_>) {
-        let decoded = &mut self.streams[stream as usize];
-        decoded.pending.extend_from_slice(bytes);
-        let text = take_valid_utf8(&mut decoded.pending);
-        decoded.push(stream, &text, sink);
-    }
-
-    /// Flushes what is left (an incomplete character becomes U+FFFD) and
-    /// returns stdout, stderr and whether either was truncated.
-    fn finish(mut self, sink: &mut OutputSink<'_>) -> (String, String, bool) {
-        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
-            let decoded = &mut self.streams[stream as usize];
-            let rest = String::from_utf8_lossy(&std::mem::take(&mut decoded.pending)).into_owned();
-            decoded.push(stream, &rest, sink);
-        }
-        let [out, err] = self.streams;
-        let truncated = out.truncated || err.truncated;
-        (out.kept, err.kept, truncated)
-    }
-}
-
-/// Removes and returns the longest prefix of `pending` that can be decoded,
-/// invalid bytes replaced by U+FFFD; an incomplete character at the end
-/// stays for the next chunk.
-fn take_valid_utf8(pending: &mut Vec<u8>) -> String {
-    let mut text = String::new();
-    loop {
-        match std::str::from_utf8(pending) {
-            Ok(valid) => {
-                text.push_str(valid);
-                pending.clear();
-                return text;
-            }
-            Err(error) => {
-                let valid = error.valid_up_to();
-                text.push_str(&String::from_utf8_lossy(&pending[..valid]));
-                match error.error_len() {
-                    Some(bad) => {
-                        text.push('\u{FFFD}');
-                        pending.drain(..valid + bad);
-                    }
-                    None => {
-                        pending.drain(..valid);
-                        return text;
-                    }
-                }
-            }
-        }
+    /// Stdout's and stderr's tails as text (a character cut at the start of
+    /// a truncated tail is dropped, invalid bytes become U+FFFD) and whether
+    /// either was truncated.
+    fn finish(self) -> (String, String, bool) {
+        let [out, err] = self.streams.map(|tail| {
+            let start =
+                if tail.truncated { tail.kept.iter().take_while(|&&b| b & 0xC0 == 0x80).count() } else { 0 };
+            (String::from_utf8_lossy(&tail.kept[start..]).into_owned(), tail.truncated)
+        });
+        (out.0, err.0, out.1 || err.1)
     }
 }
 
@@ -361,15 +345,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_character_split_across_chunks_is_decoded_whole() {
-        let bytes = "é€".as_bytes();
-        let mut pending = bytes[..1].to_vec();
-        assert_eq!(take_valid_utf8(&mut pending), "");
-        pending.extend_from_slice(&bytes[1..4]);
-        assert_eq!(take_valid_utf8(&mut pending), "é");
-        pending.extend_from_slice(&bytes[4..]);
-        assert_eq!(take_valid_utf8(&mut pending), "€");
-        pending.extend_from_slice(b"a\xffb");
-        assert_eq!(take_valid_utf8(&mut pending), "a\u{FFFD}b");
+    fn a_truncated_tail_starts_at_a_whole_character() {
+        let mut collected = Collected::default();
+        let mut sink = ByteSink::discard();
+        // The cut falls inside a character: its second byte is dropped too.
+        collected.push(OutputStream::Stdout, "é".repeat(MAX_KEPT / 2 + 1).as_bytes(), &mut sink);
+        collected.push(OutputStream::Stdout, b"a", &mut sink);
+        collected.push(OutputStream::Stderr, b"a\xffb", &mut sink);
+        let (stdout, stderr, truncated) = collected.finish();
+        assert!(truncated);
+        assert_eq!(stdout, format!("{}a", "é".repeat(MAX_KEPT / 2 - 1)));
+        assert_eq!(stderr, "a\u{FFFD}b");
     }
 }
