@@ -175,7 +175,7 @@ const WAIT: Duration = Duration::from_secs(60);
 pub const CHECKS: &[Check] = &[
     Check {
         name: "manifest",
-        contract: "The manifest names the provider, its version and driver key and a JSON-object configuration schema; the library's table has every required hook, and health answers.",
+        contract: "The manifest names the provider, its version and driver key and a JSON-object configuration schema; the library's table has every required hook, and the hooks it has answer.",
         run: manifest,
     },
     Check {
@@ -230,7 +230,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "recorder-panic",
-        contract: "acquire_lease tells the host its creation request is about to leave, then hands it the lease before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
+        contract: "acquire_lease tells the host before its creation request leaves and hands it the lease before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
         run: recorder_panic,
     },
     Check {
