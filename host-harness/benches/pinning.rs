@@ -6,7 +6,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use host_harness::{
-    loader::LoadedProvider, lock::LockFile, plugin::default_plugin_path, providers::sha256_hex, staging::Staging,
+    loader::LoadedProvider, lock::LockFile, plugin::default_plugin_path, providers::sha256_hex,
+    staging::Staging,
 };
 use std::hint::black_box;
 

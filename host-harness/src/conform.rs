@@ -353,7 +353,7 @@ struct Journal {
 
 impl Journal {
     /// A recorder for one creation and the moments it will hold.
-    fn new(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
+    fn recorder(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
         let moments = Arc::new(Mutex::new(Vec::new()));
         (CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics }), moments)
     }
@@ -460,7 +460,7 @@ impl Ctx {
             run_id: "conform".into(),
             requested_expires_at: None.into(),
         };
-        let (recorder, moments) = Journal::new(false);
+        let (recorder, moments) = Journal::recorder(false);
         let lease = wait(self.provider().acquire_lease(params, recorder))
             .map_err(|error| hook_failed("acquire_lease", &error))?;
         let moments = locked(&moments).clone();
@@ -1046,7 +1046,7 @@ fn describe(verdict: &Verdict) -> String {
 fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
     let params =
         AcquireParams { env: ctx.0.env.clone(), run_id: "conform".into(), requested_expires_at: None.into() };
-    let (recorder, moments) = Journal::new(true);
+    let (recorder, moments) = Journal::recorder(true);
     let outcome = wait(ctx.provider().acquire_lease(params, recorder));
     let moments = locked(&moments).clone();
     let created = moments.iter().find_map(|moment| match moment {

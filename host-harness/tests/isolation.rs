@@ -17,7 +17,8 @@ use host_harness::{
 };
 use provider_abi::{
     ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, ErrorKind, ExecuteParams, Hook, HookFuture,
-    Lease, LeaseParams, LogLevel, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
+    Lease, LeaseParams, LogLevel, LogSink, OutputStream, Provider, ProviderError, RecordCreation,
+    SetupParams,
 };
 use serde_json::json;
 use std::{
@@ -602,7 +603,8 @@ fn exec_through_the_worker_streams_stdin_of_any_size() {
     let file = bed.path("input.bin");
     std::fs::write(&file, &input).unwrap();
     let stdin = file.to_str().unwrap();
-    let output = bed.run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "sha256sum"]);
+    let output = bed
+        .run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "sha256sum"]);
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     let remote = String::from_utf8_lossy(&output.stdout).into_owned();
     use sha2::Digest as _;
@@ -645,15 +647,25 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
     };
     let ended_by_themselves = unterminated(&sim.ledger());
     let created = |ledger: &createos_sim::Ledger| {
-        ledger.requests.iter().filter(|r| createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path)).count()
+        ledger
+            .requests
+            .iter()
+            .filter(|r| createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
+            .count()
     };
     let before = created(&sim.ledger());
     {
         let mut output = ignore();
-        let mut running = Box::pin(host.execute(&held, command("/bin/sleep", "600"), ByteSource::empty(), &mut output));
+        let mut running =
+            Box::pin(host.execute(&held, command("/bin/sleep", "600"), ByteSource::empty(), &mut output));
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(std::future::Future::poll(running.as_mut(), &mut context).is_pending(), "a 600 s command runs");
-        common::wait_until("the command was created", Duration::from_secs(60), || created(&sim.ledger()) > before);
+        assert!(
+            std::future::Future::poll(running.as_mut(), &mut context).is_pending(),
+            "a 600 s command runs"
+        );
+        common::wait_until("the command was created", Duration::from_secs(60), || {
+            created(&sim.ledger()) > before
+        });
     }
     common::wait_until("the dropped command was terminated", Duration::from_secs(60), || {
         unterminated(&sim.ledger()) == ended_by_themselves
@@ -760,8 +772,8 @@ fn through_the_worker_a_library_lacks_the_hooks_its_table_lacks() {
     let lease = bed.acquire(Some(&frozen));
     std::fs::write(bed.path("f"), "f").unwrap();
     let inbound = format!("{}:/fixture/f", bed.path("f").display());
-    let output =
-        bed.run(Some(&frozen), &["--json", "sync", "--config", "{config}", "--lease", &lease, "--in", &inbound]);
+    let output = bed
+        .run(Some(&frozen), &["--json", "sync", "--config", "{config}", "--lease", &lease, "--in", &inbound]);
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     let line: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(line["error"]["kind"], "unsupported", "{line}");

@@ -26,7 +26,8 @@ fn health(set: &ProviderSet) -> String {
 #[test]
 fn swaps_between_tables_and_back_each_answering_with_its_own_hooks() {
     use provider_abi::{ErrorKind, SyncDirection, SyncParams};
-    let steps = ["fixture_provider", "fixture_frozen", "fixture_next_minor", "fixture_frozen", "fixture_provider"];
+    let steps =
+        ["fixture_provider", "fixture_frozen", "fixture_next_minor", "fixture_frozen", "fixture_provider"];
     let set = ProviderSet::new(load(steps[0]));
     for (index, library) in steps.into_iter().enumerate() {
         if index > 0 {
@@ -48,7 +49,10 @@ fn swaps_between_tables_and_back_each_answering_with_its_own_hooks() {
         match set.grant_request_share(500_000) {
             Ok(()) => assert!(alone.supports(Hook::GrantRequestShare), "{library}"),
             Err(error) => {
-                assert_eq!((error.kind, alone.supports(Hook::GrantRequestShare)), (ErrorKind::UNSUPPORTED, false))
+                assert_eq!(
+                    (error.kind, alone.supports(Hook::GrantRequestShare)),
+                    (ErrorKind::UNSUPPORTED, false)
+                )
             }
         }
     }

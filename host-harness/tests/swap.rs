@@ -178,7 +178,8 @@ fn a_sighup_to_an_unpinned_library_is_refused_when_a_lock_file_exists() {
 #[test]
 fn soak_swaps_every_n_lifecycles_alternating_between_two_builds() {
     let bed = Bed::new();
-    let other = bed.dir.path().join("other").join(host_harness::loader::library_file_name("createos_provider"));
+    let other =
+        bed.dir.path().join("other").join(host_harness::loader::library_file_name("createos_provider"));
     std::fs::create_dir(other.parent().unwrap()).unwrap();
     std::fs::copy(library("createos_provider"), &other).unwrap();
     let output = bed
