@@ -149,9 +149,11 @@ impl HookTableRef {
 }
 
 impl ProviderModuleRef {
-    /// Every address the module hands over, each with what it is: a host
+    /// Every function the module hands over, each with what it is: a host
     /// checks they all lie inside the library it loaded (a module that
-    /// points elsewhere is forged or corrupt).
+    /// points elsewhere is forged or corrupt). The module and its table are
+    /// data the library built at load time (on its heap), so what they hold
+    /// is checked, not where they are.
     pub fn code_addresses(self) -> Vec<(&'static str, *const c_void)> {
         let hooks = self.hooks();
         let optional = [
@@ -164,7 +166,6 @@ impl ProviderModuleRef {
         let mut addresses = vec![
             ("root module constructor", self.new_instance() as *const c_void),
             ("root module destructor", self.drop_instance() as *const c_void),
-            ("hook table", hooks.0.to_raw_ptr().cast::<c_void>()),
             ("manifest hook", hooks.manifest() as *const c_void),
             ("setup hook", hooks.setup() as *const c_void),
             ("shutdown hook", hooks.shutdown() as *const c_void),

@@ -15,8 +15,10 @@ use checked::CheckedFile;
 use image::LoadedImage;
 use provider_abi::{AbiVersion, Hook, Instance, ProviderError, ProviderModuleRef, ABI_VERSION};
 use abi_stable::{
+    abi_stability::abi_checking::check_layout_compatibility,
     library::{lib_header_from_path, LibHeader, LibraryError, RootModule},
     sabi_types::VersionNumber,
+    StableAbi,
 };
 use std::{
     fmt,
@@ -68,7 +70,7 @@ pub enum LoadError {
     ForeignPointer {
         /// The file.
         path: PathBuf,
-        /// Which part of the module (`ABI 1.1 hook table`...).
+        /// Which part of the module (`health hook`...).
         what: String,
     },
     /// The object the dynamic loader mapped is not the file that was checked
@@ -256,9 +258,28 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
             host: ABI_VERSION,
         });
     }
-    let module = header.init_root_module::<ProviderModuleRef>().map_err(|error| {
-        LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
-    })?;
+    let mismatch = |detail: &dyn fmt::Display| LoadError::LayoutMismatch {
+        path: path.to_path_buf(),
+        detail: first_line(detail),
+    };
+    let module = if version.minor < u32::from(ABI_VERSION.minor) {
+        // abi_stable checks a module with the host's definitions as the
+        // expected layout, and refuses a host table with more fields than
+        // the library's. A library of an older minor version has a table
+        // that is a prefix of ours, so it is checked the other way round
+        // (its layout as the expected one), and the hooks appended since
+        // read as absent through the table's accessors. The fixture
+        // `fixture-next-minor`'s tests prove both directions.
+        let library = header.layout().ok_or_else(|| mismatch(&"the library declares no root module layout"))?;
+        check_layout_compatibility(library, ProviderModuleRef::LAYOUT).map_err(|error| mismatch(&error))?;
+        // SAFETY: the layouts were just checked, with the library's as the
+        // expected one; fields past the library's are read through
+        // accessors that check they exist.
+        unsafe { header.init_root_module_with_unchecked_layout::<ProviderModuleRef>() }
+            .map_err(|error| mismatch(&error))?
+    } else {
+        header.init_root_module::<ProviderModuleRef>().map_err(|error| mismatch(&error))?
+    };
     Ok((module, image))
 }
 
