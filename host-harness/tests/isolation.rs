@@ -612,6 +612,40 @@ fn exec_through_the_worker_streams_stdin_of_any_size() {
     assert_eq!(remote.split_whitespace().next(), Some(local.as_str()), "{remote}");
 }
 
+/// `exec --isolate` pulls an endless stdin through the worker a chunk at a
+/// time until the command's timeout, in memory far below what buffering the
+/// input would take.
+#[test]
+#[allow(clippy::zombie_processes)] // reaped by wait4, for its peak memory
+fn exec_through_the_worker_streams_an_endless_stdin_in_bounded_memory_until_the_timeout() {
+    /// Far above the harness's and a worker's own few tens of MiB.
+    const PEAK_LIMIT_KIB: i64 = 200 << 10;
+    let bed = IsolatedBed::new();
+    let lease = bed.acquire(None);
+    let config = bed.config.to_str().unwrap();
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env_remove("RUST_LOG")
+        .arg("--isolate")
+        .arg("--ledger")
+        .arg(bed.path("ledger.sqlite3"))
+        .args(["exec", "--config", config, "--lease", &lease, "--timeout", "3s", "--stdin", "/dev/zero"])
+        .args(["--", "sh", "-c", "cat >/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(harness.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: reaps our own child, which has closed its stderr.
+    let reaped = unsafe { libc::wait4(harness.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, harness.id() as i32);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    assert_eq!(code, Some(124), "the timeout's exit code: {stderr}");
+    assert!(usage.ru_maxrss < PEAK_LIMIT_KIB, "peak RSS {} KiB: {stderr}", usage.ru_maxrss);
+}
+
 /// Processes the simulator created and nobody terminated (those that ended
 /// by themselves count too).
 fn unterminated(ledger: &createos_sim::Ledger) -> usize {
