@@ -175,7 +175,7 @@ const WAIT: Duration = Duration::from_secs(60);
 pub const CHECKS: &[Check] = &[
     Check {
         name: "manifest",
-        contract: "The manifest names the provider, its version and driver key and a JSON-object configuration schema; the library's table has every required hook, and health answers.",
+        contract: "The manifest names the provider, its version and driver key and a JSON-object configuration schema; the library's table has every required hook, and the hooks it has answer.",
         run: manifest,
     },
     Check {
@@ -230,7 +230,7 @@ pub const CHECKS: &[Check] = &[
     },
     Check {
         name: "recorder-panic",
-        contract: "acquire_lease tells the host its creation request is about to leave, then hands it the lease before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
+        contract: "acquire_lease tells the host before its creation request leaves and hands it the lease before going on; when the host's recorder fails (here: panics), the hook fails with the recorder's error and deletes what it created.",
         run: recorder_panic,
     },
     Check {
@@ -353,7 +353,7 @@ struct Journal {
 
 impl Journal {
     /// A recorder for one creation and the moments it will hold.
-    fn new(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
+    fn recorder(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
         let moments = Arc::new(Mutex::new(Vec::new()));
         (CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics }), moments)
     }
@@ -460,7 +460,7 @@ impl Ctx {
             run_id: "conform".into(),
             requested_expires_at: None.into(),
         };
-        let (recorder, moments) = Journal::new(false);
+        let (recorder, moments) = Journal::recorder(false);
         let lease = wait(self.provider().acquire_lease(params, recorder))
             .map_err(|error| hook_failed("acquire_lease", &error))?;
         let moments = locked(&moments).clone();
@@ -1046,7 +1046,7 @@ fn describe(verdict: &Verdict) -> String {
 fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
     let params =
         AcquireParams { env: ctx.0.env.clone(), run_id: "conform".into(), requested_expires_at: None.into() };
-    let (recorder, moments) = Journal::new(true);
+    let (recorder, moments) = Journal::recorder(true);
     let outcome = wait(ctx.provider().acquire_lease(params, recorder));
     let moments = locked(&moments).clone();
     let created = moments.iter().find_map(|moment| match moment {

@@ -244,15 +244,18 @@ fn many_threads_call_at_once_and_each_gets_its_own_output() {
     assert_eq!(provider.workers_started(), 1);
 }
 
-/// The release rule across a crash: a command's cleanup is unconfirmed on
-/// worker 1, worker 1 crashes (and with it the provider's memory of that),
-/// and a release for reuse through worker 2 still destroys the lease
-/// instead of pausing it, because the host's ledger remembers.
+/// The release rule across a crash, with a provider that cannot be told
+/// (the frozen 2.0 fixture has neither `import_unconfirmed` nor
+/// `inspect_lease`): a command's cleanup is unconfirmed on worker 1, worker
+/// 1 crashes (and with it the provider's memory of that), and a release for
+/// reuse through worker 2 still destroys the lease instead of pausing it,
+/// because the host's ledger remembers.
 #[test]
 fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let provider = start(options());
+    let provider = IsolatedProvider::start(fixture("fixture_frozen"), options()).expect("start the worker");
+    assert!(!provider.supports(Hook::ImportUnconfirmed) && !provider.supports(Hook::InspectLease));
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
     let poisoned = wait(host.acquire()).unwrap();
@@ -260,13 +263,10 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
     let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
-    let inspect = |lease: &Lease| wait(provider.inspect_lease(host.params(lease))).unwrap();
-    assert!(inspect(&poisoned.lease).unconfirmed, "worker 1 knows");
+    assert_eq!(ledger.get(poisoned.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
 
     let (crashed, _) = execute(&provider, "crash:abort", &[]);
     assert!(is_worker_failure(&crashed.unwrap_err()));
-    assert!(!inspect(&poisoned.lease).unconfirmed, "worker 2 never heard of it");
-    assert_eq!(provider.workers_started(), 2);
 
     match wait(host.release(&poisoned)).unwrap() {
         Released::DestroyedInstead(cause) => assert_eq!(cause.kind, ErrorKind::CLEANUP_UNCONFIRMED),
@@ -274,6 +274,7 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     }
     assert_eq!(ledger.get(poisoned.row).unwrap().unwrap().state, LeaseState::Destroyed);
     assert_eq!(wait(host.release(&control)).unwrap(), Released::Kept, "worker 2 would have paused it");
+    assert_eq!(provider.workers_started(), 2);
 }
 
 /// The release rule across a crash with a provider that takes leases over
@@ -611,6 +612,40 @@ fn exec_through_the_worker_streams_stdin_of_any_size() {
     assert_eq!(remote.split_whitespace().next(), Some(local.as_str()), "{remote}");
 }
 
+/// `exec --isolate` pulls an endless stdin through the worker a chunk at a
+/// time until the command's timeout, in memory far below what buffering the
+/// input would take.
+#[test]
+#[allow(clippy::zombie_processes)] // reaped by wait4, for its peak memory
+fn exec_through_the_worker_streams_an_endless_stdin_in_bounded_memory_until_the_timeout() {
+    /// Far above the harness's and a worker's own few tens of MiB.
+    const PEAK_LIMIT_KIB: i64 = 200 << 10;
+    let bed = IsolatedBed::new();
+    let lease = bed.acquire(None);
+    let config = bed.config.to_str().unwrap();
+    let mut harness = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .env_remove("RUST_LOG")
+        .arg("--isolate")
+        .arg("--ledger")
+        .arg(bed.path("ledger.sqlite3"))
+        .args(["exec", "--config", config, "--lease", &lease, "--timeout", "3s", "--stdin", "/dev/zero"])
+        .args(["--", "sh", "-c", "cat >/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(harness.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    // SAFETY: reaps our own child, which has closed its stderr.
+    let reaped = unsafe { libc::wait4(harness.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, harness.id() as i32);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    assert_eq!(code, Some(124), "the timeout's exit code: {stderr}");
+    assert!(usage.ru_maxrss < PEAK_LIMIT_KIB, "peak RSS {} KiB: {stderr}", usage.ru_maxrss);
+}
+
 /// Processes the simulator created and nobody terminated (those that ended
 /// by themselves count too).
 fn unterminated(ledger: &createos_sim::Ledger) -> usize {
@@ -658,7 +693,10 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
         let mut running =
             Box::pin(host.execute(&held, command("/bin/sleep", "600"), ByteSource::empty(), &mut output));
         let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(running.as_mut().poll(&mut context).is_pending(), "a 600 s command runs");
+        assert!(
+            std::future::Future::poll(running.as_mut(), &mut context).is_pending(),
+            "a 600 s command runs"
+        );
         common::wait_until("the command was created", Duration::from_secs(60), || {
             created(&sim.ledger()) > before
         });

@@ -341,7 +341,7 @@ fn a_call_refused_before_any_request_leaves_no_ledger_row() {
 
 /// A host killed after its DELETE reached the API (a probe deleting its own
 /// sandbox, a `destroy` whose reply was still in flight) leaves its row
-/// `acquiring` or `destroying` although the sandbox is gone. The sweep that
+/// `creating` or `destroying` although the sandbox is gone. The sweep that
 /// finds the row closes it without deleting the sandbox a second time: the
 /// chaos test's "0 double destroys" once failed on a probe killed so.
 #[test]
@@ -354,7 +354,7 @@ fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
     std::fs::write(&lease_path, acquire(&ledger_path, &config).to_string()).unwrap();
     let lease_path = lease_path.to_str().unwrap();
     for (args, left) in [
-        (vec!["probe", "--config", &config], LeaseState::Acquiring),
+        (vec!["probe", "--config", &config], LeaseState::Creating),
         (vec!["destroy", "--config", &config, "--lease", lease_path], LeaseState::Destroying),
     ] {
         // Every DELETE is carried out, then its reply held past the test's end.

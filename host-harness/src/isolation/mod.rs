@@ -13,10 +13,11 @@
 //!   binary runs in its hidden `__worker` subcommand.
 //!
 //! Why postcard and a hand-written frame loop rather than an RPC framework:
-//! the hooks are blocking calls on host threads, the provider owns its own
-//! async runtime, and a round trip must cost microseconds; a length prefix,
-//! a call id and serde's compact encoding of the ABI's own types (behind
-//! `provider-abi`'s `serde` feature) is all the protocol needs.
+//! each call is served by a thread of its own on both sides (the host's
+//! futures must not need an async runtime of the host's, and the provider
+//! owns its own), and a round trip must cost microseconds; a length prefix,
+//! one frame per message and serde's compact encoding of the ABI's own types
+//! (behind `provider-abi`'s `serde` feature) is all the protocol needs.
 
 pub mod client;
 pub mod fd_pass;
