@@ -395,3 +395,62 @@ fn a_sweep_never_deletes_again_a_sandbox_whose_delete_went_out_before_a_kill() {
         assert_eq!(deletes, 0, "{args:?}: the sweep deleted {sandbox} again");
     }
 }
+
+/// A soak killed with SIGKILL while most of its lifecycles wait for the
+/// pacer to admit their creation request: those requests never left, so
+/// their rows (still `acquiring`) are closed by `sweep` without a word, and
+/// the sweep speaks only of creations that may really exist.
+#[test]
+fn a_sweep_after_a_kill_closes_the_rows_whose_creation_never_left_without_a_word() {
+    const CONCURRENCY: usize = 20;
+    let sim = simulator();
+    let dir = tempfile::tempdir().unwrap();
+    // Two requests a minute: the first creation goes out, the others wait
+    // for the pacer far longer than this test runs.
+    let mut config = provider_config(&sim);
+    config["requestsPerMinute"] = json!(2);
+    config["timeoutMs"] = json!(5_000);
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, json!({"companyId": "acme", "environmentId": "dev", "config": config}).to_string())
+        .unwrap();
+    let config = path.to_string_lossy().into_owned();
+    let ledger_path = dir.path().join("ledger.sqlite3");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .arg("--ledger")
+        .arg(&ledger_path)
+        .args(["soak", "--config", &config, "--leases", "40", "--concurrency", &CONCURRENCY.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Each lifecycle begins with a probe, whose row is written before its
+    // creation request waits for the pacer.
+    let begun = || Ledger::open(&ledger_path).and_then(|ledger| ledger.list()).map_or(0, |rows| rows.len());
+    wait_until("every lifecycle in flight has begun its row", Duration::from_secs(30), || {
+        begun() >= CONCURRENCY
+    });
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let rows = Ledger::open(&ledger_path).unwrap().list().unwrap();
+    let never_sent = rows.iter().filter(|row| row.state == LeaseState::Acquiring).count();
+    assert!(never_sent >= CONCURRENCY - 2, "most creations were waiting for the pacer: {rows:?}");
+    let swept = harness(&ledger_path, &["sweep", "--config", &config, "--json"]);
+    let summary = stdout_json(&swept);
+    let in_flight =
+        rows.iter().filter(|row| row.state == LeaseState::Creating && row.provider_lease_id.is_none());
+    assert_eq!(summary["unresolvable"].as_u64(), Some(in_flight.count() as u64), "{summary}");
+    // The sweep acts on the rows that name a sandbox (at the stored two
+    // requests a minute, a destroy may not fit its deadline: that is
+    // `failed`, and the row stays for the next sweep); it says nothing of
+    // the rows never sent.
+    let named = rows.iter().filter(|row| row.provider_lease_id.is_some()).count() as u64;
+    let acted = summary["destroyed"].as_u64().unwrap() + summary["failed"].as_u64().unwrap();
+    assert_eq!(acted, named, "{summary}");
+    if summary["unresolvable"] == 0 {
+        assert!(!stderr(&swept).contains("name no sandbox"), "{}", stderr(&swept));
+    }
+    let after = Ledger::open(&ledger_path).unwrap().list().unwrap();
+    assert!(!after.iter().any(|row| row.state == LeaseState::Acquiring), "the rows never sent are closed");
+}

@@ -32,7 +32,7 @@ use std::{
 /// `ImportUnconfirmed`, `GrantRequestShare`); the others are left out of its
 /// table, so a host reports them `unsupported` without calling.
 ///
-/// ```ignore
+/// ```text
 /// provider_abi::export_provider!(MyProvider, optional = [Probe, InspectLease]);
 /// ```
 #[macro_export]
