@@ -192,10 +192,13 @@ impl RecordCreation for ChannelRecorder {
     }
 }
 
+/// A chunk of a command's output. Boxed: a channel allocates its slots 32
+/// at a time.
+type Chunk = Box<(OutputStream, Vec<u8>)>;
+
 /// Sends a command's output chunks over a channel to the host's future.
-/// Boxed chunks: a channel allocates its slots 32 at a time.
-fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Box<(OutputStream, Vec<u8>)>>) {
-    let (sender, chunks) = mpsc::unbounded_channel::<Box<(OutputStream, Vec<u8>)>>();
+fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Chunk>) {
+    let (sender, chunks) = mpsc::unbounded_channel::<Chunk>();
     let sink =
         ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
     (sink, chunks)
