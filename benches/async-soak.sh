@@ -4,9 +4,8 @@
 # CreateOS provider against the simulator run as its own process (rate
 # limit off), so the harness's figures hold only the harness and the
 # provider. One run reports, side by side:
-#   async, 100 / 1,000 / BIG in flight (soak's default: every lifecycle a
-#          future on one thread, the provider's async hooks);
-#   blocking, 1,000 in flight (`soak --blocking`: a thread per lifecycle).
+#   100 / 1,000 / BIG in flight (every lifecycle a future on one thread,
+#   awaiting the provider's hooks).
 # Per row: lifecycles/s, failed, sandboxes left live in the simulator,
 # peak threads of the harness process, resident memory added per lifecycle
 # in flight, the API requests per lifecycle (the provider polls more while
@@ -88,5 +87,4 @@ echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 # at once.
 run async 100 1000
 run async 1000 1000
-run blocking 1000 1000 --blocking
 run async "$big" "$big"

@@ -3,7 +3,7 @@
 # provider, against the simulator run as its own process (rate limit off),
 # so the harness's memory, threads and CPU figures hold only the harness and
 # the provider. Usage: bash benches/soak.sh [LEASES] [CONCURRENCY] [PLUGIN]
-# [SOAK OPTIONS...] (for instance --blocking: a thread per lifecycle).
+# [SOAK OPTIONS...] (for instance --faults hostile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 leases=${1:-1000}
