@@ -2,7 +2,7 @@
 //! host hashes is exactly what it loads.
 //!
 //! A library is opened once, the way a load opens it
-//! ([`provider_abi::open_library`]: non-blocking, regular files only), and
+//! ([`crate::loader::open_library`]: non-blocking, regular files only), and
 //! its bytes are copied from that open file into a directory only this
 //! process's user can enter, hashing them on the way. The copy is named by
 //! the hash and made read-only; the pin check, the load (here or in a worker

@@ -2,7 +2,7 @@
 //! loader maps it (a regular file, an ELF shared object whose segments lie
 //! inside it, the object mapped is the file checked, a provider root module
 //! of this host's major ABI version whose every address lies inside the
-//! library), and [`LoadedProvider`], which implements [`Provider`] on it.
+//! library), and [`LoadedProvider`], which implements [`Provider`](provider_abi::Provider) on it.
 
 mod checked;
 #[cfg(target_os = "linux")]
