@@ -2,7 +2,7 @@
 //!
 //! The provider paces itself against its own budget (CreateOS:
 //! `requestsPerMinute` per account and caller); the host grants it a share
-//! of that budget through `grant_request_share` (ABI 1.6), never reading the
+//! of that budget through `grant_request_share`, never reading the
 //! provider's configuration. The share of a host is `1 / n`, `n` the live
 //! hosts of its group ([`LeaseStore::budget_group`]: the processes that
 //! opened one SQLite ledger, or the hosts of one machine in a PostgreSQL

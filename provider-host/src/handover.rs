@@ -1,7 +1,7 @@
 //! What a newly active provider version must learn from the host: the
 //! leases whose cleanup is unconfirmed. The version that marked them knew
 //! it only in memory; the lease store knows it durably, so the host hands
-//! each such lease to the new version (`import_unconfirmed`, ABI 1.5) before
+//! each such lease to the new version (`import_unconfirmed`) before
 //! it takes its first call, and the new version itself refuses to reuse them.
 
 use crate::{

@@ -573,7 +573,7 @@ impl<'a> Host<'a> {
     }
 
     /// Destroys a lease a gone host left behind in `state`. Where that host
-    /// may already have sent the DELETE ([`delete_may_have_gone_out`]), the
+    /// may already have sent the DELETE (`delete_may_have_gone_out`), the
     /// provider is asked first whether the lease still exists
     /// (`inspect_lease`): one already gone is recorded destroyed without a
     /// second DELETE. Otherwise, or when it cannot say, destroys.

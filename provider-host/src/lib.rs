@@ -15,7 +15,9 @@
 //!
 //! A platform goes through [`host::Host`]: load the provider, open a ledger,
 //! and call each hook through the host, which records the lease before the
-//! call that needs it returns (condensed from `examples/embed.rs`):
+//! call that needs it returns (condensed from `examples/embed.rs`). The
+//! host's hook methods are async; a blocking caller runs each with
+//! [`wait`]:
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {

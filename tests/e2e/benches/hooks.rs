@@ -4,7 +4,7 @@
 //! through an out-of-process worker answering JSON lines over pipes
 //! (`provider-worker`), in one run; the cost of loading a library; how long
 //! an isolated provider takes from a detected worker crash to a new worker
-//! answering its first call; and what the provider's log forwarding (ABI 1.3)
+//! answering its first call; and what the provider's log forwarding
 //! costs a hook whose event is below the host's level, and one whose event is
 //! forwarded.
 //!
