@@ -135,7 +135,8 @@ fn sigterm_exit_is_reported_and_pause_stops_processes() {
     assert_eq!(state(), 'T');
     assert_eq!(api.post(&format!("/sandboxes/{id}/resume"), json!({})).0, 200);
     api.wait_status(&id, "running");
-    assert_eq!(state(), 'S');
+    // Continued: running or back asleep in `sleep`, no longer stopped.
+    assert!(matches!(state(), 'R' | 'S'), "{}", state());
     let (_, v) = api.delete(&format!("/sandboxes/{id}/processes/{pid}?grace_ms=2000"));
     assert_eq!(v["data"]["tree_exited"], true);
     let (frames, _) = read_frames(api.connect(&id, &pid, 0));
