@@ -132,7 +132,8 @@ fn sigterm_exit_is_reported_and_pause_stops_processes() {
     };
     assert_eq!(api.post(&format!("/sandboxes/{id}/pause"), json!({})).0, 200);
     api.wait_status(&id, "paused");
-    assert_eq!(state(), 'T');
+    // SIGSTOP takes effect when the kernel next schedules the process.
+    assert!(wait_until(Duration::from_secs(5), || state() == 'T'), "{}", state());
     assert_eq!(api.post(&format!("/sandboxes/{id}/resume"), json!({})).0, 200);
     api.wait_status(&id, "running");
     // Continued: running or back asleep in `sleep`, no longer stopped.
