@@ -26,11 +26,11 @@ use crate::{
     rpc::{self, codes, Incoming, Lines, RpcError, MAX_LINE_BYTES},
     text::{self, Utf8Stream},
 };
-use provider_abi::{ErrorKind, Hook, LogLevel, LogRecord, LogSink, OutputStream, ProviderError, SyncParams};
+use provider_abi::{Hook, LogLevel, LogRecord, LogSink, OutputStream, ProviderError, SyncParams};
 use provider_host::{
     host::{Calls, HeldLease, Host, Released},
     hosted::HookSupport,
-    ledger::{LeaseRecord, LeaseState, Owner},
+    ledger::{LeaseRecord, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
     store::LeaseStore,
@@ -313,19 +313,19 @@ impl Worker {
     }
 
     /// `environmentReleaseLease`: released for reuse (`stopped`) or deleted
-    /// (`destroyed`). A lease whose cleanup is unconfirmed is destroyed
-    /// instead, and the call fails with the provider's message saying so:
-    /// the one it returned now, or the one the ledger recorded when the lease
-    /// became unconfirmed.
+    /// (`destroyed`). A lease whose cleanup is unconfirmed (reported by the
+    /// provider's release, or known to the ledger) is destroyed instead, and
+    /// the call fails with the seed's sentence (`data.leaseDestroyed`: true),
+    /// so Paperclip never reuses it and its own fallback, a destroy, finds
+    /// nothing left.
     async fn release(&self, host: &Host<'static>, call: LeaseIdParams) -> Result<Value, RpcError> {
         let Some(id) = call.provider_lease_id else { return Ok(Value::Null) };
         let held = self.hold(host, Some(id.clone()), call.lease_metadata)?;
-        let before = self.ledger.get(held.row).ok().flatten();
         match host.release_with(Calls::Async, &held).await {
             Ok(Released::Kept) => Ok(json!({"providerLeaseId": id, "state": "stopped"})),
             Ok(Released::Deleted) => Ok(json!({"providerLeaseId": id, "state": "destroyed"})),
             Ok(Released::DestroyedInstead(cause)) => {
-                let mut error = rpc_error(&unconfirmed_cause(cause, before.as_ref()));
+                let mut error = rpc_error(&cause);
                 if let Some(Value::Object(data)) = error.data.as_mut() {
                     data.insert("leaseDestroyed".into(), json!(true));
                 }
@@ -398,20 +398,6 @@ impl Worker {
             }
         }
         result
-    }
-}
-
-/// Why a release destroyed its lease instead: `cause`, or, when the ledger
-/// already knew the lease as unconfirmed, the provider's error recorded then.
-fn unconfirmed_cause(cause: ProviderError, before: Option<&LeaseRecord>) -> ProviderError {
-    let recorded = before
-        .filter(|record| record.state == LeaseState::Unconfirmed)
-        .and_then(|record| record.last_error.as_ref())
-        .and_then(|error| error.get("message"))
-        .and_then(Value::as_str);
-    match recorded {
-        Some(message) => ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, message),
-        None => cause,
     }
 }
 
