@@ -6,7 +6,7 @@
 // simulator), `npm ci` here. Run: `npm test` here (Node 24 from node_modules).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, mkdirSync, writeFileSync, readFileSync } from "node:fs";
+import { mkdtempSync, mkdirSync, writeFileSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import {
@@ -27,10 +27,13 @@ let sim;
 let pkg;
 let handle;
 let env;
+/** Directories the tests made, removed at the end (a package holds the debug binaries: 200 MB). */
+const scratch = [];
 
 before(async () => {
   sim = await startSimulator();
   pkg = await buildPackage();
+  scratch.push(pkg.dir);
   handle = await startHandle(pkg.dir, pkg.manifest);
   env = {
     driverKey: "createos",
@@ -49,6 +52,7 @@ before(async () => {
 after(async () => {
   await handle?.stop();
   await sim?.stop();
+  for (const dir of scratch) rmSync(dir, { recursive: true, force: true });
 });
 
 /** Paperclip keeps a lease's metadata with keys of its own added. */
@@ -161,6 +165,7 @@ test("the seed: unconfirmed cleanup fails the release with the provider's senten
 test("files sync in and out", async () => {
   const lease = await acquire("run-sync");
   const local = mkdtempSync(path.join(tmpdir(), "paperclip-sync-"));
+  scratch.push(local);
   mkdirSync(path.join(local, "src"));
   writeFileSync(path.join(local, "src", "input.txt"), "hello from the host\n");
   const synced = await handle.call("environmentSyncIn", {
