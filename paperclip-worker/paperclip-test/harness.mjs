@@ -51,9 +51,8 @@ export async function startSimulator() {
   };
 }
 
-/** Builds the plugin package into a new directory; returns it and its manifest. */
-export async function buildPackage() {
-  const dir = mkdtempSync(path.join(tmpdir(), "paperclip-plugin-"));
+/** Builds the plugin package into `dir` (default: a new directory); returns it and its manifest. */
+export async function buildPackage(dir = mkdtempSync(path.join(tmpdir(), "paperclip-plugin-"))) {
   execFileSync(programs.worker, ["package", "--plugin", programs.provider, "--out", dir]);
   const pkg = JSON.parse(readFileSync(path.join(dir, "package.json"), "utf8"));
   const manifestModule = await import(pathToFileURL(path.join(dir, pkg.paperclipPlugin.manifest)).href);

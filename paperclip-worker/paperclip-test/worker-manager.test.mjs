@@ -255,6 +255,36 @@ test("a worker killed mid-acquire is restarted by the manager, whose next start 
   }
 });
 
+test("an upgrade in place: the restarted worker resumes and destroys the old one's leases, and unconfirmed ones stay refused", async () => {
+  const upgraded = await startHandle(pkg.dir, pkg.manifest);
+  try {
+    const kept = await upgraded.call("environmentAcquireLease", { ...env, runId: "run-before-upgrade" });
+    await upgraded.call("environmentReleaseLease", leaseIdParams(kept));
+    const poisoned = await upgraded.call("environmentAcquireLease", { ...env, runId: "run-poisoned" });
+    await sim.addFault({ route: "DELETE /v1/sandboxes/*/processes/*", trigger: { from: 1 }, kind: { status: 500 } });
+    await rpcError(upgraded.call("environmentExecute", { ...onLease(poisoned), command: "/bin/sleep", args: ["60"], timeoutMs: 500 }));
+    await sim.clearFaults();
+
+    // The operator installs a new build over the package, and the server restarts its worker.
+    await buildPackage(pkg.dir);
+    await upgraded.restart();
+
+    const resumed = await upgraded.call("environmentResumeLease", leaseIdParams(kept));
+    assert.equal(resumed.providerLeaseId, kept.providerLeaseId);
+    const refused = await rpcError(upgraded.call("environmentExecute", { ...onLease(poisoned), command: "/bin/true" }));
+    assert.equal(refused.message, SEED);
+    const release = await rpcError(upgraded.call("environmentReleaseLease", leaseIdParams(poisoned)));
+    assert.equal(release.message, SEED);
+    await upgraded.call("environmentDestroyLease", leaseIdParams(poisoned));
+    await upgraded.call("environmentDestroyLease", leaseIdParams(resumed));
+    const live = await sim.live();
+    assert.ok(!live.includes(kept.providerLeaseId) && !live.includes(poisoned.providerLeaseId));
+  } finally {
+    await sim.clearFaults();
+    await upgraded.stop();
+  }
+});
+
 test("shutdown: the worker answers, stops its work and exits", async () => {
   const stopping = await startHandle(pkg.dir, pkg.manifest);
   const lease = await stopping.call("environmentAcquireLease", { ...env, runId: "run-shutdown" });

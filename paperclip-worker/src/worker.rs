@@ -11,10 +11,12 @@
 //! this worker or the next one.
 //!
 //! Before its first lease call the worker sweeps what workers that are gone
-//! left in the ledger (`Scope::Abandoned` without held leases): a sandbox
-//! whose acquire never returned to Paperclip (only the dead worker could
-//! have named it) and one whose release or destroy was cut short are
-//! destroyed; an active or paused lease, which Paperclip holds, is kept.
+//! left in the ledger (`Scope::Unreturned`): a sandbox whose acquire never
+//! returned to Paperclip (still `acquiring`: only the dead worker could have
+//! named it) is destroyed; every lease Paperclip was handed is kept, in
+//! whatever state (active, paused, unconfirmed, its release cut short), for
+//! Paperclip to resume, release or destroy through this worker, and the
+//! ledger's record of it still applies (an unconfirmed lease stays refused).
 //! The sweep lends the secrets of that first call's configuration to the
 //! rows of the same account.
 
@@ -253,7 +255,7 @@ impl Worker {
         *swept = true;
         let secrets = SweepSecrets::from_config(self.provider, config);
         let (provider, ledger) = (self.provider, self.ledger);
-        let scope = Scope::Abandoned { include_held: false };
+        let scope = Scope::Unreturned;
         let outcome =
             tokio::task::spawn_blocking(move || sweep::sweep(provider, ledger, scope, &secrets)).await;
         let (level, message) = match outcome {
