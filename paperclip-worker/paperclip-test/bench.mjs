@@ -31,8 +31,10 @@ async function lifecycle(round) {
   writeFileSync(path.join(local, "in", "input.txt"), "lifecycle input\n");
   const calls = [];
   const call = async (method, params) => {
-    calls.push(method);
-    return handle.call(method, params);
+    const before = await allRequests();
+    const result = await handle.call(method, params);
+    calls.push(`${method.replace("environment", "")} ${(await allRequests()) - before}`);
+    return result;
   };
   await call("environmentValidateConfig", { driverKey: "createos", config });
   await call("environmentProbe", env);
@@ -47,7 +49,7 @@ async function lifecycle(round) {
   const resumed = await call("environmentResumeLease", byId(lease));
   await call("environmentExecute", { ...onLease(resumed), command: "/bin/true" });
   await call("environmentDestroyLease", byId(resumed));
-  return calls.length;
+  return calls;
 }
 
 const paperclip = [];
@@ -68,7 +70,7 @@ let harnessRequests = 0;
 for (let round = 0; round < ROUNDS; round++) {
   const before = await allRequests();
   const start = performance.now();
-  execFileSync(programs.harness, ["lifecycle", "--plugin", programs.provider, "--config", harnessConfig, "--ledger", path.join(scratch, "harness.sqlite3"), "--json"]);
+  execFileSync(programs.harness, ["lifecycle", "--plugin", programs.provider, "--config", harnessConfig, "--ledger", path.join(scratch, "harness.sqlite3"), "--json"], { stdio: "ignore" });
   harness.push(performance.now() - start);
   harnessRequests = (await allRequests()) - before;
 }
@@ -91,7 +93,7 @@ for (let i = 0; i < CALLS / 4; i++) {
 }
 await handle.call("environmentDestroyLease", { ...env, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
 
-console.log(`lifecycle through Paperclip's worker manager: ${calls} calls, ${requests} API requests, median ${ms(median(paperclip))} ms (${paperclip.map(ms).join(", ")})`);
+console.log(`lifecycle through Paperclip's worker manager: ${calls.length} calls (API requests each: ${calls.join(", ")}), ${requests} API requests, median ${ms(median(paperclip))} ms (${paperclip.map(ms).join(", ")})`);
 console.log(`the same lifecycle through host-harness lifecycle (a process each, loading included): ${harnessRequests} API requests, median ${ms(median(harness))} ms (${harness.map(ms).join(", ")})`);
 console.log(`health round trip through the manager, ${CALLS} calls: p50 ${(median(health) * 1000).toFixed(0)} µs, p99 ${(percentile(health, 0.99) * 1000).toFixed(0)} µs`);
 console.log(`environmentRealizeWorkspace (no request; the ledger's lookup and adoption), ${realize.length} calls: p50 ${(median(realize) * 1000).toFixed(0)} µs, p99 ${(percentile(realize, 0.99) * 1000).toFixed(0)} µs`);

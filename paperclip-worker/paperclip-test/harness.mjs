@@ -3,7 +3,7 @@
 // manager driving the worker.
 import { spawn, execFileSync } from "node:child_process";
 import { createInterface } from "node:readline";
-import { mkdtempSync, readFileSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, readdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -15,7 +15,8 @@ const profile = path.join(target, process.env.PROFILE ?? "debug");
 
 export const programs = {
   worker: path.join(profile, "paperclip-worker"),
-  provider: path.join(profile, "libcreateos_provider.so"),
+  // Beside the binaries when built as a package of its own, else in deps/.
+  provider: [profile, path.join(profile, "deps")].map((dir) => path.join(dir, "libcreateos_provider.so")).find(existsSync),
   sim: path.join(profile, "examples", "sim-control"),
   harness: path.join(profile, "host-harness"),
 };
