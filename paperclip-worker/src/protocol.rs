@@ -234,8 +234,22 @@ pub fn params<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Resu
     serde_json::from_value(params).map_err(|error| crate::rpc::RpcError::invalid_params(method, error))
 }
 
-/// A lease for the host: its id and metadata.
+/// The key under which a lease's metadata carries the provider's own, whole.
+///
+/// Paperclip keeps a lease's metadata merged with keys of its own
+/// (`pluginId`, `driver`...) and passes that back; a provider that binds its
+/// metadata refuses added keys as tampering. So the metadata Paperclip gets
+/// is the provider's, its keys at the top for Paperclip to read, plus the
+/// provider's again under this key, which the worker takes back exactly.
+pub const PROVIDER_METADATA: &str = "providerHostLease";
+
+/// A lease for the host: its id and the provider's metadata (taken from
+/// under [`PROVIDER_METADATA`] when Paperclip's metadata has it).
 pub fn lease(id: Option<String>, metadata: Option<Map<String, Value>>) -> Lease {
+    let metadata = metadata.map(|mut metadata| match metadata.remove(PROVIDER_METADATA) {
+        Some(Value::Object(provider)) => provider,
+        _ => metadata,
+    });
     Lease {
         provider_lease_id: id.map(Into::into).into(),
         metadata_json: metadata
@@ -256,13 +270,20 @@ fn object(text: &str) -> Value {
 }
 
 /// A lease as Paperclip takes it (`PluginEnvironmentLease`): an expired one
-/// has no id.
+/// has no id; its metadata is the provider's, once more under
+/// [`PROVIDER_METADATA`].
 pub fn lease_result(lease: &Lease) -> Value {
     let id = match lease.expired {
         true => None,
         false => lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option(),
     };
-    let mut result = json!({"providerLeaseId": id, "metadata": object(&lease.metadata_json)});
+    let provider = object(&lease.metadata_json);
+    let mut metadata = provider.clone();
+    if let (Value::Object(metadata), false) = (&mut metadata, provider.as_object().is_some_and(Map::is_empty))
+    {
+        metadata.insert(PROVIDER_METADATA.into(), provider);
+    }
+    let mut result = json!({"providerLeaseId": id, "metadata": metadata});
     if let Some(expires_at) = lease.expires_at.as_ref().into_option() {
         result["expiresAt"] = json!(expires_at.as_str());
     }
@@ -369,4 +390,27 @@ pub fn sync_result(result: &SyncResult) -> Value {
         })
         .collect();
     json!({ "operations": operations })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_providers_metadata_comes_back_exactly_whatever_paperclip_adds() {
+        let from_provider = Lease {
+            provider_lease_id: Some("sb-1".into()).into(),
+            metadata_json: json!({"marker": "m", "binding": "b"}).to_string().into(),
+            ..Default::default()
+        };
+        let handed = lease_result(&from_provider);
+        assert_eq!(handed["metadata"]["marker"], "m", "Paperclip reads the provider's keys");
+        let mut kept = handed["metadata"].as_object().unwrap().clone();
+        kept.insert("pluginId".into(), json!("provider-host.createos"));
+        kept.insert("sandboxProviderPlugin".into(), json!(true));
+        let back = lease(Some("sb-1".into()), Some(kept));
+        assert_eq!(back.metadata_json, from_provider.metadata_json);
+        let plain = lease(Some("sb-1".into()), Some(json!({"marker": "m"}).as_object().unwrap().clone()));
+        assert_eq!(plain.metadata_json.as_str(), r#"{"marker":"m"}"#, "metadata from elsewhere as given");
+    }
 }

@@ -191,3 +191,32 @@ fn a_ledger_that_cannot_be_written_stops_the_worker_in_one_line() {
     assert!(stderr.starts_with("paperclip-worker: cannot open the lease ledger: "), "{stderr}");
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn a_lease_the_ledger_never_saw_resumes_with_the_metadata_paperclip_passes_back() {
+    let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let env = env(&sim);
+    let mut first = Worker::start(&dir.path().join("first.sqlite3"));
+    let lease = first.call(json!(1), "environmentAcquireLease", with(&env, json!({"runId": "run-1"})))
+        ["result"]
+        .clone();
+    // Paperclip keeps the lease's metadata merged with keys of its own.
+    let mut kept = lease["metadata"].clone();
+    kept["pluginId"] = json!("provider-host.createos");
+    kept["sandboxProviderPlugin"] = json!(true);
+    kept["driver"] = json!("plugin");
+    let params = with(&env, json!({"providerLeaseId": lease["providerLeaseId"], "leaseMetadata": kept}));
+    let released = first.call(json!(2), "environmentReleaseLease", params.clone());
+    assert_eq!(released["result"]["state"], "stopped", "{released}");
+    drop(first.stdin);
+    assert!(first.child.wait().unwrap().success());
+
+    // Another ledger (a reinstalled package): only Paperclip's metadata is left.
+    let mut second = Worker::start(&dir.path().join("second.sqlite3"));
+    let resumed = second.call(json!(3), "environmentResumeLease", params.clone());
+    assert_eq!(resumed["result"]["providerLeaseId"], lease["providerLeaseId"], "{resumed}");
+    let destroyed = second.call(json!(4), "environmentDestroyLease", params);
+    assert_eq!(destroyed["result"]["state"], "destroyed", "{destroyed}");
+    assert!(sim.live_sandboxes().is_empty());
+}
