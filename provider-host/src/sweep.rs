@@ -234,3 +234,41 @@ pub fn patrol(
     }
     swept
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::LeaseEnv;
+
+    fn record(state: LeaseState) -> LeaseRecord {
+        LeaseRecord {
+            id: 1,
+            owner: Owner::Command,
+            run_id: "run".into(),
+            state,
+            provider_lease_id: Some("sb-1".into()),
+            metadata: None,
+            env: LeaseEnv {
+                driver_key: "createos".into(),
+                company_id: "acme".into(),
+                environment_id: "dev".into(),
+                config: json!({}),
+                embedded_sim: false,
+            },
+            last_hook: "acquire_lease".into(),
+            last_error: None,
+            pid: 1,
+            host_id: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            owner_start: 0,
+        }
+    }
+
+    #[test]
+    fn unreturned_covers_the_rows_whose_acquire_never_returned_and_no_lease_handed_out() {
+        let covered: Vec<LeaseState> =
+            LeaseState::ALL.into_iter().filter(|state| Scope::Unreturned.covers(&record(*state))).collect();
+        assert_eq!(covered, [LeaseState::Acquiring, LeaseState::Creating]);
+    }
+}
