@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the release bundle: host-harness-<version>-<target>.tar.gz holding
 # bin/host-harness and bin/libcreateos_provider.so (the harness finds a
-# provider next to its binary), SHA256SUMS, INSTALL, and the shell completions
-# and man page when the harness can generate them.
+# provider next to its binary), SHA256SUMS, INSTALL, the shell completions
+# and man page when the harness can generate them, and the Paperclip plugin
+# package (paperclip-plugin/, see docs/paperclip.md) when paperclip-worker
+# was built.
 #
 # Usage: bash scripts/bundle.sh [--out DIR] [--from DIR]
 #   --out DIR   where to write the archive (default: target/bundle)
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ -z "$from" ]; then
-    cargo build --locked --release -p host-harness -p createos-provider
+    cargo build --locked --release -p host-harness -p createos-provider -p paperclip-worker
     from=target/release
 fi
 library=libcreateos_provider.so
@@ -46,12 +48,19 @@ if "$harness" completions bash >/dev/null 2>&1; then
     done
     "$harness" man --out "$stage/$name/share/man/man1"
 fi
+worker=$(pick paperclip-worker)
+paperclip_line=
+if [ -x "$worker" ]; then
+    "$worker" package --plugin "$provider" --out "$stage/$name/paperclip-plugin" >/dev/null
+    paperclip_line=$(printf '  %-34s %s' paperclip-plugin/ "the Paperclip plugin package (paperclipai plugin install)")
+fi
 contents=$(
     printf '  %-34s %s\n' \
         bin/host-harness "the harness; finds bin/$library beside it" \
         "bin/$library" "the CreateOS provider" \
         share/completions/ "bash, zsh and fish completions" \
         share/man/man1/ "a man page per command (man host-harness)"
+    [ -z "$paperclip_line" ] || printf '%s\n' "$paperclip_line"
 )
 cat >"$stage/$name/INSTALL" <<TEXT
 host-harness $version

@@ -33,6 +33,12 @@ use serde_json::Value;
 use std::future::Future;
 use tokio::sync::{mpsc, oneshot};
 
+/// What a lease the ledger knows as unconfirmed is refused with (a command,
+/// a sync), and why a release destroyed it instead: the seed's sentence, word
+/// for word, as users search for it.
+pub const UNCONFIRMED_MESSAGE: &str =
+    "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
+
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
     provider: &'a dyn HookSupport,
@@ -523,10 +529,7 @@ impl<'a> Host<'a> {
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
             self.destroy_poisoned(held, "releasing it for reuse").await?;
-            let cause = ProviderError::new(
-                ErrorKind::CLEANUP_UNCONFIRMED,
-                "The lease ledger records the lease's cleanup as unconfirmed.",
-            );
+            let cause = ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE);
             return Ok(Released::DestroyedInstead(cause));
         }
         self.record(held.row, LeaseState::Releasing, hook, None)?;
@@ -622,10 +625,9 @@ impl<'a> Host<'a> {
     /// a command or a sync must not run where processes may still be running.
     fn refuse_if_unconfirmed(&self, held: &HeldLease) -> HookResult<()> {
         match self.state(held)? {
-            Some(LeaseState::Unconfirmed) => Err(ProviderError::new(
-                ErrorKind::CLEANUP_UNCONFIRMED,
-                "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
-            )),
+            Some(LeaseState::Unconfirmed) => {
+                Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE))
+            }
             _ => Ok(()),
         }
     }

@@ -45,6 +45,13 @@ pub enum Scope {
     DeadRuns,
     /// Rows of this host (the end of a `soak`).
     ThisProcess,
+    /// Rows of gone hosts whose acquire or probe never returned (still
+    /// `acquiring` or `creating`): a sandbox only the gone host could have
+    /// named. An `acquiring` row is closed without a word (its request never
+    /// left), a `creating` one with a lease id is destroyed. A lease that was
+    /// handed out stays, whatever its state, for its holder to resume,
+    /// release or destroy (a platform's restarted worker).
+    Unreturned,
 }
 
 impl Scope {
@@ -54,6 +61,9 @@ impl Scope {
             Scope::Abandoned { include_held } => include_held || !is_held(record),
             Scope::DeadRuns => record.owner != Owner::Command,
             Scope::ThisProcess => true,
+            Scope::Unreturned => {
+                matches!(record.state, LeaseState::Acquiring | LeaseState::Creating)
+            }
         }
     }
 }
@@ -142,7 +152,7 @@ pub fn sweep(
     secrets: &SweepSecrets,
 ) -> Result<Vec<Swept>, LedgerError> {
     let whose = match scope {
-        Scope::Abandoned { .. } | Scope::DeadRuns => Whose::Gone,
+        Scope::Abandoned { .. } | Scope::DeadRuns | Scope::Unreturned => Whose::Gone,
         Scope::ThisProcess => Whose::ThisHost,
     };
     let mut records: Vec<LeaseRecord> =
@@ -223,4 +233,42 @@ pub fn patrol(
         }
     }
     swept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::LeaseEnv;
+
+    fn record(state: LeaseState) -> LeaseRecord {
+        LeaseRecord {
+            id: 1,
+            owner: Owner::Command,
+            run_id: "run".into(),
+            state,
+            provider_lease_id: Some("sb-1".into()),
+            metadata: None,
+            env: LeaseEnv {
+                driver_key: "createos".into(),
+                company_id: "acme".into(),
+                environment_id: "dev".into(),
+                config: json!({}),
+                embedded_sim: false,
+            },
+            last_hook: "acquire_lease".into(),
+            last_error: None,
+            pid: 1,
+            host_id: None,
+            created_at: String::new(),
+            updated_at: String::new(),
+            owner_start: 0,
+        }
+    }
+
+    #[test]
+    fn unreturned_covers_the_rows_whose_acquire_never_returned_and_no_lease_handed_out() {
+        let covered: Vec<LeaseState> =
+            LeaseState::ALL.into_iter().filter(|state| Scope::Unreturned.covers(&record(*state))).collect();
+        assert_eq!(covered, [LeaseState::Acquiring, LeaseState::Creating]);
+    }
 }
