@@ -64,6 +64,6 @@ calls = 0
 for line in open(f"{work}/strace.txt"):
     fields = line.split()
     if fields and fields[-1] in ("fsync", "fdatasync"):
-        calls += int(fields[3] if len(fields) == 6 else fields[3])
+        calls += int(fields[3])  # % time, seconds, usecs/call, calls
 print(f"fsyncs/lifecycle {calls / lifecycles:.2f} (strace -f, second run)")
 PY
