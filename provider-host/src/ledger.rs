@@ -324,7 +324,7 @@ impl LedgerError {
 
 /// The ledger: one SQLite database, shared by every thread of the harness.
 ///
-/// Writes go through a [`Committer`] with a connection of its own, which
+/// Writes go through a committer thread with a connection of its own, which
 /// commits the writes of concurrent callers together (group commit); reads,
 /// and the rare writes that answer more than a number, use the other
 /// connection.

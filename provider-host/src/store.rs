@@ -18,7 +18,7 @@ use provider_abi::{Lease, ProviderError};
 use std::{path::PathBuf, time::Duration};
 
 /// A write of the host's policy, as data: what [`LeaseStore::submit`] takes
-/// (and [`LeaseStore::committed`] awaits).
+/// (and `committed`, on a `dyn LeaseStore`, awaits).
 #[derive(Debug, Clone)]
 pub enum Write {
     /// [`LeaseStore::begin`]; answers the new row's id.
