@@ -312,6 +312,9 @@ pub struct Summary {
     /// The shares of the request budget granted to the provider (`None`:
     /// it lacks `grant_request_share` and keeps its whole budget).
     pub request_share: Option<crate::budget::Granted>,
+    /// The ledger's transactions and the writes they held while the
+    /// lifecycles ran, for a store that counts them (SQLite's group commit).
+    pub ledger_commits: Option<crate::store::CommitCounts>,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).
@@ -411,6 +414,10 @@ impl Summary {
                 "lowestPpm": share.lowest,
                 "lastPpm": share.last,
             })),
+            "ledger": self.ledger_commits.map(|counts| json!({
+                "commits": counts.commits,
+                "writes": counts.writes,
+            })),
             "invariantsHeld": self.broken().is_empty(),
             "broken": self.broken(),
         })
@@ -479,6 +486,14 @@ impl Summary {
             self.resources.peak_threads,
             self.resources.peak_provider_threads,
         ));
+        if let Some(counts) = self.ledger_commits {
+            lines.push(format!(
+                "ledger: {} writes in {} transactions ({:.2} commits per lifecycle)",
+                counts.writes,
+                counts.commits,
+                counts.commits as f64 / self.leases.max(1) as f64
+            ));
+        }
         lines.push(format!("ledger rows the final sweep left: {}", self.unswept));
         if self.taken_over > 0 {
             lines.push(format!("leases of gone hosts taken over and destroyed: {}", self.taken_over));
@@ -553,6 +568,7 @@ mod tests {
                 cut_short_by_crash: 0,
                 swaps: Default::default(),
                 request_share: None,
+                ledger_commits: None,
             };
             summary.broken()
         };

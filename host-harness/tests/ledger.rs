@@ -454,3 +454,79 @@ fn a_sweep_after_a_kill_closes_the_rows_whose_creation_never_left_without_a_word
     let after = Ledger::open(&ledger_path).unwrap().list().unwrap();
     assert!(!after.iter().any(|row| row.state == LeaseState::Acquiring), "the rows never sent are closed");
 }
+
+/// Group commit under SIGKILL: a soak whose lifecycles write together is
+/// killed while they do (every probe done and every creation recorded, ten
+/// lifecycles destroyed, the pauses after the twentieth carried out but
+/// their replies held, the lifecycles between still writing). Each sandbox
+/// the API ever created is named by a row; each one the API deleted has its
+/// row `destroying` or `destroyed` (a probe's: `destroyed`), since the
+/// DELETE went out only once that record was committed; and `sweep` then
+/// leaves no sandbox and no row it cannot resolve.
+#[test]
+fn a_sigkill_while_writes_commit_together_loses_no_write_a_hook_went_on_after() {
+    const IN_FLIGHT: usize = 40;
+    const DESTROYED: usize = 10;
+    let sim = simulator();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_file(&sim, dir.path());
+    let ledger_path = dir.path().join("ledger.sqlite3");
+    sim.add_fault(FaultRule::new(
+        "POST /v1/sandboxes/*/pause",
+        FaultTrigger::from_nth(2 * DESTROYED as u64 + 1),
+        FaultKind::DelayReply(Duration::from_secs(3600)),
+    ));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+        .arg("--ledger")
+        .arg(&ledger_path)
+        .args(["soak", "--config", &config, "--leases", &IN_FLIGHT.to_string()])
+        .args(["--concurrency", &IN_FLIGHT.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let rows = || Ledger::open_read_only(&ledger_path).ok().flatten().and_then(|ledger| ledger.list().ok());
+    wait_until("every creation is recorded and ten lifecycles ended", Duration::from_secs(120), || {
+        rows().is_some_and(|rows| {
+            let (probes, leases): (Vec<_>, Vec<_>) = rows.iter().partition(|row| row.owner == Owner::Probe);
+            probes.len() == IN_FLIGHT
+                && probes.iter().all(|row| row.state == LeaseState::Destroyed)
+                && leases.len() == IN_FLIGHT
+                && leases.iter().all(|row| row.provider_lease_id.is_some())
+                && leases.iter().filter(|row| row.state == LeaseState::Destroyed).count() >= DESTROYED
+        })
+    });
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    sim.clear_faults();
+
+    let rows = Ledger::open(&ledger_path).unwrap().list().unwrap();
+    let row_of = |sandbox: &str| rows.iter().find(|row| row.provider_lease_id.as_deref() == Some(sandbox));
+    let seen = sim.ledger();
+    assert_eq!(seen.sandboxes.len(), 2 * IN_FLIGHT, "a probe and a lease per lifecycle");
+    for sandbox in &seen.sandboxes {
+        let row = row_of(&sandbox.id).unwrap_or_else(|| panic!("no row names sandbox {}", sandbox.id));
+        if sandbox.deleted {
+            assert!(
+                matches!(row.state, LeaseState::Destroying | LeaseState::Destroyed),
+                "sandbox {} was deleted while its row said {}",
+                sandbox.id,
+                row.state
+            );
+        }
+    }
+    assert!(
+        rows.iter().any(|row| row.state != LeaseState::Destroyed),
+        "the kill came while lifecycles were in flight"
+    );
+
+    let swept = harness(&ledger_path, &["sweep", "--config", &config, "--json"]);
+    let summary = stdout_json(&swept);
+    assert_eq!(swept.status.code(), Some(0), "{summary} {}", stderr(&swept));
+    assert_eq!(summary["unresolvable"], 0, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(sim.live_sandboxes(), Vec::<String>::new(), "{summary}");
+    let rows = Ledger::open(&ledger_path).unwrap().list().unwrap();
+    assert!(rows.iter().all(|row| row.state == LeaseState::Destroyed), "{rows:?}");
+}

@@ -59,11 +59,16 @@ impl Drop for Sim {
 
 /// Runs `in_flight` lifecycles, all at once; returns the summary.
 fn soak(dir: &Path, in_flight: usize) -> Value {
+    soak_of(dir, in_flight, in_flight)
+}
+
+/// Runs `leases` lifecycles, `in_flight` at a time; returns the summary.
+fn soak_of(dir: &Path, leases: usize, in_flight: usize) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_host-harness"))
         .arg("--json")
         .arg("--ledger")
         .arg(dir.join("ledger.sqlite3"))
-        .args(["soak", "--leases", &in_flight.to_string(), "--concurrency", &in_flight.to_string()])
+        .args(["soak", "--leases", &leases.to_string(), "--concurrency", &in_flight.to_string()])
         .arg("--config")
         .arg(dir.join("config.json"))
         .stdin(Stdio::null())
@@ -93,4 +98,31 @@ fn a_soak_holds_a_bounded_number_of_threads_however_many_lifecycles_are_in_fligh
     assert!(threads <= 16, "{threads} threads for {IN_FLIGHT} lifecycles in flight: {summary}");
     assert_eq!(left["liveSandboxes"], 0, "{left}");
     assert_eq!(left["stopped"], true, "{left}");
+}
+
+/// Group commit: lifecycles in flight at once share the ledger's
+/// transactions, so it commits fewer times than it writes; one lifecycle at
+/// a time never waits for company, and each of its writes is a transaction
+/// of its own.
+#[test]
+fn lifecycles_in_flight_share_the_ledgers_commits_and_a_lone_one_commits_each_write() {
+    const IN_FLIGHT: usize = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start(&dir.path().join("config.json"));
+    let crowd = soak(dir.path(), IN_FLIGHT);
+    let alone = soak_of(dir.path(), 2, 1);
+    let left = sim.stop();
+
+    let counts = |summary: &Value| {
+        let ledger = &summary["ledger"];
+        let commits = ledger["commits"].as_u64().unwrap_or_else(|| panic!("no ledger counts: {summary}"));
+        (commits, ledger["writes"].as_u64().unwrap())
+    };
+    let (commits, writes) = counts(&crowd);
+    assert!(writes >= 9 * IN_FLIGHT as u64, "at least nine writes a lifecycle: {crowd}");
+    assert!(commits < writes, "{IN_FLIGHT} lifecycles in flight shared no transaction: {crowd}");
+    let (commits, writes) = counts(&alone);
+    assert!(writes >= 18, "{alone}");
+    assert_eq!(commits, writes, "a lone lifecycle's writes each commit alone: {alone}");
+    assert_eq!(left["liveSandboxes"], 0, "{left}");
 }

@@ -22,7 +22,8 @@ use crate::{
     ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
     request::HarnessConfig,
     secrets::SecretFields,
-    store::LeaseStore,
+    store::{LeaseStore, Write},
+    unclaimed::Unclaimed,
 };
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
@@ -257,14 +258,15 @@ impl<'a> Host<'a> {
         }
     }
 
-    fn record(
+    async fn record(
         &self,
         row: i64,
         state: LeaseState,
         hook: &str,
         error: Option<&ProviderError>,
     ) -> HookResult<()> {
-        self.ledger.set_state(row, state, hook, error).map_err(ledger_error)
+        let write = Write::SetState { row, state, hook: hook.to_owned(), error: error.cloned() };
+        self.ledger.committed(write).await.map(drop).map_err(ledger_error)
     }
 
     /// `validate_config`.
@@ -285,13 +287,13 @@ impl<'a> Host<'a> {
         let (sender, moments) = mpsc::unbounded_channel::<Reported>();
         let record = |reported: Reported| {
             let (moment, answer) = *reported;
-            let committed = match moment {
-                Moment::Sending => self.record(row, LeaseState::Creating, hook, None),
-                Moment::Created(lease) => {
-                    self.ledger.set_lease(row, LeaseState::Creating, hook, &lease).map_err(ledger_error)
-                }
+            let (state, hook) = (LeaseState::Creating, hook.to_owned());
+            let write = match moment {
+                Moment::Sending => Write::SetState { row, state, hook, error: None },
+                Moment::Created(lease) => Write::SetLease { row, state, hook, lease },
             };
-            drop(answer.send(committed));
+            let answer = move |done: Result<i64, _>| drop(answer.send(done.map(drop).map_err(ledger_error)));
+            self.ledger.submit(write, Box::new(answer));
         };
         serving(call(CreationRecorder::new(ChannelRecorder(sender))), moments, record).await
     }
@@ -306,9 +308,9 @@ impl<'a> Host<'a> {
             return Ok(());
         }
         if !may_have_left_a_sandbox(error) {
-            return self.record(row, LeaseState::Destroyed, hook, Some(error));
+            return self.record(row, LeaseState::Destroyed, hook, Some(error)).await;
         }
-        self.record(row, LeaseState::Creating, hook, Some(error))?;
+        self.record(row, LeaseState::Creating, hook, Some(error)).await?;
         self.destroy_if_creator_lost(row, error).await;
         Ok(())
     }
@@ -323,7 +325,7 @@ impl<'a> Host<'a> {
         let outcome =
             self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
         match &outcome {
-            Ok(_) => self.record(row, LeaseState::Destroyed, hook, None)?,
+            Ok(_) => self.record(row, LeaseState::Destroyed, hook, None).await?,
             Err(error) => self.after_failed_creation(row, hook, error).await?,
         }
         outcome
@@ -345,7 +347,16 @@ impl<'a> Host<'a> {
             self.creating(row, hook, |recorder| self.provider.acquire_lease(params, recorder)).await;
         match outcome {
             Ok(lease) => {
-                self.ledger.set_lease(row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
+                // Dropped before the lease reaches the caller, it is destroyed.
+                let unclaimed = Unclaimed::new(self.provider, self.params(&lease));
+                let write = Write::SetLease {
+                    row,
+                    state: LeaseState::Active,
+                    hook: hook.into(),
+                    lease: lease.clone(),
+                };
+                self.ledger.committed(write).await.map_err(ledger_error)?;
+                unclaimed.handed_over();
                 Ok(HeldLease::new(row, lease))
             }
             Err(error) => {
@@ -476,7 +487,7 @@ impl<'a> Host<'a> {
         error: &ProviderError,
         instead_of: &str,
     ) -> HookResult<()> {
-        self.record(held.row, LeaseState::Unconfirmed, hook, Some(error))?;
+        self.record(held.row, LeaseState::Unconfirmed, hook, Some(error)).await?;
         self.destroy_poisoned(held, instead_of).await
     }
 
@@ -492,7 +503,7 @@ impl<'a> Host<'a> {
             return Ok(gone);
         }
         // Recorded as active before the call: a resume cut short may leave it running.
-        self.record(held.row, LeaseState::Active, hook, None)?;
+        self.record(held.row, LeaseState::Active, hook, None).await?;
         match self.provider.resume_lease(self.params(&held.lease)).await {
             Ok(lease) if lease.expired => {
                 // An expired lease's sandbox may still exist (the configuration
@@ -505,7 +516,13 @@ impl<'a> Host<'a> {
                 Ok(lease)
             }
             Ok(lease) => {
-                self.ledger.set_lease(held.row, LeaseState::Active, hook, &lease).map_err(ledger_error)?;
+                let write = Write::SetLease {
+                    row: held.row,
+                    state: LeaseState::Active,
+                    hook: hook.into(),
+                    lease: lease.clone(),
+                };
+                self.ledger.committed(write).await.map_err(ledger_error)?;
                 Ok(lease)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
@@ -516,7 +533,7 @@ impl<'a> Host<'a> {
                 Err(self.undo_if_refused(held, before.as_ref(), error))
             }
             Err(error) => {
-                self.record(held.row, LeaseState::Active, hook, Some(&error))?;
+                self.record(held.row, LeaseState::Active, hook, Some(&error)).await?;
                 Err(error)
             }
         }
@@ -532,14 +549,14 @@ impl<'a> Host<'a> {
             let cause = ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE);
             return Ok(Released::DestroyedInstead(cause));
         }
-        self.record(held.row, LeaseState::Releasing, hook, None)?;
+        self.record(held.row, LeaseState::Releasing, hook, None).await?;
         match self.provider.release_lease(self.params(&held.lease)).await.map(|report| report.kept) {
             Ok(true) => {
-                self.record(held.row, LeaseState::Paused, hook, None)?;
+                self.record(held.row, LeaseState::Paused, hook, None).await?;
                 Ok(Released::Kept)
             }
             Ok(false) => {
-                self.record(held.row, LeaseState::Destroyed, hook, None)?;
+                self.record(held.row, LeaseState::Destroyed, hook, None).await?;
                 Ok(Released::Deleted)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
@@ -550,7 +567,7 @@ impl<'a> Host<'a> {
                 Err(self.undo_if_refused(held, before.as_ref(), error))
             }
             Err(error) => {
-                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
+                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error)).await?;
                 Err(error)
             }
         }
@@ -562,14 +579,14 @@ impl<'a> Host<'a> {
     pub async fn destroy(&self, held: &HeldLease) -> HookResult<()> {
         let hook = Hook::DestroyLease.name();
         let before = self.row(held)?;
-        self.record(held.row, LeaseState::Destroying, hook, None)?;
+        self.record(held.row, LeaseState::Destroying, hook, None).await?;
         match self.provider.destroy_lease(self.params(&held.lease)).await {
-            Ok(()) => self.record(held.row, LeaseState::Destroyed, hook, None),
+            Ok(()) => self.record(held.row, LeaseState::Destroyed, hook, None).await,
             Err(error) if refused_before_any_request(&error) => {
                 Err(self.undo_if_refused(held, before.as_ref(), error))
             }
             Err(error) => {
-                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error))?;
+                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error)).await?;
                 Err(error)
             }
         }
@@ -585,7 +602,9 @@ impl<'a> Host<'a> {
             if let Ok(status) = self.provider.inspect_lease(self.params(&held.lease)).await {
                 if !status.exists {
                     tracing::info!(lease = ?held.id(), %state, "a lease left behind was already gone");
-                    return self.record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None);
+                    return self
+                        .record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None)
+                        .await;
                 }
             }
         }
@@ -659,7 +678,7 @@ impl<'a> Host<'a> {
                     lease = held.id().unwrap_or("-"),
                     "command cleanup is unconfirmed on the lease"
                 );
-                self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error))?;
+                self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error)).await?;
                 self.hand_over_unconfirmed(&params.lease);
             }
         }

@@ -19,6 +19,10 @@
 //! for the others' locks. Commands that only read use
 //! [`Ledger::open_read_only`], which needs no write access at all.
 
+use crate::{
+    group_commit::{self, CommitCounts, Committer},
+    store::Write,
+};
 use provider_abi::{Lease, ProviderError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::{json, Value};
@@ -291,6 +295,11 @@ impl LedgerError {
         LedgerError { location: location.to_owned(), problem: problem.into() }
     }
 
+    /// The error of a write whose store stopped before answering it.
+    pub(crate) fn closed(location: &str) -> Self {
+        LedgerError::at(location, Problem::Closed)
+    }
+
     /// An error of another [`crate::store::LeaseStore`] (a database server):
     /// `location` names it (never with credentials), `problem` is one line.
     pub fn other(location: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
@@ -314,9 +323,16 @@ impl LedgerError {
 }
 
 /// The ledger: one SQLite database, shared by every thread of the harness.
+///
+/// Writes go through a committer thread with a connection of its own, which
+/// commits the writes of concurrent callers together (group commit); reads,
+/// and the rare writes that answer more than a number, use the other
+/// connection.
 pub struct Ledger {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// `None` for a ledger opened read-only.
+    committer: Option<Committer>,
     pid: u32,
     start: u64,
     created_dir: Option<PathBuf>,
@@ -431,9 +447,15 @@ impl Ledger {
         prepare_schema(&conn).map_err(fail)?;
         // After the schema check, so a foreign database is left untouched.
         enter_wal_mode(&conn).map_err(|error| fail(error.into()))?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(|error| fail(error.into()))?;
-        conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB).map_err(|error| fail(error.into()))?;
-        let ledger = Ledger::with_connection(path, conn, created_dir);
+        let reader = Connection::open(path).map_err(|error| fail(error.into()))?;
+        for conn in [&conn, &reader] {
+            conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| fail(error.into()))?;
+            conn.pragma_update(None, "synchronous", "FULL").map_err(|error| fail(error.into()))?;
+            conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB).map_err(|error| fail(error.into()))?;
+        }
+        let committer = Committer::start(conn).map_err(|error| fail(Problem::Io(error)))?;
+        let mut ledger = Ledger::with_connection(path, reader, created_dir);
+        ledger.committer = Some(committer);
         ledger.register()?;
         Ok(ledger)
     }
@@ -483,6 +505,7 @@ impl Ledger {
         Ledger {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            committer: None,
             pid,
             start: process::start_time(pid).unwrap_or(0),
             created_dir,
@@ -509,33 +532,133 @@ impl Ledger {
         f(&conn).map_err(|source| LedgerError::new(&self.path, source))
     }
 
+    /// Transactions the committer committed and the writes they held.
+    pub fn commit_counts(&self) -> CommitCounts {
+        self.committer.as_ref().map(Committer::counts).unwrap_or_default()
+    }
+
+    /// Starts `write`; `done` gets its outcome once it is durable (or
+    /// failed). A ledger opened read-only runs it at once, and it fails as a
+    /// write to a read-only database does.
+    pub(crate) fn submit_statements(
+        &self,
+        write: group_commit::Write,
+        done: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
+    ) {
+        self.submit_with(write, done, false)
+    }
+
+    /// [`Ledger::submit_statements`]; `blocking` says the caller blocks its
+    /// thread until answered.
+    fn submit_with(
+        &self,
+        write: group_commit::Write,
+        done: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
+        blocking: bool,
+    ) {
+        let path = self.path.clone();
+        let answer = move |outcome: rusqlite::Result<i64>| {
+            done(outcome.map_err(|error| LedgerError::new(&path, error)))
+        };
+        match &self.committer {
+            Some(committer) => committer.submit(write, Box::new(answer), blocking),
+            None => {
+                let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                answer(write(&conn))
+            }
+        }
+    }
+
+    /// Tells the committer whether `write` starts a lease's writes (a
+    /// begin) or ends them (a lease recorded destroyed): how many writers
+    /// are in flight decides how long a transaction waits for company.
+    fn count_writer(&self, write: &Write) {
+        let Some(committer) = &self.committer else { return };
+        match write {
+            Write::Begin { .. } => committer.writer_started(),
+            Write::SetState { state: LeaseState::Destroyed, .. }
+            | Write::SetLease { state: LeaseState::Destroyed, .. } => committer.writer_finished(),
+            _ => {}
+        }
+    }
+
+    /// Runs `write` and returns once it is durable.
+    fn commit(&self, write: group_commit::Write) -> Result<i64, LedgerError> {
+        let (sender, answer) = std::sync::mpsc::sync_channel(1);
+        self.submit_with(write, move |outcome| drop(sender.send(outcome)), true);
+        answer.recv().unwrap_or_else(|_| Err(LedgerError::new(&self.path, Problem::Closed)))
+    }
+
+    /// The statements of `write`, for the committer: the new row's id for
+    /// [`Write::Begin`], else 0.
+    pub(crate) fn statements(&self, write: Write) -> group_commit::Write {
+        self.count_writer(&write);
+        let (pid, start) = (self.pid, self.start as i64);
+        match write {
+            Write::Begin { owner, run_id, env, hook } => Box::new(move |conn| {
+                execute_cached(
+                    conn,
+                    &format!(
+                        "INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
+                            config_json, embedded_sim, last_hook, pid, pid_start, created_at, updated_at)
+                         VALUES (?1, ?2, 'acquiring', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW}, {NOW})"
+                    ),
+                    params![
+                        owner.as_str(),
+                        run_id,
+                        env.driver_key,
+                        env.company_id,
+                        env.environment_id,
+                        env.config.to_string(),
+                        env.embedded_sim,
+                        hook,
+                        pid,
+                        start,
+                    ],
+                )?;
+                Ok(conn.last_insert_rowid())
+            }),
+            Write::SetState { row, state, hook, error } => {
+                let error = error.as_ref().map(|error| error_json(error).to_string());
+                Box::new(move |conn| {
+                    execute_cached(
+                        conn,
+                        &format!(
+                            "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4,
+                                updated_at = {NOW}
+                             WHERE id = ?1"
+                        ),
+                        params![row, state.as_str(), hook, error],
+                    )
+                    .map(|_| 0)
+                })
+            }
+            Write::SetLease { row, state, hook, lease } => {
+                let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+                let metadata = lease.metadata_json.to_string();
+                Box::new(move |conn| {
+                    execute_cached(
+                        conn,
+                        &format!(
+                            "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = NULL,
+                                provider_lease_id = COALESCE(?4, provider_lease_id), metadata_json = ?5,
+                                updated_at = {NOW}
+                             WHERE id = ?1"
+                        ),
+                        params![row, state.as_str(), hook, id, metadata],
+                    )
+                    .map(|_| 0)
+                })
+            }
+        }
+    }
+
     /// Records a lease about to be acquired (state `acquiring`, no id yet)
     /// and returns its row id. Committed before it returns.
     pub fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
-        let config = &env.config;
-        self.with(|conn| {
-            execute_cached(
-                conn,
-                &format!(
-                    "INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
-                        config_json, embedded_sim, last_hook, pid, pid_start, created_at, updated_at)
-                     VALUES (?1, ?2, 'acquiring', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW}, {NOW})"
-                ),
-                params![
-                    owner.as_str(),
-                    run_id,
-                    env.driver_key,
-                    env.company_id,
-                    env.environment_id,
-                    config.to_string(),
-                    env.embedded_sim,
-                    hook,
-                    self.pid,
-                    self.start as i64,
-                ],
-            )?;
-            Ok(conn.last_insert_rowid())
-        })
+        let write =
+            Write::Begin { owner, run_id: run_id.to_owned(), env: env.clone(), hook: hook.to_owned() };
+        self.commit(self.statements(write))
     }
 
     /// Records that `hook` is about to be called, or has returned, leaving the
@@ -547,18 +670,8 @@ impl Ledger {
         hook: &str,
         error: Option<&ProviderError>,
     ) -> Result<(), LedgerError> {
-        let error = error.map(error_json);
-        self.with(|conn| {
-            execute_cached(
-                conn,
-                &format!(
-                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, updated_at = {NOW}
-                     WHERE id = ?1"
-                ),
-                params![row, state.as_str(), hook, error.map(|error| error.to_string())],
-            )
-            .map(drop)
-        })
+        let write = Write::SetState { row, state, hook: hook.to_owned(), error: error.cloned() };
+        self.commit(self.statements(write)).map(drop)
     }
 
     /// Records the lease the provider returned (its id and metadata), in `state`.
@@ -569,20 +682,8 @@ impl Ledger {
         hook: &str,
         lease: &Lease,
     ) -> Result<(), LedgerError> {
-        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
-        self.with(|conn| {
-            execute_cached(
-                conn,
-                &format!(
-                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = NULL,
-                        provider_lease_id = COALESCE(?4, provider_lease_id), metadata_json = ?5,
-                        updated_at = {NOW}
-                     WHERE id = ?1"
-                ),
-                params![row, state.as_str(), hook, id, lease.metadata_json.as_str()],
-            )
-            .map(drop)
-        })
+        let write = Write::SetLease { row, state, hook: hook.to_owned(), lease: lease.clone() };
+        self.commit(self.statements(write)).map(drop)
     }
 
     /// Puts a row's state, last hook, last error and owner back as `record`
@@ -590,7 +691,9 @@ impl Ledger {
     /// nothing.
     pub fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
         let error = record.last_error.as_ref().map(Value::to_string);
-        self.with(|conn| {
+        let (row, state, hook) = (record.id, record.state, record.last_hook.clone());
+        let (pid, start) = (record.pid, record.owner_start as i64);
+        self.commit(Box::new(move |conn| {
             execute_cached(
                 conn,
                 &format!(
@@ -598,36 +701,38 @@ impl Ledger {
                         pid_start = ?6, updated_at = {NOW}
                      WHERE id = ?1"
                 ),
-                params![
-                    record.id,
-                    record.state.as_str(),
-                    record.last_hook,
-                    error,
-                    record.pid,
-                    record.owner_start as i64
-                ],
+                params![row, state.as_str(), hook, error, pid, start],
             )
-            .map(drop)
-        })
+            .map(|_| 0)
+        }))
+        .map(drop)
     }
 
     /// Removes a row: a lease the provider refused before any request was
     /// never this ledger's to track.
     pub fn forget(&self, row: i64) -> Result<(), LedgerError> {
-        self.with(|conn| execute_cached(conn, "DELETE FROM leases WHERE id = ?1", [row]).map(drop))
+        if let Some(committer) = &self.committer {
+            committer.writer_finished();
+        }
+        self.commit(Box::new(move |conn| {
+            execute_cached(conn, "DELETE FROM leases WHERE id = ?1", [row]).map(|_| 0)
+        }))
+        .map(drop)
     }
 
     /// Takes over a row for this process (a command acting on a lease a
     /// previous run recorded).
     pub fn adopt(&self, row: i64) -> Result<(), LedgerError> {
-        self.with(|conn| {
+        let (pid, start) = (self.pid, self.start as i64);
+        self.commit(Box::new(move |conn| {
             execute_cached(
                 conn,
                 &format!("UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW} WHERE id = ?1"),
-                params![row, self.pid, self.start as i64],
+                params![row, pid, start],
             )
-            .map(drop)
-        })
+            .map(|_| 0)
+        }))
+        .map(drop)
     }
 
     /// One row.

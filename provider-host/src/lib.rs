@@ -40,6 +40,7 @@
 
 pub mod budget;
 mod forward;
+mod group_commit;
 pub mod handover;
 pub mod heartbeat;
 pub mod host;
@@ -55,6 +56,7 @@ pub mod secrets;
 pub mod staging;
 pub mod store;
 pub mod sweep;
+mod unclaimed;
 
 /// Runs a host future to its end on the calling thread: the one adapter a
 /// blocking caller needs (every hook that waits on the network is `async`).

@@ -9,7 +9,7 @@
 //! surviving host, which takes them over ([`LeaseStore::take_over`]) exactly
 //! once before it sweeps them.
 
-pub use crate::ledger::Whose;
+pub use crate::{group_commit::CommitCounts, ledger::Whose};
 use crate::{
     ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
     pg_ledger::{PgLedger, PgOptions},
@@ -17,9 +17,68 @@ use crate::{
 use provider_abi::{Lease, ProviderError};
 use std::{path::PathBuf, time::Duration};
 
-/// A durable record of leases. Every write is durable before it returns: the
-/// host writes ahead of each hook, so a crash leaves a row saying what might
-/// still exist remotely.
+/// A write of the host's policy, as data: what [`LeaseStore::submit`] takes
+/// (and `committed`, on a `dyn LeaseStore`, awaits).
+#[derive(Debug, Clone)]
+pub enum Write {
+    /// [`LeaseStore::begin`]; answers the new row's id.
+    Begin {
+        /// Who acquires the lease.
+        owner: Owner,
+        /// The run id passed to the hooks.
+        run_id: String,
+        /// The environment and configuration.
+        env: LeaseEnv,
+        /// The hook about to be called.
+        hook: String,
+    },
+    /// [`LeaseStore::set_state`].
+    SetState {
+        /// The row.
+        row: i64,
+        /// The lease's state.
+        state: LeaseState,
+        /// The hook about to be called, or returned.
+        hook: String,
+        /// The last error (`None` clears it).
+        error: Option<ProviderError>,
+    },
+    /// [`LeaseStore::set_lease`].
+    SetLease {
+        /// The row.
+        row: i64,
+        /// The lease's state.
+        state: LeaseState,
+        /// The hook that returned the lease.
+        hook: String,
+        /// The lease as the provider returned it.
+        lease: Lease,
+    },
+}
+
+impl Write {
+    /// Runs the write through `store`'s blocking methods: the new row's id
+    /// for [`Write::Begin`], else 0.
+    pub fn apply<S: LeaseStore + ?Sized>(&self, store: &S) -> Result<i64, LedgerError> {
+        match self {
+            Write::Begin { owner, run_id, env, hook } => store.begin(*owner, run_id, env, hook),
+            Write::SetState { row, state, hook, error } => {
+                store.set_state(*row, *state, hook, error.as_ref()).map(|()| 0)
+            }
+            Write::SetLease { row, state, hook, lease } => {
+                store.set_lease(*row, *state, hook, lease).map(|()| 0)
+            }
+        }
+    }
+}
+
+/// Where [`LeaseStore::submit`] answers: the write's outcome, once durable.
+pub type Done = Box<dyn FnOnce(Result<i64, LedgerError>) + Send>;
+
+/// A durable record of leases. Every write is durable before it returns (or,
+/// through [`LeaseStore::submit`], before it is answered): the host writes
+/// ahead of each hook, so a crash leaves a row saying what might still exist
+/// remotely.
 pub trait LeaseStore: Send + Sync {
     /// This host, as its rows name it (for messages).
     fn host_name(&self) -> String;
@@ -89,6 +148,20 @@ pub trait LeaseStore: Send + Sync {
     /// their own, the API counting requests per caller IP.
     fn budget_group(&self) -> Result<usize, LedgerError>;
 
+    /// Starts `write`; `done` gets its outcome (the new row's id for
+    /// [`Write::Begin`], else 0) once it is durable, or its error. The
+    /// default runs it on this thread before returning; SQLite's returns at
+    /// once and commits it together with the writes of other callers.
+    fn submit(&self, write: Write, done: Done) {
+        done(write.apply(self))
+    }
+
+    /// How many transactions committed the writes of this store's handle,
+    /// for a store that counts them (SQLite).
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        None
+    }
+
     /// Leases in `state` that carry a provider lease id (for example the
     /// unconfirmed ones a newly active provider version must refuse to reuse).
     fn in_state(&self, state: LeaseState) -> Result<Vec<LeaseRecord>, LedgerError> {
@@ -97,6 +170,16 @@ pub trait LeaseStore: Send + Sync {
             .into_iter()
             .filter(|record| record.state == state && record.provider_lease_id.is_some())
             .collect())
+    }
+}
+
+impl dyn LeaseStore + '_ {
+    /// `write`, awaited: resolves once it is durable, holding no thread
+    /// meanwhile when the store commits on a thread of its own (SQLite).
+    pub async fn committed(&self, write: Write) -> Result<i64, LedgerError> {
+        let (sender, answer) = tokio::sync::oneshot::channel();
+        self.submit(write, Box::new(move |outcome| drop(sender.send(outcome))));
+        answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
     }
 }
 
@@ -167,6 +250,14 @@ impl LeaseStore for Ledger {
 
     fn budget_group(&self) -> Result<usize, LedgerError> {
         Ledger::budget_group(self)
+    }
+
+    fn submit(&self, write: Write, done: Done) {
+        self.submit_statements(self.statements(write), done)
+    }
+
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        Some(Ledger::commit_counts(self))
     }
 }
 

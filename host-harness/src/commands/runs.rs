@@ -260,6 +260,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         (tally, patrol.join().unwrap_or_default(), granting.join().unwrap_or_default())
     });
     let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
+    let ledger_commits = session.ledger.commit_counts();
     let resources = monitor.finish();
     if let Some(bar) = &bar {
         bar.finish_and_clear();
@@ -307,6 +308,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         faults_injected: faults_injected || worker_crashed,
         swaps: session.swapper.figures(),
         request_share,
+        ledger_commits,
     };
     out.value(&summary.to_json(), || summary.to_text());
     if summary.broken().is_empty() {

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Group commit of the SQLite ledger (issue 39): whole lifecycles on the
+# async hooks, IN_FLIGHT at once, against the simulator in its own process
+# (rate limit off), and what the ledger paid for them: the harness's CPU per
+# lifecycle, its `fsync` calls per lifecycle (counted by `strace -f`, in a
+# second run, since tracing slows the process) and the ledger's transactions
+# and writes per lifecycle (the soak summary's `ledger` counters).
+#
+#   bash benches/group-commit.sh [LIFECYCLES] [IN_FLIGHT]    # 1000 100
+#   HARNESS=/path/to/host-harness bash benches/group-commit.sh   # another build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lifecycles=${1:-1000}
+in_flight=${2:-100}
+if [ -z "${HARNESS:-}" ]; then
+    cargo build --release -q -p host-harness
+    HARNESS=./target/release/host-harness
+fi
+work=$(mktemp -d)
+sim=
+trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+
+# soak [TRACE]: one soak against a fresh simulator; prints its summary line.
+soak() {
+    rm -f "$work"/sim.json "$work"/ledger.sqlite3*
+    "$HARNESS" sim --no-rate-limit --json >"$work/sim.json" &
+    sim=$!
+    for _ in $(seq 1 200); do [ -s "$work/sim.json" ] && break; sleep 0.05; done
+    python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+sim = json.loads(open(f"{work}/sim.json").readline())
+config = {"companyId": "bench", "environmentId": "bench", "config": {
+    "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb",
+    "reuseLease": True, "timeoutMs": 1800000, "requestsPerMinute": 100000}}
+json.dump(config, open(f"{work}/config.json", "w"))
+PY
+    local trace=()
+    [ "${1:-}" = trace ] && trace=(strace -f -c -e trace=fsync,fdatasync -o "$work/strace.txt")
+    "${trace[@]}" "$HARNESS" --json soak --leases "$lifecycles" --concurrency "$in_flight" \
+        --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 1 >"$work/soak.json" || true
+    kill -TERM "$sim"
+    wait "$sim" || true
+    sim=
+}
+
+soak
+python3 - "$work" "$lifecycles" <<'PY'
+import json, sys
+work, lifecycles = sys.argv[1], int(sys.argv[2])
+soak = json.load(open(f"{work}/soak.json"))
+ledger = soak.get("ledger") or {}
+commits, writes = ledger.get("commits"), ledger.get("writes")
+per = lambda n: f"{n / lifecycles:.2f}" if n is not None else "-"
+print(f"lifecycles/s {soak['lifecyclesPerS']:.1f}, failed {sum(soak['failed'].values())}, "
+      f"CPU/lifecycle {soak['cpuPerLifecycleMs']:.2f} ms, commits/lifecycle {per(commits)}, "
+      f"writes/lifecycle {per(writes)}, invariants {'held' if soak['invariantsHeld'] else soak['broken']}")
+PY
+soak trace
+python3 - "$work" "$lifecycles" <<'PY'
+import sys
+work, lifecycles = sys.argv[1], int(sys.argv[2])
+calls = 0
+for line in open(f"{work}/strace.txt"):
+    fields = line.split()
+    if fields and fields[-1] in ("fsync", "fdatasync"):
+        calls += int(fields[3])  # % time, seconds, usecs/call, calls
+print(f"fsyncs/lifecycle {calls / lifecycles:.2f} (strace -f, second run)")
+PY
