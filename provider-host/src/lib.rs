@@ -46,7 +46,9 @@ pub mod host;
 pub mod hosted;
 pub mod ledger;
 pub mod loader;
+#[cfg(feature = "pinning")]
 pub mod lock;
+#[cfg(feature = "postgres")]
 pub mod pg_ledger;
 pub mod provider_set;
 pub mod providers;
