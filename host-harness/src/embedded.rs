@@ -1,38 +1,74 @@
-//! The embedded CreateOS simulator: the offline default of `lifecycle` and `soak`.
+//! The embedded CreateOS simulator: the offline default of `lifecycle`,
+//! `soak` and `conform`, linked only with the `embedded-sim` feature (on by
+//! default). A build without it has a [`Simulator`] and a [`FaultRule`]
+//! with no values, and a command that would start a simulator fails with
+//! [`ABSENT`].
 
 use crate::request::HarnessConfig;
-use createos_sim::{SimConfig, Simulator};
+#[cfg(feature = "embedded-sim")]
+pub use createos_sim::{FaultRule, Simulator};
 use provider_abi::Provider;
+
+#[cfg(not(feature = "embedded-sim"))]
+pub use absent::{FaultRule, Simulator};
 
 /// The driver key of the one provider the embedded simulator serves.
 pub const SERVES_DRIVER_KEY: &str = "createos";
 
+/// What a command that needs the simulator says in a build without it.
+pub const ABSENT: &str =
+    "this build of host-harness has no embedded simulator (its `embedded-sim` feature is off): pass --config FILE";
+
 /// Starts a simulator on an ephemeral loopback port and returns it with a
 /// harness configuration pointing at it (lease reuse on, so release pauses).
+#[cfg(feature = "embedded-sim")]
 pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
-    start_with(SimConfig::default())
+    start_with(createos_sim::SimConfig::default())
 }
 
 /// Like [`start`], with a simulator configuration of the caller's.
-pub fn start_with(sim_config: SimConfig) -> std::io::Result<(Simulator, HarnessConfig)> {
+#[cfg(feature = "embedded-sim")]
+pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simulator, HarnessConfig)> {
     let sim = Simulator::start(sim_config)?;
     let config = HarnessConfig::for_config(sim.provider_config(true));
     Ok((sim, config))
 }
 
+/// Starts the simulator for an offline run, with CreateOS's rate limit
+/// when `rate_limited`.
+#[cfg(feature = "embedded-sim")]
+fn start_offline(rate_limited: bool) -> Result<(Simulator, HarnessConfig), String> {
+    let sim_config = createos_sim::SimConfig {
+        rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
+        ..Default::default()
+    };
+    start_with(sim_config).map_err(|error| format!("cannot start the embedded simulator: {error}"))
+}
+
+#[cfg(not(feature = "embedded-sim"))]
+fn start_offline(_rate_limited: bool) -> Result<(Simulator, HarnessConfig), String> {
+    Err(ABSENT.to_owned())
+}
+
+/// Removes the files of the simulator's sandboxes (for a process exiting
+/// at once).
+pub fn remove_temp_dirs() {
+    #[cfg(feature = "embedded-sim")]
+    createos_sim::remove_temp_dirs();
+}
+
 /// What a command without `--config` runs `provider` against: the embedded
-/// simulator (started with `sim_config`) for the provider it serves; for
-/// any other provider, that provider's own defaults (an empty configuration)
-/// when it finds them valid, else a one-line error saying `--config` is
-/// needed.
+/// simulator (with CreateOS's rate limit when `rate_limited`) for the
+/// provider it serves; for any other provider, that provider's own defaults
+/// (an empty configuration) when it finds them valid, else a one-line error
+/// saying `--config` is needed.
 pub fn offline_target<P: Provider + ?Sized>(
     provider: &P,
-    sim_config: SimConfig,
+    rate_limited: bool,
 ) -> Result<(Option<Simulator>, HarnessConfig), String> {
     let manifest = provider.manifest();
     if manifest.driver_key.as_str() == SERVES_DRIVER_KEY {
-        let (sim, config) = start_with(sim_config)
-            .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
+        let (sim, config) = start_offline(rate_limited)?;
         return Ok((Some(sim), config));
     }
     let config = HarnessConfig::for_config(serde_json::json!({}));
@@ -48,4 +84,39 @@ pub fn offline_target<P: Provider + ?Sized>(
         manifest.id,
         errors.join(" ")
     ))
+}
+
+/// The simulator's types in a build without it: no value of either exists,
+/// so the code holding an `Option<Simulator>` holds `None`.
+#[cfg(not(feature = "embedded-sim"))]
+mod absent {
+    /// No simulator in this build.
+    pub enum Simulator {}
+
+    /// No fault to inject without a simulator.
+    pub enum FaultRule {}
+
+    impl Simulator {
+        /// Never called: no value exists.
+        pub fn url(&self) -> String {
+            match *self {}
+        }
+
+        /// Never called: no value exists.
+        pub fn add_faults(&self, _rules: Vec<FaultRule>) {
+            match *self {}
+        }
+
+        /// Never called: no value exists.
+        pub fn clear_faults(&self) {
+            match *self {}
+        }
+    }
+
+    /// Holders drop their simulator to stop it, as they would the real one.
+    impl Drop for Simulator {
+        fn drop(&mut self) {
+            match *self {}
+        }
+    }
 }

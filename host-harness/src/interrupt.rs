@@ -81,7 +81,7 @@ pub fn watch<T>(hangup: bool, on_first: impl Fn() + Sync, work: impl FnOnce() ->
                         name(Some(signal))
                     ));
                     // The embedded simulator's sandboxes die with us: so do their files.
-                    createos_sim::remove_temp_dirs();
+                    crate::embedded::remove_temp_dirs();
                     std::process::exit(i32::from(exit_code(signal)));
                 }
             }

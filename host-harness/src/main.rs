@@ -582,6 +582,11 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         }
         .map_err(Failure::Usage);
     }
+    #[cfg(not(feature = "embedded-sim"))]
+    if let Command::Sim { .. } = &cli.command {
+        return Err(Failure::Usage(host_harness::embedded::ABSENT.to_owned()));
+    }
+    #[cfg(feature = "embedded-sim")]
     if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
         let limit = match (no_rate_limit, token_bucket) {
             (true, _) => None,

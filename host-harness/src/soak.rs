@@ -8,6 +8,7 @@
 //! invariants: no sandbox leaked that the host could name, no unconfirmed
 //! lease paused or resumed, the API key in no output, no panic.
 
+use crate::embedded::{FaultRule, Simulator};
 use crate::hosted::HookSupport;
 use crate::{
     host::Host,
@@ -19,12 +20,10 @@ use crate::{
     store::LeaseStore,
     swap::SwapFigures,
 };
-use createos_sim::{FaultProfile, FaultRule};
 use provider_abi::{ErrorKind, OutputStream, ProviderError};
 use serde_json::{json, Value};
 use std::{
     collections::BTreeMap,
-    path::Path,
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex,
@@ -33,16 +32,27 @@ use std::{
 };
 
 /// Parses `--faults`: `none`, `flaky`, `hostile` or a JSON rules file.
+#[cfg(feature = "embedded-sim")]
 pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
+    use createos_sim::FaultProfile;
     match name {
         "none" => Ok(FaultProfile::none()),
         "flaky" => Ok(FaultProfile::flaky(seed)),
         "hostile" => Ok(FaultProfile::hostile(seed)),
         path => {
-            let text =
-                crate::request::read_text(Path::new(path)).map_err(|error| format!("--faults: {error}"))?;
+            let text = crate::request::read_text(std::path::Path::new(path))
+                .map_err(|error| format!("--faults: {error}"))?;
             createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
         }
+    }
+}
+
+/// Parses `--faults` in a build without the simulator: `none` only.
+#[cfg(not(feature = "embedded-sim"))]
+pub fn fault_profile(name: &str, _seed: u64) -> Result<Vec<FaultRule>, String> {
+    match name {
+        "none" => Ok(Vec::new()),
+        _ => Err(format!("--faults {name}: {}", crate::embedded::ABSENT)),
     }
 }
 
@@ -261,7 +271,8 @@ pub struct SimFigures {
 
 impl SimFigures {
     /// Reads the simulator's ledger and classifies its live sandboxes.
-    pub fn collect(sim: &createos_sim::Simulator) -> SimFigures {
+    #[cfg(feature = "embedded-sim")]
+    pub fn collect(sim: &Simulator) -> SimFigures {
         let seen = sim.ledger();
         let ids = |sandboxes: Vec<&createos_sim::SandboxRecord>| -> Vec<String> {
             sandboxes.into_iter().map(|sandbox| sandbox.id.clone()).collect()
@@ -274,6 +285,12 @@ impl SimFigures {
             leaked,
             leaked_unnameable,
         }
+    }
+
+    /// Never called: no simulator exists in this build.
+    #[cfg(not(feature = "embedded-sim"))]
+    pub fn collect(sim: &Simulator) -> SimFigures {
+        match *sim {}
     }
 }
 

@@ -273,16 +273,22 @@ pub(crate) enum Problem {
     Foreign(String),
     #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
     Newer(i64),
+    #[cfg(feature = "postgres")]
     #[error("{}", crate::pg_ledger::describe(.0))]
     Postgres(#[from] postgres::Error),
+    #[cfg(feature = "postgres")]
     #[error("{0}")]
     Pool(#[from] r2d2_postgres::r2d2::Error),
+    #[cfg(feature = "postgres")]
     #[error("a database of another application (a `leases` table without the ledger's migrations); refusing to change it")]
     ForeignDatabase,
+    #[cfg(feature = "postgres")]
     #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
     NewerMigration(i32, i32),
+    #[cfg(feature = "postgres")]
     #[error("the ledger is closed")]
     Closed,
+    #[cfg(feature = "postgres")]
     #[error("row {row} was taken over by host {host} (this host's heartbeat had expired); not changing it")]
     TakenOver { row: i64, host: String },
     #[error("{0}")]
@@ -291,6 +297,7 @@ pub(crate) enum Problem {
 
 impl LedgerError {
     /// An error of the ledger shown as `location`.
+    #[cfg(feature = "postgres")]
     pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
         LedgerError { location: location.to_owned(), problem: problem.into() }
     }

@@ -13,6 +13,10 @@
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`request`] is the environment a host acts for.
 //!
+//! Cargo features, both on by default: `postgres` ([`pg_ledger`]: postgres,
+//! r2d2) and `pinning` ([`lock`]: toml, minisign-verify). With
+//! `default-features = false` a host on one machine builds neither.
+//!
 //! A platform goes through [`host::Host`]: load the provider, open a ledger,
 //! and call each hook through the host, which records the lease before the
 //! call that needs it returns (condensed from `examples/embed.rs`). The
@@ -47,7 +51,9 @@ pub mod host;
 pub mod hosted;
 pub mod ledger;
 pub mod loader;
+#[cfg(feature = "pinning")]
 pub mod lock;
+#[cfg(feature = "postgres")]
 pub mod pg_ledger;
 pub mod provider_set;
 pub mod providers;

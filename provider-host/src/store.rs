@@ -10,10 +10,9 @@
 //! once before it sweeps them.
 
 pub use crate::{group_commit::CommitCounts, ledger::Whose};
-use crate::{
-    ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner},
-    pg_ledger::{PgLedger, PgOptions},
-};
+use crate::ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
+#[cfg(feature = "postgres")]
+use crate::pg_ledger::{PgLedger, PgOptions};
 use provider_abi::{Lease, ProviderError};
 use std::{path::PathBuf, time::Duration};
 
@@ -275,7 +274,10 @@ impl std::fmt::Debug for LedgerLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LedgerLocation::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
+            #[cfg(feature = "postgres")]
             LedgerLocation::Postgres(url) => write!(f, "Postgres({})", crate::pg_ledger::redacted(url)),
+            #[cfg(not(feature = "postgres"))]
+            LedgerLocation::Postgres(_) => write!(f, "Postgres(..)"),
         }
     }
 }
@@ -317,10 +319,16 @@ impl Default for StoreOptions {
 pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, LedgerError> {
     Ok(match location {
         LedgerLocation::Sqlite(path) => Box::new(Ledger::open(path)?),
+        #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => Box::new(PgLedger::open(
             url,
             &PgOptions { heartbeat_expiry: options.heartbeat_expiry, pool_size: options.pool_size },
         )?),
+        #[cfg(not(feature = "postgres"))]
+        LedgerLocation::Postgres(_) => {
+            let _ = options;
+            return Err(no_postgres());
+        }
     })
 }
 
@@ -332,6 +340,18 @@ pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerErr
             Some(ledger) => ledger.list(),
             None => Ok(Vec::new()),
         },
+        #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => crate::pg_ledger::read_all(url),
+        #[cfg(not(feature = "postgres"))]
+        LedgerLocation::Postgres(_) => Err(no_postgres()),
     }
+}
+
+/// A PostgreSQL location in a build without the `postgres` feature.
+#[cfg(not(feature = "postgres"))]
+fn no_postgres() -> LedgerError {
+    LedgerError::other(
+        "postgres://..",
+        "this build has no PostgreSQL ledger (provider-host's `postgres` feature is off)",
+    )
 }

@@ -22,9 +22,7 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
     let (sim, config) = match config {
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {
-            let sim_config = createos_sim::SimConfig { rate_limit: None, ..Default::default() };
-            let (sim, mut config) =
-                embedded::offline_target(&*provider, sim_config).map_err(Failure::Usage)?;
+            let (sim, mut config) = embedded::offline_target(&*provider, false).map_err(Failure::Usage)?;
             if let (Some(sim), serde_json::Value::Object(object)) = (&sim, &mut config.config) {
                 object.insert("requestsPerMinute".into(), EMBEDDED_REQUESTS_PER_MINUTE.into());
                 if !out.json {

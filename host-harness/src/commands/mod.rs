@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod lock;
 pub mod providers;
 pub mod runs;
+#[cfg(feature = "embedded-sim")]
 pub mod sim;
 
 use host_harness::{

@@ -22,22 +22,19 @@ use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 /// this process (kept alive by holding it).
 struct Target {
     config: HarnessConfig,
-    sim: Option<createos_sim::Simulator>,
+    sim: Option<embedded::Simulator>,
 }
 
 impl Target {
-    fn new(
-        session: &Session,
-        config: Option<&Path>,
-        sim_config: createos_sim::SimConfig,
-    ) -> Result<Target, Failure> {
+    /// `rate_limited`: the embedded simulator applies CreateOS's rate limit.
+    fn new(session: &Session, config: Option<&Path>, rate_limited: bool) -> Result<Target, Failure> {
         match config {
             Some(path) => {
                 Ok(Target { config: read_config(path, &session.provider.manifest().driver_key)?, sim: None })
             }
             None => {
                 let (sim, config) =
-                    embedded::offline_target(&session.provider, sim_config).map_err(Failure::Usage)?;
+                    embedded::offline_target(&session.provider, rate_limited).map_err(Failure::Usage)?;
                 Ok(Target { config, sim })
             }
         }
@@ -68,7 +65,7 @@ impl Target {
 
 /// `lifecycle`: one whole lifecycle, each step printed.
 pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
-    let target = Target::new(session, config, createos_sim::SimConfig::default())?;
+    let target = Target::new(session, config, true)?;
     if let Some(sim) = &target.sim {
         if !session.out.json {
             println!("embedded CreateOS simulator at {}", sim.url());
@@ -172,11 +169,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     if options.config.is_some() && !faults.is_empty() {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
     }
-    let sim_config = createos_sim::SimConfig {
-        rate_limit: options.rate_limit.then(createos_sim::RateLimit::createos_default),
-        ..Default::default()
-    };
-    let mut target = Target::new(session, options.config.as_deref(), sim_config)?;
+    let mut target = Target::new(session, options.config.as_deref(), options.rate_limit)?;
     let budget = options.requests_per_minute.or((!options.rate_limit).then_some(100_000));
     if let (Some(budget), serde_json::Value::Object(config)) = (budget, &mut target.config.config) {
         config.insert("requestsPerMinute".into(), budget.into());
