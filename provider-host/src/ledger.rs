@@ -285,7 +285,6 @@ pub(crate) enum Problem {
     #[cfg(feature = "postgres")]
     #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
     NewerMigration(i32, i32),
-    #[cfg(feature = "postgres")]
     #[error("the ledger is closed")]
     Closed,
     #[cfg(feature = "postgres")]
@@ -297,7 +296,6 @@ pub(crate) enum Problem {
 
 impl LedgerError {
     /// An error of the ledger shown as `location`.
-    #[cfg(feature = "postgres")]
     pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
         LedgerError { location: location.to_owned(), problem: problem.into() }
     }

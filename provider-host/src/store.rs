@@ -9,10 +9,10 @@
 //! surviving host, which takes them over ([`LeaseStore::take_over`]) exactly
 //! once before it sweeps them.
 
-pub use crate::{group_commit::CommitCounts, ledger::Whose};
 use crate::ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
 #[cfg(feature = "postgres")]
 use crate::pg_ledger::{PgLedger, PgOptions};
+pub use crate::{group_commit::CommitCounts, ledger::Whose};
 use provider_abi::{Lease, ProviderError};
 use std::{path::PathBuf, time::Duration};
 
