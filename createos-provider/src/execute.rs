@@ -114,7 +114,9 @@ pub async fn execute(
     stdin: ByteSource,
     mut output: ByteSink,
 ) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, Some(stdin), &mut |stream, bytes| output.write(stream, bytes)).await
+    // A source the host made empty needs no reader thread.
+    let stdin = (!stdin.is_empty()).then_some(stdin);
+    execute_to(ctx, params, stdin, &mut |stream, bytes| output.write(stream, bytes)).await
 }
 
 /// Runs a command without standard input; its output is kept only in the

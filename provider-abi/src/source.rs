@@ -98,9 +98,24 @@ impl ByteSource {
         })
     }
 
-    /// A source of no bytes: a command without standard input.
+    /// A source of no bytes: a command without standard input. Its context
+    /// is null (no closure, not even an empty one, has a null box), which
+    /// marks it in any library: see [`ByteSource::is_empty`].
     pub fn empty() -> Self {
-        Self::new(|_: &mut [u8]| Ok(0))
+        unsafe extern "C" fn read_nothing(
+            _: *mut c_void,
+            _: RSliceMut<'_, u8>,
+        ) -> RResult<usize, ProviderError> {
+            RResult::ROk(0)
+        }
+        unsafe extern "C" fn drop_nothing(_: *mut c_void) {}
+        Self { context: std::ptr::null_mut(), read_chunk: read_nothing, drop_context: drop_nothing }
+    }
+
+    /// True for a source made by [`ByteSource::empty`]: a provider may skip
+    /// reading it (and the thread a read that may block needs).
+    pub fn is_empty(&self) -> bool {
+        self.context.is_null()
     }
 
     /// A source of `bytes`, held in memory.
@@ -126,6 +141,15 @@ impl Drop for ByteSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_empty_source_is_known_empty_and_it_reads_nothing() {
+        let mut empty = ByteSource::empty();
+        assert!(empty.is_empty());
+        assert_eq!(empty.read(&mut [0; 8]).unwrap(), 0);
+        assert!(!ByteSource::new(|_: &mut [u8]| Ok(0)).is_empty(), "an empty closure is a closure");
+        assert!(!ByteSource::from_bytes(Vec::new()).is_empty(), "its end is known only by reading");
+    }
 
     #[test]
     fn a_source_reads_to_its_end_and_drops_its_reader() {
