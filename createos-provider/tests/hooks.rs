@@ -263,17 +263,6 @@ async fn an_acquire_dropped_once_its_sandbox_exists_deletes_it() {
     assert_eq!(moments(&heard)[0], ("sending".to_owned(), 0));
 }
 
-/// Processes created and not terminated by the provider.
-fn unterminated(ledger: &createos_sim::Ledger) -> usize {
-    let created = ledger
-        .requests
-        .iter()
-        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
-        .filter(|r| (200..300).contains(&r.status))
-        .count();
-    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_execute_dropped_while_its_command_runs_terminates_the_process_and_keeps_the_lease() {
     let (sim, env) = simulator(true);
@@ -291,8 +280,10 @@ async fn an_execute_dropped_while_its_command_runs_terminates_the_process_and_ke
     let started =
         |ledger: &createos_sim::Ledger| ledger.count("GET", "/v1/sandboxes/*/processes/*/connect") == 1;
     assert!(drop_when(&sim, sleep, started).await.is_none(), "a 300 s command does not end by itself");
-    wait_for_ledger(&sim, "the dropped command's process terminated", |ledger| unterminated(ledger) == 0)
-        .await;
+    wait_for_ledger(&sim, "the dropped command's process terminated", |ledger| {
+        ledger.unterminated_processes() == 0
+    })
+    .await;
     let (sink, written) = collecting();
     let again = provider.execute(command("/bin/echo", &["again"]), ByteSource::empty(), sink).await.unwrap();
     assert_eq!(stream_bytes(&written, OutputStream::Stdout), b"again\n", "the lease is still usable");

@@ -646,18 +646,6 @@ fn exec_through_the_worker_streams_an_endless_stdin_in_bounded_memory_until_the_
     assert!(usage.ru_maxrss < PEAK_LIMIT_KIB, "peak RSS {} KiB: {stderr}", usage.ru_maxrss);
 }
 
-/// Processes the simulator created and nobody terminated (those that ended
-/// by themselves count too).
-fn unterminated(ledger: &createos_sim::Ledger) -> usize {
-    let created = ledger
-        .requests
-        .iter()
-        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
-        .filter(|r| (200..300).contains(&r.status))
-        .count();
-    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
-}
-
 /// Dropping a hook's future cancels the call in the worker, which drops the
 /// provider's future: a command that would run for minutes is terminated,
 /// and the lease stays usable.
@@ -679,7 +667,7 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
         args: vec![arg.into()].into(),
         ..Default::default()
     };
-    let ended_by_themselves = unterminated(&sim.ledger());
+    let ended_by_themselves = sim.ledger().unterminated_processes();
     let created = |ledger: &createos_sim::Ledger| {
         ledger
             .requests
@@ -702,7 +690,7 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
         });
     }
     common::wait_until("the dropped command was terminated", Duration::from_secs(60), || {
-        unterminated(&sim.ledger()) == ended_by_themselves
+        sim.ledger().unterminated_processes() == ended_by_themselves
     });
     let mut output = ignore();
     let again = wait(host.execute(&held, command("/bin/echo", "again"), ByteSource::empty(), &mut output));

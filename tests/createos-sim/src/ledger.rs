@@ -94,6 +94,18 @@ impl Ledger {
         self.leaked().into_iter().filter(|s| !s.creation_reply_lost).collect()
     }
 
+    /// Processes created (answered 2xx) and not terminated by a client
+    /// (those that ended by themselves count too).
+    pub fn unterminated_processes(&self) -> usize {
+        let created = self
+            .requests
+            .iter()
+            .filter(|r| r.method == "POST" && path_matches("/v1/sandboxes/*/processes", &r.path))
+            .filter(|r| (200..300).contains(&r.status))
+            .count();
+        created - self.count("DELETE", "/v1/sandboxes/*/processes/*")
+    }
+
     /// Sandboxes never deleted.
     pub fn leaked(&self) -> Vec<&SandboxRecord> {
         self.sandboxes.iter().filter(|s| !s.deleted).collect()

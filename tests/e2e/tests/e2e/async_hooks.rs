@@ -192,18 +192,6 @@ fn an_acquired_lease_the_host_never_polled_for_is_deleted() {
     }
 }
 
-/// Processes created and not terminated by the provider (those that ended by
-/// themselves count too).
-fn unterminated(ledger: &createos_sim::Ledger) -> usize {
-    let created = ledger
-        .requests
-        .iter()
-        .filter(|r| r.method == "POST" && createos_sim::path_matches("/v1/sandboxes/*/processes", &r.path))
-        .filter(|r| (200..300).contains(&r.status))
-        .count();
-    created - ledger.count("DELETE", "/v1/sandboxes/*/processes/*")
-}
-
 #[test]
 fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     let bed = Bed::new();
@@ -221,8 +209,9 @@ fn dropping_an_async_execute_at_any_point_terminates_its_process() {
     // A command that never ends by itself: every process created from here
     // on must be terminated by the provider once the future is dropped (the
     // `echo` above ended by itself).
-    let ended_by_themselves = unterminated(&bed.ledger());
-    let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
+    let ended_by_themselves = bed.ledger().unterminated_processes();
+    let all_terminated =
+        |ledger: &createos_sim::Ledger| ledger.unterminated_processes() == ended_by_themselves;
     // On the host's executor the future has one await point (its result,
     // which wakes it once): dropped after its first poll. The provider's
     // await points are reached by dropping it after its k-th request.
@@ -575,8 +564,9 @@ fn a_sync_round_trip_brings_the_files_back_and_a_dropped_sync_leaves_the_lease_u
     // and the lease stays usable.
     let (requests, _) =
         requests_of(&bed, &runtime, || bed.provider.sync_files(inbound("dropped", &["echo done"])));
-    let ended_by_themselves = unterminated(&bed.ledger());
-    let all_terminated = |ledger: &createos_sim::Ledger| unterminated(ledger) == ended_by_themselves;
+    let ended_by_themselves = bed.ledger().unterminated_processes();
+    let all_terminated =
+        |ledger: &createos_sim::Ledger| ledger.unterminated_processes() == ended_by_themselves;
     // Dropped once its post-upload command runs: the command's process is
     // terminated (with no other sync under way, so no other can end it).
     let sync = bed.provider.sync_files(inbound("dropped", &["sleep 300"]));
