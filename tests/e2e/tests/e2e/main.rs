@@ -4,6 +4,7 @@ mod abi;
 mod async_hooks;
 mod binding;
 mod commands;
+mod docs;
 mod execute;
 mod lease;
 mod lease_outcomes;
