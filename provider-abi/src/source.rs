@@ -151,10 +151,27 @@ mod tests {
         assert!(!ByteSource::from_bytes(Vec::new()).is_empty(), "its end is known only by reading");
     }
 
+    /// A reader that counts its drops in `dropped`.
+    struct Counted(std::io::Cursor<Vec<u8>>, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Read for Counted {
+        fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buffer)
+        }
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
     #[test]
     fn a_source_reads_to_its_end_and_drops_its_reader() {
         let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
-        let mut source = ByteSource::from_reader(std::io::Cursor::new(data.clone()));
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut source =
+            ByteSource::from_reader(Counted(std::io::Cursor::new(data.clone()), dropped.clone()));
         let (mut read, mut buffer) = (Vec::new(), [0u8; 4096]);
         loop {
             match source.read(&mut buffer).unwrap() {
@@ -163,6 +180,41 @@ mod tests {
             }
         }
         assert_eq!(read, data);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 0, "read to the end, still held");
+        drop(source);
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn an_interrupted_read_is_retried_and_another_error_is_named_by_its_kind() {
+        use std::io::{Error, ErrorKind};
+        let mut replies =
+            vec![Err(ErrorKind::PermissionDenied), Ok(b"ab".as_slice()), Err(ErrorKind::Interrupted)];
+        let mut source =
+            ByteSource::from_reader(FnReader(move |buffer: &mut [u8]| match replies.pop().unwrap() {
+                Ok(bytes) => {
+                    buffer[..bytes.len()].copy_from_slice(bytes);
+                    Ok(bytes.len())
+                }
+                Err(kind) => Err(Error::from(kind)),
+            }));
+        let mut buffer = [0u8; 8];
+        assert_eq!(source.read(&mut buffer).unwrap(), 2, "the interruption is not the reader's answer");
+        assert_eq!(&buffer[..2], b"ab");
+        let error = source.read(&mut buffer).unwrap_err();
+        assert_eq!(
+            error.message.as_str(),
+            "The command's standard input could not be read: permission denied."
+        );
+    }
+
+    /// A reader made of a closure.
+    struct FnReader<F>(F);
+
+    impl<F: FnMut(&mut [u8]) -> std::io::Result<usize>> Read for FnReader<F> {
+        fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+            (self.0)(buffer)
+        }
     }
 
     #[test]

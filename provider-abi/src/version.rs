@@ -131,21 +131,6 @@ impl Hook {
         Hook::OPTIONAL.contains(&self)
     }
 
-    /// True for the hooks that return a future (those that wait on the network).
-    pub const fn is_async(self) -> bool {
-        matches!(
-            self,
-            Hook::Probe
-                | Hook::AcquireLease
-                | Hook::ResumeLease
-                | Hook::ReleaseLease
-                | Hook::DestroyLease
-                | Hook::Execute
-                | Hook::InspectLease
-                | Hook::SyncFiles
-        )
-    }
-
     /// Looks a hook up by its manifest name.
     pub fn from_name(name: &str) -> Option<Hook> {
         Hook::ALL.into_iter().find(|hook| hook.name() == name)

@@ -7,7 +7,8 @@
 use provider_abi::{
     export::provider_module, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams,
     ExecuteParams, ExecuteResult, HealthReport, Hook, HookFuture, HookResult, Instance, Lease, LeaseParams,
-    Manifest, Provider, ProviderError, ProviderModuleRef, ReleaseReport, ValidationReport, Workspace, ABI_VERSION,
+    Manifest, Provider, ProviderError, ProviderModuleRef, ReleaseReport, ValidationReport, Workspace,
+    ABI_VERSION,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -117,7 +118,8 @@ fn code_addresses_name_the_constructor_the_destructor_and_every_hook_present() {
         let names: Vec<&str> = addresses.iter().map(|(what, _)| *what).collect();
         let mut expected = vec!["root module constructor".to_string(), "root module destructor".to_string()];
         // The required hooks in table order, then the optional ones present.
-        let (required, optional): (Vec<Hook>, Vec<Hook>) = Hook::ALL.into_iter().partition(|hook| !hook.is_optional());
+        let (required, optional): (Vec<Hook>, Vec<Hook>) =
+            Hook::ALL.into_iter().partition(|hook| !hook.is_optional());
         expected.extend(required.iter().map(|hook| format!("{hook} hook")));
         if with_optional {
             expected.extend(optional.iter().map(|hook| format!("{hook} hook")));
