@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Mutation testing of createos-provider and provider-abi with cargo-mutants,
+# Mutation testing of createos-provider, provider-abi and the host's loader
+# (provider-host/src/loader) with cargo-mutants,
 # then the score of each source file.
 #
 #   bash benches/mutants.sh                  # every file listed below
@@ -44,14 +45,16 @@ own_tests=(
 with_e2e=(
     createos-provider/src/lease.rs
     provider-abi/src/*.rs
+    provider-host/src/loader/*.rs
 )
 
 # The packages whose tests judge a file of `with_e2e`, and which of their
 # tests (a cargo-nextest filter expression).
 e2e_packages() {
     case $1 in
-    provider-abi/src/elf.rs) echo provider-abi ;;
+    provider-host/src/loader/elf.rs) echo provider-host ;;
     provider-abi/*) echo provider-abi e2e ;;
+    provider-host/src/loader/*) echo provider-host e2e ;;
     *) echo e2e ;;
     esac
 }
@@ -60,12 +63,15 @@ e2e_tests() {
     createos-provider/src/lease.rs)
         echo 'binary_id(e2e::e2e) & test(/^(lease|lease_outcomes|binding|commands)::/)' ;;
     # Its unit tests forge headers of every kind; loading real files adds nothing.
-    provider-abi/src/elf.rs)
-        echo 'package(provider-abi) & kind(lib)' ;;
+    provider-host/src/loader/elf.rs)
+        echo 'package(provider-host) & kind(lib) & test(/^loader::/)' ;;
     # The crate's tests but the compile-fail ones (they test the types, not
     # the code), and the ABI contract through the fixture libraries.
     provider-abi/*)
         echo '(package(provider-abi) & !binary(compile_fail)) | (binary_id(e2e::e2e) & test(/^(abi|loading)::/))' ;;
+    # The loader's unit tests, and loading the fixture libraries end to end.
+    provider-host/src/loader/*)
+        echo '(package(provider-host) & kind(lib) & test(/^loader::/)) | (binary_id(e2e::e2e) & test(/^(abi|loading)::/))' ;;
     *) echo 'all()' ;;
     esac
 }
