@@ -20,7 +20,8 @@ pub const ABSENT: &str =
     "this build of host-harness has no embedded simulator (its `embedded-sim` feature is off): pass --config FILE";
 
 /// Starts a simulator on an ephemeral loopback port and returns it with a
-/// harness configuration pointing at it (lease reuse on, so release pauses).
+/// harness configuration pointing at it (lease reuse on, so release pauses;
+/// the API in this process, so its leases are gone with it).
 #[cfg(feature = "embedded-sim")]
 pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
     start_with(createos_sim::SimConfig::default())
@@ -30,7 +31,8 @@ pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
 #[cfg(feature = "embedded-sim")]
 pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simulator, HarnessConfig)> {
     let sim = Simulator::start(sim_config)?;
-    let config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    config.api_in_process = true;
     Ok((sim, config))
 }
 

@@ -60,8 +60,6 @@ pub fn fault_profile(name: &str, _seed: u64) -> Result<Vec<FaultRule>, String> {
 pub struct SoakPlan<'a> {
     /// The environment every lifecycle runs in.
     pub config: &'a HarnessConfig,
-    /// True when the API is the simulator embedded in this process.
-    pub embedded_sim: bool,
     /// Number of lifecycles.
     pub leases: usize,
     /// Lifecycles in flight at once.
@@ -210,7 +208,7 @@ pub fn run(
         let (tally, done, secrets) = (&tally, &done, &secrets);
         async move {
             let run_id = format!("soak-{index}");
-            let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id, plan.embedded_sim);
+            let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id);
             let mut watcher = Watcher {
                 ledger,
                 secrets,

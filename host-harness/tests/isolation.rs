@@ -257,7 +257,7 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let provider = IsolatedProvider::start(fixture("fixture_frozen"), options()).expect("start the worker");
     assert!(!provider.supports(Hook::ImportUnconfirmed) && !provider.supports(Hook::InspectLease));
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
-    let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
     let control = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
@@ -288,7 +288,7 @@ fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destro
     let provider = start(options());
     assert!(provider.supports(Hook::ImportUnconfirmed));
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
-    let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
     let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
@@ -318,7 +318,7 @@ fn a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused() {
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = start(options());
     let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
-    let host = Host::new(&provider, &ledger, &config, Owner::Command, "died", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "died");
     let held = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "crash:segv".into(), ..Default::default() };
     let error = wait(host.execute(&held, command, ByteSource::empty(), &mut ignore())).unwrap_err();
@@ -521,7 +521,7 @@ fn a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox() {
     let mut settings = sim.provider_config(false);
     settings["requestsPerMinute"] = json!(100_000);
     let config = HarnessConfig::for_config(settings);
-    let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "in-flight", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "in-flight");
     let serving = provider.worker_pid().expect("a worker serves");
 
     let acquired: Vec<_> = std::thread::scope(|scope| {
@@ -660,7 +660,7 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
     settings["requestsPerMinute"] = json!(100_000);
     settings["timeoutMs"] = json!(600_000);
     let config = HarnessConfig::for_config(settings);
-    let host = Host::new(&provider, &ledger, &config, Owner::Command, "cancel", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "cancel");
     let held = wait(host.acquire()).unwrap();
     let command = |program: &str, arg: &str| ExecuteParams {
         command: program.into(),

@@ -87,8 +87,9 @@ fn a_release_reporting_cleanup_unconfirmed_falls_back_to_destroy() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = load_provider(None).expect("load the CreateOS provider");
-    let config = HarnessConfig::for_config(provider_config(&sim));
-    let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "fallback", true);
+    let mut config = HarnessConfig::for_config(provider_config(&sim));
+    config.api_in_process = true;
+    let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "fallback");
 
     let held = wait(host.acquire()).expect("acquire");
     let released = wait(host.release(&held)).expect("the fallback destroy succeeds");

@@ -86,7 +86,7 @@ fn env() -> LeaseEnv {
         company_id: "c".into(),
         environment_id: "e".into(),
         config: json!({"shape": "s-1vcpu-1gb"}),
-        embedded_sim: false,
+        api_in_process: false,
     }
 }
 
@@ -204,19 +204,123 @@ fn a_sqlite_file_of_another_schema_is_refused_and_left_as_it_was() {
     assert_eq!(schema, ["notes"], "no table added");
 }
 
+/// The `leases` table of ledger schema version 1, as that harness created it.
+const LEASES_V1: &str = "
+CREATE TABLE leases (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner             TEXT NOT NULL,
+    run_id            TEXT NOT NULL,
+    state             TEXT NOT NULL,
+    provider_lease_id TEXT,
+    metadata_json     TEXT,
+    driver_key        TEXT NOT NULL,
+    company_id        TEXT NOT NULL,
+    environment_id    TEXT NOT NULL,
+    config_json       TEXT NOT NULL,
+    embedded_sim      INTEGER NOT NULL,
+    last_hook         TEXT NOT NULL,
+    last_error_json   TEXT,
+    pid               INTEGER NOT NULL,
+    pid_start         INTEGER NOT NULL,
+    created_at        TEXT NOT NULL,
+    updated_at        TEXT NOT NULL
+);
+CREATE INDEX leases_state ON leases(state);
+CREATE INDEX leases_provider_lease_id ON leases(provider_lease_id);
+";
+
+/// Writes a ledger of schema version 1 at `path` (marked, with its `hosts`
+/// table, unless `unmarked`: what a harness wrote before ledgers were
+/// marked) holding one active lifecycle lease of a process that is gone,
+/// whose API lived in that process.
+fn write_v1_ledger(path: &Path, unmarked: bool) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(LEASES_V1).unwrap();
+    if !unmarked {
+        conn.execute_batch(
+            "CREATE TABLE hosts (pid INTEGER NOT NULL, pid_start INTEGER NOT NULL, PRIMARY KEY (pid, pid_start));
+             PRAGMA application_id = 1212697703; PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+    conn.execute(
+        "INSERT INTO leases (owner, run_id, state, provider_lease_id, metadata_json, driver_key, company_id,
+             environment_id, config_json, embedded_sim, last_hook, pid, pid_start, created_at, updated_at)
+         VALUES ('lifecycle', 'run', 'active', 'sb-1', '{}', 'createos', 'c', 'e', '{}', 1,
+             'acquire_lease', 2147483647, 1, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+        [],
+    )
+    .unwrap();
+}
+
+/// The ledger's schema version and the columns of its `leases` table.
+fn schema(path: &Path) -> (i64, Vec<String>) {
+    let conn = Connection::open(path).unwrap();
+    let version = conn.query_row("PRAGMA user_version", [], |row| row.get(0)).unwrap();
+    let columns = conn
+        .prepare("SELECT name FROM pragma_table_info('leases')")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    (version, columns)
+}
+
 #[test]
 fn a_ledger_from_before_ledgers_were_marked_is_adopted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.sqlite3");
-    Ledger::open(&path).unwrap().begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
-    // What an earlier harness wrote: the same table (hosts came later), no
-    // application id.
-    Connection::open(&path)
-        .unwrap()
-        .execute_batch("DROP TABLE hosts; PRAGMA application_id = 0; PRAGMA user_version = 0;")
-        .unwrap();
-    assert_eq!(Ledger::open_read_only(&path).unwrap().unwrap().list().unwrap().len(), 1);
-    assert_eq!(Ledger::open(&path).unwrap().list().unwrap().len(), 1);
+    write_v1_ledger(&path, true);
+    let rows = Ledger::open_read_only(&path).unwrap().unwrap().list().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].env.api_in_process);
+    let rows = Ledger::open(&path).unwrap().list().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].env.api_in_process);
+    let (version, columns) = schema(&path);
+    assert_eq!(version, 2);
+    assert!(columns.iter().any(|column| column == "api_in_process"), "{columns:?}");
+}
+
+#[test]
+fn a_version_1_ledger_is_read_as_it_is_and_migrated_by_the_first_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.sqlite3");
+    write_v1_ledger(&path, false);
+    let ledger = ["--ledger", path.to_str().unwrap()];
+
+    // `leases` only reads: the row as a current ledger shows it, the file unchanged.
+    let output = harness(&[&ledger[..], &["leases", "--json"]].concat(), dir.path(), false);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let row: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!((&row["providerLeaseId"], &row["apiInProcess"]), (&json!("sb-1"), &json!(true)), "{row}");
+    assert_eq!(schema(&path).0, 1, "a reader migrates nothing");
+
+    // `sweep` writes: the ledger is migrated, and the lease, whose API lived
+    // in its gone process, is closed without a request.
+    let output = harness(&[&ledger[..], &["sweep", "--json"]].concat(), dir.path(), false);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let lines: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines[0]["outcome"], "gone_with_its_process", "{lines:?}");
+    assert_eq!(lines[1]["goneWithItsProcess"], 1, "{lines:?}");
+    let (version, columns) = schema(&path);
+    assert_eq!(version, 2);
+    assert!(columns.iter().any(|column| column == "api_in_process"), "{columns:?}");
+    assert!(!columns.iter().any(|column| column == "embedded_sim"), "{columns:?}");
+    let rows = Ledger::open(&path).unwrap().list().unwrap();
+    assert_eq!(rows[0].state, host_harness::ledger::LeaseState::Destroyed);
+
+    // The text form says what happened.
+    write_v1_ledger(&dir.path().join("second.sqlite3"), false);
+    let second = dir.path().join("second.sqlite3");
+    let output = harness(&["--ledger", second.to_str().unwrap(), "sweep"], dir.path(), false);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("sb-1: gone with its process"), "{text}");
+    assert!(text.contains("1 gone with their process"), "{text}");
 }
 
 #[test]

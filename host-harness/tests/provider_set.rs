@@ -198,9 +198,10 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     let dir = tempfile::tempdir().unwrap();
     let (v1, v2) = two_createos_builds(dir.path());
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    config.api_in_process = true;
     let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
-    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "seed-swap", true);
+    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "seed-swap");
 
     // On v1: the command's process creation fails ambiguously, so its
     // cleanup cannot be confirmed.
@@ -256,9 +257,10 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     let dir = tempfile::tempdir().unwrap();
     let (v1, v2) = two_createos_builds(dir.path());
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    config.api_in_process = true;
     let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
-    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "drain-swap", true);
+    let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "drain-swap");
     let held = wait(host.acquire()).unwrap();
     let params = host.params(&held.lease);
 

@@ -135,7 +135,7 @@ fn what_a_release_did_comes_from_the_providers_report() {
         let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
         let provider = LoadedProvider::load(fixture(library)).unwrap();
         let config = HarnessConfig::for_config(json!({"passphrase": SECRET, "holdOnRelease": hold}));
-        let host = Host::new(&provider, &ledger, &config, Owner::Command, "run", false);
+        let host = Host::new(&provider, &ledger, &config, Owner::Command, "run");
         let held = wait(host.acquire()).unwrap();
         assert_eq!(wait(host.release(&held)).unwrap(), expected, "{library} hold={hold}");
     }

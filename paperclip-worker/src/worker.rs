@@ -216,7 +216,7 @@ impl Worker {
     async fn host(&self, method: &str, env: &Environment, run_id: &str) -> Result<Host<'static>, RpcError> {
         let config = self.config(method, &env.driver_key, env)?;
         self.sweep_once(&config).await;
-        Ok(Host::new(self.provider, self.ledger, &config, Owner::Command, run_id, false))
+        Ok(Host::new(self.provider, self.ledger, &config, Owner::Command, run_id))
     }
 
     /// The host's view of the environment Paperclip names; a driver key
@@ -234,6 +234,7 @@ impl Worker {
             company_id: env.company_id.clone(),
             environment_id: env.environment_id.clone(),
             config: Value::Object(env.config.clone()),
+            api_in_process: false,
             warnings: Vec::new(),
         })
     }
@@ -369,7 +370,7 @@ impl Worker {
             config: call.config.clone(),
         };
         let config = self.config("environmentValidateConfig", &call.driver_key, &env)?;
-        let host = Host::new(self.provider, self.ledger, &config, Owner::Command, "validate", false);
+        let host = Host::new(self.provider, self.ledger, &config, Owner::Command, "validate");
         let report = host.validate().map_err(|error| rpc_error(&error))?;
         let normalized = report
             .normalized_config_json

@@ -26,7 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?; // the provider's log events: none here
     let state = tempfile::tempdir()?; // a platform keeps its ledger where it keeps its state
     let ledger = Ledger::open(&state.path().join("ledger.sqlite3"))?;
-    let host = Host::new(&provider, &ledger, &config, Owner::Command, "embed", false);
+    let host = Host::new(&provider, &ledger, &config, Owner::Command, "embed");
 
     let lease = host.acquire().await?;
     println!("acquired {}", lease.id().unwrap_or("-"));

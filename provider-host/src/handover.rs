@@ -28,13 +28,7 @@ pub fn unconfirmed_leases(
         .into_iter()
         .map(|record| {
             let lease = record.lease();
-            let config = HarnessConfig {
-                driver_key: Some(record.env.driver_key.clone()),
-                company_id: record.env.company_id.clone(),
-                environment_id: record.env.environment_id.clone(),
-                config: secrets.config_for(&fields, &record),
-                warnings: Vec::new(),
-            };
+            let config = HarnessConfig::of_record(&record, secrets.config_for(&fields, &record));
             LeaseParams {
                 env: config.environment(&record.env.driver_key),
                 run_id: record.run_id.as_str().into(),

@@ -213,14 +213,12 @@ fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Chunk>) {
 
 impl<'a> Host<'a> {
     /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
-    /// `embedded_sim` marks an API served by a simulator inside this process.
     pub fn new(
         provider: &'a dyn HookSupport,
         ledger: &'a dyn LeaseStore,
         config: &HarnessConfig,
         owner: Owner,
         run_id: &str,
-        embedded_sim: bool,
     ) -> Self {
         let env = config.environment(&provider.manifest().driver_key);
         let lease_env = LeaseEnv {
@@ -228,7 +226,7 @@ impl<'a> Host<'a> {
             company_id: config.company_id.clone(),
             environment_id: config.environment_id.clone(),
             config: storable_config(provider, &env, &config.config),
-            embedded_sim,
+            api_in_process: config.api_in_process,
         };
         Host { provider, ledger, env, lease_env, owner, run_id: run_id.to_owned() }
     }

@@ -154,9 +154,10 @@ pub struct LeaseEnv {
     /// The provider configuration without its secrets (the properties the
     /// provider's schema marks `writeOnly`; see [`crate::secrets`]).
     pub config: Value,
-    /// True when the API was a simulator embedded in the owning process (its
-    /// sandboxes die with that process).
-    pub embedded_sim: bool,
+    /// True when the API this lease talked to lived in the owning process
+    /// (an API served in process, for tests or offline runs): its sandboxes
+    /// are gone with that process, so a sweep closes the row without a request.
+    pub api_in_process: bool,
 }
 
 /// One ledger row.
@@ -225,7 +226,7 @@ impl LeaseRecord {
             "companyId": self.env.company_id,
             "environmentId": self.env.environment_id,
             "config": self.env.config,
-            "embeddedSim": self.env.embedded_sim,
+            "apiInProcess": self.env.api_in_process,
             "lastHook": self.last_hook,
             "lastError": self.last_error,
             "pid": self.pid,
@@ -347,12 +348,20 @@ pub struct Ledger {
 const APPLICATION_ID: i64 = 0x4848_4c67;
 
 /// The version of [`SCHEMA`] (`PRAGMA user_version`); a ledger of a newer
-/// version is refused rather than misread.
-const SCHEMA_VERSION: i64 = 1;
+/// version is refused rather than misread, one of an older version is
+/// brought to this one by [`MIGRATIONS`] when opened for writing.
+const SCHEMA_VERSION: i64 = 2;
 
-/// The columns of the `leases` table, to recognise a ledger written before
-/// ledgers carried [`APPLICATION_ID`].
-const COLUMNS: [&str; 17] = [
+/// The statements that bring a ledger of the version before each to that
+/// version, in order: (version, SQL).
+const MIGRATIONS: &[(i64, &str)] = &[
+    // Version 2: the flag says where the API lived, not what it was.
+    (2, "ALTER TABLE leases RENAME COLUMN embedded_sim TO api_in_process"),
+];
+
+/// The columns of the `leases` table of version 1, to recognise a ledger
+/// written before ledgers carried [`APPLICATION_ID`] (which is version 1).
+const UNMARKED_COLUMNS: [&str; 17] = [
     "id",
     "owner",
     "run_id",
@@ -384,7 +393,7 @@ CREATE TABLE IF NOT EXISTS leases (
     company_id        TEXT NOT NULL,
     environment_id    TEXT NOT NULL,
     config_json       TEXT NOT NULL,
-    embedded_sim      INTEGER NOT NULL,
+    api_in_process    INTEGER NOT NULL,
     last_hook         TEXT NOT NULL,
     last_error_json   TEXT,
     pid               INTEGER NOT NULL,
@@ -605,7 +614,7 @@ impl Ledger {
                     conn,
                     &format!(
                         "INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
-                            config_json, embedded_sim, last_hook, pid, pid_start, created_at, updated_at)
+                            config_json, api_in_process, last_hook, pid, pid_start, created_at, updated_at)
                          VALUES (?1, ?2, 'acquiring', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW}, {NOW})"
                     ),
                     params![
@@ -615,7 +624,7 @@ impl Ledger {
                         env.company_id,
                         env.environment_id,
                         env.config.to_string(),
-                        env.embedded_sim,
+                        env.api_in_process,
                         hook,
                         pid,
                         start,
@@ -935,7 +944,7 @@ fn identify(conn: &Connection) -> rusqlite::Result<Kind> {
         let mut statement = conn.prepare("SELECT name FROM pragma_table_info('leases') ORDER BY cid")?;
         let columns =
             statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-        if columns == COLUMNS {
+        if columns == UNMARKED_COLUMNS {
             return Ok(Kind::Unmarked);
         }
     }
@@ -960,11 +969,18 @@ fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = (|| {
         let kind = identify(conn)?;
+        // A new file gets the current schema; an unmarked ledger is of version 1.
+        let version = match kind {
+            Kind::Ledger { version } => version,
+            Kind::Unmarked => 1,
+            Kind::Empty | Kind::Foreign(_) => SCHEMA_VERSION,
+        };
         let mark = matches!(kind, Kind::Empty | Kind::Unmarked);
         check_kind(kind)?;
+        migrate(conn, version)?;
         // Writes nothing when the tables exist.
         conn.execute_batch(SCHEMA)?;
-        if mark {
+        if mark || version < SCHEMA_VERSION {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
@@ -977,6 +993,15 @@ fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
             Err(problem)
         }
     }
+}
+
+/// Applies the [`MIGRATIONS`] newer than `version` (the ledger's), inside
+/// the caller's transaction.
+fn migrate(conn: &Connection, version: i64) -> rusqlite::Result<()> {
+    for (_, sql) in MIGRATIONS.iter().filter(|(to, _)| *to > version) {
+        conn.execute_batch(sql)?;
+    }
+    Ok(())
 }
 
 /// Puts the database in WAL mode, waiting as long as [`BUSY_TIMEOUT`] for the
@@ -1043,7 +1068,12 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
             company_id: row.get("company_id")?,
             environment_id: row.get("environment_id")?,
             config: json(row.get("config_json")?).unwrap_or(Value::Null),
-            embedded_sim: row.get("embedded_sim")?,
+            api_in_process: match row.get("api_in_process") {
+                // A ledger opened read-only is never migrated: one of version
+                // 1 names the column as it did then.
+                Err(rusqlite::Error::InvalidColumnName(_)) => row.get("embedded_sim")?,
+                other => other?,
+            },
         },
         last_hook: row.get("last_hook")?,
         last_error: json(row.get("last_error_json")?),

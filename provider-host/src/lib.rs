@@ -33,7 +33,7 @@
 //! provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?;
 //! let ledger = Ledger::open(std::path::Path::new("ledger.sqlite3"))?;
 //! let config = HarnessConfig::for_config(serde_json::json!({"shape": "s-1vcpu-1gb"}));
-//! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1", false);
+//! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1");
 //! let lease = host.acquire().await?;
 //! let command = ExecuteParams { command: "/bin/echo".into(), args: vec!["hi".into()].into(), ..Default::default() };
 //! let mut print = |_stream, bytes: &[u8]| print!("{}", String::from_utf8_lossy(bytes));

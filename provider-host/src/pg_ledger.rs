@@ -31,7 +31,10 @@ use serde_json::Value;
 use std::time::Duration;
 
 /// The migrations, in order: (version, SQL).
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../migrations/postgres/0001_hosts_and_leases.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("../migrations/postgres/0001_hosts_and_leases.sql")),
+    (2, include_str!("../migrations/postgres/0002_api_in_process.sql")),
+];
 
 /// Indexes added after their tables shipped: created where missing, under
 /// the migration lock, and never counted as a migration, so hosts of an
@@ -49,7 +52,7 @@ const MIGRATION_LOCK: i64 = 0x4848_4c67;
 
 /// The columns of a [`LeaseRecord`], from `leases l`.
 const COLUMNS: &str = "l.id, l.owner, l.run_id, l.state, l.provider_lease_id, l.metadata_json, l.driver_key,
-    l.company_id, l.environment_id, l.config_json, l.embedded_sim, l.last_hook, l.last_error_json,
+    l.company_id, l.environment_id, l.config_json, l.api_in_process, l.last_hook, l.last_error_json,
     l.host_id, l.pid,
     to_char(l.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS created_at,
     to_char(l.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS updated_at";
@@ -335,7 +338,7 @@ fn read_row(row: &Row) -> LeaseRecord {
             company_id: row.get("company_id"),
             environment_id: row.get("environment_id"),
             config: json(row.get("config_json")).unwrap_or(Value::Null),
-            embedded_sim: row.get("embedded_sim"),
+            api_in_process: row.get("api_in_process"),
         },
         last_hook: row.get("last_hook"),
         last_error: json(row.get("last_error_json")),
@@ -374,7 +377,7 @@ impl LeaseStore for PgLedger {
         let sql = format!(
             "WITH beat AS ({BEAT} RETURNING host_id)
              INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
-                 config_json, embedded_sim, last_hook, host_id, pid)
+                 config_json, api_in_process, last_hook, host_id, pid)
              SELECT $5, $6, 'acquiring', $7, $8, $9, $10, $11, $12, beat.host_id, $3 FROM beat
              RETURNING id"
         );
@@ -389,7 +392,7 @@ impl LeaseStore for PgLedger {
             &env.company_id,
             &env.environment_id,
             &env.config.to_string(),
-            &env.embedded_sim,
+            &env.api_in_process,
             &hook,
         ];
         self.with(|client| client.query_one(&sql, &params).map(|row| row.get(0)))

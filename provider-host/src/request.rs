@@ -1,5 +1,6 @@
 //! The harness configuration file: provider config plus who is asking.
 
+use crate::ledger::LeaseRecord;
 use provider_abi::EnvironmentParams;
 use serde_json::Value;
 use std::{io::Read, os::unix::fs::FileTypeExt, path::Path};
@@ -15,6 +16,10 @@ pub struct HarnessConfig {
     pub environment_id: String,
     /// The provider configuration.
     pub config: Value,
+    /// True when the API the provider talks to lives in this process (an
+    /// API served in process, for tests or offline runs): its sandboxes are
+    /// gone with the process, and the ledger says so for a later sweep.
+    pub api_in_process: bool,
     /// Remarks on the file around the provider's configuration (a key the
     /// harness does not know), one line each.
     pub warnings: Vec<String>,
@@ -36,6 +41,21 @@ impl HarnessConfig {
             company_id: DEFAULT_COMPANY.into(),
             environment_id: DEFAULT_ENVIRONMENT.into(),
             config,
+            api_in_process: false,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The configuration a lease the ledger recorded as `record` was
+    /// acquired with, `config` being its provider configuration (the stored
+    /// one with its secrets restored).
+    pub fn of_record(record: &LeaseRecord, config: Value) -> Self {
+        Self {
+            driver_key: Some(record.env.driver_key.clone()),
+            company_id: record.env.company_id.clone(),
+            environment_id: record.env.environment_id.clone(),
+            config,
+            api_in_process: record.env.api_in_process,
             warnings: Vec::new(),
         }
     }
@@ -77,6 +97,7 @@ impl HarnessConfig {
             environment_id: text_field(&object, "environmentId")?
                 .unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
             config,
+            api_in_process: false,
             warnings,
         })
     }

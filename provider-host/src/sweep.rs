@@ -11,8 +11,8 @@
 //! ([`SecretFields::restore`]); without one the provider uses its own
 //! fallback. A row whose host may already have deleted its sandbox is
 //! checked first ([`Host::destroy_left_behind`]), so a sandbox is deleted
-//! once. Rows whose API was a simulator embedded in a process that has
-//! exited are closed without a request: their sandboxes died with it. A row
+//! once. Rows whose API lived in their host's process, which has exited,
+//! are closed without a request: their sandboxes are gone with it. A row
 //! whose creation request never left (still `acquiring`) is closed without a
 //! word: nothing exists. A row without a lease id whose request may have
 //! left (`creating`: its reply was still in flight) cannot be acted on and is
@@ -104,8 +104,9 @@ impl SweepSecrets {
 pub enum Outcome {
     /// Destroyed now.
     Destroyed,
-    /// Its embedded simulator exited, taking the sandbox with it.
-    GoneWithSimulator,
+    /// The API it talked to lived in its host's process, which exited:
+    /// the sandbox is gone with that process.
+    GoneWithItsProcess,
     /// Its creation request never left: nothing existed to destroy.
     NeverSent,
     /// No lease id: nothing can be done remotely.
@@ -128,7 +129,7 @@ impl Swept {
     pub fn to_json(&self) -> Value {
         let (outcome, error) = match &self.outcome {
             Outcome::Destroyed => ("destroyed", None),
-            Outcome::GoneWithSimulator => ("gone_with_simulator", None),
+            Outcome::GoneWithItsProcess => ("gone_with_its_process", None),
             Outcome::NeverSent => ("never_sent", None),
             Outcome::Unresolvable => ("unresolvable", None),
             Outcome::Failed(error) => ("failed", Some(crate::error_json(error))),
@@ -175,7 +176,7 @@ pub fn sweep(
             Outcome::Failed(error) => {
                 tracing::warn!(lease = ?record.provider_lease_id, kind = %error.kind, "sweep could not destroy a lease")
             }
-            Outcome::GoneWithSimulator | Outcome::NeverSent => {}
+            Outcome::GoneWithItsProcess | Outcome::NeverSent => {}
         }
         swept.push(Swept { record, outcome });
     }
@@ -190,9 +191,9 @@ fn sweep_one(
     secrets: &SweepSecrets,
     scope: Scope,
 ) -> Result<Outcome, LedgerError> {
-    if record.env.embedded_sim && scope != Scope::ThisProcess {
+    if record.env.api_in_process && scope != Scope::ThisProcess {
         ledger.set_state(record.id, LeaseState::Destroyed, "sweep", None)?;
-        return Ok(Outcome::GoneWithSimulator);
+        return Ok(Outcome::GoneWithItsProcess);
     }
     if record.provider_lease_id.is_none() {
         if record.state == LeaseState::Acquiring {
@@ -201,14 +202,8 @@ fn sweep_one(
         }
         return Ok(Outcome::Unresolvable);
     }
-    let config = HarnessConfig {
-        driver_key: Some(record.env.driver_key.clone()),
-        company_id: record.env.company_id.clone(),
-        environment_id: record.env.environment_id.clone(),
-        config: secrets.config_for(fields, record),
-        warnings: Vec::new(),
-    };
-    let host = Host::new(provider, ledger, &config, record.owner, &record.run_id, record.env.embedded_sim);
+    let config = HarnessConfig::of_record(record, secrets.config_for(fields, record));
+    let host = Host::new(provider, ledger, &config, record.owner, &record.run_id);
     let held = HeldLease::new(record.id, record.lease());
     Ok(match crate::wait(host.destroy_left_behind(&held, record.state)) {
         Ok(()) => Outcome::Destroyed,
@@ -253,7 +248,7 @@ mod tests {
                 company_id: "acme".into(),
                 environment_id: "dev".into(),
                 config: json!({}),
-                embedded_sim: false,
+                api_in_process: false,
             },
             last_hook: "acquire_lease".into(),
             last_error: None,

@@ -19,7 +19,7 @@ fn env() -> LeaseEnv {
         company_id: "c".into(),
         environment_id: "e".into(),
         config: json!({"shape": "s-1vcpu-1gb"}),
-        embedded_sim: false,
+        api_in_process: false,
     }
 }
 
@@ -359,5 +359,45 @@ fn a_restored_row_is_as_it_was_read() {
         assert_eq!(after.last_hook, "destroy_lease", "{}", bed.name());
         assert_eq!(after.last_error, before.last_error, "{}", bed.name());
         assert_eq!(after.provider_lease_id.as_deref(), Some("sb-restored"), "{}", bed.name());
+    }
+}
+
+/// A fleet's ledger at migration 1 (its flag column named `embedded_sim`)
+/// is brought to the current schema by the first host that opens it, its
+/// rows kept.
+#[test]
+fn a_postgres_ledger_of_migration_1_is_migrated_with_its_rows() {
+    let Some(bed) = Bed::postgres("a_postgres_ledger_of_migration_1_is_migrated") else { return };
+    let Bed::Postgres { url, .. } = &bed else { unreachable!() };
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client.batch_execute(include_str!("../migrations/postgres/0001_hosts_and_leases.sql")).unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE ledger_migrations (version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+             INSERT INTO ledger_migrations (version) VALUES (1);
+             INSERT INTO leases (owner, run_id, state, provider_lease_id, driver_key, company_id, environment_id,
+                 config_json, embedded_sim, last_hook, host_id, pid)
+             VALUES ('lifecycle', 'run', 'active', 'sb-old', 'createos', 'c', 'e', '{}', true,
+                 'acquire_lease', 'gone-host', 1);",
+        )
+        .unwrap();
+    let rows = bed.host().list().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].provider_lease_id.as_deref(), Some("sb-old"));
+    assert!(rows[0].env.api_in_process);
+    let applied: i32 = client.query_one("SELECT max(version) FROM ledger_migrations", &[]).unwrap().get(0);
+    assert_eq!(applied, 2);
+}
+
+/// A new row records whether its API lived in the host's process, on both stores.
+#[test]
+fn a_row_records_whether_its_api_lived_in_the_hosts_process() {
+    for bed in Bed::all("a_row_records_whether_its_api_lived_in_the_hosts_process") {
+        let ledger = bed.host();
+        let in_process = LeaseEnv { api_in_process: true, ..env() };
+        let row = ledger.begin(Owner::Lifecycle, "run", &in_process, "acquire_lease").unwrap();
+        let other = ledger.begin(Owner::Lifecycle, "run", &env(), "acquire_lease").unwrap();
+        assert!(ledger.get(row).unwrap().unwrap().env.api_in_process, "{}", bed.name());
+        assert!(!ledger.get(other).unwrap().unwrap().env.api_in_process, "{}", bed.name());
     }
 }

@@ -27,7 +27,7 @@ const RUN_ID: &str = "harness-cli";
 
 fn host<'s>(session: &'s Session, config: &Path) -> Result<Host<'s>, Failure> {
     let config = read_config(config, &session.provider.manifest().driver_key)?;
-    Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID, false))
+    Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID))
 }
 
 fn print_lease(session: &Session, lease: &Lease) {

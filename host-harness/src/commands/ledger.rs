@@ -40,7 +40,7 @@ pub fn sweep(
             let lease = item.record.provider_lease_id.as_deref().unwrap_or("(no lease id)");
             let what = match &item.outcome {
                 Outcome::Destroyed => "destroyed".to_owned(),
-                Outcome::GoneWithSimulator => "gone with its embedded simulator".to_owned(),
+                Outcome::GoneWithItsProcess => "gone with its process (its API lived there)".to_owned(),
                 Outcome::Unresolvable => {
                     "unresolvable: its creation reply was still in flight when its run died".to_owned()
                 }
@@ -55,14 +55,14 @@ pub fn sweep(
     let summary = serde_json::json!({
         "swept": true,
         "destroyed": count(|outcome| matches!(outcome, Outcome::Destroyed)),
-        "goneWithSimulator": count(|outcome| matches!(outcome, Outcome::GoneWithSimulator)),
+        "goneWithItsProcess": count(|outcome| matches!(outcome, Outcome::GoneWithItsProcess)),
         "unresolvable": count(|outcome| matches!(outcome, Outcome::Unresolvable)),
         "failed": failed,
     });
     session.out.value(&summary, || {
         format!(
-            "sweep: {} destroyed, {} gone with their simulator, {} unresolvable, {} failed",
-            summary["destroyed"], summary["goneWithSimulator"], summary["unresolvable"], failed
+            "sweep: {} destroyed, {} gone with their process, {} unresolvable, {} failed",
+            summary["destroyed"], summary["goneWithItsProcess"], summary["unresolvable"], failed
         )
     });
     let mut unresolvable = count(|outcome| matches!(outcome, Outcome::Unresolvable));

@@ -80,7 +80,6 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
         &target.config,
         Owner::Lifecycle,
         "harness-lifecycle",
-        target.sim.is_some(),
     );
     // The provider's remarks (an unknown key...) once, before the steps.
     if let Ok(report) = host.validate() {
@@ -227,12 +226,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         }
     };
     let started = Instant::now();
-    let plan = SoakPlan {
-        config: &target.config,
-        embedded_sim: target.sim.is_some(),
-        leases: options.leases,
-        concurrency: options.concurrency,
-    };
+    let plan = SoakPlan { config: &target.config, leases: options.leases, concurrency: options.concurrency };
     let monitor = host_harness::resources::Monitor::start();
     let secrets = SweepSecrets::from_config(&session.provider, &target.config);
     // The provider's share of the request budget, with this host counted,

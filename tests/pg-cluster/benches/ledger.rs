@@ -26,7 +26,7 @@ fn env() -> LeaseEnv {
         company_id: "acme".into(),
         environment_id: "dev".into(),
         config: serde_json::json!({"shape": "s-1vcpu-1gb", "reuseLease": true}),
-        embedded_sim: false,
+        api_in_process: false,
     }
 }
 

@@ -623,9 +623,10 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
         company_id: COMPANY.into(),
         environment_id: ENVIRONMENT.into(),
         config: config.clone(),
+        api_in_process: false,
         warnings: Vec::new(),
     };
-    let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1", false);
+    let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1");
     let acquire = || async { host.acquire().await.map(|held| held.lease) };
     // A creation request leaves only once the host committed `creating`:
     // an acquire dropped before that sends nothing, and its row stays
