@@ -25,7 +25,7 @@
 //! (`provider_abi::export::guard`, tested there) for every provider built with
 //! `export_provider!` and without `panic = "abort"`.
 
-use crate::{request::HarnessConfig, wait};
+use crate::{environment::Environment, wait};
 use provider_abi::{
     ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
     ExecuteParams, ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, Provider,
@@ -245,10 +245,10 @@ pub const CHECKS: &[Check] = &[
 /// ([`crate::interrupt::requested`]) no further check starts.
 pub fn run(
     provider: Arc<LoadedProvider>,
-    config: &HarnessConfig,
+    config: &Environment,
     report: &mut dyn FnMut(&CheckReport),
 ) -> Vec<CheckReport> {
-    let env = config.environment(&provider.manifest().driver_key);
+    let env = config.params(&provider.manifest().driver_key);
     let ctx = Ctx(Arc::new(Inner { provider, env }));
     let _quiet = QuietPanics::install();
     let mut reports = Vec::with_capacity(CHECKS.len());

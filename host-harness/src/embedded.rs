@@ -4,7 +4,7 @@
 //! with no values, and a command that would start a simulator fails with
 //! [`ABSENT`].
 
-use crate::request::HarnessConfig;
+use crate::{config_file::harness_environment, environment::Environment};
 #[cfg(feature = "embedded-sim")]
 pub use createos_sim::{FaultRule, Simulator};
 use provider_abi::Provider;
@@ -23,15 +23,15 @@ pub const ABSENT: &str =
 /// harness configuration pointing at it (lease reuse on, so release pauses;
 /// the API in this process, so its leases are gone with it).
 #[cfg(feature = "embedded-sim")]
-pub fn start() -> std::io::Result<(Simulator, HarnessConfig)> {
+pub fn start() -> std::io::Result<(Simulator, Environment)> {
     start_with(createos_sim::SimConfig::default())
 }
 
 /// Like [`start`], with a simulator configuration of the caller's.
 #[cfg(feature = "embedded-sim")]
-pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simulator, HarnessConfig)> {
+pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simulator, Environment)> {
     let sim = Simulator::start(sim_config)?;
-    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = harness_environment(sim.provider_config(true));
     config.api_in_process = true;
     Ok((sim, config))
 }
@@ -39,7 +39,7 @@ pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simul
 /// Starts the simulator for an offline run, with CreateOS's rate limit
 /// when `rate_limited`.
 #[cfg(feature = "embedded-sim")]
-fn start_offline(rate_limited: bool) -> Result<(Simulator, HarnessConfig), String> {
+fn start_offline(rate_limited: bool) -> Result<(Simulator, Environment), String> {
     let sim_config = createos_sim::SimConfig {
         rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
@@ -48,7 +48,7 @@ fn start_offline(rate_limited: bool) -> Result<(Simulator, HarnessConfig), Strin
 }
 
 #[cfg(not(feature = "embedded-sim"))]
-fn start_offline(_rate_limited: bool) -> Result<(Simulator, HarnessConfig), String> {
+fn start_offline(_rate_limited: bool) -> Result<(Simulator, Environment), String> {
     Err(ABSENT.to_owned())
 }
 
@@ -67,14 +67,14 @@ pub fn remove_temp_dirs() {
 pub fn offline_target<P: Provider + ?Sized>(
     provider: &P,
     rate_limited: bool,
-) -> Result<(Option<Simulator>, HarnessConfig), String> {
+) -> Result<(Option<Simulator>, Environment), String> {
     let manifest = provider.manifest();
     if manifest.driver_key.as_str() == SERVES_DRIVER_KEY {
         let (sim, config) = start_offline(rate_limited)?;
         return Ok((Some(sim), config));
     }
-    let config = HarnessConfig::for_config(serde_json::json!({}));
-    let report = provider.validate_config(&config.environment(&manifest.driver_key)).map_err(|error| {
+    let config = harness_environment(serde_json::json!({}));
+    let report = provider.validate_config(&config.params(&manifest.driver_key)).map_err(|error| {
         format!("provider `{}` needs --config FILE: its validate failed: {}", manifest.id, error.message)
     })?;
     if report.ok {

@@ -41,7 +41,7 @@ pub fn parse(text: &str) -> Result<Lease, String> {
 
 /// Reads a lease file (`-` for stdin).
 pub fn read(path: &Path) -> Result<Lease, String> {
-    let text = crate::request::read_text(path)?;
+    let text = crate::config_file::read_text(path)?;
     parse(&text).map_err(|error| format!("{}: {error}", path.display()))
 }
 

@@ -3,15 +3,17 @@
 //!
 //! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`], [`budget`],
 //! [`provider_set`], [`loader`], [`lock`], [`providers`], [`secrets`],
-//! [`request`]) lives in the `provider-host` library; its modules are
+//! [`environment`]) lives in the `provider-host` library; its modules are
 //! re-exported here. The binary (`host-harness`) is a
 //! thin clap front end over them and these modules: [`lifecycle`], [`soak`],
-//! [`lease_file`] (the lease JSON of the hook commands), [`conform`] (the
+//! [`config_file`] (the configuration file), [`lease_file`] (the lease
+//! JSON of the hook commands), [`conform`] (the
 //! provider-agnostic lease-contract checks), [`resources`] (what a soak costs
 //! the process), [`plugin`] (loading), [`isolation`] (a provider in a worker
 //! process, plugged into [`hosted`] by [`isolated`]), [`embedded`] (the
 //! offline simulator) and [`render`] (output).
 
+pub mod config_file;
 pub mod conform;
 pub mod embedded;
 pub mod hangup;
@@ -28,6 +30,6 @@ pub mod soak;
 pub mod swap;
 
 pub use provider_host::{
-    budget, handover, heartbeat, host, hosted, ledger, loader, lock, pg_ledger, provider_set, providers,
-    request, secrets, staging, store, sweep, wait,
+    budget, environment, handover, heartbeat, host, hosted, ledger, loader, lock, pg_ledger, provider_set,
+    providers, secrets, staging, store, sweep, wait,
 };

@@ -11,10 +11,10 @@
 use crate::embedded::{FaultRule, Simulator};
 use crate::hosted::HookSupport;
 use crate::{
+    environment::Environment,
     host::Host,
     ledger::Owner,
     lifecycle::{self, Reporter, StepReport},
-    request::HarnessConfig,
     resources::ResourceFigures,
     secrets::SecretFields,
     store::LeaseStore,
@@ -40,7 +40,7 @@ pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
         "flaky" => Ok(FaultProfile::flaky(seed)),
         "hostile" => Ok(FaultProfile::hostile(seed)),
         path => {
-            let text = crate::request::read_text(std::path::Path::new(path))
+            let text = crate::config_file::read_text(std::path::Path::new(path))
                 .map_err(|error| format!("--faults: {error}"))?;
             createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
         }
@@ -59,7 +59,7 @@ pub fn fault_profile(name: &str, _seed: u64) -> Result<Vec<FaultRule>, String> {
 /// What a soak needs besides the provider and the ledger.
 pub struct SoakPlan<'a> {
     /// The environment every lifecycle runs in.
-    pub config: &'a HarnessConfig,
+    pub config: &'a Environment,
     /// Number of lifecycles.
     pub leases: usize,
     /// Lifecycles in flight at once.

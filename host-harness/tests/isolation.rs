@@ -7,11 +7,11 @@ mod common;
 
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
+    config_file::harness_environment,
     host::{Host, Released},
     isolation::{is_worker_failure, IsolatedProvider, IsolationOptions, Limits},
     ledger::{LeaseState, Ledger, Owner},
     loader::{library_file_name, LoadedProvider},
-    request::HarnessConfig,
     sweep::{sweep, Scope, SweepSecrets},
     wait,
 };
@@ -256,7 +256,7 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = IsolatedProvider::start(fixture("fixture_frozen"), options()).expect("start the worker");
     assert!(!provider.supports(Hook::ImportUnconfirmed) && !provider.supports(Hook::InspectLease));
-    let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
+    let config = harness_environment(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
     let control = wait(host.acquire()).unwrap();
@@ -287,7 +287,7 @@ fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destro
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = start(options());
     assert!(provider.supports(Hook::ImportUnconfirmed));
-    let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
+    let config = harness_environment(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
@@ -317,7 +317,7 @@ fn a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = start(options());
-    let config = HarnessConfig::for_config(json!({"holdOnRelease": true}));
+    let config = harness_environment(json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "died");
     let held = wait(host.acquire()).unwrap();
     let command = ExecuteParams { command: "crash:segv".into(), ..Default::default() };
@@ -520,7 +520,7 @@ fn a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox() {
     provider.setup(&SetupParams::default(), LogSink::new(|_| {}), LogLevel::Warn).unwrap();
     let mut settings = sim.provider_config(false);
     settings["requestsPerMinute"] = json!(100_000);
-    let config = HarnessConfig::for_config(settings);
+    let config = harness_environment(settings);
     let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "in-flight");
     let serving = provider.worker_pid().expect("a worker serves");
 
@@ -659,7 +659,7 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
     let mut settings = sim.provider_config(true);
     settings["requestsPerMinute"] = json!(100_000);
     settings["timeoutMs"] = json!(600_000);
-    let config = HarnessConfig::for_config(settings);
+    let config = harness_environment(settings);
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "cancel");
     let held = wait(host.acquire()).unwrap();
     let command = |program: &str, arg: &str| ExecuteParams {

@@ -8,11 +8,11 @@ mod common;
 use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
+    config_file::harness_environment,
     host::{Host, Released},
     ledger::{LeaseState, Ledger, Owner},
     lifecycle::{self, StepReport},
     plugin::load_provider,
-    request::HarnessConfig,
     wait,
 };
 use provider_abi::ErrorKind;
@@ -87,7 +87,7 @@ fn a_release_reporting_cleanup_unconfirmed_falls_back_to_destroy() {
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
     let provider = load_provider(None).expect("load the CreateOS provider");
-    let mut config = HarnessConfig::for_config(provider_config(&sim));
+    let mut config = harness_environment(provider_config(&sim));
     config.api_in_process = true;
     let host = Host::new(&provider, &ledger, &config, Owner::Lifecycle, "fallback");
 

@@ -186,10 +186,10 @@ fn two_createos_builds(dir: &std::path::Path) -> (std::path::PathBuf, std::path:
 fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
     use host_harness::{
+        config_file::harness_environment,
         handover::unconfirmed_leases,
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
-        request::HarnessConfig,
         sweep::SweepSecrets,
     };
     use provider_abi::ErrorKind;
@@ -198,7 +198,7 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     let dir = tempfile::tempdir().unwrap();
     let (v1, v2) = two_createos_builds(dir.path());
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = harness_environment(sim.provider_config(true));
     config.api_in_process = true;
     let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
     let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "seed-swap");
@@ -247,9 +247,9 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
 fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one() {
     use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
     use host_harness::{
+        config_file::harness_environment,
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
-        request::HarnessConfig,
     };
     use provider_abi::ErrorKind;
 
@@ -257,7 +257,7 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     let dir = tempfile::tempdir().unwrap();
     let (v1, v2) = two_createos_builds(dir.path());
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let mut config = HarnessConfig::for_config(sim.provider_config(true));
+    let mut config = harness_environment(sim.provider_config(true));
     config.api_in_process = true;
     let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
     let host = Host::new(&set, &ledger, &config, Owner::Lifecycle, "drain-swap");

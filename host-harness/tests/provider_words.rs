@@ -5,10 +5,10 @@
 //! did comes from the provider's report.
 
 use host_harness::{
+    config_file::harness_environment,
     host::{Host, Released},
     ledger::{Ledger, Owner},
     loader::LoadedProvider,
-    request::HarnessConfig,
     wait,
 };
 use serde_json::{json, Value};
@@ -134,7 +134,7 @@ fn what_a_release_did_comes_from_the_providers_report() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
         let provider = LoadedProvider::load(fixture(library)).unwrap();
-        let config = HarnessConfig::for_config(json!({"passphrase": SECRET, "holdOnRelease": hold}));
+        let config = harness_environment(json!({"passphrase": SECRET, "holdOnRelease": hold}));
         let host = Host::new(&provider, &ledger, &config, Owner::Command, "run");
         let held = wait(host.acquire()).unwrap();
         assert_eq!(wait(host.release(&held)).unwrap(), expected, "{library} hold={hold}");

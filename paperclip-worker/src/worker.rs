@@ -31,10 +31,10 @@ use crate::{
 };
 use provider_abi::{LogLevel, LogRecord, LogSink, OutputStream, ProviderError, SyncParams};
 use provider_host::{
+    environment,
     host::{HeldLease, Host, Released},
     hosted::HookSupport,
     ledger::{LeaseRecord, Owner},
-    request::HarnessConfig,
     secrets::SecretFields,
     store::LeaseStore,
     sweep::{self, Scope, SweepSecrets},
@@ -221,7 +221,12 @@ impl Worker {
 
     /// The host's view of the environment Paperclip names; a driver key
     /// other than the provider's is refused.
-    fn config(&self, method: &str, driver_key: &str, env: &Environment) -> Result<HarnessConfig, RpcError> {
+    fn config(
+        &self,
+        method: &str,
+        driver_key: &str,
+        env: &Environment,
+    ) -> Result<environment::Environment, RpcError> {
         let served = self.provider.manifest().driver_key.to_string();
         if driver_key != served {
             return Err(RpcError::invalid_params(
@@ -229,19 +234,18 @@ impl Worker {
                 format!("this worker serves driver `{served}`, not `{driver_key}`"),
             ));
         }
-        Ok(HarnessConfig {
-            driver_key: Some(served),
-            company_id: env.company_id.clone(),
-            environment_id: env.environment_id.clone(),
-            config: Value::Object(env.config.clone()),
-            api_in_process: false,
-            warnings: Vec::new(),
-        })
+        let mut config = environment::Environment::new(
+            &env.company_id,
+            &env.environment_id,
+            Value::Object(env.config.clone()),
+        );
+        config.driver_key = Some(served);
+        Ok(config)
     }
 
     /// Once per worker, before its first lease call: destroys what gone
     /// workers left (see the module documentation).
-    async fn sweep_once(&self, config: &HarnessConfig) {
+    async fn sweep_once(&self, config: &environment::Environment) {
         let mut swept = self.swept.lock().await;
         if *swept {
             return;

@@ -9,17 +9,18 @@
 
 use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, OutputStream, Provider, SetupParams};
 use provider_host::{
+    environment::Environment,
     host::Host,
     ledger::{Ledger, Owner},
     loader::{library_file_name, LoadedProvider},
-    request::HarnessConfig,
 };
 use std::{io::Write, path::PathBuf};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let simulator = createos_sim::Simulator::start(Default::default())?; // offline CreateOS
-    let config = HarnessConfig::for_config(simulator.provider_config(true));
+    let mut config = Environment::new("acme", "dev", simulator.provider_config(true));
+    config.api_in_process = true; // the simulator's sandboxes live and die with this process
     let library = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(built_library);
     let provider = LoadedProvider::load(&library)?;
     let setup = SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() };

@@ -5,9 +5,9 @@
 //! it takes its first call, and the new version itself refuses to reuse them.
 
 use crate::{
+    environment::Environment,
     hosted::HookSupport,
     ledger::{LeaseState, LedgerError},
-    request::HarnessConfig,
     secrets::SecretFields,
     store::LeaseStore,
     sweep::SweepSecrets,
@@ -28,9 +28,9 @@ pub fn unconfirmed_leases(
         .into_iter()
         .map(|record| {
             let lease = record.lease();
-            let config = HarnessConfig::of_record(&record, secrets.config_for(&fields, &record));
+            let config = Environment::of_record(&record, secrets.config_for(&fields, &record));
             LeaseParams {
-                env: config.environment(&record.env.driver_key),
+                env: config.params(&record.env.driver_key),
                 run_id: record.run_id.as_str().into(),
                 provider_lease_id: lease.provider_lease_id,
                 metadata_json: lease.metadata_json,

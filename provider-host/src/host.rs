@@ -18,9 +18,9 @@
 //! it with [`crate::wait`].
 
 use crate::{
+    environment::Environment,
     hosted::HookSupport,
     ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
-    request::HarnessConfig,
     secrets::SecretFields,
     store::{LeaseStore, Write},
     unclaimed::Unclaimed,
@@ -216,11 +216,11 @@ impl<'a> Host<'a> {
     pub fn new(
         provider: &'a dyn HookSupport,
         ledger: &'a dyn LeaseStore,
-        config: &HarnessConfig,
+        config: &Environment,
         owner: Owner,
         run_id: &str,
     ) -> Self {
-        let env = config.environment(&provider.manifest().driver_key);
+        let env = config.params(&provider.manifest().driver_key);
         let lease_env = LeaseEnv {
             driver_key: env.driver_key.to_string(),
             company_id: config.company_id.clone(),

@@ -11,7 +11,7 @@
 //! [`handover`] tells a newly active version which leases it must refuse
 //! to reuse; [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
-//! [`request`] is the environment a host acts for.
+//! [`environment`] is the environment a host acts for.
 //!
 //! Cargo features, both on by default: `postgres` ([`pg_ledger`]: postgres,
 //! r2d2) and `pinning` ([`lock`]: toml, minisign-verify). With
@@ -26,13 +26,13 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, Provider, SetupParams};
-//! use provider_host::{host::Host, ledger::{Ledger, Owner}, loader::LoadedProvider, request::HarnessConfig};
+//! use provider_host::{environment::Environment, host::Host, ledger::{Ledger, Owner}, loader::LoadedProvider};
 //!
 //! let provider = LoadedProvider::load(std::path::Path::new("libcreateos_provider.so"))?;
 //! let setup = SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() };
 //! provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?;
 //! let ledger = Ledger::open(std::path::Path::new("ledger.sqlite3"))?;
-//! let config = HarnessConfig::for_config(serde_json::json!({"shape": "s-1vcpu-1gb"}));
+//! let config = Environment::new("acme", "production", serde_json::json!({"shape": "s-1vcpu-1gb"}));
 //! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1");
 //! let lease = host.acquire().await?;
 //! let command = ExecuteParams { command: "/bin/echo".into(), args: vec!["hi".into()].into(), ..Default::default() };
@@ -43,6 +43,7 @@
 //! ```
 
 pub mod budget;
+pub mod environment;
 mod forward;
 mod group_commit;
 pub mod handover;
@@ -57,7 +58,6 @@ pub mod lock;
 pub mod pg_ledger;
 pub mod provider_set;
 pub mod providers;
-pub mod request;
 pub mod secrets;
 pub mod staging;
 pub mod store;

@@ -20,9 +20,9 @@
 
 use crate::hosted::HookSupport;
 use crate::{
+    environment::Environment,
     host::{storable_config, HeldLease, Host},
     ledger::{LeaseRecord, LeaseState, LedgerError, Owner},
-    request::HarnessConfig,
     secrets::SecretFields,
     store::{LeaseStore, Whose},
 };
@@ -85,8 +85,8 @@ pub struct SweepSecrets {
 
 impl SweepSecrets {
     /// The secrets of `config`, as `provider` describes them.
-    pub fn from_config(provider: &dyn HookSupport, config: &HarnessConfig) -> Self {
-        let env = config.environment(&provider.manifest().driver_key);
+    pub fn from_config(provider: &dyn HookSupport, config: &Environment) -> Self {
+        let env = config.params(&provider.manifest().driver_key);
         Self {
             current: config.config.clone(),
             current_stored: storable_config(provider, &env, &config.config),
@@ -202,7 +202,7 @@ fn sweep_one(
         }
         return Ok(Outcome::Unresolvable);
     }
-    let config = HarnessConfig::of_record(record, secrets.config_for(fields, record));
+    let config = Environment::of_record(record, secrets.config_for(fields, record));
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id);
     let held = HeldLease::new(record.id, record.lease());
     Ok(match crate::wait(host.destroy_left_behind(&held, record.state)) {

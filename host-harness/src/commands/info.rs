@@ -2,7 +2,7 @@
 //! without a ledger (a read-only home directory is no obstacle).
 
 use super::{Failure, Printer};
-use host_harness::{hosted::HostedProvider, lock::Signature, render, request::HarnessConfig};
+use host_harness::{config_file::ConfigFile, hosted::HostedProvider, lock::Signature, render};
 use provider_abi::Provider;
 use serde_json::json;
 use std::path::Path;
@@ -45,11 +45,11 @@ pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
 
 /// Calls `validate_config` on the configuration at `path`.
 pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
-    let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
-    config.check_driver(&provider.manifest().driver_key).map_err(Failure::Usage)?;
-    let mut report = provider.validate_config(&config.environment(&provider.manifest().driver_key))?;
+    let file = ConfigFile::read(path).map_err(Failure::Usage)?;
+    file.check_driver(&provider.manifest().driver_key).map_err(Failure::Usage)?;
+    let mut report = provider.validate_config(&file.environment.params(&provider.manifest().driver_key))?;
     // The file's remarks beside the provider's, in one list.
-    for (at, warning) in config.warnings.iter().enumerate() {
+    for (at, warning) in file.warnings.iter().enumerate() {
         report.warnings.insert(at, warning.as_str().into());
     }
     out.value(&render::validation(&report), || {

@@ -15,12 +15,13 @@ pub mod runs;
 pub mod sim;
 
 use host_harness::{
+    config_file::ConfigFile,
+    environment::Environment,
     hosted::HostedProvider,
     isolation::IsolationOptions,
     ledger::{LeaseRecord, Ledger},
     plugin::{load_hosted, Library},
     render,
-    request::HarnessConfig,
     store::{self, LeaseStore, LedgerLocation, StoreOptions},
     swap::Swapper,
 };
@@ -105,13 +106,13 @@ pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Resu
 /// Reads a harness configuration file meant for the provider whose driver
 /// key is `driver_key`, logging its remarks (an unknown key) as the
 /// provider's are logged.
-pub fn read_config(path: &Path, driver_key: &str) -> Result<HarnessConfig, Failure> {
-    let config = HarnessConfig::read(path).map_err(Failure::Usage)?;
-    config.check_driver(driver_key).map_err(Failure::Usage)?;
-    for warning in &config.warnings {
+pub fn read_config(path: &Path, driver_key: &str) -> Result<Environment, Failure> {
+    let file = ConfigFile::read(path).map_err(Failure::Usage)?;
+    file.check_driver(driver_key).map_err(Failure::Usage)?;
+    for warning in &file.warnings {
         tracing::warn!("configuration: {warning}");
     }
-    Ok(config)
+    Ok(file.environment)
 }
 
 /// What a command runs with: the loaded provider, the ledger, the printer.

@@ -4,13 +4,13 @@
 use super::{read_config, Failure, Printer, Session};
 use host_harness::{
     budget, embedded,
+    environment::Environment,
     host::Host,
     isolation::is_worker_failure_message,
     ledger::Owner,
     lifecycle::{self, StepReport},
     lock::LockFile,
     render,
-    request::HarnessConfig,
     soak::{self, Finished, SimFigures, SoakPlan, Summary},
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
@@ -21,7 +21,7 @@ use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 /// The environment of a run: an external API, or a simulator embedded in
 /// this process (kept alive by holding it).
 struct Target {
-    config: HarnessConfig,
+    config: Environment,
     sim: Option<embedded::Simulator>,
 }
 

@@ -610,22 +610,15 @@ fn a_sync_round_trip_brings_the_files_back_and_a_dropped_sync_leaves_the_lease_u
 #[test]
 fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per_call() {
     use provider_host::{
+        environment::Environment,
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
-        request::HarnessConfig,
     };
     let bed = Bed::new();
     let config = bed.config(json!({}));
     let dir = tempfile::tempdir().unwrap();
     let ledger = Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap();
-    let harness = HarnessConfig {
-        driver_key: None,
-        company_id: COMPANY.into(),
-        environment_id: ENVIRONMENT.into(),
-        config: config.clone(),
-        api_in_process: false,
-        warnings: Vec::new(),
-    };
+    let harness = Environment::new(COMPANY, ENVIRONMENT, config.clone());
     let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1");
     let acquire = || async { host.acquire().await.map(|held| held.lease) };
     // A creation request leaves only once the host committed `creating`:

@@ -1,27 +1,19 @@
-//! The harness configuration file: provider config plus who is asking.
+//! The harness's configuration file: a provider configuration, bare or
+//! with who is asking around it (`companyId`, `environmentId`,
+//! `driverKey`), read into the host's [`Environment`].
 
-use crate::ledger::LeaseRecord;
-use provider_abi::EnvironmentParams;
+use provider_host::environment::Environment;
 use serde_json::Value;
 use std::{io::Read, os::unix::fs::FileTypeExt, path::Path};
 
-/// The environment a harness command acts for.
+/// A configuration file as read: the environment it describes and remarks
+/// on the file around the provider's configuration (a key the harness does
+/// not know), one line each.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HarnessConfig {
-    /// The provider's driver key; the manifest's when the file names none.
-    pub driver_key: Option<String>,
-    /// The company id sent with every hook.
-    pub company_id: String,
-    /// The environment id sent with every hook.
-    pub environment_id: String,
-    /// The provider configuration.
-    pub config: Value,
-    /// True when the API the provider talks to lives in this process (an
-    /// API served in process, for tests or offline runs): its sandboxes are
-    /// gone with the process, and the ledger says so for a later sweep.
-    pub api_in_process: bool,
-    /// Remarks on the file around the provider's configuration (a key the
-    /// harness does not know), one line each.
+pub struct ConfigFile {
+    /// The environment the file describes.
+    pub environment: Environment,
+    /// Remarks on the file, one line each.
     pub warnings: Vec<String>,
 }
 
@@ -33,33 +25,13 @@ pub const DEFAULT_COMPANY: &str = "harness-company";
 /// Environment used when the configuration file names none.
 pub const DEFAULT_ENVIRONMENT: &str = "harness-environment";
 
-impl HarnessConfig {
-    /// A configuration for `config` with the default company and environment.
-    pub fn for_config(config: Value) -> Self {
-        Self {
-            driver_key: None,
-            company_id: DEFAULT_COMPANY.into(),
-            environment_id: DEFAULT_ENVIRONMENT.into(),
-            config,
-            api_in_process: false,
-            warnings: Vec::new(),
-        }
-    }
+/// The environment of a provider configuration `config` with the harness's
+/// default company and environment.
+pub fn harness_environment(config: Value) -> Environment {
+    Environment::new(DEFAULT_COMPANY, DEFAULT_ENVIRONMENT, config)
+}
 
-    /// The configuration a lease the ledger recorded as `record` was
-    /// acquired with, `config` being its provider configuration (the stored
-    /// one with its secrets restored).
-    pub fn of_record(record: &LeaseRecord, config: Value) -> Self {
-        Self {
-            driver_key: Some(record.env.driver_key.clone()),
-            company_id: record.env.company_id.clone(),
-            environment_id: record.env.environment_id.clone(),
-            config,
-            api_in_process: record.env.api_in_process,
-            warnings: Vec::new(),
-        }
-    }
-
+impl ConfigFile {
     /// Reads a configuration file (`-` for stdin).
     ///
     /// Either `{"companyId", "environmentId", "driverKey"?, "config": {...}}`
@@ -76,7 +48,10 @@ impl HarnessConfig {
             return Err("the configuration must be a JSON object".into());
         };
         let Some(config) = object.remove("config") else {
-            return Ok(Self::for_config(Value::Object(object)));
+            return Ok(Self {
+                environment: harness_environment(Value::Object(object)),
+                warnings: Vec::new(),
+            });
         };
         let text_field =
             |object: &serde_json::Map<String, Value>, key: &str| -> Result<Option<String>, String> {
@@ -91,37 +66,24 @@ impl HarnessConfig {
             .filter(|key| !HARNESS_KEYS.contains(&key.as_str()))
             .map(|key| unknown_key_warning(key))
             .collect();
-        Ok(Self {
-            driver_key: text_field(&object, "driverKey")?,
-            company_id: text_field(&object, "companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),
-            environment_id: text_field(&object, "environmentId")?
-                .unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
+        let mut environment = Environment::new(
+            text_field(&object, "companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),
+            text_field(&object, "environmentId")?.unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
             config,
-            api_in_process: false,
-            warnings,
-        })
+        );
+        environment.driver_key = text_field(&object, "driverKey")?;
+        Ok(Self { environment, warnings })
     }
 
     /// Refuses, in one line naming both, a file whose `driverKey` names
     /// another provider than the loaded one (whose driver key is
     /// `loaded_driver_key`).
     pub fn check_driver(&self, loaded_driver_key: &str) -> Result<(), String> {
-        match &self.driver_key {
+        match &self.environment.driver_key {
             Some(meant) if meant != loaded_driver_key => Err(format!(
                 "this configuration is for provider `{meant}` (its driverKey), but the loaded provider is `{loaded_driver_key}`: load {meant}'s library (--plugin, or `host-harness providers use`)"
             )),
             _ => Ok(()),
-        }
-    }
-
-    /// The hook parameters for this environment.
-    pub fn environment(&self, manifest_driver_key: &str) -> EnvironmentParams {
-        EnvironmentParams {
-            driver_key: self.driver_key.as_deref().unwrap_or(manifest_driver_key).into(),
-            company_id: self.company_id.as_str().into(),
-            environment_id: self.environment_id.as_str().into(),
-            config_json: self.config.to_string().into(),
-            extensions_json: Default::default(),
         }
     }
 }
@@ -215,14 +177,15 @@ mod tests {
 
     #[test]
     fn reads_both_file_shapes_and_rejects_bad_ones() {
-        let bare = HarnessConfig::parse(r#"{"shape":"s-1vcpu-1gb"}"#).unwrap();
+        let bare = ConfigFile::parse(r#"{"shape":"s-1vcpu-1gb"}"#).unwrap().environment;
         assert_eq!(bare.config, json!({"shape": "s-1vcpu-1gb"}));
         assert_eq!(bare.company_id, DEFAULT_COMPANY);
-        let full =
-            HarnessConfig::parse(r#"{"companyId":"c","environmentId":"e","config":{"shape":"x"}}"#).unwrap();
+        let full = ConfigFile::parse(r#"{"companyId":"c","environmentId":"e","config":{"shape":"x"}}"#)
+            .unwrap()
+            .environment;
         assert_eq!((full.company_id.as_str(), full.environment_id.as_str()), ("c", "e"));
         for bad in ["[]", "nope", r#"{"companyId":5,"config":{}}"#] {
-            let error = HarnessConfig::parse(bad).unwrap_err();
+            let error = ConfigFile::parse(bad).unwrap_err();
             assert!(!error.contains('\n'), "{error}");
         }
     }
