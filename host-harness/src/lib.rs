@@ -9,17 +9,14 @@
 //! [`config_file`] (the configuration file), [`lease_file`] (the lease
 //! JSON of the hook commands), [`conform`] (the
 //! provider-agnostic lease-contract checks), [`resources`] (what a soak costs
-//! the process), [`plugin`] (loading), [`isolation`] (a provider in a worker
-//! process, plugged into [`hosted`] by [`isolated`]), [`embedded`] (the
-//! offline simulator) and [`render`] (output).
+//! the process), [`plugin`] (loading, in process or in worker processes),
+//! [`embedded`] (the offline simulator) and [`render`] (output).
 
 pub mod config_file;
 pub mod conform;
 pub mod embedded;
 pub mod hangup;
 pub mod interrupt;
-pub mod isolated;
-pub mod isolation;
 pub mod lease_file;
 pub mod lifecycle;
 pub mod plugin;

@@ -8,7 +8,6 @@ use clap::{Args, FromArgMatches, Parser, Subcommand};
 use commands::{Failure, Printer};
 use host_harness::{
     hangup, interrupt,
-    isolation::{IsolationOptions, Limits},
     lock::{check_signature, LockFile},
     plugin::{find_plugin, Library},
     providers::ProvidersDir,
@@ -16,6 +15,7 @@ use host_harness::{
     store::{LedgerLocation, StoreOptions},
 };
 use provider_abi::Provider;
+use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -437,16 +437,6 @@ enum Command {
         #[arg(long, value_name = "DIR", conflicts_with = "subcommand")]
         out: Option<PathBuf>,
     },
-    /// The worker process of --isolate: serves the library's hooks on the
-    /// socket the harness hands it (file descriptor 3).
-    #[command(name = "__worker", hide = true)]
-    Worker {
-        /// The provider library.
-        library: PathBuf,
-        /// The SHA-256 the library must have (a private copy the harness checked).
-        #[arg(long, value_name = "HEX")]
-        sha256: Option<String>,
-    },
 }
 
 /// `lock` subcommands.
@@ -536,12 +526,11 @@ fn raise_open_files_limit() {
 }
 
 fn main() -> ExitCode {
+    // `--isolate` starts this binary again as each provider worker.
+    run_worker_if_requested();
     limit_malloc_arenas();
     raise_open_files_limit();
     let cli = Cli::from_arg_matches(&cli_command().get_matches()).unwrap_or_else(|error| error.exit());
-    if let Command::Worker { library, sha256 } = &cli.command {
-        return host_harness::isolation::serve_worker(library, sha256.as_deref());
-    }
     init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
     match run(&cli, out) {
@@ -780,8 +769,7 @@ fn dispatch(cli: &Cli, session: &commands::Session, lock: &Option<LockFile>) -> 
         | Command::Lock(_)
         | Command::Conform { .. }
         | Command::Completions { .. }
-        | Command::Man { .. }
-        | Command::Worker { .. } => unreachable!("handled before opening the ledger"),
+        | Command::Man { .. } => unreachable!("handled before opening the ledger"),
     }
 }
 

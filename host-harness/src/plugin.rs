@@ -6,11 +6,11 @@
 
 use crate::{
     hosted::{HookSupport, HostedProvider},
-    isolation::{IsolatedProvider, IsolationOptions},
     providers::ProvidersDir,
 };
 use provider_abi::{HookResult, LogLevel, SetupParams};
 use provider_host::{
+    isolation::{IsolatedProvider, IsolationOptions},
     loader::{library_file_name, LoadError, LoadedProvider},
     staging::Staged,
 };
@@ -150,7 +150,7 @@ pub fn load_hosted(
     }
     .map_err(|error| error.to_string())?;
     set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
-    Ok(HostedProvider::Isolated(Box::new(provider)))
+    Ok(HostedProvider::Isolated(provider))
 }
 
 /// What this host tells a provider's `setup` about itself.

@@ -1,11 +1,13 @@
-//! A provider as the host holds it: loaded into this process, or served
-//! elsewhere (a worker process the embedder plugs in behind
-//! [`OutOfProcess`]); the same [`Provider`] trait and the same question,
-//! which hooks this host can call on it.
+//! A provider as the host holds it: loaded into this process, or served by
+//! a worker process ([`IsolatedProvider`], the `isolation` feature); the
+//! same [`Provider`] trait and the same question, which hooks this host can
+//! call on it.
 
+#[cfg(feature = "isolation")]
+use crate::isolation::{is_worker_failure, IsolatedProvider};
 use crate::{loader::LoadedProvider, provider_set::ProviderSet};
 use provider_abi::{Hook, Provider, ProviderError};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A provider the host can ask which hooks it can call: the optional ones
 /// are in its table or not.
@@ -27,17 +29,19 @@ impl HookSupport for LoadedProvider {
     }
 }
 
-/// A provider served outside this process (host-harness plugs in its
-/// worker-process isolation here).
-pub trait OutOfProcess: HookSupport {
-    /// The library file the provider came from.
-    fn library(&self) -> &Path;
+#[cfg(feature = "isolation")]
+impl HookSupport for IsolatedProvider {
+    /// The hooks of the library's table, but `grant_request_share`, which
+    /// the worker protocol does not carry: an isolated provider keeps its
+    /// whole request budget.
+    fn supports(&self, hook: Hook) -> bool {
+        IsolatedProvider::supports(self, hook)
+    }
 
-    /// How many times the process serving it crashed.
-    fn crashes(&self) -> u64;
-
-    /// The provider as the host calls it (`self`).
-    fn hooks(&self) -> &dyn HookSupport;
+    /// A worker that died or was killed under the call.
+    fn is_transport_failure(&self, error: &ProviderError) -> bool {
+        is_worker_failure(error)
+    }
 }
 
 /// A provider in process or out of process, chosen at run time.
@@ -46,9 +50,10 @@ pub trait OutOfProcess: HookSupport {
 pub enum HostedProvider {
     /// Loaded into this process: nanoseconds a call; a crash is the host's.
     Loaded(LoadedProvider),
-    /// Served by another process (a worker): microseconds a call; a crash is
-    /// that process's.
-    Isolated(Box<dyn OutOfProcess>),
+    /// Served by worker processes: microseconds a call; a crash is a
+    /// worker's.
+    #[cfg(feature = "isolation")]
+    Isolated(IsolatedProvider),
     /// Loaded into this process, versions side by side and one active: a
     /// running host swaps between them.
     Set(ProviderSet),
@@ -59,6 +64,7 @@ impl HostedProvider {
     pub fn path(&self) -> PathBuf {
         match self {
             HostedProvider::Loaded(provider) => provider.path().to_path_buf(),
+            #[cfg(feature = "isolation")]
             HostedProvider::Isolated(provider) => provider.library().to_path_buf(),
             HostedProvider::Set(set) => set.active().path().to_path_buf(),
         }
@@ -85,7 +91,8 @@ impl HostedProvider {
     fn inner(&self) -> &dyn HookSupport {
         match self {
             HostedProvider::Loaded(provider) => provider,
-            HostedProvider::Isolated(provider) => provider.hooks(),
+            #[cfg(feature = "isolation")]
+            HostedProvider::Isolated(provider) => provider,
             HostedProvider::Set(set) => set,
         }
     }

@@ -6,16 +6,17 @@
 //! [`store`] is what it records into, with [`ledger`] (SQLite) the embedded
 //! default and [`pg_ledger`] (PostgreSQL) a fleet's, whose hosts keep a
 //! [`heartbeat`]; [`sweep`] destroys what a crashed run left; [`hosted`] holds any
-//! provider (loaded, or plugged in by the embedder behind a trait object);
+//! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
 //! to reuse; [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`environment`] is the environment a host acts for.
 //!
-//! Cargo features, both on by default: `postgres` ([`pg_ledger`]: postgres,
-//! r2d2) and `pinning` ([`lock`]: toml, minisign-verify). With
-//! `default-features = false` a host on one machine builds neither.
+//! Cargo features, all on by default: `postgres` ([`pg_ledger`]: postgres,
+//! r2d2), `pinning` ([`lock`]: toml, minisign-verify) and `isolation`
+//! ([`isolation`]: a provider in worker processes; postcard, nix). With
+//! `default-features = false` a host on one machine builds none.
 //!
 //! A platform goes through [`host::Host`]: load the provider, open a ledger,
 //! and call each hook through the host, which records the lease before the
@@ -50,6 +51,8 @@ pub mod handover;
 pub mod heartbeat;
 pub mod host;
 pub mod hosted;
+#[cfg(feature = "isolation")]
+pub mod isolation;
 pub mod ledger;
 pub mod loader;
 #[cfg(feature = "pinning")]

@@ -18,7 +18,6 @@ use host_harness::{
     config_file::ConfigFile,
     environment::Environment,
     hosted::HostedProvider,
-    isolation::IsolationOptions,
     ledger::{LeaseRecord, Ledger},
     plugin::{load_hosted, Library},
     render,
@@ -26,6 +25,7 @@ use host_harness::{
     swap::Swapper,
 };
 use provider_abi::{Provider, ProviderError};
+use provider_host::isolation::IsolationOptions;
 use serde_json::Value;
 use std::{io::Write, path::Path, process::ExitCode};
 

@@ -6,7 +6,7 @@ use host_harness::{
     budget, embedded,
     environment::Environment,
     host::Host,
-    isolation::is_worker_failure_message,
+    hosted::HostedProvider,
     ledger::Owner,
     lifecycle::{self, StepReport},
     lock::LockFile,
@@ -16,6 +16,7 @@ use host_harness::{
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
 use provider_abi::Provider;
+use provider_host::isolation::is_worker_failure_message;
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 
 /// The environment of a run: an external API, or a simulator embedded in
@@ -277,10 +278,8 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     let unswept = left_behind.len();
     // A worker that crashed is a fault too: lifecycles it cut short are expected to fail.
     let worker_crashed = match &session.provider {
-        host_harness::hosted::HostedProvider::Isolated(provider) => provider.crashes() > 0,
-        host_harness::hosted::HostedProvider::Loaded(_) | host_harness::hosted::HostedProvider::Set(_) => {
-            false
-        }
+        HostedProvider::Isolated(provider) => provider.crashes() > 0,
+        HostedProvider::Loaded(_) | HostedProvider::Set(_) => false,
     };
     let summary = Summary {
         leases: options.leases,

@@ -14,11 +14,11 @@
 use createos_provider::CreateosProvider;
 use criterion::{criterion_group, criterion_main, Criterion};
 use e2e::worker::Worker;
-use host_harness::isolation::{IsolatedProvider, IsolationOptions};
 use provider_abi::{
     ByteSink, ByteSource, EnvironmentParams, ExecuteParams, LogLevel, LogRecord, LogSink, Provider,
     SetupParams,
 };
+use provider_host::isolation::{IsolatedProvider, IsolationOptions};
 use provider_host::{loader::LoadedProvider, wait};
 use serde_json::json;
 use std::{

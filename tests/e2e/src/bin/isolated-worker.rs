@@ -1,18 +1,11 @@
-//! `isolated-worker __worker LIBRARY`: the isolated provider's worker, as
-//! `host-harness __worker LIBRARY` runs it, for the benchmarks (cargo
-//! builds a package's own binaries for its benches, not a dependency's).
+//! `isolated-worker __worker LIBRARY`: a worker of the isolated provider in
+//! the benchmarks (cargo builds a package's own binaries for its benches, not
+//! a dependency's), serving the hooks as any host binary's workers do.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<_> = std::env::args_os().collect();
-    match args.as_slice() {
-        [_, mode, library] if mode == "__worker" => {
-            host_harness::isolation::serve_worker(&PathBuf::from(library), None)
-        }
-        _ => {
-            eprintln!("usage: isolated-worker __worker LIBRARY (started by the isolated provider)");
-            ExitCode::from(2)
-        }
-    }
+    provider_host::isolation::run_worker_if_requested();
+    eprintln!("usage: isolated-worker __worker LIBRARY (started by the isolated provider)");
+    ExitCode::from(2)
 }

@@ -50,10 +50,10 @@ impl Default for Limits {
 /// How to start one worker.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
-    /// The program (the harness binary, or another serving
-    /// [`crate::isolation::serve_worker`]).
+    /// The program (one whose `main` calls
+    /// [`run_worker_if_requested`](super::run_worker_if_requested)).
     pub program: PathBuf,
-    /// Its arguments (e.g. `__worker LIBRARY`).
+    /// Its arguments (`__worker LIBRARY`).
     pub args: Vec<OsString>,
     /// Resource limits.
     pub limits: Limits,

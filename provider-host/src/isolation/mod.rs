@@ -9,8 +9,26 @@
 //!   sockets, its control socket, how it ended);
 //! - [`client`]: [`IsolatedProvider`], the host's side, implementing
 //!   [`provider_abi::Provider`];
-//! - [`worker`]: the worker's loop ([`serve_worker`]), which the harness
-//!   binary runs in its hidden `__worker` subcommand.
+//! - [`worker`]: the worker's side: [`run_worker_if_requested`], which a
+//!   host binary's `main` calls first, serves the hooks when the process was
+//!   started as a worker.
+//!
+//! A worker is the host's own executable (or [`IsolationOptions::program`])
+//! started as `PROGRAM __worker LIBRARY [--sha256 HEX]`, its control socket
+//! on file descriptor 3. Isolating a provider takes two calls:
+//!
+//! ```no_run
+//! use provider_abi::Provider;
+//! use provider_host::isolation::{run_worker_if_requested, IsolatedProvider, IsolationOptions};
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // In a worker process this serves the hooks and exits; here it returns.
+//!     run_worker_if_requested();
+//!     let provider = IsolatedProvider::start("libcreateos_provider.so", IsolationOptions::default())?;
+//!     println!("{}", provider.manifest().id);
+//!     Ok(())
+//! }
+//! ```
 //!
 //! Why postcard and a hand-written frame loop rather than an RPC framework:
 //! each call is served by a thread of its own on both sides (the host's
@@ -19,17 +37,16 @@
 //! one frame per message and serde's compact encoding of the ABI's own types
 //! (behind `provider-abi`'s `serde` feature) is all the protocol needs.
 
-pub mod client;
-pub mod fd_pass;
+mod client;
+mod fd_pass;
 mod process;
-pub mod protocol;
-pub mod spawn;
-pub mod worker;
+mod protocol;
+mod spawn;
+mod worker;
 
 pub use client::{
     is_worker_failure, is_worker_failure_message, IsolatedProvider, IsolationError, IsolationOptions,
     WORKER_OPERATION,
 };
-pub use process::environment_for;
 pub use spawn::Limits;
-pub use worker::serve_worker;
+pub use worker::{run_worker_if_requested, WORKER_ARGUMENT};

@@ -14,7 +14,6 @@ use provider_abi::{
 };
 use std::{
     borrow::Cow,
-    ffi::OsString,
     fmt,
     path::{Path, PathBuf},
     sync::{
@@ -45,11 +44,10 @@ pub fn is_worker_failure_message(message: &str) -> bool {
 /// How isolated providers start and watch their workers.
 #[derive(Debug, Clone)]
 pub struct IsolationOptions {
-    /// The worker program: `None` runs this process's own executable (the
-    /// harness binary, whose hidden `__worker` subcommand serves the hooks).
+    /// The worker program: `None` runs this process's own executable, whose
+    /// `main` calls [`run_worker_if_requested`](super::run_worker_if_requested)
+    /// first; another program must do the same.
     pub program: Option<PathBuf>,
-    /// The arguments before the library path (default `__worker`).
-    pub args: Vec<OsString>,
     /// How long a hook may run before its worker is killed and restarted
     /// (default 15 minutes). An `execute` with its own timeout gets that
     /// timeout plus a minute when that is longer.
@@ -70,7 +68,6 @@ impl Default for IsolationOptions {
     fn default() -> Self {
         IsolationOptions {
             program: None,
-            args: vec!["__worker".into()],
             deadline: Duration::from_secs(15 * 60),
             limits: Limits::default(),
             creation_workers: 32,

@@ -15,17 +15,16 @@ use super::{
     protocol::{self, Call, Hello, LogEvent, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::WORKER_FD,
 };
+use crate::{loader::LoadedProvider, staging::load_expecting};
 use futures_util::future::{self, Either};
 use provider_abi::{
     ready, ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookFuture, HookResult, Lease, LogLevel,
     LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
 };
-use provider_host::{loader::LoadedProvider, staging::load_expecting};
 use std::{
     io::{self, BufReader, Write},
     os::{fd::FromRawFd, unix::net::UnixStream},
-    path::Path,
-    process::ExitCode,
+    path::{Path, PathBuf},
     sync::{mpsc, Arc, Mutex},
 };
 use tokio::sync::oneshot;
@@ -35,17 +34,69 @@ use tokio::sync::oneshot;
 /// stay cheap.
 const CALL_THREAD_STACK: usize = 1 << 20;
 
+/// The first argument of a worker process: `PROGRAM __worker LIBRARY
+/// [--sha256 HEX]` is how the host starts one.
+pub const WORKER_ARGUMENT: &str = "__worker";
+
+/// Serves a provider's hooks and exits when this process was started as a
+/// worker (its first argument is [`WORKER_ARGUMENT`]); returns at once
+/// otherwise. A binary that isolates providers calls it first in `main`,
+/// before it parses its own arguments or starts threads: a worker is the
+/// host's own executable, started again.
+///
+/// A worker started by hand (without its control socket on file descriptor
+/// 3, or without a library) says in one line on stderr what it lacks and
+/// exits with status 2.
+pub fn run_worker_if_requested() {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_none_or(|first| first != WORKER_ARGUMENT) {
+        return;
+    }
+    let code = match worker_arguments(args) {
+        Ok((library, sha256)) => serve_worker(&library, sha256.as_deref()),
+        Err(lacking) => {
+            eprintln!("provider worker: {lacking}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// The library and the SHA-256 it must have, from the arguments after
+/// [`WORKER_ARGUMENT`]; what is wrong with them, in words, otherwise.
+fn worker_arguments(
+    mut args: impl Iterator<Item = std::ffi::OsString>,
+) -> Result<(PathBuf, Option<String>), String> {
+    const USAGE: &str = "(usage: PROGRAM __worker LIBRARY [--sha256 HEX]; the host starts its workers)";
+    let library = args.next().ok_or_else(|| format!("no provider library given {USAGE}"))?;
+    let sha256 = match args.next() {
+        None => None,
+        Some(flag) if flag == "--sha256" => {
+            let hex = args.next().ok_or_else(|| format!("--sha256 without a hash {USAGE}"))?;
+            Some(hex.into_string().map_err(|_| format!("a --sha256 that is not text {USAGE}"))?)
+        }
+        Some(other) => return Err(format!("unexpected argument {} {USAGE}", other.to_string_lossy())),
+    };
+    if let Some(extra) = args.next() {
+        return Err(format!("unexpected argument {} {USAGE}", extra.to_string_lossy()));
+    }
+    Ok((PathBuf::from(library), sha256))
+}
+
 /// Runs the worker: serves the provider library at `library` on the control
 /// socket at file descriptor 3 (see [`super::spawn`]), loading it only if
-/// its SHA-256 is `sha256` when given. Returns when the host closes the
-/// socket; 2 when the library cannot be loaded or the socket is missing.
-pub fn serve_worker(library: &Path, sha256: Option<&str>) -> ExitCode {
+/// its SHA-256 is `sha256` when given. Returns the exit status: 0 when the
+/// host closed the socket; 2 when the library cannot be loaded or the
+/// socket is missing.
+fn serve_worker(library: &Path, sha256: Option<&str>) -> i32 {
     // SAFETY: fstat on a descriptor number only reads its status.
     let mut status = unsafe { std::mem::zeroed::<libc::stat>() };
     if unsafe { libc::fstat(WORKER_FD, &mut status) } != 0 || status.st_mode & libc::S_IFMT != libc::S_IFSOCK
     {
-        eprintln!("host-harness __worker: no socket on file descriptor {WORKER_FD}; the worker is started by the host (--isolate)");
-        return ExitCode::from(2);
+        eprintln!(
+            "provider worker: no control socket on file descriptor {WORKER_FD}; a worker is started by its host, which isolates the provider, not by hand"
+        );
+        return 2;
     }
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
     // this process alone; nothing else in the process owns it.
@@ -53,13 +104,13 @@ pub fn serve_worker(library: &Path, sha256: Option<&str>) -> ExitCode {
     match Worker::start(library, sha256, control) {
         Ok(Some((worker, control))) => {
             worker.serve(control);
-            ExitCode::SUCCESS
+            0
         }
         // The host got the load error in the hello and reports it.
-        Ok(None) => ExitCode::from(2),
+        Ok(None) => 2,
         Err(error) => {
-            eprintln!("host-harness __worker: {error}");
-            ExitCode::from(2)
+            eprintln!("provider worker: {error}");
+            2
         }
     }
 }

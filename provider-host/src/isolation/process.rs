@@ -16,7 +16,7 @@ use super::{
     fd_pass,
     protocol::{self, Call, Hello, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::{self, SpawnSpec},
-    IsolationError, IsolationOptions,
+    IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
 use provider_abi::{
     ByteSink, ByteSource, CreationRecorder, Hook, HookResult, LogField, LogLevel, LogRecord, LogSink,
@@ -164,8 +164,7 @@ impl WorkerProcess {
             IsolationError(format!("cannot start the provider worker {}: {error}", program.display()))
         };
         let (host_end, worker_end) = UnixStream::pair().map_err(failed)?;
-        let mut args = options.args.clone();
-        args.push(library.as_os_str().to_owned());
+        let mut args = vec![WORKER_ARGUMENT.into(), library.as_os_str().to_owned()];
         if let Some(sha256) = &options.library_sha256 {
             args.extend(["--sha256".into(), sha256.into()]);
         }
