@@ -52,6 +52,23 @@ fn start_offline(_rate_limited: bool) -> Result<(Simulator, Environment), String
     Err(ABSENT.to_owned())
 }
 
+/// The key of the request budget in the configuration of the provider the
+/// simulator serves (CreateOS's `requestsPerMinute`).
+const REQUEST_BUDGET_KEY: &str = "requestsPerMinute";
+
+/// The request budget the simulator's provider gets when the simulator's
+/// rate limit is off: high enough never to be what a run waits on.
+pub const UNLIMITED_REQUEST_BUDGET: u32 = 100_000;
+
+/// Sets the request budget, `requests_per_minute`, in `config`: the
+/// configuration [`offline_target`] gave for the embedded simulator. Any
+/// other provider's configuration is its own, and says its own budget.
+pub fn set_request_budget(config: &mut Environment, requests_per_minute: u32) {
+    if let serde_json::Value::Object(object) = &mut config.config {
+        object.insert(REQUEST_BUDGET_KEY.into(), requests_per_minute.into());
+    }
+}
+
 /// Removes the files of the simulator's sandboxes (for a process exiting
 /// at once).
 pub fn remove_temp_dirs() {

@@ -219,8 +219,9 @@ pub struct SoakArgs {
     /// Turn the embedded simulator's rate limit (300 requests a minute) off.
     #[arg(long)]
     no_rate_limit: bool,
-    /// The provider's request budget (`requestsPerMinute`; default: 100000
-    /// with --no-rate-limit, else the provider's).
+    /// The embedded simulator's provider's request budget in requests a
+    /// minute (default: 100000 with --no-rate-limit, else the provider's);
+    /// with --config, the configuration says it.
     #[arg(long, value_name = "N")]
     requests_per_minute: Option<u32>,
     /// Run against this API instead of the embedded simulator (no faults injected).

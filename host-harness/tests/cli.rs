@@ -407,3 +407,72 @@ fn without_config_another_provider_runs_on_its_defaults_or_is_told_to_give_one()
     assert_eq!(output.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
     assert!(!stdout.contains("simulator"), "{stdout}");
 }
+
+/// The rows of the ledger at `ledger`, as `leases --json` lists them.
+fn ledger_rows(ledger: &str) -> Vec<Value> {
+    let output = harness(&["--ledger", ledger, "leases", "--json"], "");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    json_lines(&output)
+}
+
+#[test]
+fn a_soak_writes_a_request_budget_only_into_the_embedded_simulators_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = e2e::library("fixture_provider");
+    let plugin = ["--plugin", fixture.to_str().unwrap()];
+    let config = dir.path().join("fixture.json");
+    std::fs::write(&config, r#"{"holdOnRelease": false}"#).unwrap();
+    let config = config.to_str().unwrap();
+
+    // Another provider's configuration is its own, offline or from a file:
+    // the harness adds no key to it, whatever the simulator's rate limit.
+    let ledger = dir.path().join("other.sqlite3");
+    let ledger = ledger.to_str().unwrap();
+    for run in
+        [vec!["soak", "--leases", "1", "--no-rate-limit"], vec!["soak", "--leases", "1", "--config", config]]
+    {
+        let args: Vec<&str> = [&plugin[..], &["--ledger", ledger], &run[..]].concat();
+        let output = harness(&args, "");
+        assert_eq!(output.status.code(), Some(0), "{run:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let rows = ledger_rows(ledger);
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert!(row["config"].get("requestsPerMinute").is_none(), "{row}");
+    }
+
+    // The embedded simulator's provider gets the budget asked for.
+    let ledger = dir.path().join("sim.sqlite3");
+    let ledger = ledger.to_str().unwrap();
+    let output = harness(&["--ledger", ledger, "soak", "--leases", "1", "--requests-per-minute", "4242"], "");
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let rows = ledger_rows(ledger);
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert_eq!(row["config"]["requestsPerMinute"], 4242, "{row}");
+    }
+}
+
+#[test]
+fn a_request_budget_beside_a_configuration_file_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = e2e::library("fixture_provider");
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"holdOnRelease": false}"#).unwrap();
+    let config = config.to_str().unwrap();
+    let cases = [
+        vec!["soak", "--leases", "1", "--config", config, "--requests-per-minute", "300"],
+        // Offline, a provider the embedded simulator does not serve.
+        vec!["--plugin", fixture.to_str().unwrap(), "soak", "--leases", "1", "--requests-per-minute", "300"],
+    ];
+    for args in cases {
+        let output = harness(&args, "");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let errors: Vec<&str> =
+            stderr.lines().filter(|line| !line.starts_with("created ledger directory")).collect();
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+        assert!(errors[0].contains("--requests-per-minute"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: nothing ran");
+    }
+}

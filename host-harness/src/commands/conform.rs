@@ -7,11 +7,6 @@ use host_harness::{conform, embedded, interrupt, plugin::Library};
 use provider_abi::Provider;
 use std::{path::Path, sync::Arc};
 
-/// The request budget given to the CreateOS provider against the embedded
-/// simulator, whose rate limit conform turns off (32 leases at once would
-/// otherwise wait a minute for the budget, not on the provider).
-const EMBEDDED_REQUESTS_PER_MINUTE: u32 = 100_000;
-
 /// Runs every check against the provider `library` with the configuration
 /// in `config`, or against the embedded CreateOS simulator without one.
 pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
@@ -23,8 +18,10 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {
             let (sim, mut config) = embedded::offline_target(&*provider, false).map_err(Failure::Usage)?;
-            if let (Some(sim), serde_json::Value::Object(object)) = (&sim, &mut config.config) {
-                object.insert("requestsPerMinute".into(), EMBEDDED_REQUESTS_PER_MINUTE.into());
+            if let Some(sim) = &sim {
+                // The simulator's rate limit is off: 32 leases at once would
+                // otherwise wait a minute for the budget, not on the provider.
+                embedded::set_request_budget(&mut config, embedded::UNLIMITED_REQUEST_BUDGET);
                 if !out.json {
                     println!("embedded CreateOS simulator at {}", sim.url());
                 }

@@ -120,7 +120,7 @@ pub struct SoakOptions {
     pub seed: u64,
     /// Keep the embedded simulator's rate limit on.
     pub rate_limit: bool,
-    /// The provider's `requestsPerMinute`, if set.
+    /// The embedded simulator's provider's request budget, if set.
     pub requests_per_minute: Option<u32>,
     /// An external API instead of the embedded simulator.
     pub config: Option<PathBuf>,
@@ -169,10 +169,24 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     if options.config.is_some() && !faults.is_empty() {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
     }
+    if options.config.is_some() && options.requests_per_minute.is_some() {
+        return Err(Failure::Usage(
+            "--requests-per-minute sets the embedded simulator's budget only: with --config, the provider's configuration says its budget".into(),
+        ));
+    }
     let mut target = Target::new(session, options.config.as_deref(), options.rate_limit)?;
-    let budget = options.requests_per_minute.or((!options.rate_limit).then_some(100_000));
-    if let (Some(budget), serde_json::Value::Object(config)) = (budget, &mut target.config.config) {
-        config.insert("requestsPerMinute".into(), budget.into());
+    if target.sim.is_some() {
+        let budget = options
+            .requests_per_minute
+            .or((!options.rate_limit).then_some(embedded::UNLIMITED_REQUEST_BUDGET));
+        if let Some(budget) = budget {
+            embedded::set_request_budget(&mut target.config, budget);
+        }
+    } else if options.requests_per_minute.is_some() {
+        return Err(Failure::Usage(format!(
+            "--requests-per-minute sets the embedded simulator's budget only, and provider `{}` runs without it: give its budget in its configuration (--config FILE)",
+            session.provider.manifest().id
+        )));
     }
     if let Some(sim) = &target.sim {
         sim.add_faults(faults);
