@@ -7,13 +7,11 @@
 //! re-exported here. The binary (`host-harness`) is a
 //! thin clap front end over them and these modules: [`lifecycle`], [`soak`],
 //! [`config_file`] (the configuration file), [`lease_file`] (the lease
-//! JSON of the hook commands), [`conform`] (the
-//! provider-agnostic lease-contract checks), [`resources`] (what a soak costs
-//! the process), [`plugin`] (loading, in process or in worker processes),
-//! [`embedded`] (the offline simulator) and [`render`] (output).
+//! JSON of the hook commands), [`resources`] (what a soak costs the process), [`plugin`] (loading, in process or in worker processes),
+//! [`embedded`] (the offline simulator) and [`render`] (output). `conform`
+//! runs the `provider-conform` suite.
 
 pub mod config_file;
-pub mod conform;
 pub mod embedded;
 pub mod hangup;
 pub mod interrupt;

@@ -1,11 +1,11 @@
-//! `conform`: checks a provider against the lease contract (see
-//! [`host_harness::conform`]), one line per check and a summary; exit 1 when
+//! `conform`: checks a provider against the lease contract (the
+//! `provider-conform` suite), one line per check and a summary; exit 1 when
 //! a check failed.
 
 use super::{read_config, Failure, Printer};
-use host_harness::{conform, embedded, interrupt, plugin::Library};
+use host_harness::{embedded, interrupt, plugin::Library};
 use provider_abi::Provider;
-use std::{path::Path, sync::Arc};
+use std::{ops::ControlFlow, path::Path, sync::Arc};
 
 /// Runs every check against the provider `library` with the configuration
 /// in `config`, or against the embedded CreateOS simulator without one.
@@ -47,18 +47,22 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
             tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
         }
     };
-    let reports = interrupt::watch(true, shut_down, || {
-        conform::run(provider.clone(), &config, &mut |report| {
+    let report = interrupt::watch(true, shut_down, || {
+        provider_conform::run(provider.clone(), &config, &mut |report| {
             out.value(&report.to_json(), || report.to_line());
+            match interrupt::requested() {
+                Some(_) => ControlFlow::Break(()),
+                None => ControlFlow::Continue(()),
+            }
         })
     })
     .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     if let Some(signal) = interrupt::requested() {
         drop(sim);
-        eprintln!("{}: stopped after {} checks", interrupt::name(Some(signal)), reports.len());
+        eprintln!("{}: stopped after {} checks", interrupt::name(Some(signal)), report.checks.len());
         return Err(Failure::Exit(interrupt::exit_code(signal)));
     }
-    let summary = conform::Summary::of(&reports);
+    let summary = report.summary();
     out.value(&summary.to_json(), || summary.to_line());
     let shutdown = provider.shutdown();
     drop(sim);

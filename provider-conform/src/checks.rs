@@ -1,8 +1,9 @@
-//! `conform`: a provider-agnostic check of the lease contract.
+//! The checks of the lease contract, and the run that goes through them.
 //!
 //! Each [`Check`] pairs a name with the contract sentence it tests (the
 //! sentences are those of `docs/writing-a-provider.md`), and every failure
-//! names both. Checks call the provider directly, not through a [`crate::host::Host`]:
+//! names both. Checks call the provider directly, not through a
+//! [`provider_host::host::Host`]:
 //! the host's defensive policy (destroy an unconfirmed lease instead of
 //! reusing it) would hide exactly the provider behaviour being checked. So
 //! conform opens no ledger; every lease a check acquires is destroyed when
@@ -20,20 +21,21 @@
 //! `execute` (the call must still complete).
 //!
 //! The hooks that return a future are awaited on the check's thread
-//! ([`crate::wait`]). Panics in the
+//! ([`provider_host::wait`]). Panics in the
 //! provider's own hook code become `internal` errors in the export layer
 //! (`provider_abi::export::guard`, tested there) for every provider built with
 //! `export_provider!` and without `panic = "abort"`.
 
-use crate::{environment::Environment, wait};
+use crate::report::{CheckReport, Report, Verdict};
 use provider_abi::{
     ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
     ExecuteParams, ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, Provider,
     ProviderError, RecordCreation,
 };
-use provider_host::loader::LoadedProvider;
-use serde_json::{json, Value};
+use provider_host::{environment::Environment, loader::LoadedProvider, wait};
+use serde_json::Value;
 use std::{
+    ops::ControlFlow,
     panic::PanicHookInfo,
     sync::{mpsc, Arc, Barrier, Mutex},
     time::{Duration, Instant},
@@ -47,110 +49,6 @@ pub struct Check {
     /// The contract sentence a failure breaks.
     pub contract: &'static str,
     run: fn(&Ctx) -> Result<String, Verdict>,
-}
-
-/// How a check ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The contract held; a short note of what was seen.
-    Passed(String),
-    /// The contract broke; what happened instead.
-    Failed(String),
-    /// The check could not run against this provider; why.
-    Skipped(String),
-}
-
-/// A finished check.
-#[derive(Debug, Clone)]
-pub struct CheckReport {
-    /// The check's name.
-    pub name: &'static str,
-    /// The contract sentence it tests.
-    pub contract: &'static str,
-    /// How it ended.
-    pub verdict: Verdict,
-    /// How long it took.
-    pub duration: Duration,
-}
-
-impl CheckReport {
-    /// True unless the check failed.
-    pub fn ok(&self) -> bool {
-        !matches!(self.verdict, Verdict::Failed(_))
-    }
-
-    /// The report as one JSON object.
-    pub fn to_json(&self) -> Value {
-        let (status, detail) = match &self.verdict {
-            Verdict::Passed(note) => ("passed", note),
-            Verdict::Failed(detail) => ("failed", detail),
-            Verdict::Skipped(why) => ("skipped", why),
-        };
-        json!({
-            "check": self.name,
-            "status": status,
-            "ok": self.ok(),
-            "contract": self.contract,
-            "detail": detail,
-            "durationMs": self.duration.as_secs_f64() * 1e3,
-        })
-    }
-
-    /// The report as one line; a failure names the check and the contract
-    /// sentence it breaks.
-    pub fn to_line(&self) -> String {
-        let ms = self.duration.as_secs_f64() * 1e3;
-        match &self.verdict {
-            Verdict::Passed(note) if note.is_empty() => format!("PASS {:<22} {ms:>8.1} ms", self.name),
-            Verdict::Passed(note) => format!("PASS {:<22} {ms:>8.1} ms  {note}", self.name),
-            Verdict::Skipped(why) => format!("SKIP {:<22} {ms:>8.1} ms  {why}", self.name),
-            Verdict::Failed(detail) => {
-                format!("FAIL {:<22} {ms:>8.1} ms  {detail} (contract: {})", self.name, self.contract)
-            }
-        }
-    }
-}
-
-/// The counts of a finished run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Summary {
-    /// Checks that passed.
-    pub passed: usize,
-    /// Checks that failed.
-    pub failed: usize,
-    /// Checks that could not run.
-    pub skipped: usize,
-}
-
-impl Summary {
-    /// Counts `reports`.
-    pub fn of(reports: &[CheckReport]) -> Summary {
-        let mut summary = Summary::default();
-        for report in reports {
-            match report.verdict {
-                Verdict::Passed(_) => summary.passed += 1,
-                Verdict::Failed(_) => summary.failed += 1,
-                Verdict::Skipped(_) => summary.skipped += 1,
-            }
-        }
-        summary
-    }
-
-    /// The summary as JSON.
-    pub fn to_json(&self) -> Value {
-        json!({"summary": {"passed": self.passed, "failed": self.failed, "skipped": self.skipped,
-                           "ok": self.failed == 0}})
-    }
-
-    /// The summary as one line.
-    pub fn to_line(&self) -> String {
-        let total = self.passed + self.failed + self.skipped;
-        let verdict = if self.failed == 0 { "conforms" } else { "does NOT conform" };
-        format!(
-            "{total} checks: {} passed, {} failed, {} skipped; the provider {verdict}",
-            self.passed, self.failed, self.skipped
-        )
-    }
 }
 
 /// How long a whole check may take before it is failed (and its thread
@@ -240,23 +138,20 @@ pub const CHECKS: &[Check] = &[
     },
 ];
 
-/// Runs every check against `provider` with `config`, reporting each as it
-/// finishes; returns them all. After an interruption
-/// ([`crate::interrupt::requested`]) no further check starts.
+/// Runs every check against `provider` (loaded and set up) in
+/// `environment`, in order, handing each report to `observe` as it
+/// finishes; no further check starts once `observe` breaks (a host that
+/// was interrupted). Returns the reports of the checks that ran.
 pub fn run(
     provider: Arc<LoadedProvider>,
-    config: &Environment,
-    report: &mut dyn FnMut(&CheckReport),
-) -> Vec<CheckReport> {
-    let env = config.params(&provider.manifest().driver_key);
+    environment: &Environment,
+    observe: &mut dyn FnMut(&CheckReport) -> ControlFlow<()>,
+) -> Report {
+    let env = environment.params(&provider.manifest().driver_key);
     let ctx = Ctx(Arc::new(Inner { provider, env }));
     let _quiet = QuietPanics::install();
-    let mut reports = Vec::with_capacity(CHECKS.len());
+    let mut checks = Vec::with_capacity(CHECKS.len());
     for check in CHECKS {
-        if crate::interrupt::requested().is_some() {
-            // Interrupted: no new check starts; the one in flight cleaned up.
-            break;
-        }
         let started = Instant::now();
         let verdict = ctx.bounded(CHECK_BOUND, {
             let ctx = ctx.clone();
@@ -270,10 +165,14 @@ pub fn run(
         };
         let finished =
             CheckReport { name: check.name, contract: check.contract, verdict, duration: started.elapsed() };
-        report(&finished);
-        reports.push(finished);
+        let next = observe(&finished);
+        checks.push(finished);
+        if next.is_break() {
+            // No new check starts; the one that ran cleaned up after itself.
+            break;
+        }
     }
-    reports
+    Report { checks }
 }
 
 /// The panic message the host-side closures of `recorder-panic` and
@@ -283,25 +182,29 @@ const DELIBERATE_PANIC: &str = "conform: the host's closure panics on purpose";
 type PanicHook = Box<dyn Fn(&PanicHookInfo<'_>) + Sync + Send + 'static>;
 
 /// Keeps conform's deliberate panics off stderr while it runs; every other
-/// panic is printed as before.
-struct QuietPanics;
+/// panic goes to the hook installed before (libtest's, in a test).
+struct QuietPanics {
+    previous: Arc<PanicHook>,
+}
 
 impl QuietPanics {
     fn install() -> QuietPanics {
         let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
+        let passed = Arc::clone(&previous);
         std::panic::set_hook(Box::new(move |info| {
             if info.payload().downcast_ref::<&str>() != Some(&DELIBERATE_PANIC) {
-                previous(info);
+                passed(info);
             }
         }));
-        QuietPanics
+        QuietPanics { previous }
     }
 }
 
 impl Drop for QuietPanics {
     fn drop(&mut self) {
-        // Back to the default hook (the harness installs none of its own).
-        drop(std::panic::take_hook());
+        // Back to the hook installed before the run.
+        let previous = Arc::clone(&self.previous);
+        std::panic::set_hook(Box::new(move |info| previous(info)));
     }
 }
 
@@ -1105,6 +1008,7 @@ fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::Summary;
 
     #[test]
     fn every_contract_sentence_is_the_guides_word_for_word() {
