@@ -1,16 +1,32 @@
-//! The embedded CreateOS simulator: the offline default of `lifecycle`,
+//! What the harness knows of CreateOS, the provider it is built with: that
+//! provider's library, found beside the binary when no other is named, and
+//! the embedded CreateOS simulator, the offline default of `lifecycle`,
 //! `soak` and `conform`, linked only with the `embedded-sim` feature (on by
 //! default). A build without it has a [`Simulator`] and a [`FaultRule`]
 //! with no values, and a command that would start a simulator fails with
-//! [`ABSENT`].
+//! [`ABSENT`]. The rest of the harness names no provider.
 
-use crate::{config_file::harness_environment, environment::Environment};
+use crate::{config_file::harness_environment, environment::Environment, soak::SimFigures};
 #[cfg(feature = "embedded-sim")]
 pub use createos_sim::{FaultRule, Simulator};
 use provider_abi::Provider;
 
 #[cfg(not(feature = "embedded-sim"))]
 pub use absent::{FaultRule, Simulator};
+
+/// The crate of the provider the harness is built with: `cargo build -p
+/// host-harness` builds its library beside the binary.
+pub const BUNDLED_PROVIDER_CRATE: &str = "createos-provider";
+
+/// The file name of the bundled provider's library on this platform.
+pub fn bundled_library_name() -> String {
+    crate::loader::library_file_name(&BUNDLED_PROVIDER_CRATE.replace('-', "_"))
+}
+
+/// What a command says when it runs against the simulator.
+pub fn banner(sim: &Simulator) -> String {
+    format!("embedded CreateOS simulator at {}", sim.url())
+}
 
 /// The driver key of the one provider the embedded simulator serves.
 pub const SERVES_DRIVER_KEY: &str = "createos";
@@ -103,6 +119,55 @@ pub fn offline_target<P: Provider + ?Sized>(
         manifest.id,
         errors.join(" ")
     ))
+}
+
+/// Parses `--faults`: `none`, `flaky`, `hostile` or a JSON rules file.
+#[cfg(feature = "embedded-sim")]
+pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
+    use createos_sim::FaultProfile;
+    match name {
+        "none" => Ok(FaultProfile::none()),
+        "flaky" => Ok(FaultProfile::flaky(seed)),
+        "hostile" => Ok(FaultProfile::hostile(seed)),
+        path => {
+            let text = crate::config_file::read_text(std::path::Path::new(path))
+                .map_err(|error| format!("--faults: {error}"))?;
+            createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
+        }
+    }
+}
+
+/// Parses `--faults` in a build without the simulator: `none` only.
+#[cfg(not(feature = "embedded-sim"))]
+pub fn fault_profile(name: &str, _seed: u64) -> Result<Vec<FaultRule>, String> {
+    match name {
+        "none" => Ok(Vec::new()),
+        _ => Err(format!("--faults {name}: {}", ABSENT)),
+    }
+}
+
+/// What the simulator saw: its requests, its 429s, and its live sandboxes
+/// classified (for a soak's summary, after its final sweep).
+#[cfg(feature = "embedded-sim")]
+pub fn figures(sim: &Simulator) -> SimFigures {
+    let seen = sim.ledger();
+    let ids = |sandboxes: Vec<&createos_sim::SandboxRecord>| -> Vec<String> {
+        sandboxes.into_iter().map(|sandbox| sandbox.id.clone()).collect()
+    };
+    let leaked = ids(seen.leaked_nameable());
+    let leaked_unnameable = ids(seen.leaked()).into_iter().filter(|id| !leaked.contains(id)).collect();
+    SimFigures {
+        requests: seen.requests.len(),
+        rate_limited: seen.count_status(429),
+        leaked,
+        leaked_unnameable,
+    }
+}
+
+/// Never called: no simulator exists in this build.
+#[cfg(not(feature = "embedded-sim"))]
+pub fn figures(sim: &Simulator) -> SimFigures {
+    match *sim {}
 }
 
 /// The simulator's types in a build without it: no value of either exists,

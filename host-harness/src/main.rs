@@ -578,13 +578,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
     #[cfg(feature = "embedded-sim")]
     if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
-        let limit = match (no_rate_limit, token_bucket) {
-            (true, _) => None,
-            (false, None) => Some(createos_sim::RateLimit::createos_default()),
-            (false, Some(burst)) => {
-                Some(createos_sim::RateLimit::token_bucket(300, std::time::Duration::from_secs(60), *burst))
-            }
-        };
+        let limit = commands::sim::rate_limit(*no_rate_limit, *token_bucket);
         return commands::sim::serve(*listen, limit, out);
     }
     if let Command::Leases = &cli.command {

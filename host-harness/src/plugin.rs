@@ -11,7 +11,7 @@ use crate::{
 use provider_abi::{HookResult, LogLevel, SetupParams};
 use provider_host::{
     isolation::{IsolatedProvider, IsolationOptions},
-    loader::{library_file_name, LoadError, LoadedProvider},
+    loader::{LoadError, LoadedProvider},
     staging::Staged,
 };
 use std::path::{Path, PathBuf};
@@ -77,16 +77,12 @@ pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<(Pat
         return Ok((beside, Source::BesideBinary));
     }
     Err(format!(
-        "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --locked --release -p createos-provider`, then `host-harness providers install target/release/{}`",
+        "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --locked --release -p {}`, then `host-harness providers install target/release/{}`",
         providers.root().display(),
         beside.display(),
-        createos_library_name()
+        crate::embedded::BUNDLED_PROVIDER_CRATE,
+        crate::embedded::bundled_library_name()
     ))
-}
-
-/// File name of the CreateOS provider's shared library on this platform.
-pub fn createos_library_name() -> String {
-    library_file_name("createos_provider")
 }
 
 /// The CreateOS provider built next to the running harness binary: in the
@@ -94,7 +90,7 @@ pub fn createos_library_name() -> String {
 /// newer of the two when both exist, since `cargo build -p host-harness`
 /// refreshes only `deps/`.
 pub fn default_plugin_path() -> PathBuf {
-    let name = createos_library_name();
+    let name = crate::embedded::bundled_library_name();
     let exe_dir =
         std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)).unwrap_or_default();
     let modified = |path: &PathBuf| std::fs::metadata(path).and_then(|meta| meta.modified()).ok();

@@ -3,7 +3,7 @@
 //!
 //! The provider runs inside this process, so the figures are the harness's
 //! and the provider's together; the provider's own threads are told apart by
-//! name (`createos-provider`). With the embedded simulator the simulator is
+//! name ([`provider_thread_prefix`]). With the embedded simulator the simulator is
 //! in the process too: run it with `host-harness sim` to keep it out.
 
 use std::{
@@ -15,8 +15,17 @@ use std::{
     time::Duration,
 };
 
-/// The prefix of the provider runtime's thread names (Linux keeps 15 bytes).
-pub const PROVIDER_THREAD_PREFIX: &str = "createos-provid";
+/// How the threads of the runtime of the provider `provider_id` are named
+/// (`ID-provider`), as far as Linux keeps a thread's name (15 bytes).
+pub fn provider_thread_prefix(provider_id: &str) -> String {
+    let mut name = format!("{provider_id}-provider");
+    let mut end = name.len().min(15);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    name.truncate(end);
+    name
+}
 /// How often the monitor samples.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);
 
@@ -46,11 +55,15 @@ pub struct Monitor {
     /// The sampling thread; it returns its own CPU time.
     sampler: Option<JoinHandle<Duration>>,
     cpu_at_start: Duration,
+    /// The prefix of the provider's thread names.
+    provider_threads: String,
 }
 
 impl Monitor {
-    /// Starts sampling.
-    pub fn start() -> Monitor {
+    /// Starts sampling; the provider's threads are those whose names begin
+    /// with `provider_threads` (see [`provider_thread_prefix`]).
+    pub fn start(provider_threads: &str) -> Monitor {
+        let prefix = provider_threads.to_owned();
         let baseline = resident_bytes().unwrap_or(0);
         let figures = Arc::new(Mutex::new(ResourceFigures {
             baseline_rss: baseline,
@@ -64,21 +77,27 @@ impl Monitor {
                 .name("soak-monitor".into())
                 .spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        sample(&figures);
+                        sample(&figures, &prefix);
                         std::thread::sleep(SAMPLE_EVERY);
                     }
                     cpu_time_of(libc::RUSAGE_THREAD)
                 })
                 .ok()
         };
-        Monitor { stop, figures, sampler, cpu_at_start: cpu_time() }
+        Monitor {
+            stop,
+            figures,
+            sampler,
+            cpu_at_start: cpu_time(),
+            provider_threads: provider_threads.to_owned(),
+        }
     }
 
     /// Stops sampling and returns the figures.
     pub fn finish(mut self) -> ResourceFigures {
         self.stop.store(true, Ordering::Relaxed);
         let monitor_cpu = self.sampler.take().and_then(|sampler| sampler.join().ok()).unwrap_or_default();
-        sample(&self.figures);
+        sample(&self.figures, &self.provider_threads);
         let mut figures = *self.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         figures.monitor_cpu = monitor_cpu;
         figures.cpu = cpu_time().saturating_sub(self.cpu_at_start).saturating_sub(monitor_cpu);
@@ -88,9 +107,9 @@ impl Monitor {
     }
 }
 
-fn sample(figures: &Mutex<ResourceFigures>) {
+fn sample(figures: &Mutex<ResourceFigures>, provider_prefix: &str) {
     let rss = resident_bytes().unwrap_or(0);
-    let (threads, provider_threads) = threads();
+    let (threads, provider_threads) = threads(provider_prefix);
     let mut figures = figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     figures.peak_rss = figures.peak_rss.max(rss);
     figures.peak_threads = figures.peak_threads.max(threads);
@@ -109,14 +128,15 @@ fn status_kib(field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// The process's threads, and how many of them belong to the provider.
-fn threads() -> (usize, usize) {
+/// The process's threads, and how many of them belong to the provider (their
+/// names begin with `provider_prefix`).
+fn threads(provider_prefix: &str) -> (usize, usize) {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return (0, 0);
     };
     let names: Vec<String> =
         tasks.flatten().filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok()).collect();
-    let provider = names.iter().filter(|name| name.starts_with(PROVIDER_THREAD_PREFIX)).count();
+    let provider = names.iter().filter(|name| name.starts_with(provider_prefix)).count();
     (names.len(), provider)
 }
 
@@ -146,7 +166,7 @@ mod tests {
 
     #[test]
     fn a_monitored_run_sees_memory_threads_and_cpu() {
-        let monitor = Monitor::start();
+        let monitor = Monitor::start(&provider_thread_prefix("test"));
         let busy: u64 = (0..2_000_000u64).fold(0, |sum, n| sum.wrapping_add(n * n));
         std::hint::black_box(busy);
         let figures = monitor.finish();
@@ -154,5 +174,12 @@ mod tests {
         assert!(figures.peak_threads >= 2, "the test thread and the monitor");
         assert!(figures.cpu > Duration::ZERO);
         assert!(figures.monitor_cpu > Duration::ZERO, "the monitor sampled at least once");
+    }
+
+    #[test]
+    fn a_providers_threads_are_named_after_its_id_as_far_as_linux_keeps_a_name() {
+        assert_eq!(provider_thread_prefix("hello"), "hello-provider");
+        assert_eq!(provider_thread_prefix("createos"), "createos-provid");
+        assert_eq!(provider_thread_prefix("éééééééé"), "ééééééé", "cut at a character boundary");
     }
 }

@@ -8,7 +8,6 @@
 //! invariants: no sandbox leaked that the host could name, no unconfirmed
 //! lease paused or resumed, the API key in no output, no panic.
 
-use crate::embedded::{FaultRule, Simulator};
 use crate::hosted::HookSupport;
 use crate::{
     environment::Environment,
@@ -30,31 +29,6 @@ use std::{
     },
     time::{Duration, Instant},
 };
-
-/// Parses `--faults`: `none`, `flaky`, `hostile` or a JSON rules file.
-#[cfg(feature = "embedded-sim")]
-pub fn fault_profile(name: &str, seed: u64) -> Result<Vec<FaultRule>, String> {
-    use createos_sim::FaultProfile;
-    match name {
-        "none" => Ok(FaultProfile::none()),
-        "flaky" => Ok(FaultProfile::flaky(seed)),
-        "hostile" => Ok(FaultProfile::hostile(seed)),
-        path => {
-            let text = crate::config_file::read_text(std::path::Path::new(path))
-                .map_err(|error| format!("--faults: {error}"))?;
-            createos_sim::parse_rules(&text).map_err(|error| format!("--faults {path}: {error}"))
-        }
-    }
-}
-
-/// Parses `--faults` in a build without the simulator: `none` only.
-#[cfg(not(feature = "embedded-sim"))]
-pub fn fault_profile(name: &str, _seed: u64) -> Result<Vec<FaultRule>, String> {
-    match name {
-        "none" => Ok(Vec::new()),
-        _ => Err(format!("--faults {name}: {}", crate::embedded::ABSENT)),
-    }
-}
 
 /// What a soak needs besides the provider and the ledger.
 pub struct SoakPlan<'a> {
@@ -265,31 +239,6 @@ pub struct SimFigures {
     /// Live sandboxes whose creation reply a fault lost or falsified: nobody
     /// can name them, since the API has no idempotency key.
     pub leaked_unnameable: Vec<String>,
-}
-
-impl SimFigures {
-    /// Reads the simulator's ledger and classifies its live sandboxes.
-    #[cfg(feature = "embedded-sim")]
-    pub fn collect(sim: &Simulator) -> SimFigures {
-        let seen = sim.ledger();
-        let ids = |sandboxes: Vec<&createos_sim::SandboxRecord>| -> Vec<String> {
-            sandboxes.into_iter().map(|sandbox| sandbox.id.clone()).collect()
-        };
-        let leaked = ids(seen.leaked_nameable());
-        let leaked_unnameable = ids(seen.leaked()).into_iter().filter(|id| !leaked.contains(id)).collect();
-        SimFigures {
-            requests: seen.requests.len(),
-            rate_limited: seen.count_status(429),
-            leaked,
-            leaked_unnameable,
-        }
-    }
-
-    /// Never called: no simulator exists in this build.
-    #[cfg(not(feature = "embedded-sim"))]
-    pub fn collect(sim: &Simulator) -> SimFigures {
-        match *sim {}
-    }
 }
 
 /// The final summary.
@@ -596,6 +545,7 @@ mod tests {
 
     #[test]
     fn fault_profiles_by_name() {
+        use crate::embedded::fault_profile;
         assert!(fault_profile("none", 1).unwrap().is_empty());
         assert!(fault_profile("hostile", 1).unwrap().len() > fault_profile("flaky", 1).unwrap().len());
         assert!(fault_profile("/nonexistent/rules.json", 1).is_err());

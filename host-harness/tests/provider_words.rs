@@ -140,3 +140,69 @@ fn what_a_release_did_comes_from_the_providers_report() {
         assert_eq!(wait(host.release(&held)).unwrap(), expected, "{library} hold={hold}");
     }
 }
+
+/// Words that name the CreateOS provider or one of its configuration keys.
+const CREATEOS_WORDS: [&str; 7] =
+    ["createos", "requestsPerMinute", "apiUrl", "apiKey", "reuseLease", "timeoutMs", "rootfs"];
+
+/// The files of the host crates that are CreateOS's by nature: the embedded
+/// simulator (the harness's offline default, which serves CreateOS only)
+/// and the `sim` command that serves it.
+const CREATEOS_BY_NATURE: [&str; 2] = ["host-harness/src/embedded.rs", "host-harness/src/commands/sim.rs"];
+
+/// Lines that keep a provider's words on purpose, by file and text: the
+/// sentence the host refuses an unconfirmed lease with is the one the
+/// release rule was written with, which users (and Paperclip's tests) match
+/// word for word.
+const KEPT_ON_PURPOSE: [(&str, &str); 1] = [(
+    "provider-host/src/host.rs",
+    "\"CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.\";",
+)];
+
+/// Every `.rs` file below `dir`.
+fn rust_files(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|error| panic!("{}: {error}", dir.display())) {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, files);
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            files.push(path);
+        }
+    }
+}
+
+/// The lines of `text` that are code: not comments, not a `--help`
+/// example (`after_help = "Examples: ...`), and before the file's unit tests.
+fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines().enumerate().take_while(|(_, line)| line.trim() != "#[cfg(test)]").filter(|(_, line)| {
+        !line.trim_start().starts_with("//") && !line.contains("after_help = \"Examples:")
+    })
+}
+
+#[test]
+fn the_host_crates_name_no_provider_outside_docs_and_examples() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut files = Vec::new();
+    for crate_src in ["provider-host/src", "host-harness/src"] {
+        rust_files(&workspace.join(crate_src), &mut files);
+    }
+    assert!(files.len() > 40, "found the sources: {files:?}");
+    let mut named = Vec::new();
+    for file in &files {
+        let shown = file.strip_prefix(workspace).unwrap().to_string_lossy().into_owned();
+        if CREATEOS_BY_NATURE.contains(&shown.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (number, line) in code_lines(&text) {
+            if KEPT_ON_PURPOSE.contains(&(shown.as_str(), line.trim())) {
+                continue;
+            }
+            let lower = line.to_ascii_lowercase();
+            if CREATEOS_WORDS.iter().any(|word| lower.contains(&word.to_ascii_lowercase())) {
+                named.push(format!("{shown}:{}: {}", number + 1, line.trim()));
+            }
+        }
+    }
+    assert!(named.is_empty(), "provider words in the host crates:\n{}", named.join("\n"));
+}

@@ -23,7 +23,7 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
                 // otherwise wait a minute for the budget, not on the provider.
                 embedded::set_request_budget(&mut config, embedded::UNLIMITED_REQUEST_BUDGET);
                 if !out.json {
-                    println!("embedded CreateOS simulator at {}", sim.url());
+                    println!("{}", embedded::banner(sim));
                 }
             }
             (sim, config)

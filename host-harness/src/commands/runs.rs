@@ -11,7 +11,7 @@ use host_harness::{
     lifecycle::{self, StepReport},
     lock::LockFile,
     render,
-    soak::{self, Finished, SimFigures, SoakPlan, Summary},
+    soak::{self, Finished, SoakPlan, Summary},
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
@@ -69,7 +69,7 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
     let target = Target::new(session, config, true)?;
     if let Some(sim) = &target.sim {
         if !session.out.json {
-            println!("embedded CreateOS simulator at {}", sim.url());
+            println!("{}", embedded::banner(sim));
         }
     }
     target.lend_secrets(session);
@@ -164,7 +164,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
                 .map_err(|reason| Failure::Usage(format!("--swap-to {}: {reason}", library.display())))?;
         }
     }
-    let faults = soak::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
+    let faults = embedded::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
     let faults_injected = !faults.is_empty();
     if options.config.is_some() && !faults.is_empty() {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
@@ -242,7 +242,8 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
     };
     let started = Instant::now();
     let plan = SoakPlan { config: &target.config, leases: options.leases, concurrency: options.concurrency };
-    let monitor = host_harness::resources::Monitor::start();
+    let provider_threads = host_harness::resources::provider_thread_prefix(&session.provider.manifest().id);
+    let monitor = host_harness::resources::Monitor::start(&provider_threads);
     let secrets = SweepSecrets::from_config(&session.provider, &target.config);
     // The provider's share of the request budget, with this host counted,
     // before its first request; then again every second, as hosts come and go.
@@ -299,7 +300,7 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
         leases: options.leases,
         elapsed: started.elapsed(),
         tally,
-        sim: target.sim.as_ref().map(SimFigures::collect),
+        sim: target.sim.as_ref().map(embedded::figures),
         unswept,
         taken_over,
         cut_short_by_crash,

@@ -2,6 +2,19 @@
 
 use super::{Failure, Printer};
 
+/// The simulator's rate limit: none with `--no-rate-limit`, a token bucket
+/// of `--token-bucket BURST` requests at CreateOS's 300 a minute, else
+/// CreateOS's own.
+pub fn rate_limit(no_rate_limit: bool, token_bucket: Option<u32>) -> Option<createos_sim::RateLimit> {
+    match (no_rate_limit, token_bucket) {
+        (true, _) => None,
+        (false, None) => Some(createos_sim::RateLimit::createos_default()),
+        (false, Some(burst)) => {
+            Some(createos_sim::RateLimit::token_bucket(300, std::time::Duration::from_secs(60), burst))
+        }
+    }
+}
+
 /// Serves the simulator on `listen` until SIGINT or SIGTERM, after printing
 /// its URL, development API key and a configuration file that runs against
 /// it (for `--config`), then prints the requests it answered
