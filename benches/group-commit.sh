@@ -8,12 +8,13 @@
 #
 #   bash benches/group-commit.sh [LIFECYCLES] [IN_FLIGHT]    # 1000 100
 #   HARNESS=/path/to/host-harness bash benches/group-commit.sh   # another build
+#       (its libcreateos_provider.so beside it, where the harness finds it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lifecycles=${1:-1000}
 in_flight=${2:-100}
 if [ -z "${HARNESS:-}" ]; then
-    cargo build --release -q -p host-harness
+    cargo build --release -q -p host-harness -p createos-provider
     HARNESS=./target/release/host-harness
 fi
 work=$(mktemp -d)

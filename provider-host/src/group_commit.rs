@@ -3,18 +3,29 @@
 //!
 //! A [`Committer`] is a thread that owns a write connection. A writer sends
 //! its write (a closure over the connection) with where to answer; the
-//! committer takes every write queued, runs `BEGIN IMMEDIATE`, each write in
-//! a savepoint of its own (a write that fails rolls back only itself and
-//! fails only its caller), one `COMMIT`, and only then answers each caller.
-//! So a write is durable before its caller hears of it, and a crash at any
-//! instant loses only writes whose callers were still waiting.
+//! committer runs `BEGIN IMMEDIATE` when a write arrives, runs each write as
+//! it arrives in a savepoint of its own (a write that fails rolls back only
+//! itself and fails only its caller), one `COMMIT` for all of them, and only
+//! then answers each caller. So a write is durable before its caller hears
+//! of it, and a crash at any instant loses only writes whose callers were
+//! still waiting.
 //!
-//! A lone writer never waits for company: the committer begins as soon as a
-//! write arrives. Only while many writers are in flight (the store counts
-//! them: [`Committer::writer_started`], [`Committer::writer_finished`]) does
-//! it wait for a tenth of them to queue, at most [`MAX_COMPANY_WAIT`], and
-//! never while a caller blocks its thread for a write queued: that thread
-//! may be the one the others' writes come from (the futures it polls).
+//! A queued write ([`Committer::queue`]) is answered as soon as it ran (a
+//! row id its caller needs at once), before it is durable: its caller
+//! awaits the durability of a later write instead, which commits in the
+//! same transaction or a later one. A transaction that fails after it
+//! answered a queued write leaves the committer failing every later write:
+//! the row ids it handed out were rolled back and may be given to other
+//! rows, which a write meant for a lost row must never change; and so a
+//! later write is durable only if the queued one is.
+//!
+//! A lone writer never waits for company: the committer commits as soon as
+//! the writes queued have run. Only while other writers are in flight (the
+//! store counts them: [`Committer::writer_started`],
+//! [`Committer::writer_finished`]) does a transaction wait for a third of
+//! them to join, at most [`MAX_COMPANY_WAIT`], and never while a caller
+//! blocks its thread for a write queued: that thread may be the one the
+//! others' writes come from (the futures it polls).
 
 use rusqlite::Connection;
 use std::{
@@ -34,10 +45,10 @@ pub type Write = Box<dyn FnOnce(&Connection) -> rusqlite::Result<i64> + Send>;
 pub type Answer = Box<dyn FnOnce(rusqlite::Result<i64>) + Send>;
 
 /// The longest a transaction waits for writers to join it.
-pub const MAX_COMPANY_WAIT: Duration = Duration::from_millis(20);
+pub const MAX_COMPANY_WAIT: Duration = Duration::from_millis(100);
 
 /// A transaction waits for one in this many of the writers in flight.
-const COMPANY_SHARE: usize = 10;
+const COMPANY_SHARE: usize = 3;
 
 /// How many transactions committed and the writes they held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,11 +65,37 @@ struct Counters {
     writes: AtomicU64,
 }
 
+/// How a write's caller waits for it.
+enum Waiting {
+    /// Its task awaits the answer.
+    Task,
+    /// It blocks its thread until answered.
+    Thread,
+    /// It hears this as soon as the write ran, and awaits durability apart.
+    Queued(Answer),
+}
+
 struct Job {
     write: Write,
+    /// Gets the outcome once durable (or failed); a queued write's drops it.
     answer: Answer,
-    /// The caller blocks its thread until answered.
-    blocking: bool,
+    waiting: Waiting,
+}
+
+impl Job {
+    /// Answers `error` to the caller of this write, every way it waits.
+    fn fail(self, error: &rusqlite::Error) {
+        fail_caller(self.answer, self.waiting, error)
+    }
+}
+
+/// Answers `error` through `answer`, and first through `waiting`'s own
+/// answer for a queued write.
+fn fail_caller(answer: Answer, waiting: Waiting, error: &rusqlite::Error) {
+    if let Waiting::Queued(executed) = waiting {
+        executed(Err(duplicate(error)));
+    }
+    answer(Err(duplicate(error)));
 }
 
 /// The committer thread of one connection. Dropping it lets the thread
@@ -98,9 +135,22 @@ impl Committer {
     /// thread meanwhile. Without a committer thread (it ended), `answer` is
     /// dropped unanswered.
     pub fn submit(&self, write: Write, answer: Answer, blocking: bool) {
+        let waiting = if blocking { Waiting::Thread } else { Waiting::Task };
+        self.send(Job { write, answer, waiting })
+    }
+
+    /// Queues `write`; `executed` gets its outcome as soon as it ran, in a
+    /// transaction not yet committed. A write submitted after that answer
+    /// commits in the same transaction or a later one, and fails if this
+    /// one's transaction failed: whoever awaits it awaits this one too.
+    pub fn queue(&self, write: Write, executed: Answer) {
+        self.send(Job { write, answer: Box::new(drop), waiting: Waiting::Queued(executed) })
+    }
+
+    fn send(&self, job: Job) {
         let queue = self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(queue) = queue.as_ref() {
-            drop(queue.send(Job { write, answer, blocking }));
+            drop(queue.send(job));
         }
     }
 
@@ -124,59 +174,114 @@ impl Drop for Committer {
 
 /// The committer's loop: a transaction per batch until every sender is gone.
 fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters, writers: &AtomicUsize) {
+    // Set once a transaction failed after naming rows to a queued write.
+    let mut broken: Option<rusqlite::Error> = None;
     while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        batch.extend(jobs.try_iter());
-        wait_for_company(jobs, &mut batch, writers.load(Ordering::Relaxed) / COMPANY_SHARE);
-        commit(conn, batch, counters);
+        if let Some(error) = &broken {
+            [first].into_iter().chain(jobs.try_iter()).for_each(|job| job.fail(error));
+            continue;
+        }
+        let wanted = writers.load(Ordering::Relaxed) / COMPANY_SHARE;
+        let mut batch = match Batch::begin(conn) {
+            Ok(batch) => batch,
+            Err(error) => {
+                first.fail(&error);
+                continue;
+            }
+        };
+        batch.add(first);
+        while batch.is_open() {
+            let Ok(job) = jobs.try_recv() else { break };
+            batch.add(job);
+        }
+        let deadline = Instant::now() + MAX_COMPANY_WAIT;
+        while batch.is_open() && batch.len() < wanted && !batch.blocking {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+            let Ok(job) = jobs.recv_timeout(left) else { break };
+            batch.add(job);
+        }
+        broken = batch.commit(counters);
     }
 }
 
-/// Adds to `batch` the writes that arrive until it holds `wanted`, waiting
-/// at most [`MAX_COMPANY_WAIT`], and not at all once it holds a write whose
-/// caller blocks.
-fn wait_for_company(jobs: &mpsc::Receiver<Job>, batch: &mut Vec<Job>, wanted: usize) {
-    let deadline = Instant::now() + MAX_COMPANY_WAIT;
-    while batch.len() < wanted && !batch.iter().any(|job| job.blocking) {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else { return };
-        match jobs.recv_timeout(left) {
-            Ok(job) => {
-                batch.push(job);
-                batch.extend(jobs.try_iter());
+/// The writes of one open transaction, each run as it arrives.
+struct Batch<'c> {
+    conn: &'c Connection,
+    /// The writes run so far: where each answer goes, and its outcome.
+    done: Vec<(Answer, rusqlite::Result<i64>)>,
+    /// Some caller blocks its thread for a write of this batch.
+    blocking: bool,
+    /// A queued write of this batch was answered before the commit.
+    named: bool,
+    /// The error that ended the transaction, every write in it failed.
+    ended: Option<rusqlite::Error>,
+}
+
+impl<'c> Batch<'c> {
+    fn begin(conn: &'c Connection) -> rusqlite::Result<Batch<'c>> {
+        conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Batch { conn, done: Vec::new(), blocking: false, named: false, ended: None })
+    }
+
+    /// Whether the transaction takes more writes.
+    fn is_open(&self) -> bool {
+        self.ended.is_none()
+    }
+
+    fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    /// Runs `job`'s write in the transaction (it must be open).
+    fn add(&mut self, Job { write, answer, waiting }: Job) {
+        let outcome = in_savepoint(self.conn, write);
+        if let Err(error) = &outcome {
+            if self.conn.is_autocommit() {
+                // The error ended the transaction (SQLite does so on an I/O
+                // error or a full disk): the writes before it are gone too.
+                self.ended = Some(duplicate(error));
+                fail_all(self.done.drain(..).map(|(answer, _)| answer), error);
+                return fail_caller(answer, waiting, error);
             }
-            Err(_) => return,
         }
+        match waiting {
+            Waiting::Task => {}
+            Waiting::Thread => self.blocking = true,
+            Waiting::Queued(executed) => {
+                self.named |= outcome.is_ok();
+                executed(outcome.as_ref().map(|value| *value).map_err(duplicate));
+            }
+        }
+        self.done.push((answer, outcome));
+    }
+
+    /// Commits, and answers each write. Returns the error that leaves the
+    /// committer broken: a failed transaction that named rows.
+    fn commit(self, counters: &Counters) -> Option<rusqlite::Error> {
+        if let Some(error) = &self.ended {
+            return self.named.then(|| broken_by(error));
+        }
+        if let Err(error) = self.conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])) {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            fail_all(self.done.into_iter().map(|(answer, _)| answer), &error);
+            return self.named.then(|| broken_by(&error));
+        }
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        let written = self.done.iter().filter(|(_, outcome)| outcome.is_ok()).count();
+        counters.writes.fetch_add(written as u64, Ordering::Relaxed);
+        for (answer, outcome) in self.done {
+            answer(outcome);
+        }
+        None
     }
 }
 
-/// Runs `batch` in one transaction, a savepoint per write, and answers each.
-fn commit(conn: &Connection, batch: Vec<Job>, counters: &Counters) {
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
-        return fail_all(batch.into_iter().map(|job| job.answer), &error);
-    }
-    let mut done: Vec<(Answer, rusqlite::Result<i64>)> = Vec::with_capacity(batch.len());
-    let mut jobs = batch.into_iter();
-    while let Some(Job { write, answer, .. }) = jobs.next() {
-        match in_savepoint(conn, write) {
-            // The error ended the transaction (SQLite does so on an I/O
-            // error or a full disk): the writes before it are gone too.
-            Err(error) if conn.is_autocommit() => {
-                let answers = done.into_iter().map(|(answer, _)| answer).chain([answer]);
-                return fail_all(answers.chain(jobs.map(|job| job.answer)), &error);
-            }
-            outcome => done.push((answer, outcome)),
-        }
-    }
-    if let Err(error) = conn.execute_batch("COMMIT") {
-        let _ = conn.execute_batch("ROLLBACK");
-        return fail_all(done.into_iter().map(|(answer, _)| answer), &error);
-    }
-    counters.commits.fetch_add(1, Ordering::Relaxed);
-    let written = done.iter().filter(|(_, outcome)| outcome.is_ok()).count();
-    counters.writes.fetch_add(written as u64, Ordering::Relaxed);
-    for (answer, outcome) in done {
-        answer(outcome);
-    }
+/// The error every write gets once the committer is broken by `cause`.
+fn broken_by(cause: &rusqlite::Error) -> rusqlite::Error {
+    rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
+        Some(format!("a transaction that named rows failed ({cause}); reopen the ledger")),
+    )
 }
 
 /// Runs `write` in a savepoint: released when it succeeds, rolled back when
@@ -264,5 +369,55 @@ mod tests {
             wait(&committer, insert(v)).unwrap();
         }
         assert_eq!(committer.counts(), CommitCounts { commits: 5, writes: 5 });
+    }
+
+    /// A queued write is answered once it ran; a write sent after that
+    /// answer commits with it or after it.
+    #[test]
+    fn a_queued_write_is_answered_before_its_commit_and_a_later_write_commits_after_it() {
+        let (_dir, committer) = committer();
+        let (sender, executed) = mpsc::sync_channel(1);
+        committer.queue(insert(7), Box::new(move |outcome| drop(sender.send(outcome))));
+        let row = executed.recv().unwrap().unwrap();
+        wait(&committer, insert(8)).unwrap();
+        let rows = wait(
+            &committer,
+            Box::new(move |conn| {
+                conn.query_row("SELECT count(*) FROM t WHERE rowid <= ?1", [row], |r| r.get(0))
+            }),
+        );
+        assert_eq!(rows.unwrap(), 1);
+        assert_eq!(committer.counts().writes, 3, "{:?}", committer.counts());
+    }
+
+    /// A transaction that ends on an error after a queued write was
+    /// answered fails that write's later writes and every write after: the
+    /// row id it handed out may be given to another row.
+    #[test]
+    fn a_transaction_lost_after_naming_a_row_fails_every_later_write() {
+        let (_dir, committer) = committer();
+        let (gate, opened) = mpsc::sync_channel::<()>(1);
+        let held = Box::new(move |conn: &Connection| {
+            opened.recv().unwrap();
+            conn.execute("INSERT INTO t (v) VALUES (1)", [])?;
+            Ok(conn.last_insert_rowid())
+        });
+        let (sender, executed) = mpsc::sync_channel(1);
+        committer.queue(held, Box::new(move |outcome| drop(sender.send(outcome))));
+        // Queued behind the held write, so the same transaction runs it: it
+        // ends the transaction, as an I/O error does.
+        let (sender, ending) = mpsc::sync_channel(1);
+        let end: Write = Box::new(|conn| {
+            conn.execute_batch("ROLLBACK")?;
+            Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR), None))
+        });
+        committer.submit(end, Box::new(move |outcome| drop(sender.send(outcome))), false);
+        gate.send(()).unwrap();
+
+        assert_eq!(executed.recv().unwrap().unwrap(), 1, "the queued write named its row");
+        assert!(ending.recv().unwrap().is_err());
+        let later = wait(&committer, insert(2)).unwrap_err();
+        assert!(later.to_string().contains("reopen the ledger"), "{later}");
+        assert_eq!(committer.counts().commits, 0);
     }
 }

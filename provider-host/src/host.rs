@@ -267,6 +267,21 @@ impl<'a> Host<'a> {
         self.ledger.committed(write).await.map(drop).map_err(ledger_error)
     }
 
+    /// The row of a creating hook about to be called, `acquiring`: queued,
+    /// not awaited until durable. Nothing exists remotely until the provider
+    /// reports its creation request leaving, and that report's write (or,
+    /// for a call that sends nothing, the write after it returns) is
+    /// durable only once this row is.
+    async fn begin(&self, owner: Owner, run_id: &str, hook: &str) -> HookResult<i64> {
+        let write = Write::Begin {
+            owner,
+            run_id: run_id.to_owned(),
+            env: self.lease_env.clone(),
+            hook: hook.to_owned(),
+        };
+        self.ledger.queued(write).await.map_err(ledger_error)
+    }
+
     /// `validate_config`.
     pub fn validate(&self) -> HookResult<provider_abi::ValidationReport> {
         self.provider.validate_config(&self.env)
@@ -319,7 +334,7 @@ impl<'a> Host<'a> {
     /// the provider refused before any request leaves no row.
     pub async fn probe(&self) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
-        let row = self.ledger.begin(Owner::Probe, "probe", &self.lease_env, hook).map_err(ledger_error)?;
+        let row = self.begin(Owner::Probe, "probe", hook).await?;
         let outcome =
             self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
         match &outcome {
@@ -335,7 +350,7 @@ impl<'a> Host<'a> {
     /// acquire the provider refused before any request leaves no row.
     pub async fn acquire(&self) -> HookResult<HeldLease> {
         let hook = Hook::AcquireLease.name();
-        let row = self.ledger.begin(self.owner, &self.run_id, &self.lease_env, hook).map_err(ledger_error)?;
+        let row = self.begin(self.owner, &self.run_id, hook).await?;
         let params = AcquireParams {
             env: self.env.clone(),
             run_id: self.run_id.as_str().into(),

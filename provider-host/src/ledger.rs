@@ -562,6 +562,29 @@ impl Ledger {
         self.submit_with(write, done, false)
     }
 
+    /// Starts `write`; `executed` gets its outcome as soon as it ran, maybe
+    /// before it is durable: a write submitted after that answer is durable
+    /// only once this one is (see [`LeaseStore::queue`]). A ledger opened
+    /// read-only runs it at once.
+    ///
+    /// [`LeaseStore::queue`]: crate::store::LeaseStore::queue
+    pub(crate) fn queue_statements(
+        &self,
+        write: group_commit::Write,
+        executed: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
+    ) {
+        match &self.committer {
+            Some(committer) => {
+                let path = self.path.clone();
+                let answer = move |outcome: rusqlite::Result<i64>| {
+                    executed(outcome.map_err(|error| LedgerError::new(&path, error)))
+                };
+                committer.queue(write, Box::new(answer))
+            }
+            None => self.submit_with(write, executed, false),
+        }
+    }
+
     /// [`Ledger::submit_statements`]; `blocking` says the caller blocks its
     /// thread until answered.
     fn submit_with(

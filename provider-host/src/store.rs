@@ -155,6 +155,17 @@ pub trait LeaseStore: Send + Sync {
         done(write.apply(self))
     }
 
+    /// Starts `write`; `executed` gets its outcome (the new row's id for
+    /// [`Write::Begin`], else 0) as soon as it ran, maybe before it is
+    /// durable. A write submitted after that answer is durable only once
+    /// this one is, and fails if this one was lost: a caller awaits this
+    /// write's durability by awaiting the next write's. The default answers
+    /// once it is durable; SQLite's runs it in the transaction being
+    /// gathered and answers before the commit.
+    fn queue(&self, write: Write, executed: Done) {
+        self.submit(write, executed)
+    }
+
     /// How many transactions committed the writes of this store's handle,
     /// for a store that counts them (SQLite).
     fn commit_counts(&self) -> Option<CommitCounts> {
@@ -178,6 +189,15 @@ impl dyn LeaseStore + '_ {
     pub async fn committed(&self, write: Write) -> Result<i64, LedgerError> {
         let (sender, answer) = tokio::sync::oneshot::channel();
         self.submit(write, Box::new(move |outcome| drop(sender.send(outcome))));
+        answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
+    }
+
+    /// `write`, awaited until it ran ([`LeaseStore::queue`]): the caller
+    /// goes on before it is durable, and its next write, awaited, makes
+    /// both durable.
+    pub async fn queued(&self, write: Write) -> Result<i64, LedgerError> {
+        let (sender, answer) = tokio::sync::oneshot::channel();
+        self.queue(write, Box::new(move |outcome| drop(sender.send(outcome))));
         answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
     }
 }
@@ -253,6 +273,10 @@ impl LeaseStore for Ledger {
 
     fn submit(&self, write: Write, done: Done) {
         self.submit_statements(self.statements(write), done)
+    }
+
+    fn queue(&self, write: Write, executed: Done) {
+        self.queue_statements(self.statements(write), executed)
     }
 
     fn commit_counts(&self) -> Option<CommitCounts> {
