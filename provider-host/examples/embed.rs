@@ -7,12 +7,9 @@
 //! cargo built beside the example.
 //! Run it with `cargo run -p provider-host --example embed [LIBRARY]`.
 
-use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, OutputStream, Provider, SetupParams};
 use provider_host::{
-    environment::Environment,
-    host::Host,
-    ledger::{Ledger, Owner},
-    loader::{library_file_name, LoadedProvider},
+    loader::library_file_name, ByteSource, Environment, ExecuteParams, Host, Ledger, LoadedProvider,
+    LogLevel, LogSink, OutputStream, Owner, Provider, SetupParams,
 };
 use std::{io::Write, path::PathBuf};
 

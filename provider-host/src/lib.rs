@@ -5,7 +5,7 @@
 //! (ledger records before and after, the fallback for unconfirmed leases);
 //! [`store`] is what it records into, with [`ledger`] (SQLite) the embedded
 //! default and [`pg_ledger`] (PostgreSQL) a fleet's, whose hosts keep a
-//! [`heartbeat`]; [`sweep`] destroys what a crashed run left; [`hosted`] holds any
+//! [`heartbeat`]; [`sweep`](mod@sweep) destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
@@ -18,16 +18,20 @@
 //! ([`isolation`]: a provider in worker processes; postcard, nix). With
 //! `default-features = false` a host on one machine builds none.
 //!
-//! A platform goes through [`host::Host`]: load the provider, open a ledger,
+//! A platform goes through [`Host`]: load the provider, open a ledger,
 //! and call each hook through the host, which records the lease before the
 //! call that needs it returns (condensed from `examples/embed.rs`). The
 //! host's hook methods are async; a blocking caller runs each with
-//! [`wait`]:
+//! [`wait`]. What an embedder uses is re-exported here, the contract's
+//! types with it ([`provider_abi`] itself too), so this crate is the one
+//! dependency a platform needs:
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! use provider_abi::{ByteSource, ExecuteParams, LogLevel, LogSink, Provider, SetupParams};
-//! use provider_host::{environment::Environment, host::Host, ledger::{Ledger, Owner}, loader::LoadedProvider};
+//! use provider_host::{
+//!     ByteSource, Environment, ExecuteParams, Host, Ledger, LoadedProvider, LogLevel, LogSink, Owner,
+//!     Provider, SetupParams,
+//! };
 //!
 //! let provider = LoadedProvider::load(std::path::Path::new("libcreateos_provider.so"))?;
 //! let setup = SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() };
@@ -66,6 +70,27 @@ pub mod staging;
 pub mod store;
 pub mod sweep;
 mod unclaimed;
+
+pub use environment::Environment;
+pub use host::{HeldLease, Host, Released};
+pub use hosted::{HookSupport, HostedProvider};
+#[cfg(feature = "isolation")]
+pub use isolation::{run_worker_if_requested, IsolatedProvider, IsolationOptions};
+pub use ledger::{LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
+pub use loader::{LoadError, LoadedProvider};
+#[cfg(feature = "postgres")]
+pub use pg_ledger::{PgLedger, PgOptions};
+pub use provider_set::ProviderSet;
+pub use store::{LeaseStore, LedgerLocation, StoreOptions};
+pub use sweep::{sweep, Scope, SweepSecrets};
+
+/// The contract between host and provider, for the types the hooks take and
+/// return beyond those re-exported below.
+pub use provider_abi;
+pub use provider_abi::{
+    ByteSource, ErrorKind, ExecuteParams, ExecuteResult, Hook, HookResult, Lease, LogLevel, LogRecord,
+    LogSink, OutputStream, Provider, ProviderError, SetupParams,
+};
 
 /// Runs a host future to its end on the calling thread: the one adapter a
 /// blocking caller needs (every hook that waits on the network is `async`).
