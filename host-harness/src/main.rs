@@ -527,10 +527,13 @@ fn raise_open_files_limit() {
 }
 
 fn main() -> ExitCode {
-    // `--isolate` starts this binary again as each provider worker.
-    run_worker_if_requested();
+    // Before the worker check: a worker also holds a thread per call in
+    // flight, and keeps the open-files limit its host gave it (soft and hard
+    // alike, so raising the soft one changes nothing there).
     limit_malloc_arenas();
     raise_open_files_limit();
+    // `--isolate` starts this binary again as each provider worker.
+    run_worker_if_requested();
     let cli = Cli::from_arg_matches(&cli_command().get_matches()).unwrap_or_else(|error| error.exit());
     init_logging(cli.global.verbose, cli.global.log_format);
     let out = Printer { json: cli.global.json };
