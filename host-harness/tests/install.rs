@@ -146,19 +146,19 @@ fn each_refusal_is_one_line_and_changes_nothing() {
     assert!(second.status.success());
     assert!(
         String::from_utf8_lossy(&second.stdout)
-            .contains("fixture@2.1.0 is not active: `host-harness providers use fixture@2.1.0` makes it so"),
+            .contains("fixture@2.2.0 is not active: `host-harness providers use fixture@2.2.0` makes it so"),
         "{second:?}"
     );
     // A bare id lists its installed versions.
-    refused(&home.run(&["providers", "use", "fixture"]), "installed: fixture@2.0.0, fixture@2.1.0");
+    refused(&home.run(&["providers", "use", "fixture"]), "installed: fixture@2.0.0, fixture@2.2.0");
 
     // Removing the active version; another one can go.
     refused(&home.run(&["providers", "remove", "fixture@2.0.0"]), "active");
-    assert!(home.run(&["providers", "use", "fixture@2.1.0"]).status.success());
+    assert!(home.run(&["providers", "use", "fixture@2.2.0"]).status.success());
     assert!(home.run(&["providers", "remove", "fixture@2.0.0"]).status.success());
     let left: Vec<Value> = json_lines(&home.run(&["providers", "list", "--json"]));
     assert_eq!(left.len(), 1);
-    assert_eq!(left[0]["version"], "2.1.0");
+    assert_eq!(left[0]["version"], "2.2.0");
     refused(&home.run(&["providers", "use", "fixture@9.9.9"]), "not installed");
     refused(&home.run(&["providers", "use", "no-version"]), "ID@VERSION");
 
@@ -183,7 +183,7 @@ fn the_search_order_is_flag_then_variable_then_installed_then_beside_the_binary(
     for fixture in ["fixture_frozen", "fixture_next_minor"] {
         assert!(home.run(&["providers", "install", library(fixture).to_str().unwrap()]).status.success());
     }
-    assert!(home.run(&["providers", "use", "fixture@2.1.0"]).status.success());
+    assert!(home.run(&["providers", "use", "fixture@2.2.0"]).status.success());
     let flag = library("fixture_frozen");
     let variable = library("fixture_provider");
     let inspect = |binary: &Path, flag: Option<&Path>, variable: Option<&Path>| {
@@ -200,7 +200,7 @@ fn the_search_order_is_flag_then_variable_then_installed_then_beside_the_binary(
     // 3. then the providers directory's active version, even where a provider
     //    sits beside the binary (the build's own binary has one in deps/).
     let built = Path::new(env!("CARGO_BIN_EXE_host-harness"));
-    assert_eq!(inspect(built, None, None), "2.1.0");
+    assert_eq!(inspect(built, None, None), "2.2.0");
     // 4. then beside the binary.
     let empty = Home::new();
     let beside = empty.run_binary(built, &["inspect", "--json"], None);

@@ -16,6 +16,26 @@ fn load(crate_name: &str) -> LoadedProvider {
     LoadedProvider::load(library(crate_name)).unwrap()
 }
 
+/// What a version learnt moves to the next one at the swap, before its
+/// first call, when both have the memory hooks (2.1); a 2.0 version gets
+/// nothing and gives nothing.
+#[test]
+fn a_swap_hands_the_old_versions_memory_to_the_new_one() {
+    use provider_abi::{AcquireParams, CreationRecorder, MemoryEntry};
+    let set = ProviderSet::new(load("fixture_provider"));
+    set.import_memory(&[MemoryEntry::new("leases", b"5".to_vec())]).unwrap();
+    let acquire = AcquireParams { run_id: "run".into(), ..Default::default() };
+    wait(set.acquire_lease(acquire, CreationRecorder::discard())).unwrap();
+    let report = set.swap_to(load("fixture_next_minor")).unwrap();
+    assert_eq!(report.remembered, 1);
+    assert_eq!(set.export_memory().unwrap(), [MemoryEntry::new("leases", b"6".to_vec())]);
+    let report = set.swap_to(load("fixture_frozen")).unwrap();
+    assert_eq!(report.remembered, 0, "a 2.0 version cannot take it");
+    let report = set.swap_to(load("fixture_provider")).unwrap();
+    assert_eq!(report.remembered, 0, "nor give it");
+    assert_eq!(set.export_memory().unwrap(), [MemoryEntry::new("leases", b"0".to_vec())]);
+}
+
 fn health(set: &ProviderSet) -> String {
     set.health().unwrap().message.to_string()
 }
@@ -161,7 +181,7 @@ fn a_swap_to_another_provider_or_past_the_bound_is_refused_and_changes_nothing()
         release_tx.send(()).unwrap();
     });
     set.swap_to(load("fixture_next_minor")).expect("once the first version drained, the bound has room");
-    assert_eq!(version(&set), "2.1.0");
+    assert_eq!(version(&set), "2.2.0");
 }
 
 const SEED_MESSAGE: &str = "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
@@ -297,4 +317,14 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     sim.clear_faults();
     wait(host.destroy(&held)).unwrap();
     assert!(sim.live_sandboxes().is_empty());
+}
+/// Libraries of an older minor version are checked the other way round;
+/// loading one first must not keep this host's own minor (or a newer one)
+/// from loading in the same process.
+#[test]
+fn a_library_of_an_older_minor_loaded_first_leaves_the_newer_ones_loadable() {
+    let versions: Vec<String> = ["fixture_frozen", "fixture_provider", "fixture_next_minor"]
+        .map(|name| load(name).library_abi().to_string())
+        .into();
+    assert_eq!(versions, ["2.0", "2.1", "2.2"]);
 }

@@ -98,6 +98,8 @@ fn serve(plugin: PathBuf, ledger: std::ffi::OsString) -> ExitCode {
         Ok(ledger) => ledger,
         Err(error) => return refuse(format!("cannot open the lease ledger: {error}")),
     };
+    // What the provider learnt in earlier workers (kept in the ledger).
+    provider_host::memory::restore(&provider, &*ledger);
     let provider: &'static dyn HookSupport = Box::leak(Box::new(provider));
     let ledger: &'static dyn LeaseStore = Box::leak(ledger);
     let runtime = match tokio::runtime::Runtime::new() {

@@ -456,6 +456,8 @@ pub async fn serve(
             Incoming::Notification { .. } | Incoming::Response { .. } => {}
         }
     }
+    // What the provider learnt, for the next worker (a one-time write).
+    provider_host::memory::save(worker.provider, worker.ledger);
     if let Err(error) = worker.provider.shutdown() {
         tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
     }

@@ -7,6 +7,7 @@
 use crate::{
     error::{HookResult, ProviderError},
     log::{LogLevel, LogSink},
+    memory::MemoryEntry,
     module::*,
     provider::Provider,
     recorder::CreationRecorder,
@@ -16,7 +17,10 @@ use crate::{
     types::*,
     version::{Hook, ABI_VERSION},
 };
-use abi_stable::prefix_type::{PrefixTypeTrait, WithMetadata};
+use abi_stable::{
+    prefix_type::{PrefixTypeTrait, WithMetadata},
+    std_types::{RSlice, RVec},
+};
 use std::{
     any::Any,
     fmt,
@@ -29,7 +33,8 @@ use std::{
 /// depend on `abi_stable` directly (its export attribute names it). The
 /// optional hooks the provider implements are named after `optional`
 /// (`Hook` variants: `Probe`, `InspectLease`, `SyncFiles`,
-/// `ImportUnconfirmed`, `GrantRequestShare`); the others are left out of its
+/// `ImportUnconfirmed`, `GrantRequestShare`, `ExportMemory`,
+/// `ImportMemory`); the others are left out of its
 /// table, so a host reports them `unsupported` without calling.
 ///
 /// ```text
@@ -68,6 +73,8 @@ pub fn provider_module<P: Provider + Default>(optional: &[Hook]) -> ProviderModu
         sync_files: has(Hook::SyncFiles).then_some(sync_files::<P> as _),
         import_unconfirmed: has(Hook::ImportUnconfirmed).then_some(import_unconfirmed::<P> as _),
         grant_request_share: has(Hook::GrantRequestShare).then_some(grant_request_share::<P> as _),
+        export_memory: has(Hook::ExportMemory).then_some(export_memory::<P> as _),
+        import_memory: has(Hook::ImportMemory).then_some(import_memory::<P> as _),
     };
     ProviderModule {
         abi_version: ABI_VERSION,
@@ -219,6 +226,17 @@ async_hook_shims! {
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
     guard(Hook::Manifest, || Ok(instance::<P>(this).manifest()))
+}
+
+extern "C" fn export_memory<P: Provider>(this: InstancePtr) -> FfiResult<RVec<MemoryEntry>> {
+    guard(Hook::ExportMemory, || instance::<P>(this).export_memory().map(RVec::from))
+}
+
+extern "C" fn import_memory<P: Provider>(
+    this: InstancePtr,
+    entries: RSlice<'_, MemoryEntry>,
+) -> FfiResult<()> {
+    guard(Hook::ImportMemory, || instance::<P>(this).import_memory(entries.as_slice()))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::{
     error::HookResult,
     future::{ready, HookFuture, Imported},
     log::{LogLevel, LogSink},
+    memory::MemoryEntry,
     module::*,
     provider::{unsupported, Provider},
     recorder::CreationRecorder,
@@ -15,7 +16,7 @@ use crate::{
     types::*,
     version::{AbiVersion, Hook},
 };
-use abi_stable::std_types::RString;
+use abi_stable::std_types::{RSlice, RString};
 
 /// A provider instance of a loaded library.
 ///
@@ -174,6 +175,20 @@ impl Provider for Instance {
         match self.hooks.grant_request_share() {
             Some(grant) => grant(self.instance, parts_per_million).into(),
             None => Err(unsupported(Hook::GrantRequestShare)),
+        }
+    }
+
+    fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
+        match self.hooks.export_memory().flatten() {
+            Some(export) => HookResult::from(export(self.instance)).map(Vec::from),
+            None => Err(unsupported(Hook::ExportMemory)),
+        }
+    }
+
+    fn import_memory(&self, entries: &[MemoryEntry]) -> HookResult<()> {
+        match self.hooks.import_memory().flatten() {
+            Some(import) => import(self.instance, RSlice::from_slice(entries)).into(),
+            None => Err(unsupported(Hook::ImportMemory)),
         }
     }
 }

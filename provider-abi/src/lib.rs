@@ -5,7 +5,8 @@
 //!   and by [`Instance`] (a loaded library's provider).
 //! - [`export_provider!`]: exports a provider type from a `cdylib`.
 //! - The types that cross: parameters and results, [`ByteSink`],
-//!   [`ByteSource`], [`LogSink`], [`CreationRecorder`], [`HookFuture`].
+//!   [`ByteSource`], [`LogSink`], [`CreationRecorder`], [`HookFuture`],
+//!   [`MemoryEntry`].
 //!
 //! Versioning and growth: see [`module`].
 //!
@@ -22,6 +23,7 @@ pub mod export;
 mod future;
 mod instance;
 mod log;
+mod memory;
 pub mod module;
 mod provider;
 mod recorder;
@@ -36,6 +38,7 @@ pub use error::{ErrorKind, HookResult, ProviderError};
 pub use future::{blocking, ready, HookFuture};
 pub use instance::Instance;
 pub use log::{LogField, LogLevel, LogRecord, LogSink};
+pub use memory::{MemoryEntry, MEMORY_LIMIT};
 pub use module::ProviderModuleRef;
 pub use provider::{unsupported, Provider};
 pub use recorder::{CreationRecorder, RecordCreation};
@@ -45,4 +48,4 @@ pub use sync::{
     PostUploadCommand, SyncDirection, SyncMapping, SyncOperation, SyncOperationResult, SyncParams, SyncResult,
 };
 pub use types::*;
-pub use version::{AbiVersion, Hook, ABI_2_0, ABI_VERSION};
+pub use version::{AbiVersion, Hook, ABI_2_0, ABI_2_1, ABI_VERSION};

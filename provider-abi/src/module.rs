@@ -7,10 +7,11 @@
 //! marks the last hook of 2.0; a later minor version appends fields after it
 //! (never between, never changing one), and their accessors return `Option`:
 //! a library built before the field existed answers `None`, which the host
-//! reports as `unsupported`. A library built after loads into an older host,
-//! which never looks past the fields it knows. The optional 2.0 hooks are
-//! nullable fields a library leaves empty when its export does not name
-//! them. So whether a library has hook X has exactly one answer: its table.
+//! reports as `unsupported`. 2.1 appended `export_memory` and
+//! `import_memory`. A library built after loads into an older host, which
+//! never looks past the fields it knows. The optional hooks (2.0's and
+//! 2.1's) are nullable fields a library leaves empty when its export does
+//! not name them. So whether a library has hook X has exactly one answer: its table.
 //!
 //! Parameter and result structs are frozen within a major version (every
 //! type a table reaches is part of the layout abi_stable checks). A new input
@@ -49,6 +50,7 @@
 use crate::{
     error::ProviderError,
     log::{LogLevel, LogSink},
+    memory::MemoryEntry,
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
@@ -57,8 +59,12 @@ use crate::{
     version::{AbiVersion, Hook},
 };
 use abi_stable::{
-    declare_root_module_statics, library::RootModule, package_version_strings, sabi_types::VersionStrings,
-    std_types::RResult, StableAbi,
+    declare_root_module_statics,
+    library::RootModule,
+    package_version_strings,
+    sabi_types::VersionStrings,
+    std_types::{RResult, RSlice, RVec},
+    StableAbi,
 };
 use std::ffi::c_void;
 
@@ -110,6 +116,10 @@ pub struct HookTable {
     /// The last hook of ABI 2.0; later minor versions append after it.
     #[sabi(last_prefix_field)]
     pub(crate) grant_request_share: Option<extern "C" fn(InstancePtr, u32) -> FfiResult<()>>,
+    /// Appended in 2.1: what the provider learnt, for a later process.
+    pub(crate) export_memory: Option<extern "C" fn(InstancePtr) -> FfiResult<RVec<MemoryEntry>>>,
+    /// Appended in 2.1: hands back what an earlier process exported.
+    pub(crate) import_memory: Option<extern "C" fn(InstancePtr, RSlice<'_, MemoryEntry>) -> FfiResult<()>>,
 }
 
 /// The library's root module.
@@ -145,6 +155,8 @@ impl HookTableRef {
             Hook::SyncFiles => self.sync_files().is_some(),
             Hook::ImportUnconfirmed => self.import_unconfirmed().is_some(),
             Hook::GrantRequestShare => self.grant_request_share().is_some(),
+            Hook::ExportMemory => self.export_memory().flatten().is_some(),
+            Hook::ImportMemory => self.import_memory().flatten().is_some(),
             _ => true,
         }
     }
@@ -164,6 +176,8 @@ impl ProviderModuleRef {
             ("sync_files hook", hooks.sync_files().map(|f| f as *const c_void)),
             ("import_unconfirmed hook", hooks.import_unconfirmed().map(|f| f as *const c_void)),
             ("grant_request_share hook", hooks.grant_request_share().map(|f| f as *const c_void)),
+            ("export_memory hook", hooks.export_memory().flatten().map(|f| f as *const c_void)),
+            ("import_memory hook", hooks.import_memory().flatten().map(|f| f as *const c_void)),
         ];
         let mut addresses = vec![
             ("root module constructor", self.new_instance() as *const c_void),

@@ -5,6 +5,7 @@ use crate::{
     error::{HookResult, ProviderError},
     future::{ready, HookFuture},
     log::{LogLevel, LogSink},
+    memory::MemoryEntry,
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
@@ -27,8 +28,8 @@ use crate::{
 /// operations are plain calls.
 ///
 /// The optional operations (`probe`, `inspect_lease`, `sync_files`,
-/// `import_unconfirmed`, `grant_request_share`) are in a library's table
-/// only when its export names them; their defaults answer `unsupported`
+/// `import_unconfirmed`, `grant_request_share`, `export_memory`,
+/// `import_memory`) are in a library's table only when its export names them; their defaults answer `unsupported`
 /// for a provider linked in directly.
 pub trait Provider: Send + Sync + 'static {
     /// Identity, version and configuration schema. The `hooks` list is
@@ -110,6 +111,22 @@ pub trait Provider: Send + Sync + 'static {
     /// million (1,000,000: all of it), when several hosts share one account.
     fn grant_request_share(&self, _parts_per_million: u32) -> HookResult<()> {
         Err(unsupported(Hook::GrantRequestShare))
+    }
+
+    /// What the provider learnt that a later process (or the next version
+    /// after a swap) may use, at most [`crate::MEMORY_LIMIT`] bytes, as
+    /// keyed entries the host stores and hands back through
+    /// [`Provider::import_memory`]. Cheap and local: it sends no request.
+    fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
+        Err(unsupported(Hook::ExportMemory))
+    }
+
+    /// Takes back what an earlier process exported, after `setup` and
+    /// before the lease hooks. The entries may be stale, damaged or of
+    /// another version: the provider keeps what it can use and ignores the
+    /// rest (an error is logged by the host, never fatal).
+    fn import_memory(&self, _entries: &[MemoryEntry]) -> HookResult<()> {
+        Err(unsupported(Hook::ImportMemory))
     }
 }
 

@@ -30,8 +30,10 @@ impl fmt::Display for AbiVersion {
 
 /// ABI 2.0: one hook per operation.
 pub const ABI_2_0: AbiVersion = AbiVersion::new(2, 0);
+/// ABI 2.1: appends `export_memory` and `import_memory`.
+pub const ABI_2_1: AbiVersion = AbiVersion::new(2, 1);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
-pub const ABI_VERSION: AbiVersion = ABI_2_0;
+pub const ABI_VERSION: AbiVersion = ABI_2_1;
 
 /// Every hook of the ABI, in table order.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,11 +72,17 @@ pub enum Hook {
     /// `grant_request_share` (optional): the share of its request budget the
     /// provider may spend, in parts per million.
     GrantRequestShare,
+    /// `export_memory` (optional, since 2.1): what the provider learnt that
+    /// a later process may use, as keyed opaque entries.
+    ExportMemory,
+    /// `import_memory` (optional, since 2.1): hands back what an earlier
+    /// process exported.
+    ImportMemory,
 }
 
 impl Hook {
     /// All hooks, in table order.
-    pub const ALL: [Hook; 16] = [
+    pub const ALL: [Hook; 18] = [
         Hook::Manifest,
         Hook::Setup,
         Hook::Shutdown,
@@ -91,12 +99,21 @@ impl Hook {
         Hook::SyncFiles,
         Hook::ImportUnconfirmed,
         Hook::GrantRequestShare,
+        Hook::ExportMemory,
+        Hook::ImportMemory,
     ];
 
     /// The optional hooks: a library's table has them only when the provider
     /// exported them (`export_provider!(P, optional = [...])`).
-    pub const OPTIONAL: [Hook; 5] =
-        [Hook::Probe, Hook::InspectLease, Hook::SyncFiles, Hook::ImportUnconfirmed, Hook::GrantRequestShare];
+    pub const OPTIONAL: [Hook; 7] = [
+        Hook::Probe,
+        Hook::InspectLease,
+        Hook::SyncFiles,
+        Hook::ImportUnconfirmed,
+        Hook::GrantRequestShare,
+        Hook::ExportMemory,
+        Hook::ImportMemory,
+    ];
 
     /// The hook's name as it appears in manifests and messages.
     pub const fn name(self) -> &'static str {
@@ -117,13 +134,17 @@ impl Hook {
             Hook::SyncFiles => "sync_files",
             Hook::ImportUnconfirmed => "import_unconfirmed",
             Hook::GrantRequestShare => "grant_request_share",
+            Hook::ExportMemory => "export_memory",
+            Hook::ImportMemory => "import_memory",
         }
     }
 
-    /// The ABI version whose table first has the hook. Every hook so far is
-    /// 2.0's; a hook appended in a later minor version answers that version.
+    /// The ABI version whose table first has the hook.
     pub const fn since(self) -> AbiVersion {
-        ABI_2_0
+        match self {
+            Hook::ExportMemory | Hook::ImportMemory => ABI_2_1,
+            _ => ABI_2_0,
+        }
     }
 
     /// True for the hooks a library may leave out of its table.

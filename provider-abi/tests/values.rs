@@ -3,7 +3,7 @@
 //! output show them), which hooks a library built for a version can have,
 //! and what an error carries.
 
-use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_2_0};
+use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_2_0, ABI_2_1};
 
 #[test]
 fn a_version_is_written_major_dot_minor() {
@@ -15,7 +15,8 @@ fn a_version_is_written_major_dot_minor() {
 fn every_hook_has_one_name_and_is_found_by_it() {
     for hook in Hook::ALL {
         assert_eq!(Hook::from_name(hook.name()), Some(hook), "{hook}");
-        assert_eq!(hook.since(), ABI_2_0, "{hook}");
+        let appended_in_2_1 = matches!(hook, Hook::ExportMemory | Hook::ImportMemory);
+        assert_eq!(hook.since(), if appended_in_2_1 { ABI_2_1 } else { ABI_2_0 }, "{hook}");
     }
     assert_eq!(Hook::from_name("execute_bytes"), None, "a 1.x name is no hook of 2.0");
     let optional: Vec<Hook> = Hook::ALL.into_iter().filter(|hook| hook.is_optional()).collect();

@@ -123,6 +123,16 @@ macro_rules! forward_provider {
                 let $this = self;
                 $inner.grant_request_share(parts_per_million)
             }
+
+            fn export_memory(&self) -> provider_abi::HookResult<Vec<provider_abi::MemoryEntry>> {
+                let $this = self;
+                $inner.export_memory()
+            }
+
+            fn import_memory(&self, entries: &[provider_abi::MemoryEntry]) -> provider_abi::HookResult<()> {
+                let $this = self;
+                $inner.import_memory(entries)
+            }
         }
     };
 }

@@ -21,9 +21,10 @@
 
 use crate::{
     group_commit::{self, CommitCounts, Committer},
-    store::Write,
+    memory::SavedEntry,
+    store::{from_unix_ms, unix_ms, Write},
 };
-use provider_abi::{Lease, ProviderError};
+use provider_abi::{Lease, MemoryEntry, ProviderError};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use serde_json::{json, Value};
 use std::{
@@ -31,7 +32,7 @@ use std::{
     path::{Path, PathBuf},
     str::FromStr,
     sync::Mutex,
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 /// Where a lease stands, as far as the harness knows.
@@ -409,6 +410,13 @@ CREATE TABLE IF NOT EXISTS hosts (
     pid_start         INTEGER NOT NULL,
     PRIMARY KEY (pid, pid_start)
 );
+CREATE TABLE IF NOT EXISTS provider_memory (
+    provider_id       TEXT NOT NULL,
+    key               TEXT NOT NULL,
+    value             BLOB NOT NULL,
+    saved_at_ms       INTEGER NOT NULL,
+    PRIMARY KEY (provider_id, key)
+);
 ";
 
 /// The owners of the rows not destroyed (read from `leases_live_owners`).
@@ -544,6 +552,54 @@ impl Ledger {
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, LedgerError> {
         let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         f(&conn).map_err(|source| LedgerError::new(&self.path, source))
+    }
+
+    /// What provider `provider_id` remembered, newest first
+    /// ([`crate::store::LeaseStore::memory`]).
+    pub fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = ?1
+                 ORDER BY saved_at_ms DESC, key",
+            )?;
+            let rows = statement.query_map([provider_id], |row| {
+                Ok(SavedEntry {
+                    entry: MemoryEntry::new(row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?),
+                    saved_at: from_unix_ms(row.get(2)?),
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Keeps `entries` of provider `provider_id` in one transaction
+    /// ([`crate::store::LeaseStore::save_memory`]).
+    pub fn save_memory(
+        &self,
+        provider_id: &str,
+        entries: &[MemoryEntry],
+        saved_at: SystemTime,
+        forget_before: SystemTime,
+        keep: usize,
+    ) -> Result<(), LedgerError> {
+        self.with(|conn| {
+            let transaction = conn.unchecked_transaction()?;
+            for entry in entries {
+                execute_cached(
+                    &transaction,
+                    "INSERT INTO provider_memory (provider_id, key, value, saved_at_ms) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (provider_id, key) DO UPDATE SET value = excluded.value, saved_at_ms = excluded.saved_at_ms",
+                    params![provider_id, entry.key.as_str(), entry.value.as_slice(), unix_ms(saved_at)],
+                )?;
+            }
+            execute_cached(
+                &transaction,
+                "DELETE FROM provider_memory WHERE provider_id = ?1 AND (saved_at_ms < ?2 OR key NOT IN
+                     (SELECT key FROM provider_memory WHERE provider_id = ?1 ORDER BY saved_at_ms DESC, key LIMIT ?3))",
+                params![provider_id, unix_ms(forget_before), keep as i64],
+            )?;
+            transaction.commit()
+        })
     }
 
     /// Transactions the committer committed and the writes they held.

@@ -9,7 +9,8 @@
 //! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`handover`] tells a newly active version which leases it must refuse
-//! to reuse; [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
+//! to reuse; [`memory`] keeps what a provider learnt across processes;
+//! [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`environment`] is the environment a host acts for.
 //!
@@ -61,6 +62,7 @@ pub mod ledger;
 pub mod loader;
 #[cfg(feature = "pinning")]
 pub mod lock;
+pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod pg_ledger;
 pub mod provider_set;

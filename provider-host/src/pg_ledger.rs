@@ -22,13 +22,14 @@
 use crate::{
     heartbeat::Heartbeat,
     ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
-    store::LeaseStore,
+    memory::SavedEntry,
+    store::{from_unix_ms, unix_ms, LeaseStore},
 };
 use postgres::{types::ToSql, NoTls, Row};
-use provider_abi::{Lease, ProviderError};
+use provider_abi::{Lease, MemoryEntry, ProviderError};
 use r2d2_postgres::{r2d2, PostgresConnectionManager};
 use serde_json::Value;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The migrations, in order: (version, SQL).
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -45,6 +46,20 @@ const INDEXES: &[&str] = &[
     // What a patrol reads every half expiry: the rows not destroyed, by
     // owner, never the whole ledger's history.
     "CREATE INDEX IF NOT EXISTS leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
+];
+
+/// Tables added after the migrations: created where missing, under the
+/// migration lock and never counted as a migration, as [`INDEXES`] are; a
+/// host of an older build never reads them.
+const ADDED_TABLES: &[&str] = &[
+    // What providers learnt, kept across processes (`crate::memory`).
+    "CREATE TABLE IF NOT EXISTS provider_memory (
+        provider_id TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        value       BYTEA NOT NULL,
+        saved_at_ms BIGINT NOT NULL,
+        PRIMARY KEY (provider_id, key)
+    )",
 ];
 
 /// The advisory lock migrations hold ("HHLg", as the SQLite ledger's application id).
@@ -152,7 +167,7 @@ fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
         tx.batch_execute(sql)?;
         tx.execute("INSERT INTO ledger_migrations (version) VALUES ($1)", &[version])?;
     }
-    for sql in INDEXES {
+    for sql in ADDED_TABLES.iter().chain(INDEXES) {
         tx.batch_execute(sql)?;
     }
     Ok(tx.commit()?)
@@ -353,6 +368,50 @@ fn read_row(row: &Row) -> LeaseRecord {
 impl LeaseStore for PgLedger {
     fn host_name(&self) -> String {
         format!("host {}", self.host_id)
+    }
+
+    fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
+        let rows = self.with(|client| {
+            client.query(
+                "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = $1
+                 ORDER BY saved_at_ms DESC, key",
+                &[&provider_id],
+            )
+        })?;
+        Ok(rows
+            .iter()
+            .map(|row| SavedEntry {
+                entry: MemoryEntry::new(row.get::<_, String>(0), row.get::<_, Vec<u8>>(1)),
+                saved_at: from_unix_ms(row.get(2)),
+            })
+            .collect())
+    }
+
+    fn save_memory(
+        &self,
+        provider_id: &str,
+        entries: &[MemoryEntry],
+        saved_at: SystemTime,
+        forget_before: SystemTime,
+        keep: usize,
+    ) -> Result<(), LedgerError> {
+        let (saved_at, forget_before, keep) = (unix_ms(saved_at), unix_ms(forget_before), keep as i64);
+        self.with(|client| {
+            let mut tx = client.transaction()?;
+            for entry in entries {
+                tx.execute(
+                    "INSERT INTO provider_memory (provider_id, key, value, saved_at_ms) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (provider_id, key) DO UPDATE SET value = EXCLUDED.value, saved_at_ms = EXCLUDED.saved_at_ms",
+                    &[&provider_id, &entry.key.as_str(), &entry.value.as_slice(), &saved_at],
+                )?;
+            }
+            tx.execute(
+                "DELETE FROM provider_memory WHERE provider_id = $1 AND (saved_at_ms < $2 OR key NOT IN
+                     (SELECT key FROM provider_memory WHERE provider_id = $1 ORDER BY saved_at_ms DESC, key LIMIT $3))",
+                &[&provider_id, &forget_before, &keep],
+            )?;
+            tx.commit()
+        })
     }
 
     fn patrol_interval(&self) -> Duration {

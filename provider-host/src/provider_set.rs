@@ -16,7 +16,8 @@ use crate::loader::LoadedProvider;
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
     HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest,
-    ProbeReport, Provider, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
+    MemoryEntry, ProbeReport, Provider, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport,
+    Workspace,
 };
 use std::{
     fmt,
@@ -202,6 +203,10 @@ pub struct SwapReport {
     /// Unconfirmed leases the new version took over before its first call
     /// (`import_unconfirmed`; 0 when it lacks the hook).
     pub imported: usize,
+    /// Memory entries the new version took from the old one before its
+    /// first call (`export_memory` and `import_memory`, [`crate::memory`];
+    /// 0 when either lacks its hook).
+    pub remembered: usize,
 }
 
 /// The loaded versions of one provider, one of them active.
@@ -284,6 +289,7 @@ impl ProviderSet {
             return Err(SwapError::TooManyVersions { limit: self.limit });
         }
         let imported = next.import(unconfirmed);
+        let remembered = crate::memory::hand_over(&*current.loaded(), &*next.loaded());
         next.grant_share(self.share.load(Ordering::SeqCst));
         retained.push(Arc::clone(&next));
         drop(retained);
@@ -304,6 +310,7 @@ impl ProviderSet {
             draining,
             blocked_for,
             imported,
+            remembered,
         })
     }
 
@@ -422,6 +429,14 @@ impl Provider for ProviderSet {
 
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
         self.call(|provider| provider.import_unconfirmed(params))
+    }
+
+    fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
+        self.call(|provider| provider.export_memory())
+    }
+
+    fn import_memory(&self, entries: &[MemoryEntry]) -> HookResult<()> {
+        self.call(|provider| provider.import_memory(entries))
     }
 
     /// Granted to the active version, and remembered for the versions

@@ -10,11 +10,15 @@
 //! once before it sweeps them.
 
 use crate::ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
+use crate::memory::SavedEntry;
 #[cfg(feature = "postgres")]
 use crate::pg_ledger::{PgLedger, PgOptions};
 pub use crate::{group_commit::CommitCounts, ledger::Whose};
-use provider_abi::{Lease, ProviderError};
-use std::{path::PathBuf, time::Duration};
+use provider_abi::{Lease, MemoryEntry, ProviderError};
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime},
+};
 
 /// A write of the host's policy, as data: what [`LeaseStore::submit`] takes
 /// (and `committed`, on a `dyn LeaseStore`, awaits).
@@ -172,6 +176,27 @@ pub trait LeaseStore: Send + Sync {
         None
     }
 
+    /// What provider `provider_id` remembered ([`crate::memory`]), newest
+    /// first. The default: a store that keeps no memory.
+    fn memory(&self, _provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
+        Ok(Vec::new())
+    }
+
+    /// Keeps `entries` of provider `provider_id` as saved at `saved_at`
+    /// (replacing those of the same keys), then forgets its entries saved
+    /// before `forget_before` and all but its newest `keep`. The default: a
+    /// store that keeps no memory.
+    fn save_memory(
+        &self,
+        _provider_id: &str,
+        _entries: &[MemoryEntry],
+        _saved_at: SystemTime,
+        _forget_before: SystemTime,
+        _keep: usize,
+    ) -> Result<(), LedgerError> {
+        Ok(())
+    }
+
     /// Leases in `state` that carry a provider lease id (for example the
     /// unconfirmed ones a newly active provider version must refuse to reuse).
     fn in_state(&self, state: LeaseState) -> Result<Vec<LeaseRecord>, LedgerError> {
@@ -282,6 +307,31 @@ impl LeaseStore for Ledger {
     fn commit_counts(&self) -> Option<CommitCounts> {
         Some(Ledger::commit_counts(self))
     }
+
+    fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
+        Ledger::memory(self, provider_id)
+    }
+
+    fn save_memory(
+        &self,
+        provider_id: &str,
+        entries: &[MemoryEntry],
+        saved_at: SystemTime,
+        forget_before: SystemTime,
+        keep: usize,
+    ) -> Result<(), LedgerError> {
+        Ledger::save_memory(self, provider_id, entries, saved_at, forget_before, keep)
+    }
+}
+
+/// Milliseconds since the Unix epoch, as the stores keep memory's times.
+pub(crate) fn unix_ms(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
+}
+
+/// The time `ms` milliseconds after the Unix epoch.
+pub(crate) fn from_unix_ms(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
 
 /// Where the ledger is: a SQLite file, or a PostgreSQL database

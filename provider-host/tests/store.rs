@@ -401,3 +401,44 @@ fn a_row_records_whether_its_api_lived_in_the_hosts_process() {
         assert!(!ledger.get(other).unwrap().unwrap().env.api_in_process, "{}", bed.name());
     }
 }
+
+#[test]
+fn memory_round_trips_newest_first_per_provider_and_is_bounded() {
+    use provider_abi::MemoryEntry;
+    use std::time::SystemTime;
+    let entry = |key: &str, value: &[u8]| MemoryEntry::new(key, value.to_vec());
+    for bed in Bed::all("memory_round_trips_newest_first_per_provider_and_is_bounded") {
+        let (first, second) = (bed.host(), bed.host());
+        let name = bed.name();
+        let now = SystemTime::now();
+        let minute = Duration::from_secs(60);
+        let keep_all = now - minute * 60;
+        assert!(first.memory("createos").unwrap().is_empty(), "{name}: nothing saved yet");
+        let binary = [0u8, 255, 10, 13, 0];
+        first
+            .save_memory("createos", &[entry("a", &binary), entry("b", b"1")], now - minute * 2, keep_all, 8)
+            .unwrap();
+        first.save_memory("fixture", &[entry("a", b"other provider")], now, keep_all, 8).unwrap();
+        // Another host of the same ledger replaces `b` and adds `c`, later.
+        second
+            .save_memory("createos", &[entry("b", b"2"), entry("c", b"3")], now - minute, keep_all, 8)
+            .unwrap();
+        let read = |store: &dyn LeaseStore| -> Vec<(String, Vec<u8>)> {
+            let saved = store.memory("createos").unwrap();
+            saved.iter().map(|saved| (saved.entry.key.to_string(), saved.entry.value.to_vec())).collect()
+        };
+        let expected = [("b", b"2".to_vec()), ("c", b"3".to_vec()), ("a", binary.to_vec())]
+            .map(|(key, value)| (key.to_owned(), value));
+        assert_eq!(read(&*first), expected, "{name}: newest first, bytes as saved");
+        let saved_at = first.memory("createos").unwrap()[0].saved_at;
+        let off = saved_at.duration_since(now - minute).unwrap_or_else(|early| early.duration());
+        assert!(off < Duration::from_millis(2), "{name}: saved at {saved_at:?}");
+        // Forgetting: `a` (saved 2 minutes ago) is older than the cut-off;
+        // then only the newest one is kept.
+        first.save_memory("createos", &[], now, now - minute * 2 + Duration::from_secs(1), 8).unwrap();
+        assert_eq!(read(&*first), expected[..2], "{name}: the entry before the cut-off is gone");
+        first.save_memory("createos", &[entry("d", b"4")], now, keep_all, 1).unwrap();
+        assert_eq!(read(&*first), [("d".to_owned(), b"4".to_vec())], "{name}: the newest one kept");
+        assert_eq!(first.memory("fixture").unwrap().len(), 1, "{name}: another provider's memory is its own");
+    }
+}

@@ -19,6 +19,7 @@ use host_harness::{
     environment::Environment,
     hosted::HostedProvider,
     ledger::{LeaseRecord, Ledger},
+    memory,
     plugin::{load_hosted, Library},
     render,
     store::{self, LeaseStore, LedgerLocation, StoreOptions},
@@ -128,7 +129,8 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads the provider and opens the ledger.
+    /// Loads the provider, opens the ledger and hands the provider what it
+    /// learnt in earlier processes (its memory, kept in the ledger).
     pub fn open(
         library: &Library,
         isolation: Option<&IsolationOptions>,
@@ -138,6 +140,7 @@ impl Session {
     ) -> Result<Session, Failure> {
         let provider = load(library, isolation)?;
         let ledger = open_ledger(ledger, options)?;
+        memory::restore(&provider, &*ledger);
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
     }
 
@@ -147,8 +150,11 @@ impl Session {
         Session { provider: self.provider.swappable(), ..self }
     }
 
-    /// Shuts the provider down; the command's own failure comes first.
+    /// Saves what the provider learnt into the ledger, for the next
+    /// process, and shuts the provider down; the command's own failure
+    /// comes first.
     pub fn finish(self, result: Result<(), Failure>) -> Result<(), Failure> {
+        memory::save(&self.provider, &*self.ledger);
         shut_down(&self.provider, result)
     }
 }

@@ -141,7 +141,8 @@ impl IsolatedProvider {
         let shared = Arc::new(Shared::default());
         let worker = WorkerProcess::open(&library, &options, &Setup::default(), &shared)?;
         let mut manifest = worker.hello.manifest.clone();
-        manifest.hooks.retain(|name| name.as_str() != Hook::GrantRequestShare.name());
+        let local = [Hook::GrantRequestShare, Hook::ExportMemory, Hook::ImportMemory];
+        manifest.hooks.retain(|name| local.iter().all(|hook| name.as_str() != hook.name()));
         let inner = Inner {
             library,
             options,
@@ -163,7 +164,9 @@ impl IsolatedProvider {
 
     /// True when the host can call `hook` through the workers: the hooks of
     /// the library's table (its manifest's list), but `grant_request_share`,
-    /// which does not cross (every worker paces its own requests).
+    /// which does not cross (every worker paces its own requests), nor do
+    /// `export_memory` and `import_memory` (what a worker learns stays in
+    /// that worker, and workers come and go within one host process).
     pub fn supports(&self, hook: Hook) -> bool {
         self.inner.supports(hook)
     }

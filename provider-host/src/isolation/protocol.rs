@@ -52,7 +52,8 @@ pub const MAX_STDIN_CHUNK: u32 = 1 << 20;
 ///
 /// `manifest` never crosses (the hello carries it), nor does
 /// `grant_request_share` (every worker paces its own requests, so a share
-/// granted to one would not bound the others).
+/// granted to one would not bound the others), nor do `export_memory` and
+/// `import_memory` (what a worker learns stays in that worker).
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum Call<'a> {
     /// `setup` with the log level the host wants (also replayed on every

@@ -3,13 +3,13 @@
 //! definitions without its optional hooks), refusals (another major version,
 //! a forged module, files that are not providers), panics, errors as data
 //! and concurrency, exercised through the fixture libraries. That a host of
-//! the next minor version loads a 2.0 library is proved with that version's
-//! definitions in `tests/fixtures/fixture-next-minor/tests/libraries.rs`.
+//! the next minor version loads 2.0 and 2.1 libraries is proved with that
+//! version's definitions in `tests/fixtures/fixture-next-minor/tests/next_minor_host.rs`.
 
 use e2e::library;
 use provider_abi::{
     AbiVersion, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
-    ExecuteParams, Hook, LeaseParams, OutputStream, Provider, ABI_2_0,
+    ExecuteParams, Hook, LeaseParams, MemoryEntry, OutputStream, Provider, ABI_2_0,
 };
 use provider_host::{
     loader::{LoadError, LoadedProvider},
@@ -58,8 +58,8 @@ fn execute(
 #[test]
 fn a_library_of_the_next_minor_version_loads_with_every_hook_this_host_knows() {
     let provider = load("fixture_next_minor");
-    assert_eq!(provider.library_abi(), AbiVersion::new(2, 1));
-    assert_eq!(provider.health().unwrap().message, "fixture 2.1.0");
+    assert_eq!(provider.library_abi(), AbiVersion::new(2, 2));
+    assert_eq!(provider.health().unwrap().message, "fixture 2.2.0");
     let listed: Vec<String> = provider.manifest().hooks.iter().map(|hook| hook.to_string()).collect();
     assert_eq!(listed, Hook::ALL.map(|hook| hook.name().to_owned()));
     let lease = wait(provider.acquire_lease(
@@ -68,6 +68,8 @@ fn a_library_of_the_next_minor_version_loads_with_every_hook_this_host_knows() {
     ))
     .unwrap();
     assert_eq!(lease.provider_lease_id.as_ref().map(|id| id.as_str()).into_option(), Some("run-1"));
+    provider.import_memory(&[MemoryEntry::new("leases", b"2".to_vec())]).unwrap();
+    assert_eq!(provider.export_memory().unwrap(), [MemoryEntry::new("leases", b"3".to_vec())]);
 }
 
 /// A library built from the frozen 2.0 definitions, exporting no optional
@@ -92,6 +94,8 @@ fn a_library_without_optional_hooks_loads_and_they_are_unsupported_without_a_cal
         (Hook::SyncFiles, wait(provider.sync_files(Default::default())).map(|_| ())),
         (Hook::ImportUnconfirmed, provider.import_unconfirmed(&lease)),
         (Hook::GrantRequestShare, provider.grant_request_share(1)),
+        (Hook::ExportMemory, provider.export_memory().map(|_| ())),
+        (Hook::ImportMemory, provider.import_memory(&[MemoryEntry::new("leases", b"1".to_vec())])),
     ];
     for (hook, outcome) in refusals {
         assert!(!provider.supports(hook), "{hook}");
@@ -153,9 +157,9 @@ fn two_versions_load_side_by_side() {
     std::fs::copy(library("fixture_provider"), &copy_path).unwrap();
     let copy = LoadedProvider::load(&copy_path).unwrap();
     assert_eq!(old.health().unwrap().message, "fixture 2.0.0");
-    assert_eq!(new.health().unwrap().message, "fixture 2.1.0");
+    assert_eq!(new.health().unwrap().message, "fixture 2.2.0");
     assert_eq!(copy.health().unwrap().message, "fixture 2.0.0");
-    assert_eq!((old.manifest().version, new.manifest().version), ("2.0.0".into(), "2.1.0".into()));
+    assert_eq!((old.manifest().version, new.manifest().version), ("2.0.0".into(), "2.2.0".into()));
     // Each library keeps its own state.
     let acquire = AcquireParams { run_id: "run".into(), ..Default::default() };
     for _ in 0..3 {
@@ -251,9 +255,9 @@ fn a_path_whose_file_was_replaced_after_loading_is_refused_not_served_stale() {
     assert!(matches!(error, LoadError::NotTheCheckedFile { .. }), "{error}");
     assert!(error.to_string().contains("load the new version from a path of its own"), "{error}");
     // At a path of its own, the new version loads beside the old one.
-    let fresh = dir.path().join("provider-2.1.so");
+    let fresh = dir.path().join("provider-2.2.so");
     std::fs::copy(library("fixture_next_minor"), &fresh).unwrap();
-    assert_eq!(LoadedProvider::load(&fresh).unwrap().manifest().version, "2.1.0");
+    assert_eq!(LoadedProvider::load(&fresh).unwrap().manifest().version, "2.2.0");
     assert_eq!(old.health().unwrap().message, "fixture 2.0.0");
 }
 
