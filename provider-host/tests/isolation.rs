@@ -512,19 +512,23 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
 }
 
 /// Every hook of the library's table crosses the worker protocol but
-/// `grant_request_share` (each worker paces its own requests): the
-/// isolated provider supports, and its manifest lists, exactly those.
+/// `grant_request_share` (each worker paces its own requests) and the
+/// memory hooks (what a worker learns stays in it): the isolated provider
+/// supports, and its manifest lists, exactly those.
 fn the_worker_serves_the_hooks_of_the_librarys_table() {
+    let local = [Hook::GrantRequestShare, Hook::ExportMemory, Hook::ImportMemory];
     for crate_name in ["fixture_provider", "fixture_frozen"] {
         let loaded = LoadedProvider::load(library(crate_name)).unwrap();
         let isolated = IsolatedProvider::start(library(crate_name), options()).expect("start the worker");
         for hook in Hook::ALL {
-            let expected = loaded.supports(hook) && hook != Hook::GrantRequestShare;
+            let expected = loaded.supports(hook) && !local.contains(&hook);
             assert_eq!(isolated.supports(hook), expected, "{crate_name}: {hook}");
             let listed = isolated.manifest().hooks.iter().any(|name| name == hook.name());
             assert_eq!(listed, expected, "{crate_name}: {hook}");
         }
-        let refused = isolated.grant_request_share(500_000).unwrap_err();
-        assert_eq!(refused.kind, ErrorKind::UNSUPPORTED, "{crate_name}");
+        let refused = [isolated.grant_request_share(500_000).unwrap_err(), isolated.export_memory().unwrap_err()];
+        for error in refused {
+            assert_eq!(error.kind, ErrorKind::UNSUPPORTED, "{crate_name}");
+        }
     }
 }
