@@ -3,8 +3,8 @@
 //!
 //! One module per concern: `config`, `client` (HTTP), `pacer` (the shared
 //! request budget), `gate` (the bound on requests awaiting a reply),
-//! `transition` (state machine polling), `metadata` and `registry` (lease
-//! state), `lease` (the lease hooks), `sync` (file sync) and `provider` (the
+//! `transition` (state machine polling) and `memory` (its schedule kept by
+//! the host between processes), `metadata` and `registry` (lease state), `lease` (the lease hooks), `sync` (file sync) and `provider` (the
 //! thin ABI layer).
 
 pub mod client;
@@ -15,6 +15,7 @@ mod gate;
 mod handoff;
 pub mod lease;
 mod logs;
+mod memory;
 pub mod metadata;
 pub mod ndjson;
 pub mod pacer;
@@ -28,5 +29,6 @@ pub use provider::CreateosProvider;
 
 provider_abi::export_provider!(
     CreateosProvider,
-    optional = [Probe, InspectLease, SyncFiles, ImportUnconfirmed, GrantRequestShare]
+    optional =
+        [Probe, InspectLease, SyncFiles, ImportUnconfirmed, GrantRequestShare, ExportMemory, ImportMemory]
 );

@@ -23,10 +23,10 @@ use crate::{
 use provider_abi::{
     ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams,
     ExecuteResult, HealthReport, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink,
-    Manifest, ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncParams, SyncResult,
-    ValidationReport, Workspace, ABI_VERSION,
+    Manifest, MemoryEntry, ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncParams,
+    SyncResult, ValidationReport, Workspace, ABI_VERSION,
 };
-use std::{future::Future, sync::OnceLock};
+use std::{future::Future, sync::OnceLock, time::SystemTime};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 
@@ -295,6 +295,18 @@ impl Provider for CreateosProvider {
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         tracing::debug!(parts_per_million, "request share granted");
         crate::pacer::grant_share_to_all(parts_per_million);
+        Ok(())
+    }
+
+    /// The poll schedule learnt per API origin ([`crate::memory`]).
+    fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
+        Ok(crate::memory::export(SystemTime::now()))
+    }
+
+    /// Takes back the poll schedules an earlier process learnt.
+    fn import_memory(&self, entries: &[MemoryEntry]) -> HookResult<()> {
+        let phases = crate::memory::import(entries, SystemTime::now())?;
+        tracing::debug!(phases, "poll schedules remembered");
         Ok(())
     }
 }

@@ -76,12 +76,14 @@
 //!   1.4 polls and 22 ms; 500 ms → 2 s: one phase).
 //!
 //! Memory: [`SAMPLES`] numbers per (origin, phase), at most [`ORIGINS`]
-//! origins.
+//! origins. What was learnt outlives the process through the host
+//! ([`crate::memory`]: [`Estimates::learnt`] out, [`Estimates::restore`]
+//! in), so a one-shot command starts with the last one's schedule.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -121,6 +123,23 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase.
+    pub const ALL: [Phase; 3] = [Phase::Creating, Phase::Pausing, Phase::Resuming];
+
+    /// The state's name (`creating`, `pausing`, `resuming`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Creating => "creating",
+            Phase::Pausing => "pausing",
+            Phase::Resuming => "resuming",
+        }
+    }
+
+    /// The phase named `name`.
+    pub fn from_name(name: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|phase| phase.name() == name)
+    }
+
     /// The phase of an in-flight state.
     pub fn of(status: &SandboxStatus) -> Option<Phase> {
         match status {
@@ -139,6 +158,9 @@ struct History {
     samples: VecDeque<f64>,
     /// Consecutive phases completed at their first poll.
     streak: u32,
+    /// When the last sample was recorded (here, or in the process that
+    /// taught the samples restored).
+    taught_at: Option<SystemTime>,
 }
 
 impl History {
@@ -178,7 +200,20 @@ impl History {
             self.samples.pop_front();
         }
         self.samples.push_back(value);
+        self.taught_at = Some(SystemTime::now());
     }
+}
+
+/// What one phase's history holds, as it leaves or enters the process
+/// ([`crate::memory`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Learnt {
+    /// Durations in ms, oldest first, at most [`SAMPLES`].
+    pub samples: Vec<f64>,
+    /// Consecutive phases completed at their first poll.
+    pub streak: u32,
+    /// When the last sample was recorded.
+    pub taught_at: SystemTime,
 }
 
 /// What a timed phase taught, in ms from its start.
@@ -244,11 +279,47 @@ impl Estimates {
     fn record(&self, phase: Phase, sample: Sample) {
         self.with(phase, |h| h.record(sample));
     }
+
+    /// What was learnt of each phase that has samples.
+    pub fn learnt(&self) -> Vec<(Phase, Learnt)> {
+        let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        Phase::ALL
+            .into_iter()
+            .filter_map(|phase| {
+                let history = phases.get(&phase)?;
+                let taught_at = history.taught_at.filter(|_| !history.samples.is_empty())?;
+                let samples = history.samples.iter().copied().collect();
+                Some((phase, Learnt { samples, streak: history.streak, taught_at }))
+            })
+            .collect()
+    }
+
+    /// Takes `learnt` as the history of `phase` when this process has none
+    /// yet (what it learnt itself is newer); true when taken. Only the last
+    /// [`SAMPLES`] samples are kept.
+    pub fn restore(&self, phase: Phase, learnt: Learnt) -> bool {
+        self.with(phase, |h| {
+            if !h.samples.is_empty() {
+                return false;
+            }
+            let skip = learnt.samples.len().saturating_sub(SAMPLES);
+            h.samples = learnt.samples.into_iter().skip(skip).collect();
+            h.streak = learnt.streak;
+            h.taught_at = Some(learnt.taught_at);
+            true
+        })
+    }
 }
 
 fn shared_registry() -> &'static Mutex<HashMap<String, Arc<Estimates>>> {
     static ALL: OnceLock<Mutex<HashMap<String, Arc<Estimates>>>> = OnceLock::new();
     ALL.get_or_init(Default::default)
+}
+
+/// Every origin's process-wide estimates.
+pub fn shared_all() -> Vec<(String, Arc<Estimates>)> {
+    let all = shared_registry().lock().unwrap_or_else(|e| e.into_inner());
+    all.iter().map(|(origin, estimates)| (origin.clone(), Arc::clone(estimates))).collect()
 }
 
 /// How many origins' estimates are kept.

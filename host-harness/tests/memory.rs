@@ -4,12 +4,16 @@
 //! memory counts the leases it made (`leases`; a lifecycle makes two, the
 //! probe's and its own); a damaged or oversized
 //! stored entry is a warning, never a failed command; a 2.0 provider
-//! without the hooks runs as it always did.
+//! without the hooks runs as it always did. The CreateOS provider's memory
+//! is its poll schedule: a second process polls each transition when the
+//! first one learnt it completes, not on the reference's 250 ms cadence.
 
+use createos_sim::{Ledger, SimConfig, Simulator};
 use rusqlite::{params, Connection};
 use std::{
     path::Path,
     process::{Command, Output},
+    time::Duration,
 };
 
 /// `host-harness --plugin LIBRARY --ledger LEDGER ARGS...`, its state in `dir`.
@@ -123,4 +127,81 @@ fn a_provider_without_the_memory_hooks_runs_unchanged_and_leaves_no_memory() {
         assert!(warnings(&stderr).is_empty(), "{stderr}");
     }
     assert!(stored(dir.path(), "fixture").is_empty());
+}
+
+/// How long each CreateOS transition lasts in the simulator: the reference
+/// cadence polls it at 250 and 500 ms (both too early) and 750 ms, and
+/// learns that it ends about 625 ms after it began.
+const TRANSITION: Duration = Duration::from_millis(600);
+
+/// Each transition of the sandboxes of `ledger`'s transitions from index
+/// `from` on: its phase and how long after it began its first poll (any
+/// request naming the sandbox) was received.
+fn first_polls(ledger: &Ledger, from: usize) -> Vec<(&'static str, Duration)> {
+    ledger.transitions[from..]
+        .iter()
+        .map(|transition| {
+            let earlier = ledger.transitions.iter().filter(|other| other.sandbox_id == transition.sandbox_id);
+            let phase = match transition.to.as_str() {
+                "paused" => "pausing",
+                _ if earlier.take_while(|other| *other != transition).count() == 0 => "creating",
+                _ => "resuming",
+            };
+            let first = ledger
+                .requests
+                .iter()
+                .filter(|request| request.path.contains(&transition.sandbox_id))
+                .filter(|request| request.received_at > transition.began_at)
+                .map(|request| request.received_at - transition.began_at)
+                .min()
+                .expect("every transition is polled");
+            (phase, first)
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_createos_process_polls_each_transition_when_the_first_one_learnt_it_ends() {
+    let sim = Simulator::start(SimConfig {
+        rate_limit: None,
+        create_delay: TRANSITION,
+        pause_delay: TRANSITION,
+        resume_delay: TRANSITION,
+        ..Default::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.json");
+    let harness_config = serde_json::json!({"driverKey": "createos", "config": sim.provider_config(true)});
+    std::fs::write(&config, harness_config.to_string()).unwrap();
+    let run = || {
+        let output =
+            harness(dir.path(), "createos_provider", &["lifecycle", "--config", config.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(0), "{}{stderr}", String::from_utf8_lossy(&output.stdout));
+        assert!(warnings(&stderr).is_empty(), "{stderr}");
+    };
+    run();
+    let cold = sim.ledger();
+    let keys: Vec<String> = stored(dir.path(), "createos").into_iter().map(|(key, _)| key).collect();
+    assert_eq!(keys, [format!("schedule {}", sim.url().trim_end_matches('/'))], "one origin, never the key");
+    run();
+    let warm = sim.ledger();
+    let (cold, warm) = (first_polls(&cold, 0), first_polls(&warm, cold.transitions.len()));
+    let phases =
+        |polls: &[(&'static str, Duration)]| polls.iter().map(|(phase, _)| *phase).collect::<Vec<_>>();
+    // Probe (create, delete), then acquire, release (pause), resume.
+    assert_eq!(phases(&cold), ["creating", "creating", "pausing", "resuming"]);
+    assert_eq!(phases(&warm), phases(&cold));
+    // The first process meets pausing and resuming cold: its first poll
+    // comes on the reference cadence, 250 ms in.
+    for (phase, first) in &cold[2..] {
+        assert!(*first < Duration::from_millis(500), "cold {phase}: first poll {first:?} after it began");
+    }
+    // The second one knows them all from the first: no poll before the
+    // learnt end (timers never fire early, so this holds however slow the
+    // machine is).
+    for (phase, first) in &warm {
+        assert!(*first >= Duration::from_millis(500), "{phase}: first poll {first:?} after it began");
+    }
 }
