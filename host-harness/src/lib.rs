@@ -25,6 +25,6 @@ pub mod soak;
 pub mod swap;
 
 pub use provider_host::{
-    budget, environment, handover, heartbeat, host, hosted, ledger, loader, lock, memory, pg_ledger, provider_set,
-    providers, secrets, staging, store, sweep, wait,
+    budget, environment, handover, heartbeat, host, hosted, ledger, loader, lock, memory, pg_ledger,
+    provider_set, providers, secrets, staging, store, sweep, wait,
 };

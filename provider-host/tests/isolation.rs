@@ -526,7 +526,8 @@ fn the_worker_serves_the_hooks_of_the_librarys_table() {
             let listed = isolated.manifest().hooks.iter().any(|name| name == hook.name());
             assert_eq!(listed, expected, "{crate_name}: {hook}");
         }
-        let refused = [isolated.grant_request_share(500_000).unwrap_err(), isolated.export_memory().unwrap_err()];
+        let refused =
+            [isolated.grant_request_share(500_000).unwrap_err(), isolated.export_memory().unwrap_err()];
         for error in refused {
             assert_eq!(error.kind, ErrorKind::UNSUPPORTED, "{crate_name}");
         }
