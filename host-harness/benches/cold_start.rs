@@ -155,7 +155,9 @@ fn main() {
     );
     println!("| run | lifecycle | ratio to warm | wall | requests | detection delay (mean) |");
     println!("|---|---|---|---|---|---|");
-    for (name, runs) in [("warm process", &warm), ("fresh process, restored", &restored), ("fresh process, cold", &cold)] {
+    for (name, runs) in
+        [("warm process", &warm), ("fresh process, restored", &restored), ("fresh process, cold", &cold)]
+    {
         let lifecycle = median(runs, |run| run.lifecycle);
         let wall = if runs[0].wall.is_zero() { "-".to_owned() } else { ms(median(runs, |run| run.wall)) };
         let mut requests: Vec<usize> = runs.iter().map(|run| run.requests).collect();
