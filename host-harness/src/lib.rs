@@ -1,7 +1,7 @@
 //! The host harness: loads a provider library by path and drives its hooks,
 //! whole lease lifecycles and soaks, keeping a durable lease ledger.
 //!
-//! The host's policy (the lease [`host`], [`ledger`], [`sweep`], [`hosted`], [`budget`],
+//! The host's policy (the lease [`host`], [`ledger`], [`sweep`](mod@sweep), [`hosted`], [`budget`],
 //! [`provider_set`], [`loader`], [`lock`], [`providers`], [`secrets`],
 //! [`environment`]) lives in the `provider-host` library; its modules are
 //! re-exported here. The binary (`host-harness`) is a
