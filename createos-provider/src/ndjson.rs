@@ -6,6 +6,13 @@
 //! every data frame to a callback exactly once, as the command wrote them,
 //! and keeps the tail of each stream.
 //!
+//! The byte path is built to keep up with a command writing as fast as it
+//! can (the server keeps only 1 MiB of output): lines are found with
+//! `memchr`, a data frame's base64 is read in place from the line (never
+//! copied into a JSON value) and decoded into one buffer kept across lines,
+//! and the frames of one chunk are handed out together: one callback per
+//! run of frames of the same stream, at most [`GATHER_BYTES`] each.
+//!
 //! # Rules
 //!
 //! - One JSON object a line, `\n`-terminated. A line longer than
@@ -39,17 +46,23 @@
 //!   whole). Binary output costs a copy, not a decoding per byte. Trimming
 //!   is amortised: the buffer may briefly hold a quarter more.
 
+use std::borrow::Cow;
 use std::mem;
 
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 use provider_abi::OutputStream;
+use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::{op, Error};
 
 /// Longest accepted line, without its `\n`.
 pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Most bytes handed to the callback at once: the decoded frames of one
+/// chunk are gathered up to this size.
+pub const GATHER_BYTES: usize = 256 << 10;
 /// Bytes of tail kept per stream (the reference kept 4 Mi characters).
 pub const MAX_TAIL_BYTES: usize = 4 << 20;
 /// The error frame text meaning "the output after the cursor was evicted".
@@ -96,45 +109,150 @@ fn protocol() -> Error {
     Error::protocol(op::OUTPUT_CONNECTION)
 }
 
-/// Parses one line (without its `\n`).
-pub fn parse_frame(line: &[u8]) -> Result<Frame, Error> {
-    let value: Value = serde_json::from_slice(line).map_err(|_| protocol())?;
-    let object = value.as_object().ok_or_else(protocol)?;
-    let field = |name: &str| object.get(name).filter(|v| !v.is_null());
-    match object.get("type").and_then(Value::as_str) {
-        Some("heartbeat") => Ok(Frame::Heartbeat),
+/// A line's fields, parsed without copying a data frame's base64 (a JSON
+/// `null` reads as absent, unknown fields are ignored).
+#[derive(Deserialize)]
+struct RawFrame<'a> {
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    seq: Option<Value>,
+    stream: Option<Value>,
+    #[serde(borrow)]
+    data_base64: Option<Text<'a>>,
+    exit_code: Option<Value>,
+    signal: Option<Value>,
+    error: Option<Value>,
+}
+
+/// A JSON value that is read in place when it is a string without escapes.
+enum Text<'a> {
+    /// A string.
+    Str(Cow<'a, str>),
+    /// Any other value.
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor(std::marker::PhantomData))
+    }
+}
+
+struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
+    type Value = Text<'a>;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Text::Str(Cow::Borrowed(text)))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Text::Str(Cow::Owned(text.to_owned())))
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Text::Other)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Text::Other)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Text::Other)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Text::Other)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Text::Other)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Text::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Text::Other)
+    }
+}
+
+/// One parsed line, a data frame's base64 still encoded.
+enum Line<'a> {
+    Heartbeat,
+    Data { seq: u64, stream: OutputStream, encoded: Cow<'a, str> },
+    Exit(ExitStatus),
+    Error { evicted: bool },
+}
+
+/// Parses one line (without its `\n`), leaving a data frame's base64 in it.
+fn parse_line(line: &[u8]) -> Result<Line<'_>, Error> {
+    // Only an object is a frame (serde would read a struct from an array).
+    if line.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(protocol());
+    }
+    let frame: RawFrame<'_> = serde_json::from_slice(line).map_err(|_| protocol())?;
+    match frame.kind.as_ref().and_then(Value::as_str) {
+        Some("heartbeat") => Ok(Line::Heartbeat),
         Some("data") => {
-            let seq = field("seq").and_then(Value::as_u64).ok_or_else(protocol)?;
-            let stream = match field("stream").and_then(Value::as_str) {
+            let seq = frame.seq.as_ref().and_then(Value::as_u64).ok_or_else(protocol)?;
+            let stream = match frame.stream.as_ref().and_then(Value::as_str) {
                 Some("stdout") => OutputStream::Stdout,
                 Some("stderr") => OutputStream::Stderr,
                 _ => return Err(protocol()),
             };
-            let encoded = field("data_base64").and_then(Value::as_str).ok_or_else(protocol)?;
-            let data = BASE64.decode(encoded).map_err(|_| protocol())?;
-            Ok(Frame::Data { seq, stream, data })
+            match frame.data_base64 {
+                Some(Text::Str(encoded)) => Ok(Line::Data { seq, stream, encoded }),
+                _ => Err(protocol()),
+            }
         }
         Some("exit") => {
-            if let Some(code) = field("exit_code") {
+            if let Some(code) = frame.exit_code {
                 let code = code.as_i64().and_then(|c| i32::try_from(c).ok()).ok_or_else(protocol)?;
-                return Ok(Frame::Exit(ExitStatus::Code(code)));
+                return Ok(Line::Exit(ExitStatus::Code(code)));
             }
-            match field("signal") {
-                Some(Value::String(name)) if !name.is_empty() => {
-                    Ok(Frame::Exit(ExitStatus::Signal(name.clone())))
-                }
+            match frame.signal {
+                Some(Value::String(name)) if !name.is_empty() => Ok(Line::Exit(ExitStatus::Signal(name))),
                 Some(Value::Number(n)) if n.as_u64().is_some() => {
-                    Ok(Frame::Exit(ExitStatus::Signal(n.to_string())))
+                    Ok(Line::Exit(ExitStatus::Signal(n.to_string())))
                 }
                 _ => Err(protocol()),
             }
         }
         Some("error") => {
-            let evicted = field("error").and_then(Value::as_str) == Some(OFFSET_EXPIRED);
-            Ok(Frame::Error { evicted })
+            let evicted = frame.error.as_ref().and_then(Value::as_str) == Some(OFFSET_EXPIRED);
+            Ok(Line::Error { evicted })
         }
         _ => Err(protocol()),
     }
+}
+
+/// The length `encoded` decodes to (when it is valid base64).
+fn decoded_len(encoded: &str) -> usize {
+    let unpadded = encoded.trim_end_matches('=').len();
+    unpadded / 4 * 3 + (unpadded % 4).saturating_sub(1)
+}
+
+/// Parses one line (without its `\n`).
+pub fn parse_frame(line: &[u8]) -> Result<Frame, Error> {
+    Ok(match parse_line(line)? {
+        Line::Heartbeat => Frame::Heartbeat,
+        Line::Data { seq, stream, encoded } => {
+            let data = BASE64.decode(encoded.as_bytes()).map_err(|_| protocol())?;
+            Frame::Data { seq, stream, data }
+        }
+        Line::Exit(status) => Frame::Exit(status),
+        Line::Error { evicted } => Frame::Error { evicted },
+    })
 }
 
 /// The last `limit` bytes of a stream.
@@ -203,6 +321,10 @@ pub struct OutputDecoder {
     stdout: ByteTail,
     stderr: ByteTail,
     exit: Option<ExitStatus>,
+    /// Decoded bytes of `gathered_stream` not handed out yet; the buffer is
+    /// kept (and reused) for the decoder's life.
+    gathered: Vec<u8>,
+    gathered_stream: OutputStream,
 }
 
 impl Default for OutputDecoder {
@@ -225,6 +347,8 @@ impl OutputDecoder {
             stdout: ByteTail::new(limit),
             stderr: ByteTail::new(limit),
             exit: None,
+            gathered: Vec::new(),
+            gathered_stream: OutputStream::Stdout,
         }
     }
 
@@ -244,8 +368,10 @@ impl OutputDecoder {
         self.line.clear();
     }
 
-    /// Feeds one body chunk. The bytes of every data frame (but an empty
-    /// one) go to `emit(stream, bytes)` in order, exactly once. Returns the
+    /// Feeds one body chunk. The bytes of its data frames go to
+    /// `emit(stream, bytes)` in order, exactly once, before this returns:
+    /// consecutive frames of one stream together, at most [`GATHER_BYTES`]
+    /// a call (but a single larger frame), never an empty call. Returns the
     /// exit status once the exit frame has arrived (and from then on
     /// ignores input).
     pub fn feed(
@@ -253,9 +379,18 @@ impl OutputDecoder {
         chunk: &[u8],
         emit: &mut impl FnMut(OutputStream, &[u8]),
     ) -> Result<Option<ExitStatus>, Error> {
+        let split = self.split_lines(chunk, emit);
+        // What was decoded before a failure went out too: it was accepted.
+        self.hand_out(emit);
+        split?;
+        Ok(self.exit.clone())
+    }
+
+    /// Splits `chunk` into lines and takes each complete one.
+    fn split_lines(&mut self, chunk: &[u8], emit: &mut impl FnMut(OutputStream, &[u8])) -> Result<(), Error> {
         let mut rest = chunk;
         while self.exit.is_none() {
-            let Some(newline) = rest.iter().position(|b| *b == b'\n') else {
+            let Some(newline) = memchr::memchr(b'\n', rest) else {
                 if self.line.len() + rest.len() > MAX_LINE_BYTES {
                     return Err(protocol());
                 }
@@ -278,41 +413,58 @@ impl OutputDecoder {
                 done?;
             }
         }
-        Ok(self.exit.clone())
+        Ok(())
     }
 
     fn line_done(&mut self, line: &[u8], emit: &mut impl FnMut(OutputStream, &[u8])) -> Result<(), Error> {
         if line.iter().all(u8::is_ascii_whitespace) {
             return Ok(());
         }
-        match parse_frame(line)? {
-            Frame::Heartbeat => Ok(()),
-            Frame::Data { seq, .. } if seq <= self.cursor => Ok(()),
-            Frame::Data { seq, stream, data } => {
+        match parse_line(line)? {
+            Line::Heartbeat => Ok(()),
+            Line::Data { seq, .. } if seq <= self.cursor => Ok(()),
+            Line::Data { seq, stream, encoded } => {
                 if seq != self.cursor + 1 {
                     return Err(protocol());
                 }
-                self.cursor = seq;
-                if !data.is_empty() {
-                    emit(stream, &data);
-                    self.tail(stream).push(&data);
+                if encoded.is_empty() {
+                    self.cursor = seq;
+                    return Ok(());
                 }
+                if stream != self.gathered_stream || self.gathered.len() + decoded_len(&encoded) > GATHER_BYTES {
+                    self.hand_out(emit);
+                    self.gathered_stream = stream;
+                }
+                let before = self.gathered.len();
+                if BASE64.decode_vec(encoded.as_bytes(), &mut self.gathered).is_err() {
+                    self.gathered.truncate(before);
+                    return Err(protocol());
+                }
+                self.cursor = seq;
                 Ok(())
             }
-            Frame::Exit(status) => {
+            Line::Exit(status) => {
                 self.exit = Some(status);
                 Ok(())
             }
-            Frame::Error { evicted: true } => Err(Error::OutputEvicted),
-            Frame::Error { evicted: false } => Err(Error::OutputStreamError),
+            Line::Error { evicted: true } => Err(Error::OutputEvicted),
+            Line::Error { evicted: false } => Err(Error::OutputStreamError),
         }
     }
 
-    fn tail(&mut self, stream: OutputStream) -> &mut ByteTail {
-        match stream {
+    /// Hands the gathered bytes to `emit` and to their stream's tail.
+    fn hand_out(&mut self, emit: &mut impl FnMut(OutputStream, &[u8])) {
+        if self.gathered.is_empty() {
+            return;
+        }
+        let stream = self.gathered_stream;
+        emit(stream, &self.gathered);
+        let tail = match stream {
             OutputStream::Stdout => &mut self.stdout,
             OutputStream::Stderr => &mut self.stderr,
-        }
+        };
+        tail.push(&self.gathered);
+        self.gathered.clear();
     }
 
     /// The tails of both streams.
@@ -370,6 +522,16 @@ mod tests {
             parse_frame(br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aGk"}"#).unwrap(),
             Frame::Data { seq: 3, stream: OutputStream::Stdout, data: b"hi".to_vec() }
         );
+        // An escaped base64 string, and fields of any type after the frame's own.
+        assert_eq!(
+            parse_frame(br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aG\u006b","x":[{"y":null}]}"#)
+                .unwrap(),
+            Frame::Data { seq: 3, stream: OutputStream::Stdout, data: b"hi".to_vec() }
+        );
+        assert_eq!(
+            parse_frame(br#" {"data_base64":{"n":[1,2.5,true]},"type":"heartbeat"}"#).unwrap(),
+            Frame::Heartbeat
+        );
         assert_eq!(
             parse_frame(br#"{"type":"exit","exit_code":-1}"#).unwrap(),
             Frame::Exit(ExitStatus::Code(-1))
@@ -420,6 +582,11 @@ mod tests {
             br#"{"type":"data","seq":1,"stream":"stdout"}"#,
             br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"***"}"#,
             b"{\"type\":\"heartbeat\"}{}",
+            br#"{"type":"data","seq":1,"stream":"stdout","data_base64":5}"#,
+            br#"{"type":"data","seq":1,"stream":"stdout","data_base64":["aGk="]}"#,
+            br#"{"type":"data","seq":1,"stream":"stdout","data_base64":{"a":"aGk="}}"#,
+            br#"{"type":"data","seq":1,"stream":"stdout","data_base64":null}"#,
+            br#"["data",1,"stdout","aGk=",null,null,null]"#,
         ];
         for line in bad {
             let err = parse_frame(line).unwrap_err();
@@ -451,6 +618,68 @@ mod tests {
     }
 
     #[test]
+    fn the_frames_of_a_chunk_go_out_in_writes_of_at_most_the_gather_size() {
+        // 64 KiB frames, as the simulator journals a fast command's output:
+        // four fill one write, a fifth starts the next; a stderr frame
+        // between them ends a write.
+        const FRAME: usize = 64 << 10;
+        let piece = |seq: u64| vec![seq as u8; FRAME];
+        let mut body = String::new();
+        for seq in 1..=9 {
+            body += &data(seq, "stdout", &piece(seq));
+        }
+        body += &data(10, "stderr", b"warning\n");
+        body += &data(11, "stdout", &piece(11));
+        let mut decoder = OutputDecoder::new();
+        let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
+        assert_eq!(result.unwrap(), None);
+        let writes: Vec<(OutputStream, usize)> = seen.iter().map(|(s, b)| (*s, b.len())).collect();
+        let out = OutputStream::Stdout;
+        assert_eq!(
+            writes,
+            [(out, 4 * FRAME), (out, 4 * FRAME), (out, FRAME), (OutputStream::Stderr, 8), (out, FRAME)]
+        );
+        assert_eq!(GATHER_BYTES, 4 * FRAME);
+        let stdout: Vec<u8> = seen.iter().filter(|(s, _)| *s == out).flat_map(|(_, b)| b.clone()).collect();
+        let want: Vec<u8> = [1, 2, 3, 4, 5, 6, 7, 8, 9, 11].into_iter().flat_map(piece).collect();
+        assert!(stdout == want, "every byte, in order");
+
+        // A single frame larger than the gather size goes out alone, whole.
+        let big = vec![7u8; GATHER_BYTES + 1];
+        let body = data(1, "stdout", b"a") + &data(2, "stdout", &big) + &data(3, "stdout", b"b");
+        let (seen, _) = collect(&mut OutputDecoder::new(), &[body.as_bytes()]);
+        let sizes: Vec<usize> = seen.iter().map(|(_, b)| b.len()).collect();
+        assert_eq!(sizes, [1, GATHER_BYTES + 1, 1]);
+    }
+
+    #[test]
+    fn decoded_lengths_are_exact_padded_or_not() {
+        for len in 0..40 {
+            let bytes = vec![0xA5u8; len];
+            let padded = BASE64.encode(&bytes);
+            assert_eq!(decoded_len(&padded), len, "{padded}");
+            assert_eq!(decoded_len(padded.trim_end_matches('=')), len);
+        }
+    }
+
+    #[test]
+    fn what_was_decoded_before_a_failure_goes_out() {
+        let body = data(1, "stdout", b"kept") + &data(2, "stdout", b" too") + "not json\n";
+        let mut decoder = OutputDecoder::new();
+        let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
+        assert_eq!(result.unwrap_err(), Error::protocol(op::OUTPUT_CONNECTION));
+        assert_eq!(seen, [(OutputStream::Stdout, b"kept too".to_vec())]);
+        assert_eq!(decoder.cursor(), 2);
+        // Bad base64 neither moves the cursor nor leaves its bytes behind.
+        let body = data(1, "stdout", b"ok") + r#"{"type":"data","seq":2,"stream":"stdout","data_base64":"a"}"# + "\n";
+        let mut decoder = OutputDecoder::new();
+        let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
+        assert_eq!(result.unwrap_err(), Error::protocol(op::OUTPUT_CONNECTION));
+        assert_eq!(seen, [(OutputStream::Stdout, b"ok".to_vec())]);
+        assert_eq!((decoder.cursor(), decoder.finish().stdout.as_str()), (1, "ok"));
+    }
+
+    #[test]
     fn exit_ends_the_stream_and_the_tails_decode_split_characters() {
         let mut decoder = OutputDecoder::new();
         let euro = "€".as_bytes();
@@ -469,11 +698,8 @@ mod tests {
         let bytes = |a: &[u8]| a.to_vec();
         assert_eq!(
             seen,
-            vec![
-                (OutputStream::Stdout, bytes(&euro[..1])),
-                (OutputStream::Stdout, bytes(&euro[1..])),
-                (OutputStream::Stderr, bytes(&euro[..2])),
-            ]
+            vec![(OutputStream::Stdout, bytes(euro)), (OutputStream::Stderr, bytes(&euro[..2]))],
+            "the stdout frames of one chunk go out together"
         );
         let output = decoder.finish();
         assert_eq!(output.stdout, "€");
@@ -689,8 +915,9 @@ mod tests {
     #[test]
     fn each_frames_bytes_go_out_as_written() {
         // Invalid UTF-8 and a character split across frames included, in
-        // order, once per frame; an empty frame is no call; the tails keep
-        // the decoded text.
+        // order, the frames of one stream in a chunk together (an empty
+        // frame of the other stream between them splits nothing); the tails
+        // keep the decoded text.
         let input = [
             data(1, "stdout", b"caf\xc3"),
             data(2, "stderr", b""),
@@ -705,11 +932,7 @@ mod tests {
         assert!(status.is_some());
         assert_eq!(
             seen,
-            [
-                (OutputStream::Stdout, b"caf\xc3".to_vec()),
-                (OutputStream::Stdout, b"\xa9 \xff".to_vec()),
-                (OutputStream::Stderr, b"e\n".to_vec()),
-            ]
+            [(OutputStream::Stdout, b"caf\xc3\xa9 \xff".to_vec()), (OutputStream::Stderr, b"e\n".to_vec())]
         );
         let output = decoder.finish();
         assert_eq!((output.stdout.as_str(), output.stderr.as_str()), ("café \u{fffd}", "e\n"));

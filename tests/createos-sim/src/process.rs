@@ -427,17 +427,25 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
-    /// The NDJSON line (with trailing newline).
-    pub(crate) fn to_line(&self) -> Vec<u8> {
-        let v = serde_json::json!({
-            "type": "data",
-            "seq": self.seq,
-            "stream": if self.stderr { "stderr" } else { "stdout" },
-            "data_base64": base64::engine::general_purpose::STANDARD.encode(&self.data),
-        });
-        let mut l = serde_json::to_vec(&v).unwrap_or_default();
-        l.push(b'\n');
-        l
+    /// Appends the NDJSON line (with trailing newline) to `out`, the base64
+    /// encoded straight into it: no field needs escaping.
+    pub(crate) fn write_line(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let stream = if self.stderr { "stderr" } else { "stdout" };
+        let _ = write!(out, r#"{{"type":"data","seq":{},"stream":"{stream}","data_base64":""#, self.seq);
+        let start = out.len();
+        out.resize(start + base64::encoded_len(self.data.len(), true).unwrap_or(0), 0);
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(&self.data, &mut out[start..])
+            .unwrap_or(0);
+        out.truncate(start + written);
+        out.extend_from_slice(b"\"}\n");
+    }
+
+    /// At most the length of its NDJSON line.
+    pub(crate) fn line_len_bound(&self) -> usize {
+        const FIELDS: usize = r#"{"type":"data","seq":18446744073709551615,"stream":"stdout","data_base64":""}"#.len() + 1;
+        FIELDS + base64::encoded_len(self.data.len(), true).unwrap_or(usize::MAX - FIELDS)
     }
 }
 
@@ -618,6 +626,12 @@ async fn pump<R: AsyncRead + Unpin>(p: Arc<ManagedProcess>, r: Option<R>, stderr
             Ok(n) => {
                 p.lock().push(stderr, Bytes::copy_from_slice(&buf[..n]));
                 p.changed.send_modify(|v| *v += 1);
+                // A pipe that always has data would keep this task running
+                // for its whole cooperative budget (over a hundred reads)
+                // while the journal's readers it woke wait on this worker:
+                // they run after each piece, or a fast command evicts its
+                // output before anyone could read it.
+                tokio::task::yield_now().await;
             }
         }
     }

@@ -591,20 +591,27 @@ async fn connect(
         .into_response())
 }
 
-/// Feed the NDJSON stream: replay, then follow live with heartbeats.
+/// Most bytes of data lines written to a response body at once.
+const BODY_WRITE_BYTES: usize = 256 * 1024;
+
+/// Feed the NDJSON stream: replay, then follow live with heartbeats. The
+/// lines of the frames at hand are written together, up to
+/// [`BODY_WRITE_BYTES`] a write (a single larger line alone).
 async fn follow(p: Arc<ManagedProcess>, mut cursor: u64, cut: bool, tx: mpsc::Sender<io::Result<Bytes>>) {
     let mut changes = p.subscribe();
-    // Sends a frame line; with `cut`, only half of it and then an error.
-    let send = |l: Vec<u8>| {
+    // Sends whole lines; with `cut`, only half of the first one and then an
+    // error.
+    let send = |lines: Vec<u8>| {
         let tx = tx.clone();
         async move {
             if cut {
-                let half = Bytes::copy_from_slice(&l[..l.len() / 2]);
+                let first = lines.iter().position(|b| *b == b'\n').map_or(lines.len(), |end| end + 1);
+                let half = Bytes::copy_from_slice(&lines[..first / 2]);
                 let _ = tx.send(Ok(half)).await;
                 let _ = tx.send(Err(io::Error::new(io::ErrorKind::ConnectionReset, "cut"))).await;
                 return false;
             }
-            tx.send(Ok(Bytes::from(l))).await.is_ok()
+            tx.send(Ok(Bytes::from(lines))).await.is_ok()
         }
     };
     loop {
@@ -615,14 +622,22 @@ async fn follow(p: Arc<ManagedProcess>, mut cursor: u64, cut: bool, tx: mpsc::Se
                 return;
             }
             ReadResult::Frames(frames, exit) => {
+                let mut lines = Vec::new();
                 for f in frames {
-                    if !send(f.to_line()).await {
-                        return;
+                    if !lines.is_empty() && lines.len() + f.line_len_bound() > BODY_WRITE_BYTES {
+                        if !send(std::mem::take(&mut lines)).await {
+                            return;
+                        }
                     }
+                    f.write_line(&mut lines);
                     cursor = f.seq;
                 }
                 if let Some(e) = exit {
-                    send(e.to_line()).await;
+                    lines.extend_from_slice(&e.to_line());
+                    send(lines).await;
+                    return;
+                }
+                if !lines.is_empty() && !send(lines).await {
                     return;
                 }
             }
