@@ -479,7 +479,9 @@ impl OutputDecoder {
                     self.cursor = seq;
                     return Ok(());
                 }
-                if stream != self.gathered_stream || self.gathered.len() + decoded_len(&encoded) > GATHER_BYTES {
+                if stream != self.gathered_stream
+                    || self.gathered.len() + decoded_len(&encoded) > GATHER_BYTES
+                {
                     self.hand_out(emit);
                     self.gathered_stream = stream;
                 }
@@ -572,8 +574,10 @@ mod tests {
         );
         // An escaped base64 string, and fields of any type after the frame's own.
         assert_eq!(
-            parse_frame(br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aG\u006b","x":[{"y":null}]}"#)
-                .unwrap(),
+            parse_frame(
+                br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aG\u006b","x":[{"y":null}]}"#
+            )
+            .unwrap(),
             Frame::Data { seq: 3, stream: OutputStream::Stdout, data: b"hi".to_vec() }
         );
         assert_eq!(
@@ -719,7 +723,9 @@ mod tests {
         assert_eq!(seen, [(OutputStream::Stdout, b"kept too".to_vec())]);
         assert_eq!(decoder.cursor(), 2);
         // Bad base64 neither moves the cursor nor leaves its bytes behind.
-        let body = data(1, "stdout", b"ok") + r#"{"type":"data","seq":2,"stream":"stdout","data_base64":"a"}"# + "\n";
+        let body = data(1, "stdout", b"ok")
+            + r#"{"type":"data","seq":2,"stream":"stdout","data_base64":"a"}"#
+            + "\n";
         let mut decoder = OutputDecoder::new();
         let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
         assert_eq!(result.unwrap_err(), Error::protocol(op::OUTPUT_CONNECTION));

@@ -444,7 +444,8 @@ impl Frame {
 
     /// At most the length of its NDJSON line.
     pub(crate) fn line_len_bound(&self) -> usize {
-        const FIELDS: usize = r#"{"type":"data","seq":18446744073709551615,"stream":"stdout","data_base64":""}"#.len() + 1;
+        const FIELDS: usize =
+            r#"{"type":"data","seq":18446744073709551615,"stream":"stdout","data_base64":""}"#.len() + 1;
         FIELDS + base64::encoded_len(self.data.len(), true).unwrap_or(usize::MAX - FIELDS)
     }
 }

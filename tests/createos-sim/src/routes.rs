@@ -624,10 +624,9 @@ async fn follow(p: Arc<ManagedProcess>, mut cursor: u64, cut: bool, tx: mpsc::Se
             ReadResult::Frames(frames, exit) => {
                 let mut lines = Vec::new();
                 for f in frames {
-                    if !lines.is_empty() && lines.len() + f.line_len_bound() > BODY_WRITE_BYTES {
-                        if !send(std::mem::take(&mut lines)).await {
-                            return;
-                        }
+                    let full = !lines.is_empty() && lines.len() + f.line_len_bound() > BODY_WRITE_BYTES;
+                    if full && !send(std::mem::take(&mut lines)).await {
+                        return;
                     }
                     f.write_line(&mut lines);
                     cursor = f.seq;
