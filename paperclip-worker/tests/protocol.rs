@@ -220,3 +220,25 @@ fn a_lease_the_ledger_never_saw_resumes_with_the_metadata_paperclip_passes_back(
     assert_eq!(destroyed["result"]["state"], "destroyed", "{destroyed}");
     assert!(sim.live_sandboxes().is_empty());
 }
+
+#[test]
+fn a_worker_leaves_what_the_provider_learnt_in_the_ledger_for_the_next_one() {
+    let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("ledger.sqlite3");
+    let mut worker = Worker::start(&ledger);
+    let env = env(&sim);
+    let lease = worker.call(json!(1), "environmentAcquireLease", with(&env, json!({"runId": "run-1"})))
+        ["result"]
+        .clone();
+    let params =
+        with(&env, json!({"providerLeaseId": lease["providerLeaseId"], "leaseMetadata": lease["metadata"]}));
+    assert_eq!(worker.call(json!(2), "environmentDestroyLease", params)["result"]["state"], "destroyed");
+    drop(worker.stdin);
+    assert!(worker.child.wait().unwrap().success());
+    // The creation taught the provider when this API's sandboxes run.
+    let saved = provider_host::ledger::Ledger::open(&ledger).unwrap().memory("createos").unwrap();
+    let keys: Vec<&str> = saved.iter().map(|saved| saved.entry.key.as_str()).collect();
+    assert_eq!(keys, [format!("schedule {}", sim.url().trim_end_matches('/'))]);
+    assert!(!String::from_utf8_lossy(&saved[0].entry.value).contains(sim.api_key()));
+}
