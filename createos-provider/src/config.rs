@@ -176,7 +176,6 @@ pub fn parse_with_env(
         _ => return Err(vec!["CreateOS config must be a JSON object.".to_string()]),
     };
     let mut errors = Vec::new();
-    let mut warnings = Vec::new();
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
 
     // apiKey first: later messages must not contain it.
@@ -248,11 +247,7 @@ pub fn parse_with_env(
         }
     };
 
-    for name in map.keys() {
-        if !KNOWN_KEYS.contains(&name.as_str()) {
-            warnings.push(unknown_key_warning(name, api_key.as_ref()));
-        }
-    }
+    let warnings = unknown_key_warnings_with_env(value, &env);
 
     match (api_url, api_key, shape, rootfs, region, timeout_ms, reuse_lease, requests_per_minute) {
         (
@@ -416,21 +411,39 @@ pub fn unknown_key_warnings(value: &Value) -> Vec<String> {
 
 fn unknown_key_warnings_with_env(value: &Value, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
     let Value::Object(map) = value else { return Vec::new() };
-    let api_key = match find_api_key(map, env) {
-        FoundKey::Used { key, .. } => Some(Secret::new(key)),
-        FoundKey::Missing | FoundKey::NotAString => None,
-    };
+    let secrets = possible_keys(map, env);
     map.keys()
         .filter(|name| !KNOWN_KEYS.contains(&name.as_str()))
-        .map(|name| unknown_key_warning(name, api_key.as_ref()))
+        .map(|name| unknown_key_warning(name, &secrets))
         .collect()
 }
 
-fn unknown_key_warning(name: &str, api_key: Option<&Secret>) -> String {
+/// Every value that may be an API key, trimmed and non-empty: each string in
+/// `apiKey` (a string, or one put in an array or object by mistake) and
+/// `CREATEOS_API_KEY`, whichever validation ends up using. A key name holding
+/// any of them is not shown.
+fn possible_keys(map: &Map<String, Value>, env: impl Fn(&str) -> Option<String>) -> Vec<Secret> {
+    fn strings_in(value: &Value, found: &mut Vec<String>) {
+        match value {
+            Value::String(text) => found.push(text.clone()),
+            Value::Array(items) => items.iter().for_each(|item| strings_in(item, found)),
+            Value::Object(fields) => fields.values().for_each(|field| strings_in(field, found)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+        }
+    }
+    let mut found = Vec::new();
+    if let Some(api_key) = map.get("apiKey") {
+        strings_in(api_key, &mut found);
+    }
+    found.extend(env(API_KEY_ENV));
+    found.iter().map(|text| text.trim()).filter(|key| !key.is_empty()).map(Secret::new).collect()
+}
+
+fn unknown_key_warning(name: &str, secrets: &[Secret]) -> String {
     let plain = !name.is_empty()
         && name.len() <= 64
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    let has_key = api_key.is_some_and(|k| name.contains(k.expose()));
+    let has_key = secrets.iter().any(|key| name.contains(key.expose()));
     if plain && !has_key {
         match nearest_known_key(name) {
             Some(known) => format!("unknown config key {name} is ignored; did you mean {known}?"),
@@ -872,6 +885,28 @@ mod tests {
                 ["unknown config key colour is ignored."],
                 "CREATEOS_API_KEY={blank:?}"
             );
+        }
+    }
+
+    #[test]
+    fn every_key_that_may_be_used_hides_a_name_holding_it() {
+        // The environment's key when apiKey is not a string, the
+        // environment's key beside another apiKey, and a string put in an
+        // array by mistake: each is a secret, whichever validation uses.
+        let hidden = "an unknown config key is ignored (its name is not shown: it is not a plain name or contains the API key).";
+        let env = |name: &str| (name == API_KEY_ENV).then(|| KEY.to_string());
+        for api_key in [json!(5), json!("k-123"), json!(["other_secret_9"]), json!({"k": "other_secret_9"})] {
+            let mut config = json!({"apiKey": api_key, "shape": "s-1vcpu-1gb"});
+            config[KEY] = json!(1);
+            config["x-other_secret_9"] = json!(1);
+            let warnings = unknown_key_warnings_with_env(&config, env);
+            let in_api_key = matches!(config["apiKey"], Value::Array(_) | Value::Object(_));
+            assert!(warnings.iter().all(|w| !w.contains(KEY)), "{warnings:?}");
+            assert!(!in_api_key || warnings.iter().all(|w| !w.contains("other_secret_9")), "{warnings:?}");
+            let named = warnings.iter().filter(|w| w.starts_with("unknown config key")).count();
+            let expected_named = usize::from(!in_api_key);
+            assert_eq!(named, expected_named, "{api_key}: {warnings:?}");
+            assert_eq!(warnings.iter().filter(|w| *w == hidden).count(), 2 - expected_named, "{warnings:?}");
         }
     }
 

@@ -131,3 +131,39 @@ fn lifecycle_names_an_unknown_key_once_before_its_steps() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_unknown_key_named_after_a_possible_api_key_is_never_shown() {
+    // The environment's key is a secret whether or not the configuration's
+    // own apiKey (not a string, or another key) is the one used, and so is a
+    // key put in an array by mistake.
+    let secret = "sk_live_Zq8Xv4Lm2Pn7Rt5Wy1";
+    let other = "sk_live_Other9Key";
+    for (api_key, hidden) in
+        [("5".to_string(), 1), (r#""k-123""#.to_string(), 1), (format!(r#"["{other}"]"#), 2)]
+    {
+        let config =
+            format!(r#"{{"shape": "s-1vcpu-1gb", "apiKey": {api_key}, "{secret}": 1, "x-{other}": 2}}"#);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_host-harness"))
+            .env("CREATEOS_API_KEY", secret)
+            .args(["validate", "--config", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run host-harness");
+        child.stdin.take().unwrap().write_all(config.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        let printed =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(!printed.contains(secret), "apiKey {api_key}: {printed}");
+        assert_eq!(
+            printed.matches("an unknown config key is ignored (its name is not shown").count(),
+            hidden,
+            "apiKey {api_key}: {printed}"
+        );
+        if hidden == 2 {
+            assert!(!printed.contains(other), "apiKey {api_key}: {printed}");
+        }
+    }
+}
