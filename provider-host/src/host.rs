@@ -31,7 +31,13 @@ use provider_abi::{
     ProviderError, RecordCreation, SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
-use std::future::Future;
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicU8, Ordering},
+        Arc,
+    },
+};
 use tokio::sync::{mpsc, oneshot};
 
 /// What a lease the ledger knows as unconfirmed is refused with (a command,
@@ -170,21 +176,57 @@ enum Moment {
 /// flight.
 type Reported = Box<(Moment, oneshot::Sender<HookResult<()>>)>;
 
+/// Who learnt first how a creation's `sending` record ended: the provider
+/// (told it is durable, it sends its request) or the host (it stopped
+/// waiting before the provider was told). Exactly one of them wins, so a
+/// request the host gave up on while its record was being committed never
+/// leaves, and the host can say so in the ledger.
+#[derive(Default)]
+struct SendingClaim(AtomicU8);
+
+impl SendingClaim {
+    const OPEN: u8 = 0;
+    const HEARD: u8 = 1;
+    const ABANDONED: u8 = 2;
+
+    /// The provider heard the record is durable: true unless the host
+    /// stopped waiting first (then the request must not leave).
+    fn hear(&self) -> bool {
+        let claimed = self.0.compare_exchange(Self::OPEN, Self::HEARD, Ordering::AcqRel, Ordering::Acquire);
+        matches!(claimed, Ok(_) | Err(Self::HEARD))
+    }
+
+    /// The host stopped waiting: true if the provider had not heard, so its
+    /// request never leaves.
+    fn abandon(&self) -> bool {
+        self.0.compare_exchange(Self::OPEN, Self::ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
 /// The recorder a creating hook reports to: each moment goes to the host's
 /// future over a channel, which commits it and answers. The provider polls
 /// the answer on its own runtime; a channel needs none. Once the host
 /// stopped waiting (its future dropped), the answer is an error, and the
 /// provider sends nothing more or deletes what it created.
-struct ChannelRecorder(mpsc::UnboundedSender<Reported>);
+struct ChannelRecorder {
+    moments: mpsc::UnboundedSender<Reported>,
+    claim: Arc<SendingClaim>,
+}
 
 impl ChannelRecorder {
     fn report(&self, moment: Moment) -> HookFuture<()> {
         let (answer, answered) = oneshot::channel();
-        let sent = self.0.send(Box::new((moment, answer)));
+        let sending = matches!(moment, Moment::Sending);
+        let sent = self.moments.send(Box::new((moment, answer)));
+        let claim = Arc::clone(&self.claim);
         Box::pin(async move {
             let gone = || ProviderError::internal("The host stopped waiting for the creation's record.");
             sent.map_err(|_| gone())?;
-            answered.await.unwrap_or_else(|_| Err(gone()))
+            answered.await.unwrap_or_else(|_| Err(gone()))?;
+            if sending && !claim.hear() {
+                return Err(gone());
+            }
+            Ok(())
         })
     }
 }
@@ -196,6 +238,35 @@ impl RecordCreation for ChannelRecorder {
 
     fn created(&mut self, lease: &Lease) -> HookFuture<()> {
         self.report(Moment::Created(lease.clone()))
+    }
+}
+
+/// Held while a creating hook runs: if the host's future is dropped after
+/// the `creating` record was submitted but before the provider heard it is
+/// durable, the request never left, and the row goes back to `acquiring`
+/// (a sweep then closes it without a word instead of reporting a creation
+/// that may exist).
+struct UnsentIfAbandoned<'a> {
+    ledger: &'a dyn LeaseStore,
+    row: i64,
+    hook: String,
+    claim: Arc<SendingClaim>,
+    /// The `creating` record was submitted, and the call has not returned.
+    armed: bool,
+}
+
+impl Drop for UnsentIfAbandoned<'_> {
+    fn drop(&mut self) {
+        if self.armed && self.claim.abandon() {
+            let write = Write::SetState {
+                row: self.row,
+                state: LeaseState::Acquiring,
+                hook: self.hook.clone(),
+                error: None,
+            };
+            // Submitted after the `creating` record, so committed after it.
+            self.ledger.submit(write, Box::new(drop));
+        }
     }
 }
 
@@ -298,17 +369,31 @@ impl<'a> Host<'a> {
         call: impl FnOnce(CreationRecorder) -> HookFuture<T>,
     ) -> HookResult<T> {
         let (sender, moments) = mpsc::unbounded_channel::<Reported>();
-        let record = |reported: Reported| {
+        let claim = Arc::new(SendingClaim::default());
+        let mut unsent = UnsentIfAbandoned {
+            ledger: self.ledger,
+            row,
+            hook: hook.to_owned(),
+            claim: Arc::clone(&claim),
+            armed: false,
+        };
+        let mut record = |reported: Reported| {
             let (moment, answer) = *reported;
             let (state, hook) = (LeaseState::Creating, hook.to_owned());
             let write = match moment {
-                Moment::Sending => Write::SetState { row, state, hook, error: None },
+                Moment::Sending => {
+                    unsent.armed = true;
+                    Write::SetState { row, state, hook, error: None }
+                }
                 Moment::Created(lease) => Write::SetLease { row, state, hook, lease },
             };
             let answer = move |done: Result<i64, _>| drop(answer.send(done.map(drop).map_err(ledger_error)));
             self.ledger.submit(write, Box::new(answer));
         };
-        serving(call(CreationRecorder::new(ChannelRecorder(sender))), moments, record).await
+        let recorder = ChannelRecorder { moments: sender, claim };
+        let outcome = serving(call(CreationRecorder::new(recorder)), moments, &mut record).await;
+        unsent.armed = false;
+        outcome
     }
 
     /// After a creating hook on row `row` failed with `error`: a call the

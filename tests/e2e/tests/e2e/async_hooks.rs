@@ -621,9 +621,10 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
     let harness = Environment::new(COMPANY, ENVIRONMENT, config.clone());
     let host = Host::new(&bed.provider, &ledger, &harness, Owner::Lifecycle, "run-1");
     let acquire = || async { host.acquire().await.map(|held| held.lease) };
-    // A creation request leaves only once the host committed `creating`:
-    // an acquire dropped before that sends nothing, and its row stays
-    // `acquiring`. So the sandboxes made are the rows past `acquiring`.
+    // A creation request leaves only once the provider heard `creating` is
+    // committed: an acquire dropped before that sends nothing, and its row
+    // stays (or goes back to) `acquiring`. So the sandboxes made are the
+    // rows past `acquiring`.
     let sent = |_| ledger.list().unwrap().iter().filter(|row| row.state != LeaseState::Acquiring).count();
     drop_acquire_at_every_point(&bed, &config, acquire, |_| (), sent, |sim| sim.leaked().is_empty());
 
@@ -649,4 +650,157 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
             _ => panic!("unexpected row {row:?}"),
         }
     }
+}
+
+/// A SQLite ledger whose `creating` record (and every write after it) waits
+/// for the test to let it commit: the window between the host submitting
+/// the record and the provider hearing it is durable, held open.
+struct HeldCreatingRecords {
+    ledger: provider_host::Ledger,
+    held: Mutex<Vec<(provider_host::store::Write, provider_host::store::Done)>>,
+}
+
+impl HeldCreatingRecords {
+    fn creating_submitted(&self) -> bool {
+        !self.held.lock().unwrap().is_empty()
+    }
+
+    /// Commits the held writes in order, each durable before this returns.
+    fn commit_held(&self) {
+        for (write, done) in std::mem::take(&mut *self.held.lock().unwrap()) {
+            done(write.apply(&self.ledger));
+        }
+    }
+}
+
+impl provider_host::LeaseStore for HeldCreatingRecords {
+    fn host_name(&self) -> String {
+        self.ledger.host_name()
+    }
+    fn patrol_interval(&self) -> Duration {
+        self.ledger.patrol_interval()
+    }
+    fn begin(
+        &self,
+        owner: provider_host::Owner,
+        run_id: &str,
+        env: &provider_host::ledger::LeaseEnv,
+        hook: &str,
+    ) -> Result<i64, provider_host::LedgerError> {
+        self.ledger.begin(owner, run_id, env, hook)
+    }
+    fn set_state(
+        &self,
+        row: i64,
+        state: provider_host::LeaseState,
+        hook: &str,
+        error: Option<&ProviderError>,
+    ) -> Result<(), provider_host::LedgerError> {
+        self.ledger.set_state(row, state, hook, error)
+    }
+    fn set_lease(
+        &self,
+        row: i64,
+        state: provider_host::LeaseState,
+        hook: &str,
+        lease: &Lease,
+    ) -> Result<(), provider_host::LedgerError> {
+        self.ledger.set_lease(row, state, hook, lease)
+    }
+    fn restore(&self, record: &provider_host::LeaseRecord) -> Result<(), provider_host::LedgerError> {
+        self.ledger.restore(record)
+    }
+    fn forget(&self, row: i64) -> Result<(), provider_host::LedgerError> {
+        self.ledger.forget(row)
+    }
+    fn adopt(&self, row: i64) -> Result<(), provider_host::LedgerError> {
+        self.ledger.adopt(row)
+    }
+    fn get(&self, row: i64) -> Result<Option<provider_host::LeaseRecord>, provider_host::LedgerError> {
+        self.ledger.get(row)
+    }
+    fn find(
+        &self,
+        id: &str,
+        company_id: &str,
+        environment_id: &str,
+    ) -> Result<Option<provider_host::LeaseRecord>, provider_host::LedgerError> {
+        self.ledger.find(id, company_id, environment_id)
+    }
+    fn list(&self) -> Result<Vec<provider_host::LeaseRecord>, provider_host::LedgerError> {
+        self.ledger.list()
+    }
+    fn left_behind(
+        &self,
+        whose: provider_host::ledger::Whose,
+    ) -> Result<Vec<provider_host::LeaseRecord>, provider_host::LedgerError> {
+        self.ledger.left_behind(whose)
+    }
+    fn take_over(
+        &self,
+        records: &[provider_host::LeaseRecord],
+    ) -> Result<Vec<provider_host::LeaseRecord>, provider_host::LedgerError> {
+        self.ledger.take_over(records)
+    }
+    fn budget_group(&self) -> Result<usize, provider_host::LedgerError> {
+        self.ledger.budget_group()
+    }
+    fn submit(&self, write: provider_host::store::Write, done: provider_host::store::Done) {
+        use provider_host::{store::Write, LeaseState};
+        // Held from the `creating` record on, every later write after it,
+        // so the store commits them in the order they were submitted.
+        let mut held = self.held.lock().unwrap();
+        if !held.is_empty() || matches!(write, Write::SetState { state: LeaseState::Creating, .. }) {
+            held.push((write, done));
+        } else {
+            self.ledger.submit(write, done);
+        }
+    }
+    fn queue(&self, write: provider_host::store::Write, executed: provider_host::store::Done) {
+        self.ledger.queue(write, executed)
+    }
+}
+
+/// The host's acquire dropped after it submitted the `creating` record and
+/// before the provider heard the record was durable: the provider sends no
+/// creation request, and the row says so (`acquiring`, which a sweep closes
+/// without a word), not `creating` (a creation that may exist).
+#[test]
+fn an_acquire_dropped_while_its_creating_record_commits_sends_nothing_and_stays_acquiring() {
+    use provider_host::{environment::Environment, host::Host, LeaseState, LeaseStore, Owner};
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = HeldCreatingRecords {
+        ledger: provider_host::Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap(),
+        held: Mutex::new(Vec::new()),
+    };
+    let environment = Environment::new(COMPANY, ENVIRONMENT, config.clone());
+    let host = Host::new(&bed.provider, &store, &environment, Owner::Lifecycle, "run-1");
+    let runtime = host_runtime();
+    let requests_before = bed.ledger().requests.len();
+    runtime.block_on(async {
+        let mut acquire = std::pin::pin!(host.acquire());
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        loop {
+            tokio::select! {
+                result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
+                _ = tick.tick() => if store.creating_submitted() { break },
+            }
+        }
+    });
+    // The acquire is dropped; now the record commits and its answer finds
+    // nobody waiting.
+    store.commit_held();
+    let rows = store.list().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, LeaseState::Acquiring, "{rows:?}");
+    // An acquire completed after it shows the provider is still serving, and
+    // its creation is the only one the simulator saw.
+    let store_for_completion = provider_host::Ledger::open(&dir.path().join("second.sqlite3")).unwrap();
+    let second = Host::new(&bed.provider, &store_for_completion, &environment, Owner::Lifecycle, "run-2");
+    let held = runtime.block_on(second.acquire()).expect("a later acquire succeeds");
+    assert_eq!(bed.ledger().sandboxes.len(), 1, "only the completed acquire created a sandbox");
+    assert!(bed.ledger().requests.len() > requests_before);
+    runtime.block_on(second.destroy(&held)).unwrap();
 }
