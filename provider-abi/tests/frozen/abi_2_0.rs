@@ -1,11 +1,11 @@
 //! The ABI 2.0 root module and hook table exactly as they shipped, with
-//! public fields. Frozen: never edit this file.
+//! public fields. Frozen: never edit these definitions.
 //!
 //! `tests/frozen_layout.rs` compares them with the crate's current
-//! definitions; the `fixture-frozen`, `fixture-next-minor` and
-//! `fixture-forged` libraries build their root modules from them, as a
-//! library built against provider-abi 2.0 (or written without
-//! `export_provider!`) does. Those crates compile this file as package
+//! definitions; the `fixture-frozen` and `fixture-forged` libraries build
+//! their root modules from them, as a library built against provider-abi
+//! 2.0 (or written without `export_provider!`) does, and
+//! `fixture-next-minor`'s tests load its library as a 2.0 host would. Those crates compile this file as package
 //! `provider-abi` (see their `build.rs`): abi_stable checks a type's package
 //! name and version along with its layout.
 
