@@ -28,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 big=${1:-3000}
-cargo build --release -q -p host-harness
+cargo build --release -q -p host-harness -p createos-provider
 # Thousands of lifecycles in flight hold a connection each in both
 # processes and three pipes per running command in the simulator's: the
 # harness (and `sim`) raise their soft limit of open files to the hard one;

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 leases=${1:-1000}
 concurrency=${2:-100}
-cargo build --release -q -p host-harness
+cargo build --release -q -p host-harness -p createos-provider
 harness=./target/release/host-harness
 work=$(mktemp -d)
 trap 'kill "$sim" 2>/dev/null || true; rm -rf "$work"' EXIT
