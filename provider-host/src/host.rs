@@ -446,7 +446,7 @@ impl<'a> Host<'a> {
         match outcome {
             Ok(lease) => {
                 // Dropped before the lease reaches the caller, it is destroyed.
-                let unclaimed = Unclaimed::new(self.provider, self.params(&lease));
+                let unclaimed = Unclaimed::new(self.provider, self.ledger, row, self.params(&lease));
                 let write = Write::SetLease {
                     row,
                     state: LeaseState::Active,

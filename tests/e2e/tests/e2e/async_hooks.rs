@@ -641,6 +641,9 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
         match (&row.provider_lease_id, row.state) {
             // Completed: the lease was handed over as active.
             (Some(_), LeaseState::Active) => {}
+            // Dropped after the provider returned it, while its `active`
+            // record committed: the host destroyed it.
+            (Some(_), LeaseState::Destroyed) => {}
             // Dropped before its creation request left: nothing exists.
             (None, LeaseState::Acquiring) => {}
             // Dropped after the request left, before or after its reply was
@@ -652,16 +655,22 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
     }
 }
 
-/// A SQLite ledger whose `creating` record (and every write after it) waits
-/// for the test to let it commit: the window between the host submitting
-/// the record and the provider hearing it is durable, held open.
-struct HeldCreatingRecords {
+/// A SQLite ledger whose first write that `hold_from` picks (and every
+/// write after it) waits for the test to let it commit: the window between
+/// the host submitting a record and learning it is durable, held open.
+struct HeldWrites {
     ledger: provider_host::Ledger,
+    hold_from: fn(&provider_host::store::Write) -> bool,
     held: Mutex<Vec<(provider_host::store::Write, provider_host::store::Done)>>,
 }
 
-impl HeldCreatingRecords {
-    fn creating_submitted(&self) -> bool {
+impl HeldWrites {
+    fn open(dir: &Path, hold_from: fn(&provider_host::store::Write) -> bool) -> Self {
+        let ledger = provider_host::Ledger::open(&dir.join("ledger.sqlite3")).unwrap();
+        HeldWrites { ledger, hold_from, held: Mutex::new(Vec::new()) }
+    }
+
+    fn holding(&self) -> bool {
         !self.held.lock().unwrap().is_empty()
     }
 
@@ -673,7 +682,7 @@ impl HeldCreatingRecords {
     }
 }
 
-impl provider_host::LeaseStore for HeldCreatingRecords {
+impl provider_host::LeaseStore for HeldWrites {
     fn host_name(&self) -> String {
         self.ledger.host_name()
     }
@@ -746,11 +755,10 @@ impl provider_host::LeaseStore for HeldCreatingRecords {
         self.ledger.budget_group()
     }
     fn submit(&self, write: provider_host::store::Write, done: provider_host::store::Done) {
-        use provider_host::{store::Write, LeaseState};
-        // Held from the `creating` record on, every later write after it,
-        // so the store commits them in the order they were submitted.
+        // Held from the picked write on, every later write after it, so the
+        // store commits them in the order they were submitted.
         let mut held = self.held.lock().unwrap();
-        if !held.is_empty() || matches!(write, Write::SetState { state: LeaseState::Creating, .. }) {
+        if !held.is_empty() || (self.hold_from)(&write) {
             held.push((write, done));
         } else {
             self.ledger.submit(write, done);
@@ -767,14 +775,13 @@ impl provider_host::LeaseStore for HeldCreatingRecords {
 /// without a word), not `creating` (a creation that may exist).
 #[test]
 fn an_acquire_dropped_while_its_creating_record_commits_sends_nothing_and_stays_acquiring() {
-    use provider_host::{environment::Environment, host::Host, LeaseState, LeaseStore, Owner};
+    use provider_host::{environment::Environment, host::Host, store::Write, LeaseState, LeaseStore, Owner};
     let bed = Bed::new();
     let config = bed.config(json!({}));
     let dir = tempfile::tempdir().unwrap();
-    let store = HeldCreatingRecords {
-        ledger: provider_host::Ledger::open(&dir.path().join("ledger.sqlite3")).unwrap(),
-        held: Mutex::new(Vec::new()),
-    };
+    let store = HeldWrites::open(dir.path(), |write| {
+        matches!(write, Write::SetState { state: LeaseState::Creating, .. })
+    });
     let environment = Environment::new(COMPANY, ENVIRONMENT, config.clone());
     let host = Host::new(&bed.provider, &store, &environment, Owner::Lifecycle, "run-1");
     let runtime = host_runtime();
@@ -785,7 +792,7 @@ fn an_acquire_dropped_while_its_creating_record_commits_sends_nothing_and_stays_
         loop {
             tokio::select! {
                 result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
-                _ = tick.tick() => if store.creating_submitted() { break },
+                _ = tick.tick() => if store.holding() { break },
             }
         }
     });
@@ -803,4 +810,39 @@ fn an_acquire_dropped_while_its_creating_record_commits_sends_nothing_and_stays_
     assert_eq!(bed.ledger().sandboxes.len(), 1, "only the completed acquire created a sandbox");
     assert!(bed.ledger().requests.len() > requests_before);
     runtime.block_on(second.destroy(&held)).unwrap();
+}
+
+/// The host's acquire dropped after the provider returned the lease, while
+/// its `active` record commits: nobody holds the lease, so the host
+/// destroys it, and its row says so (`destroyed`) after the `active` record.
+#[test]
+fn an_acquire_dropped_while_its_active_record_commits_destroys_the_lease_and_records_it() {
+    use provider_host::{environment::Environment, host::Host, store::Write, LeaseState, LeaseStore, Owner};
+    let bed = Bed::new();
+    let config = bed.config(json!({}));
+    let dir = tempfile::tempdir().unwrap();
+    let store = HeldWrites::open(dir.path(), |write| {
+        matches!(write, Write::SetLease { state: LeaseState::Active, .. })
+    });
+    let environment = Environment::new(COMPANY, ENVIRONMENT, config.clone());
+    let host = Host::new(&bed.provider, &store, &environment, Owner::Lifecycle, "run-1");
+    let runtime = host_runtime();
+    runtime.block_on(async {
+        let mut acquire = std::pin::pin!(host.acquire());
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        loop {
+            tokio::select! {
+                result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
+                _ = tick.tick() => if store.holding() { break },
+            }
+        }
+    });
+    // Dropped: the host destroyed the lease as it let go of it.
+    assert!(bed.ledger().leaked().is_empty(), "{:?}", bed.ledger().leaked());
+    assert_eq!(bed.ledger().sandboxes.len(), 1);
+    store.commit_held();
+    let rows = store.list().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].state, LeaseState::Destroyed, "{rows:?}");
+    assert_eq!(rows[0].provider_lease_id.as_deref(), Some(bed.ledger().sandboxes[0].id.as_str()));
 }
