@@ -3,7 +3,9 @@
 //! output show them), which hooks a library built for a version can have,
 //! and what an error carries.
 
-use provider_abi::{AbiVersion, ErrorKind, Hook, OutputStream, ProviderError, ABI_2_0, ABI_2_1};
+use provider_abi::{
+    AbiVersion, ErrorKind, Hook, MemoryEntry, OutputStream, ProviderError, ABI_2_0, ABI_2_1, MEMORY_LIMIT,
+};
 
 #[test]
 fn a_version_is_written_major_dot_minor() {
@@ -56,4 +58,12 @@ fn an_error_without_a_status_or_operation_has_none() {
 #[test]
 fn an_output_stream_is_written_by_its_name() {
     assert_eq!((OutputStream::Stdout.name(), OutputStream::Stderr.name()), ("stdout", "stderr"));
+}
+
+#[test]
+fn a_memory_entry_counts_its_key_and_value_against_the_64_kib_limit() {
+    assert_eq!(MEMORY_LIMIT, 65_536);
+    assert_eq!(MemoryEntry::new("https://api.example", vec![0u8; 100]).size(), 19 + 100);
+    assert_eq!(MemoryEntry::new("k", Vec::new()).size(), 1);
+    assert_eq!(MemoryEntry::default().size(), 0);
 }
