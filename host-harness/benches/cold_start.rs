@@ -18,14 +18,14 @@
 //! in release.
 
 use createos_sim::{Ledger as SimLedger, SimConfig, Simulator};
-use host_harness::{
+use host_harness::lifecycle::{self, Reporter, StepReport};
+use provider_abi::{LogLevel, LogSink, OutputStream, Provider, SetupParams};
+use provider_host::{
     environment::Environment,
     host::Host,
     ledger::{Ledger, Owner},
-    lifecycle::{self, Reporter, StepReport},
     loader::LoadedProvider,
 };
-use provider_abi::{LogLevel, LogSink, OutputStream, Provider, SetupParams};
 use serde_json::Value;
 use std::{
     path::Path,

@@ -5,10 +5,8 @@
 //! manifest), in one run.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use host_harness::{
-    loader::LoadedProvider, lock::LockFile, plugin::default_plugin_path, providers::sha256_hex,
-    staging::Staging,
-};
+use host_harness::plugin::default_plugin_path;
+use provider_host::{loader::LoadedProvider, lock::LockFile, providers::sha256_hex, staging::Staging};
 use std::hint::black_box;
 
 fn pinning(c: &mut Criterion) {

@@ -4,10 +4,9 @@
 //! what a drained version gives back when its instance is dropped. One run,
 //! eight versions; prints a table. Also the time a hook call waits on a swap.
 
-use host_harness::{
-    loader::LoadedProvider, plugin::default_plugin_path, provider_set::ProviderSet, resources::resident_bytes,
-};
+use host_harness::{plugin::default_plugin_path, resources::resident_bytes};
 use provider_abi::{LogLevel, LogSink, Provider, SetupParams};
+use provider_host::{loader::LoadedProvider, provider_set::ProviderSet};
 use std::time::{Duration, Instant};
 
 const VERSIONS: usize = 8;

@@ -6,10 +6,11 @@
 //! with no values, and a command that would start a simulator fails with
 //! [`ABSENT`]. The rest of the harness names no provider.
 
-use crate::{config_file::harness_environment, environment::Environment, soak::SimFigures};
+use crate::{config_file::harness_environment, soak::SimFigures};
 #[cfg(feature = "embedded-sim")]
 pub use createos_sim::{FaultRule, Simulator};
 use provider_abi::Provider;
+use provider_host::environment::Environment;
 
 #[cfg(not(feature = "embedded-sim"))]
 pub use absent::{FaultRule, Simulator};
@@ -20,7 +21,7 @@ pub const BUNDLED_PROVIDER_CRATE: &str = "createos-provider";
 
 /// The file name of the bundled provider's library on this platform.
 pub fn bundled_library_name() -> String {
-    crate::loader::library_file_name(&BUNDLED_PROVIDER_CRATE.replace('-', "_"))
+    provider_host::loader::library_file_name(&BUNDLED_PROVIDER_CRATE.replace('-', "_"))
 }
 
 /// What a command says when it runs against the simulator.

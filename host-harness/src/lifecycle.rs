@@ -11,13 +11,11 @@
 //! rule applies: a release that reports cleanup unconfirmed falls back to
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
-use crate::{
-    host::{HeldLease, Host, Released},
-    interrupt,
-};
+use crate::interrupt;
 use provider_abi::{
     ByteSource, ErrorKind, ExecuteParams, HookResult, OutputStream, ProviderError, SyncDirection, SyncParams,
 };
+use provider_host::host::{HeldLease, Host, Released};
 use serde_json::{json, Value};
 use std::{
     future::Future,
@@ -74,7 +72,7 @@ impl<F: FnMut(&StepReport) + Send> Reporter for F {
 /// Runs a lifecycle through `host` on this thread, reporting each step.
 /// Returns true when every step succeeded.
 pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
-    crate::wait(run_with(host, reporter, true))
+    provider_host::wait(run_with(host, reporter, true))
 }
 
 /// Runs a lifecycle through `host`, with the sync steps when `sync` is true

@@ -8,14 +8,16 @@ use clap::{Args, FromArgMatches, Parser, Subcommand};
 use commands::{Failure, Printer};
 use host_harness::{
     hangup, interrupt,
-    lock::{check_signature, LockFile},
     plugin::{find_plugin, Library},
+};
+use provider_abi::Provider;
+use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
+use provider_host::{
+    lock::{check_signature, LockFile},
     providers::ProvidersDir,
     staging::Staging,
     store::{LedgerLocation, StoreOptions},
 };
-use provider_abi::Provider;
-use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
@@ -592,7 +594,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     let lock_path = global.lock.clone().unwrap_or_else(|| {
         LockFile::default_path(&match global.ledger() {
             Some(LedgerLocation::Sqlite(path)) => path,
-            _ => host_harness::ledger::Ledger::default_path(),
+            _ => provider_host::ledger::Ledger::default_path(),
         })
     });
     let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));

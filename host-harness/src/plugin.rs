@@ -1,14 +1,14 @@
 //! Finding and loading the provider library.
 //!
 //! Search order: `--plugin PATH`; `HOST_HARNESS_PLUGIN`; the active provider
-//! of the providers directory ([`crate::providers`]); the CreateOS provider
+//! of the providers directory ([`provider_host::providers`]); the CreateOS provider
 //! next to the binary (where `cargo build` leaves it).
 
-use crate::{
+use provider_abi::{HookResult, LogLevel, SetupParams};
+use provider_host::{
     hosted::{HookSupport, HostedProvider},
     providers::ProvidersDir,
 };
-use provider_abi::{HookResult, LogLevel, SetupParams};
 use provider_host::{
     isolation::{IsolatedProvider, IsolationOptions},
     loader::{LoadError, LoadedProvider},

@@ -8,18 +8,16 @@
 //! invariants: no sandbox leaked that the host could name, no unconfirmed
 //! lease paused or resumed, the API key in no output, no panic.
 
-use crate::hosted::HookSupport;
 use crate::{
-    environment::Environment,
-    host::Host,
-    ledger::Owner,
     lifecycle::{self, Reporter, StepReport},
     resources::ResourceFigures,
-    secrets::SecretFields,
-    store::LeaseStore,
     swap::SwapFigures,
 };
 use provider_abi::{ErrorKind, OutputStream, ProviderError};
+use provider_host::hosted::HookSupport;
+use provider_host::{
+    environment::Environment, host::Host, ledger::Owner, secrets::SecretFields, store::LeaseStore,
+};
 use serde_json::{json, Value};
 use std::{
     collections::BTreeMap,
@@ -99,7 +97,7 @@ impl Watcher<'_> {
         let Some(id) = &report.lease_id else { return false };
         self.ledger.list().unwrap_or_default().iter().any(|record| {
             record.provider_lease_id.as_deref() == Some(id.as_str())
-                && record.state == crate::ledger::LeaseState::Unconfirmed
+                && record.state == provider_host::ledger::LeaseState::Unconfirmed
         })
     }
 
@@ -209,7 +207,7 @@ pub fn run(
     // provider's runtime; no async runtime of the host's is entered, so
     // blocking code the host calls meanwhile (the PostgreSQL driver runs its
     // own) stays usable.
-    crate::wait(
+    provider_host::wait(
         futures_util::stream::iter(0..plan.leases)
             .take_while(|_| std::future::ready(still_wanted()))
             .for_each_concurrent(in_flight, lifecycle),
@@ -275,10 +273,10 @@ pub struct Summary {
     pub swaps: SwapFigures,
     /// The shares of the request budget granted to the provider (`None`:
     /// it lacks `grant_request_share` and keeps its whole budget).
-    pub request_share: Option<crate::budget::Granted>,
+    pub request_share: Option<provider_host::budget::Granted>,
     /// The ledger's transactions and the writes they held while the
     /// lifecycles ran, for a store that counts them (SQLite's group commit).
-    pub ledger_commits: Option<crate::store::CommitCounts>,
+    pub ledger_commits: Option<provider_host::store::CommitCounts>,
 }
 
 /// The `p`-th percentile (0..=100) of `values` (nearest rank).

@@ -8,8 +8,8 @@
 //! answered within 5 s, a timed-out command back within 30 s of its
 //! timeout) are part of what it checks, and they are generous by design.
 
-use host_harness::loader::library_file_name;
 use provider_conform::CHECKS;
+use provider_host::loader::library_file_name;
 use serde_json::{json, Value};
 use std::{
     collections::BTreeSet,

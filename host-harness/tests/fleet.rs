@@ -7,12 +7,12 @@ mod common;
 
 use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-use host_harness::{
+use pg_cluster::PgCluster;
+use provider_host::{
     ledger::LeaseState,
     pg_ledger::{PgLedger, PgOptions},
     store::LeaseStore,
 };
-use pg_cluster::PgCluster;
 use serde_json::{json, Value};
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -5,7 +5,7 @@
 //! may see of the machine.
 
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-use host_harness::ledger::{LeaseState, Ledger};
+use provider_host::ledger::{LeaseState, Ledger};
 use serde_json::{json, Value};
 use std::{
     path::{Path, PathBuf},
@@ -248,7 +248,7 @@ fn a_creation_rejected_with_a_client_error_leaves_no_unresolved_row() {
 /// The shared library cargo built for fixture crate `name`.
 fn fixture(name: &str) -> PathBuf {
     let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
-    let path = deps.join(host_harness::loader::library_file_name(name));
+    let path = deps.join(provider_host::loader::library_file_name(name));
     assert!(path.exists(), "{} was not built", path.display());
     path
 }

@@ -86,12 +86,12 @@ fn a_bare_plugin_name_loads_the_file_in_the_current_directory_not_one_on_the_sea
     std::fs::create_dir_all(&search).unwrap();
     let name = "renamed-provider.so";
     std::fs::copy(
-        deps_dir().join(host_harness::loader::library_file_name("createos_provider")),
+        deps_dir().join(provider_host::loader::library_file_name("createos_provider")),
         work.join(name),
     )
     .unwrap();
     std::fs::copy(
-        deps_dir().join(host_harness::loader::library_file_name("fixture_frozen")),
+        deps_dir().join(provider_host::loader::library_file_name("fixture_frozen")),
         search.join(name),
     )
     .unwrap();

@@ -9,13 +9,15 @@ use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
     config_file::harness_environment,
-    host::{Host, Released},
-    ledger::{LeaseState, Ledger, Owner},
     lifecycle::{self, StepReport},
     plugin::load_provider,
-    wait,
 };
 use provider_abi::ErrorKind;
+use provider_host::{
+    host::{Host, Released},
+    ledger::{LeaseState, Ledger, Owner},
+    wait,
+};
 use rand::Rng;
 use serde_json::{json, Value};
 use std::{

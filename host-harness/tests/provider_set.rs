@@ -2,12 +2,12 @@
 //! (one provider id, a version each: every hook, the required hooks only, a
 //! later minor version), and the CreateOS provider across a swap.
 
-use host_harness::{
+use provider_abi::{ByteSink, ByteSource, ExecuteParams, Hook, OutputStream, Provider};
+use provider_host::{
     loader::{library_file_name, LoadedProvider},
     provider_set::{ProviderSet, SwapError},
     wait,
 };
-use provider_abi::{ByteSink, ByteSource, ExecuteParams, Hook, OutputStream, Provider};
 use std::sync::mpsc;
 
 use e2e::library;
@@ -205,14 +205,14 @@ fn two_createos_builds(dir: &std::path::Path) -> (std::path::PathBuf, std::path:
 #[test]
 fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-    use host_harness::{
-        config_file::harness_environment,
+    use host_harness::config_file::harness_environment;
+    use provider_abi::ErrorKind;
+    use provider_host::{
         handover::unconfirmed_leases,
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
         sweep::SweepSecrets,
     };
-    use provider_abi::ErrorKind;
 
     let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -266,12 +266,12 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
 #[test]
 fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one() {
     use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-    use host_harness::{
-        config_file::harness_environment,
+    use host_harness::config_file::harness_environment;
+    use provider_abi::ErrorKind;
+    use provider_host::{
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
     };
-    use provider_abi::ErrorKind;
 
     let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
     let dir = tempfile::tempdir().unwrap();

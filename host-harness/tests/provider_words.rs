@@ -4,8 +4,8 @@
 //! keeps the lease) in words the host has never heard of; and what a release
 //! did comes from the provider's report.
 
-use host_harness::{
-    config_file::harness_environment,
+use host_harness::config_file::harness_environment;
+use provider_host::{
     host::{Host, Released},
     ledger::{Ledger, Owner},
     loader::LoadedProvider,

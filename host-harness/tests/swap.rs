@@ -24,7 +24,7 @@ impl Bed {
     }
 
     fn plugin(&self) -> PathBuf {
-        self.dir.path().join(host_harness::loader::library_file_name("createos_provider"))
+        self.dir.path().join(provider_host::loader::library_file_name("createos_provider"))
     }
 
     /// Puts a build at the plugin path as a package manager does: written
@@ -179,7 +179,7 @@ fn a_sighup_to_an_unpinned_library_is_refused_when_a_lock_file_exists() {
 fn soak_swaps_every_n_lifecycles_alternating_between_two_builds() {
     let bed = Bed::new();
     let other =
-        bed.dir.path().join("other").join(host_harness::loader::library_file_name("createos_provider"));
+        bed.dir.path().join("other").join(provider_host::loader::library_file_name("createos_provider"));
     std::fs::create_dir(other.parent().unwrap()).unwrap();
     std::fs::copy(library("createos_provider"), &other).unwrap();
     let output = bed

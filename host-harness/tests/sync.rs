@@ -3,7 +3,7 @@
 //! refusals, and `unsupported` from a provider without `sync_files`.
 
 use createos_sim::{SimConfig, Simulator};
-use host_harness::loader::library_file_name;
+use provider_host::loader::library_file_name;
 use serde_json::{json, Value};
 use std::{
     os::unix::fs::PermissionsExt,

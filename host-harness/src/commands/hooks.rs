@@ -3,15 +3,15 @@
 //! [`host_harness::lease_file`]) and record every lease in the ledger.
 
 use super::{read_config, Failure, Session};
-use host_harness::{
-    host::{Host, Released},
-    lease_file,
-    ledger::Owner,
-    render, wait,
-};
+use host_harness::{lease_file, render};
 use provider_abi::{
     ByteSource, EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncDirection,
     SyncMapping, SyncOperation, SyncParams, SyncResult,
+};
+use provider_host::{
+    host::{Host, Released},
+    ledger::Owner,
+    wait,
 };
 use std::{
     fs::File,

@@ -2,8 +2,9 @@
 //! without a ledger (a read-only home directory is no obstacle).
 
 use super::{Failure, Printer};
-use host_harness::{config_file::ConfigFile, hosted::HostedProvider, lock::Signature, render};
+use host_harness::{config_file::ConfigFile, render};
 use provider_abi::Provider;
+use provider_host::{hosted::HostedProvider, lock::Signature};
 use serde_json::json;
 use std::path::Path;
 

@@ -1,12 +1,12 @@
 //! `sweep` and `leases`: the lease ledger.
 
 use super::{read_config, read_ledger, Failure, Printer, Session};
-use host_harness::{
-    render::{cell, table},
+use host_harness::render::{cell, table};
+use provider_abi::Provider;
+use provider_host::{
     store::LedgerLocation,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
-use provider_abi::Provider;
 
 /// The widest lease id `leases` shows; longer ones are shortened in the middle.
 const LEASE_WIDTH: usize = 40;

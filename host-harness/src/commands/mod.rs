@@ -16,17 +16,19 @@ pub mod sim;
 
 use host_harness::{
     config_file::ConfigFile,
-    environment::Environment,
-    hosted::HostedProvider,
-    ledger::{LeaseRecord, Ledger},
-    memory,
     plugin::{load_hosted, Library},
     render,
-    store::{self, LeaseStore, LedgerLocation, StoreOptions},
     swap::Swapper,
 };
 use provider_abi::{Provider, ProviderError};
 use provider_host::isolation::IsolationOptions;
+use provider_host::{
+    environment::Environment,
+    hosted::HostedProvider,
+    ledger::{LeaseRecord, Ledger},
+    memory,
+    store::{self, LeaseStore, LedgerLocation, StoreOptions},
+};
 use serde_json::Value;
 use std::{io::Write, path::Path, process::ExitCode};
 
@@ -71,7 +73,7 @@ pub fn open_ledger(
     location: Option<&LedgerLocation>,
     options: &StoreOptions,
 ) -> Result<Box<dyn LeaseStore>, Failure> {
-    let usage = |error: host_harness::ledger::LedgerError| Failure::Usage(error.to_string());
+    let usage = |error: provider_host::ledger::LedgerError| Failure::Usage(error.to_string());
     match location.cloned().unwrap_or_else(LedgerLocation::default_location) {
         LedgerLocation::Sqlite(path) => {
             let ledger = Ledger::open(&path).map_err(usage)?;

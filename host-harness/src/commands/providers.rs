@@ -1,7 +1,7 @@
 //! `providers install | list | use | remove`: the providers directory.
 
 use super::{Failure, Printer};
-use host_harness::{
+use provider_host::{
     lock::LockFile,
     providers::{Entry, ProvidersDir},
 };
@@ -34,7 +34,7 @@ pub fn run(
     action: Action<'_>,
     out: Printer,
 ) -> Result<(), Failure> {
-    let failed = |error: host_harness::providers::ProvidersError| Failure::Usage(error.to_string());
+    let failed = |error: provider_host::providers::ProvidersError| Failure::Usage(error.to_string());
     match action {
         Action::Install { path, force } => {
             let entry = providers.install(path, force).map_err(failed)?;

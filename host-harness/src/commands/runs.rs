@@ -3,20 +3,23 @@
 
 use super::{read_config, Failure, Printer, Session};
 use host_harness::{
-    budget, embedded,
+    embedded,
+    lifecycle::{self, StepReport},
+    render,
+    soak::{self, Finished, SoakPlan, Summary},
+};
+use provider_abi::Provider;
+use provider_host::isolation::is_worker_failure_message;
+use provider_host::{
+    budget,
     environment::Environment,
     host::Host,
     hosted::HostedProvider,
     ledger::Owner,
-    lifecycle::{self, StepReport},
     lock::LockFile,
-    render,
-    soak::{self, Finished, SoakPlan, Summary},
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
-use provider_abi::Provider;
-use provider_host::isolation::is_worker_failure_message;
 use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
 
 /// The environment of a run: an external API, or a simulator embedded in
