@@ -6,6 +6,7 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    file_sync::{SyncParams, SyncResult},
     log::{LogLevel, LogSink},
     memory::MemoryEntry,
     module::*,
@@ -13,7 +14,6 @@ use crate::{
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
-    sync::{SyncParams, SyncResult},
     types::*,
     version::{Hook, ABI_VERSION},
 };

@@ -4,6 +4,7 @@
 
 use crate::{
     error::HookResult,
+    file_sync::{SyncParams, SyncResult},
     future::{ready, HookFuture, Imported},
     log::{LogLevel, LogSink},
     memory::MemoryEntry,
@@ -12,7 +13,6 @@ use crate::{
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
-    sync::{SyncParams, SyncResult},
     types::*,
     version::{AbiVersion, Hook},
 };

@@ -20,6 +20,7 @@
 
 mod error;
 pub mod export;
+mod file_sync;
 mod future;
 mod instance;
 mod log;
@@ -29,12 +30,14 @@ mod provider;
 mod recorder;
 mod sink;
 mod source;
-mod sync;
 mod types;
 mod version;
 
 pub use abi_stable;
 pub use error::{ErrorKind, HookResult, ProviderError};
+pub use file_sync::{
+    PostUploadCommand, SyncDirection, SyncMapping, SyncOperation, SyncOperationResult, SyncParams, SyncResult,
+};
 pub use future::{blocking, ready, HookFuture};
 pub use instance::Instance;
 pub use log::{LogField, LogLevel, LogRecord, LogSink};
@@ -44,8 +47,5 @@ pub use provider::{unsupported, Provider};
 pub use recorder::{CreationRecorder, RecordCreation};
 pub use sink::{ByteSink, OutputStream};
 pub use source::ByteSource;
-pub use sync::{
-    PostUploadCommand, SyncDirection, SyncMapping, SyncOperation, SyncOperationResult, SyncParams, SyncResult,
-};
 pub use types::*;
 pub use version::{AbiVersion, Hook, ABI_2_0, ABI_2_1, ABI_VERSION};

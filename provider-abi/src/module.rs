@@ -49,12 +49,12 @@
 
 use crate::{
     error::ProviderError,
+    file_sync::{SyncParams, SyncResult},
     log::{LogLevel, LogSink},
     memory::MemoryEntry,
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
-    sync::{SyncParams, SyncResult},
     types::*,
     version::{AbiVersion, Hook},
 };

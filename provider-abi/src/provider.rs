@@ -3,13 +3,13 @@
 
 use crate::{
     error::{HookResult, ProviderError},
+    file_sync::{SyncParams, SyncResult},
     future::{ready, HookFuture},
     log::{LogLevel, LogSink},
     memory::MemoryEntry,
     recorder::CreationRecorder,
     sink::ByteSink,
     source::ByteSource,
-    sync::{SyncParams, SyncResult},
     types::*,
     version::Hook,
 };
