@@ -12,13 +12,13 @@
 use crate::plugin::set_up;
 use provider_abi::{LeaseParams, Provider};
 use provider_host::{
-    handover::unconfirmed_leases,
     loader::LoadError,
     lock::LockFile,
     provider_set::{ProviderSet, SwapError, SwapReport},
     staging::Staging,
     store::LeaseStore,
     sweep::SweepSecrets,
+    unconfirmed_handover::unconfirmed_leases,
 };
 use std::{
     path::Path,

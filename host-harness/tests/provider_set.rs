@@ -208,10 +208,10 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     use host_harness::config_file::harness_environment;
     use provider_abi::ErrorKind;
     use provider_host::{
-        handover::unconfirmed_leases,
         host::Host,
         ledger::{LeaseState, Ledger, Owner},
         sweep::SweepSecrets,
+        unconfirmed_handover::unconfirmed_leases,
     };
 
     let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();

@@ -8,7 +8,7 @@
 //! [`heartbeat`]; [`sweep`](mod@sweep) destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
-//! [`handover`] tells a newly active version which leases it must refuse
+//! [`unconfirmed_handover`] tells a newly active version which leases it must refuse
 //! to reuse; [`memory`] keeps what a provider learnt across processes;
 //! [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
@@ -52,7 +52,6 @@ pub mod budget;
 pub mod environment;
 mod forward;
 mod group_commit;
-pub mod handover;
 pub mod heartbeat;
 pub mod host;
 pub mod hosted;
@@ -72,6 +71,7 @@ pub mod staging;
 pub mod store;
 pub mod sweep;
 mod unclaimed;
+pub mod unconfirmed_handover;
 
 pub use environment::Environment;
 pub use host::{HeldLease, Host, Released};

@@ -266,7 +266,7 @@ impl ProviderSet {
     }
 
     /// Like [`ProviderSet::swap_to`], first handing `unconfirmed` (the
-    /// leases the host knows as unconfirmed, see [`crate::handover`]) to the
+    /// leases the host knows as unconfirmed, see [`crate::unconfirmed_handover`]) to the
     /// new version through `import_unconfirmed`, before it takes any call,
     /// so the version itself refuses to reuse them. A lease the new version
     /// does not accept is logged; the host's own ledger check still stands.
