@@ -6,7 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use host_harness::plugin::default_plugin_path;
-use provider_host::{loader::LoadedProvider, lock::LockFile, providers::sha256_hex, staging::Staging};
+use provider_host::{loader::LoadedProvider, pin_file::LockFile, providers::sha256_hex, staging::Staging};
 use std::hint::black_box;
 
 fn pinning(c: &mut Criterion) {

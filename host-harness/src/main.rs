@@ -13,7 +13,7 @@ use host_harness::{
 use provider_abi::Provider;
 use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
 use provider_host::{
-    lock::{check_signature, LockFile},
+    pin_file::{check_signature, LockFile},
     providers::ProvidersDir,
     staging::Staging,
     store::{LedgerLocation, StoreOptions},

@@ -13,7 +13,7 @@ use crate::plugin::set_up;
 use provider_abi::{LeaseParams, Provider};
 use provider_host::{
     loader::LoadError,
-    lock::LockFile,
+    pin_file::LockFile,
     provider_set::{ProviderSet, SwapError, SwapReport},
     staging::Staging,
     store::LeaseStore,

@@ -10,12 +10,12 @@
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`unconfirmed_handover`] tells a newly active version which leases it must refuse
 //! to reuse; [`memory`] keeps what a provider learnt across processes;
-//! [`loader`] loads provider libraries; [`lock`] and [`providers`] pin and
+//! [`loader`] loads provider libraries; [`pin_file`] and [`providers`] pin and
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`environment`] is the environment a host acts for.
 //!
 //! Cargo features, all on by default: `postgres` ([`pg_ledger`]: postgres,
-//! r2d2), `pinning` ([`lock`]: toml, minisign-verify) and `isolation`
+//! r2d2), `pinning` ([`pin_file`]: toml, minisign-verify) and `isolation`
 //! ([`isolation`]: a provider in worker processes; postcard, nix). With
 //! `default-features = false` a host on one machine builds none.
 //!
@@ -59,11 +59,11 @@ pub mod hosted;
 pub mod isolation;
 pub mod ledger;
 pub mod loader;
-#[cfg(feature = "pinning")]
-pub mod lock;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod pg_ledger;
+#[cfg(feature = "pinning")]
+pub mod pin_file;
 pub mod provider_set;
 pub mod providers;
 pub mod secrets;

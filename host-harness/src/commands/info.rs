@@ -4,7 +4,7 @@
 use super::{Failure, Printer};
 use host_harness::{config_file::ConfigFile, render};
 use provider_abi::Provider;
-use provider_host::{hosted::HostedProvider, lock::Signature};
+use provider_host::{hosted::HostedProvider, pin_file::Signature};
 use serde_json::json;
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `lock add | list | verify`: the lock file of pinned provider libraries.
 
 use super::{Failure, Printer};
-use provider_host::lock::{LockFile, Pin};
+use provider_host::pin_file::{LockFile, Pin};
 use serde_json::json;
 use std::path::Path;
 
@@ -17,7 +17,7 @@ pub enum Action<'a> {
 
 /// Runs `action`; `verify` exits 1 when a library no longer matches its pin.
 pub fn run(lock: &mut LockFile, action: Action<'_>, out: Printer) -> Result<(), Failure> {
-    let failed = |error: provider_host::lock::LockError| Failure::Usage(error.to_string());
+    let failed = |error: provider_host::pin_file::LockError| Failure::Usage(error.to_string());
     match action {
         Action::Add(path) => print(out, "pinned", &lock.add(path).map_err(failed)?),
         Action::List => lock.pins().iter().for_each(|pin| print(out, "", pin)),

@@ -2,7 +2,7 @@
 
 use super::{Failure, Printer};
 use provider_host::{
-    lock::LockFile,
+    pin_file::LockFile,
     providers::{Entry, ProvidersDir},
 };
 use serde_json::json;

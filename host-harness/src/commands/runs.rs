@@ -16,7 +16,7 @@ use provider_host::{
     host::Host,
     hosted::HostedProvider,
     ledger::Owner,
-    lock::LockFile,
+    pin_file::LockFile,
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
