@@ -4,7 +4,7 @@
 # inspect`/`health` on every fixture library under valgrind's memcheck, and
 # fails on the first invalid read, write or free. Not in CI (about ten
 # minutes on two cores); run it after any change to provider-abi.
-# Usage: bash benches/valgrind-abi.sh
+# Usage: bash scripts/valgrind-abi.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v valgrind >/dev/null; then

@@ -3,8 +3,8 @@
 # (provider-host/src/loader) with cargo-mutants,
 # then the score of each source file.
 #
-#   bash benches/mutants.sh                  # every file listed below
-#   bash benches/mutants.sh createos-provider/src/script.rs ...
+#   bash scripts/mutants.sh                  # every file listed below
+#   bash scripts/mutants.sh createos-provider/src/script.rs ...
 #
 # Slow (each mutant is a build and a test run), so not in CI: run it before
 # finishing a change to these crates, and put the scores in
