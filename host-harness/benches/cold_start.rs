@@ -21,10 +21,7 @@ use createos_sim::{Ledger as SimLedger, SimConfig, Simulator};
 use host_harness::lifecycle::{self, Reporter, StepReport};
 use provider_abi::{LogLevel, LogSink, OutputStream, Provider, SetupParams};
 use provider_host::{
-    environment::Environment,
-    host::Host,
-    ledger::{Ledger, Owner},
-    loader::LoadedProvider,
+    environment::Environment, host::Host, loader::LoadedProvider, store::sqlite::Ledger, store::Owner,
 };
 use serde_json::Value;
 use std::{

@@ -16,7 +16,7 @@ use crate::{
 use provider_abi::{ErrorKind, OutputStream, ProviderError};
 use provider_host::hosted::HookSupport;
 use provider_host::{
-    environment::Environment, host::Host, ledger::Owner, secrets::SecretFields, store::LeaseStore,
+    environment::Environment, host::Host, secrets::SecretFields, store::LeaseStore, store::Owner,
 };
 use serde_json::{json, Value};
 use std::{
@@ -97,7 +97,7 @@ impl Watcher<'_> {
         let Some(id) = &report.lease_id else { return false };
         self.ledger.list().unwrap_or_default().iter().any(|record| {
             record.provider_lease_id.as_deref() == Some(id.as_str())
-                && record.state == provider_host::ledger::LeaseState::Unconfirmed
+                && record.state == provider_host::store::LeaseState::Unconfirmed
         })
     }
 

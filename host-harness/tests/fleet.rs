@@ -9,8 +9,8 @@ use common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use pg_cluster::PgCluster;
 use provider_host::{
-    ledger::LeaseState,
-    pg_ledger::{PgLedger, PgOptions},
+    store::postgres::{PgLedger, PgOptions},
+    store::LeaseState,
     store::LeaseStore,
 };
 use serde_json::{json, Value};

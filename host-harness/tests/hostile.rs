@@ -5,7 +5,7 @@
 //! may see of the machine.
 
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-use provider_host::ledger::{LeaseState, Ledger};
+use provider_host::{store::sqlite::Ledger, store::LeaseState};
 use serde_json::{json, Value};
 use std::{
     path::{Path, PathBuf},

@@ -15,7 +15,8 @@ use host_harness::{
 use provider_abi::ErrorKind;
 use provider_host::{
     host::{Host, Released},
-    ledger::{LeaseState, Ledger, Owner},
+    store::sqlite::Ledger,
+    store::{LeaseState, Owner},
     wait,
 };
 use rand::Rng;

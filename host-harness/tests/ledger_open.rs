@@ -1,7 +1,10 @@
 //! Opening the lease ledger: at once from many connections, read-only, a
 //! database of another application, a missing directory.
 
-use provider_host::ledger::{LeaseEnv, Ledger, Owner};
+use provider_host::{
+    store::sqlite::Ledger,
+    store::{LeaseEnv, Owner},
+};
 use rusqlite::Connection;
 use serde_json::{json, Value};
 use std::{
@@ -312,7 +315,7 @@ fn a_version_1_ledger_is_read_as_it_is_and_migrated_by_the_first_writer() {
     assert!(columns.iter().any(|column| column == "api_in_process"), "{columns:?}");
     assert!(!columns.iter().any(|column| column == "embedded_sim"), "{columns:?}");
     let rows = Ledger::open(&path).unwrap().list().unwrap();
-    assert_eq!(rows[0].state, provider_host::ledger::LeaseState::Destroyed);
+    assert_eq!(rows[0].state, provider_host::store::LeaseState::Destroyed);
 
     // The text form says what happened.
     write_v1_ledger(&dir.path().join("second.sqlite3"), false);
@@ -350,9 +353,7 @@ fn leases_escapes_control_characters_shortens_long_ids_and_aligns_columns() {
             let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
             let lease =
                 provider_abi::Lease { provider_lease_id: Some(id.into()).into(), ..Default::default() };
-            ledger
-                .set_lease(row, provider_host::ledger::LeaseState::Active, "acquire_lease", &lease)
-                .unwrap();
+            ledger.set_lease(row, provider_host::store::LeaseState::Active, "acquire_lease", &lease).unwrap();
         }
     }
     let output = harness(&["--ledger", path.to_str().unwrap(), "leases"], dir.path(), false);

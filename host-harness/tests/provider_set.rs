@@ -209,7 +209,8 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     use provider_abi::ErrorKind;
     use provider_host::{
         host::Host,
-        ledger::{LeaseState, Ledger, Owner},
+        store::sqlite::Ledger,
+        store::{LeaseState, Owner},
         sweep::SweepSecrets,
         unconfirmed_handover::unconfirmed_leases,
     };
@@ -270,7 +271,8 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     use provider_abi::ErrorKind;
     use provider_host::{
         host::Host,
-        ledger::{LeaseState, Ledger, Owner},
+        store::sqlite::Ledger,
+        store::{LeaseState, Owner},
     };
 
     let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();

@@ -7,8 +7,9 @@
 use host_harness::config_file::harness_environment;
 use provider_host::{
     host::{Host, Released},
-    ledger::{Ledger, Owner},
     loader::LoadedProvider,
+    store::sqlite::Ledger,
+    store::Owner,
     wait,
 };
 use serde_json::{json, Value};

@@ -8,7 +8,7 @@ mod common;
 
 use common::{signal, wait_until};
 use createos_sim::{SimConfig, Simulator};
-use provider_host::ledger::{LeaseState, Ledger};
+use provider_host::{store::sqlite::Ledger, store::LeaseState};
 use serde_json::{json, Value};
 use std::{
     io::{BufRead, BufReader},

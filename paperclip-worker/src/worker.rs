@@ -34,9 +34,9 @@ use provider_host::{
     environment,
     host::{HeldLease, Host, Released},
     hosted::HookSupport,
-    ledger::{LeaseRecord, Owner},
     secrets::SecretFields,
     store::LeaseStore,
+    store::{LeaseRecord, Owner},
     sweep::{self, Scope, SweepSecrets},
 };
 use serde_json::{json, Map, Value};

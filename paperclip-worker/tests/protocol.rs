@@ -237,7 +237,7 @@ fn a_worker_leaves_what_the_provider_learnt_in_the_ledger_for_the_next_one() {
     drop(worker.stdin);
     assert!(worker.child.wait().unwrap().success());
     // The creation taught the provider when this API's sandboxes run.
-    let saved = provider_host::ledger::Ledger::open(&ledger).unwrap().memory("createos").unwrap();
+    let saved = provider_host::store::sqlite::Ledger::open(&ledger).unwrap().memory("createos").unwrap();
     let keys: Vec<&str> = saved.iter().map(|saved| saved.entry.key.as_str()).collect();
     assert_eq!(keys, [format!("schedule {}", sim.url().trim_end_matches('/'))]);
     assert!(!String::from_utf8_lossy(&saved[0].entry.value).contains(sim.api_key()));

@@ -1,7 +1,7 @@
 //! The environment a host acts for: who is asking (company, environment),
 //! which provider, with what configuration, and where its API lives.
 
-use crate::ledger::LeaseRecord;
+use crate::store::LeaseRecord;
 use provider_abi::EnvironmentParams;
 use serde_json::Value;
 

@@ -20,8 +20,8 @@
 use crate::{
     environment::Environment,
     hosted::HookSupport,
-    ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
     secrets::SecretFields,
+    store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
     store::{LeaseStore, Write},
     unclaimed::Unclaimed,
 };

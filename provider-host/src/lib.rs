@@ -3,8 +3,8 @@
 //! Provider-agnostic: it knows hooks and error kinds, never a provider's
 //! configuration keys. [`host`] calls each lease hook as a host should
 //! (ledger records before and after, the fallback for unconfirmed leases);
-//! [`store`] is what it records into, with [`ledger`] (SQLite) the embedded
-//! default and [`pg_ledger`] (PostgreSQL) a fleet's, whose hosts keep a
+//! [`store`] is what it records into, with [`store::sqlite`] the embedded
+//! default and [`store::postgres`] a fleet's, whose hosts keep a
 //! [`heartbeat`]; [`sweep`](mod@sweep) destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
@@ -14,7 +14,7 @@
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`environment`] is the environment a host acts for.
 //!
-//! Cargo features, all on by default: `postgres` ([`pg_ledger`]: postgres,
+//! Cargo features, all on by default: `postgres` ([`store::postgres`]: postgres,
 //! r2d2), `pinning` ([`pin_file`]: toml, minisign-verify) and `isolation`
 //! ([`isolation`]: a provider in worker processes; postcard, nix). With
 //! `default-features = false` a host on one machine builds none.
@@ -57,11 +57,8 @@ pub mod host;
 pub mod hosted;
 #[cfg(feature = "isolation")]
 pub mod isolation;
-pub mod ledger;
 pub mod loader;
 pub mod memory;
-#[cfg(feature = "postgres")]
-pub mod pg_ledger;
 #[cfg(feature = "pinning")]
 pub mod pin_file;
 pub mod provider_set;
@@ -78,11 +75,12 @@ pub use host::{HeldLease, Host, Released};
 pub use hosted::{HookSupport, HostedProvider};
 #[cfg(feature = "isolation")]
 pub use isolation::{run_worker_if_requested, IsolatedProvider, IsolationOptions};
-pub use ledger::{LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
 pub use loader::{LoadError, LoadedProvider};
-#[cfg(feature = "postgres")]
-pub use pg_ledger::{PgLedger, PgOptions};
 pub use provider_set::ProviderSet;
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PgLedger, PgOptions};
+pub use store::sqlite::Ledger;
+pub use store::{LeaseRecord, LeaseState, LedgerError, Owner};
 pub use store::{LeaseStore, LedgerLocation, StoreOptions};
 pub use sweep::{sweep, Scope, SweepSecrets};
 

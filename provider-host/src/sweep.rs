@@ -22,8 +22,8 @@ use crate::hosted::HookSupport;
 use crate::{
     environment::Environment,
     host::{storable_config, HeldLease, Host},
-    ledger::{LeaseRecord, LeaseState, LedgerError, Owner},
     secrets::SecretFields,
+    store::{LeaseRecord, LeaseState, LedgerError, Owner},
     store::{LeaseStore, Whose},
 };
 use provider_abi::ProviderError;
@@ -233,7 +233,7 @@ pub fn patrol(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::LeaseEnv;
+    use crate::store::LeaseEnv;
 
     fn record(state: LeaseState) -> LeaseRecord {
         LeaseRecord {

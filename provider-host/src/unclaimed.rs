@@ -10,7 +10,7 @@
 
 use crate::{
     hosted::HookSupport,
-    ledger::LeaseState,
+    store::LeaseState,
     store::{LeaseStore, Write},
 };
 use provider_abi::{Hook, LeaseParams};

@@ -7,9 +7,9 @@
 use crate::{
     environment::Environment,
     hosted::HookSupport,
-    ledger::{LeaseState, LedgerError},
     secrets::SecretFields,
     store::LeaseStore,
+    store::{LeaseState, LedgerError},
     sweep::SweepSecrets,
 };
 use provider_abi::LeaseParams;

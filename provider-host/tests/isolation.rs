@@ -21,8 +21,9 @@ use provider_host::{
     environment::Environment,
     host::{Host, Released},
     isolation::{is_worker_failure, run_worker_if_requested, IsolatedProvider, IsolationOptions, Limits},
-    ledger::{LeaseState, Ledger, Owner},
     loader::LoadedProvider,
+    store::sqlite::Ledger,
+    store::{LeaseState, Owner},
     sweep::{sweep, Scope, SweepSecrets},
     wait,
 };

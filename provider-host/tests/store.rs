@@ -6,8 +6,9 @@
 use pg_cluster::PgCluster;
 use provider_abi::{ErrorKind, Lease, ProviderError};
 use provider_host::{
-    ledger::{LeaseEnv, LeaseState, Ledger, Owner},
-    pg_ledger::{PgLedger, PgOptions},
+    store::postgres::{PgLedger, PgOptions},
+    store::sqlite::Ledger,
+    store::{LeaseEnv, LeaseState, Owner},
     store::{LeaseStore, Whose},
 };
 use serde_json::json;

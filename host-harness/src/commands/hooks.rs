@@ -10,7 +10,7 @@ use provider_abi::{
 };
 use provider_host::{
     host::{Host, Released},
-    ledger::Owner,
+    store::Owner,
     wait,
 };
 use std::{

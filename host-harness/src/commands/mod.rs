@@ -25,9 +25,8 @@ use provider_host::isolation::IsolationOptions;
 use provider_host::{
     environment::Environment,
     hosted::HostedProvider,
-    ledger::{LeaseRecord, Ledger},
     memory,
-    store::{self, LeaseStore, LedgerLocation, StoreOptions},
+    store::{self, sqlite::Ledger, LeaseRecord, LeaseStore, LedgerLocation, StoreOptions},
 };
 use serde_json::Value;
 use std::{io::Write, path::Path, process::ExitCode};
@@ -73,7 +72,7 @@ pub fn open_ledger(
     location: Option<&LedgerLocation>,
     options: &StoreOptions,
 ) -> Result<Box<dyn LeaseStore>, Failure> {
-    let usage = |error: provider_host::ledger::LedgerError| Failure::Usage(error.to_string());
+    let usage = |error: provider_host::store::LedgerError| Failure::Usage(error.to_string());
     match location.cloned().unwrap_or_else(LedgerLocation::default_location) {
         LedgerLocation::Sqlite(path) => {
             let ledger = Ledger::open(&path).map_err(usage)?;

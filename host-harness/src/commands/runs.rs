@@ -15,8 +15,8 @@ use provider_host::{
     environment::Environment,
     host::Host,
     hosted::HostedProvider,
-    ledger::Owner,
     pin_file::LockFile,
+    store::Owner,
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };

@@ -10,9 +10,10 @@
 use pg_cluster::PgCluster;
 use provider_abi::Lease;
 use provider_host::{
-    ledger::{LeaseEnv, LeaseState, Ledger, Owner},
-    pg_ledger::{PgLedger, PgOptions},
+    store::postgres::{PgLedger, PgOptions},
+    store::sqlite::Ledger,
     store::LeaseStore,
+    store::{LeaseEnv, LeaseState, Owner},
 };
 use std::time::{Duration, Instant};
 

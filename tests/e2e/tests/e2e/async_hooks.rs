@@ -612,7 +612,8 @@ fn dropping_the_hosts_async_acquire_at_any_point_leaves_no_sandbox_and_a_row_per
     use provider_host::{
         environment::Environment,
         host::Host,
-        ledger::{LeaseState, Ledger, Owner},
+        store::sqlite::Ledger,
+        store::{LeaseState, Owner},
     };
     let bed = Bed::new();
     let config = bed.config(json!({}));
@@ -693,7 +694,7 @@ impl provider_host::LeaseStore for HeldWrites {
         &self,
         owner: provider_host::Owner,
         run_id: &str,
-        env: &provider_host::ledger::LeaseEnv,
+        env: &provider_host::store::LeaseEnv,
         hook: &str,
     ) -> Result<i64, provider_host::LedgerError> {
         self.ledger.begin(owner, run_id, env, hook)
@@ -741,7 +742,7 @@ impl provider_host::LeaseStore for HeldWrites {
     }
     fn left_behind(
         &self,
-        whose: provider_host::ledger::Whose,
+        whose: provider_host::store::Whose,
     ) -> Result<Vec<provider_host::LeaseRecord>, provider_host::LedgerError> {
         self.ledger.left_behind(whose)
     }

@@ -1,6 +1,7 @@
 //! Where the host records leases: the operations its policy needs, never
-//! SQL. [`Ledger`] (SQLite) is the embedded implementation, for the
-//! processes of one machine; [`PgLedger`] (PostgreSQL) is a fleet's.
+//! SQL, and what it records ([`LeaseRecord`]). [`sqlite`]'s [`Ledger`] is
+//! the embedded implementation, for the processes of one machine;
+//! [`postgres`]'s [`PgLedger`] is a fleet's.
 //! [`LedgerLocation`] names either, and [`open`] opens it.
 //!
 //! A lease belongs to a host: in SQLite a process of this machine (alive
@@ -9,12 +10,19 @@
 //! surviving host, which takes them over ([`LeaseStore::take_over`]) exactly
 //! once before it sweeps them.
 
-use crate::ledger::{LeaseEnv, LeaseRecord, LeaseState, Ledger, LedgerError, Owner};
-use crate::memory::SavedEntry;
 #[cfg(feature = "postgres")]
-use crate::pg_ledger::{PgLedger, PgOptions};
-pub use crate::{group_commit::CommitCounts, ledger::Whose};
+pub mod postgres;
+mod record;
+pub mod sqlite;
+
+#[cfg(feature = "postgres")]
+use self::postgres::{PgLedger, PgOptions};
+pub use crate::group_commit::CommitCounts;
+use crate::memory::SavedEntry;
 use provider_abi::{Lease, MemoryEntry, ProviderError};
+pub(crate) use record::{process, runs, Problem};
+pub use record::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Whose};
+use sqlite::Ledger;
 use std::{
     path::PathBuf,
     time::{Duration, SystemTime},
@@ -349,7 +357,7 @@ impl std::fmt::Debug for LedgerLocation {
         match self {
             LedgerLocation::Sqlite(path) => write!(f, "Sqlite({})", path.display()),
             #[cfg(feature = "postgres")]
-            LedgerLocation::Postgres(url) => write!(f, "Postgres({})", crate::pg_ledger::redacted(url)),
+            LedgerLocation::Postgres(url) => write!(f, "Postgres({})", self::postgres::redacted(url)),
             #[cfg(not(feature = "postgres"))]
             LedgerLocation::Postgres(_) => write!(f, "Postgres(..)"),
         }
@@ -415,7 +423,7 @@ pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerErr
             None => Ok(Vec::new()),
         },
         #[cfg(feature = "postgres")]
-        LedgerLocation::Postgres(url) => crate::pg_ledger::read_all(url),
+        LedgerLocation::Postgres(url) => self::postgres::read_all(url),
         #[cfg(not(feature = "postgres"))]
         LedgerLocation::Postgres(_) => Err(no_postgres()),
     }

@@ -1,5 +1,5 @@
 //! The fleet's lease ledger, in PostgreSQL: the same rows as the SQLite
-//! [`crate::ledger::Ledger`], owned by hosts that renew a heartbeat.
+//! [`crate::store::sqlite::Ledger`], owned by hosts that renew a heartbeat.
 //!
 //! Every write is its own autocommitted statement, so it is durable
 //! (`synchronous_commit` on, the server's default) before it returns, and so
@@ -21,9 +21,9 @@
 
 use crate::{
     heartbeat::Heartbeat,
-    ledger::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
     memory::SavedEntry,
     store::{from_unix_ms, unix_ms, LeaseStore},
+    store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
 };
 use postgres::{types::ToSql, NoTls, Row};
 use provider_abi::{Lease, MemoryEntry, ProviderError};
@@ -33,8 +33,8 @@ use std::time::{Duration, SystemTime};
 
 /// The migrations, in order: (version, SQL).
 const MIGRATIONS: &[(i32, &str)] = &[
-    (1, include_str!("../migrations/postgres/0001_hosts_and_leases.sql")),
-    (2, include_str!("../migrations/postgres/0002_api_in_process.sql")),
+    (1, include_str!("../../migrations/postgres/0001_hosts_and_leases.sql")),
+    (2, include_str!("../../migrations/postgres/0002_api_in_process.sql")),
 ];
 
 /// Indexes added after their tables shipped: created where missing, under

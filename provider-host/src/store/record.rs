@@ -1,0 +1,332 @@
+//! What a lease store records, whichever store it is: a lease's row
+//! ([`LeaseRecord`]: its [`LeaseState`], [`Owner`] and [`LeaseEnv`]), whose
+//! rows a host lists ([`Whose`]) and the store's error ([`LedgerError`]).
+
+use super::sqlite::SCHEMA_VERSION;
+use provider_abi::Lease;
+use serde_json::{json, Value};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    str::FromStr,
+};
+
+/// Where a lease stands, as far as the harness knows.
+///
+/// The non-final states are recorded before the hook that might leave the
+/// lease in them, so a crash mid-hook errs towards "something may remain".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseState {
+    /// `acquire_lease` (or `probe`) was called, and its creation request has
+    /// not left: nothing exists remotely.
+    Acquiring,
+    /// The creation request may have left: a sandbox may exist, named once
+    /// the reply recorded its id.
+    Creating,
+    /// Acquired or resumed (or being resumed): the sandbox may be running.
+    Active,
+    /// Released for reuse.
+    Paused,
+    /// Process cleanup could not be confirmed: destroy it, never reuse it.
+    Unconfirmed,
+    /// `release_lease` was called.
+    Releasing,
+    /// `destroy_lease` was called.
+    Destroying,
+    /// Gone: nothing remains remotely.
+    Destroyed,
+    /// A release or destroy failed: something may remain.
+    CleanupFailed,
+}
+
+impl LeaseState {
+    /// Every state.
+    pub const ALL: [LeaseState; 9] = [
+        LeaseState::Acquiring,
+        LeaseState::Creating,
+        LeaseState::Active,
+        LeaseState::Paused,
+        LeaseState::Unconfirmed,
+        LeaseState::Releasing,
+        LeaseState::Destroying,
+        LeaseState::Destroyed,
+        LeaseState::CleanupFailed,
+    ];
+
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseState::Acquiring => "acquiring",
+            LeaseState::Creating => "creating",
+            LeaseState::Active => "active",
+            LeaseState::Paused => "paused",
+            LeaseState::Unconfirmed => "unconfirmed",
+            LeaseState::Releasing => "releasing",
+            LeaseState::Destroying => "destroying",
+            LeaseState::Destroyed => "destroyed",
+            LeaseState::CleanupFailed => "cleanup_failed",
+        }
+    }
+}
+
+impl fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LeaseState {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        LeaseState::ALL
+            .into_iter()
+            .find(|state| state.as_str() == text)
+            .ok_or_else(|| format!("unknown lease state `{text}`"))
+    }
+}
+
+/// Who acquired a lease, which decides what `sweep` may do with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// A hook command (`acquire`...): the user holds the lease JSON; an
+    /// active or paused lease is kept until the user sweeps held leases.
+    Command,
+    /// `lifecycle` or `soak`: the run always ends by destroying its leases,
+    /// so any row it left, paused included, is swept.
+    Lifecycle,
+    /// A `probe`: its sandbox is never named to the host; the row only says
+    /// whether the probe finished.
+    Probe,
+}
+
+impl Owner {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Owner::Command => "command",
+            Owner::Lifecycle => "lifecycle",
+            Owner::Probe => "probe",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Owner {
+        match text {
+            "lifecycle" => Owner::Lifecycle,
+            "probe" => Owner::Probe,
+            _ => Owner::Command,
+        }
+    }
+}
+
+/// The environment a lease belongs to, as stored (never with the API key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseEnv {
+    /// The provider's driver key.
+    pub driver_key: String,
+    /// The company.
+    pub company_id: String,
+    /// The environment.
+    pub environment_id: String,
+    /// The provider configuration without its secrets (the properties the
+    /// provider's schema marks `writeOnly`; see [`crate::secrets`]).
+    pub config: Value,
+    /// True when the API this lease talked to lived in the owning process
+    /// (an API served in process, for tests or offline runs): its sandboxes
+    /// are gone with that process, so a sweep closes the row without a request.
+    pub api_in_process: bool,
+}
+
+/// One ledger row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRecord {
+    /// The row id.
+    pub id: i64,
+    /// Who acquired the lease.
+    pub owner: Owner,
+    /// The run id passed to the hooks.
+    pub run_id: String,
+    /// Where the lease stands.
+    pub state: LeaseState,
+    /// The provider lease id, once known.
+    pub provider_lease_id: Option<String>,
+    /// The lease metadata the provider returned (JSON object).
+    pub metadata: Option<Value>,
+    /// The environment and configuration.
+    pub env: LeaseEnv,
+    /// The last hook called on the lease.
+    pub last_hook: String,
+    /// The last error, as `{"kind", "message"}`.
+    pub last_error: Option<Value>,
+    /// The process that owns the row (on the machine of its host).
+    pub pid: u32,
+    /// The host that owns the row, in a fleet's ledger (PostgreSQL); `None`
+    /// in SQLite, where the owner is the process `pid` of this machine.
+    pub host_id: Option<String>,
+    /// When the row was created (UTC, RFC 3339).
+    pub created_at: String,
+    /// When the row last changed (UTC, RFC 3339).
+    pub updated_at: String,
+    pub(crate) owner_start: u64,
+}
+
+/// True while process `pid`, started at `start`, is running on this machine.
+pub(crate) fn runs(pid: u32, start: u64) -> bool {
+    process::start_time(pid) == Some(start)
+}
+
+impl LeaseRecord {
+    /// True while the process that wrote the row is running (on this
+    /// machine: meaningful for SQLite rows).
+    pub fn owner_is_running(&self) -> bool {
+        runs(self.pid, self.owner_start)
+    }
+
+    /// True for a row `sweep` may act on once its owner is gone: every row
+    /// not destroyed, since something may remain remotely. Which of them a
+    /// sweep does act on is its scope's choice ([`crate::sweep::Scope`]): a
+    /// lease a hook command left active or paused is held on purpose.
+    pub fn is_left_behind(&self) -> bool {
+        self.state != LeaseState::Destroyed
+    }
+
+    /// The row as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "owner": self.owner.as_str(),
+            "runId": self.run_id,
+            "state": self.state.as_str(),
+            "providerLeaseId": self.provider_lease_id,
+            "metadata": self.metadata,
+            "driverKey": self.env.driver_key,
+            "companyId": self.env.company_id,
+            "environmentId": self.env.environment_id,
+            "config": self.env.config,
+            "apiInProcess": self.env.api_in_process,
+            "lastHook": self.last_hook,
+            "lastError": self.last_error,
+            "pid": self.pid,
+            "hostId": self.host_id,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        })
+    }
+
+    /// The lease as the provider returned it, for hooks acting on it.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            provider_lease_id: self.provider_lease_id.clone().map(Into::into).into(),
+            metadata_json: self.metadata.as_ref().map(Value::to_string).unwrap_or_default().into(),
+            expires_at: None.into(),
+            expired: false,
+        }
+    }
+}
+
+/// A ledger error: the database could not be opened, read or written. Displays
+/// as one line naming the file (or the database URL, without its password).
+#[derive(Debug, thiserror::Error)]
+#[error("lease ledger {location}: {problem}")]
+pub struct LedgerError {
+    location: String,
+    #[source]
+    problem: Problem,
+}
+
+/// What went wrong with a ledger.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Problem {
+    #[error("{0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create its directory {}: {source}", dir.display())]
+    Directory { dir: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("not a SQLite database")]
+    NotADatabase,
+    #[error(
+        "a SQLite database of another application ({0}); refusing to add the lease ledger's tables to it"
+    )]
+    Foreign(String),
+    #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
+    Newer(i64),
+    #[cfg(feature = "postgres")]
+    #[error("{}", super::postgres::describe(.0))]
+    Postgres(#[from] postgres::Error),
+    #[cfg(feature = "postgres")]
+    #[error("{0}")]
+    Pool(#[from] r2d2_postgres::r2d2::Error),
+    #[cfg(feature = "postgres")]
+    #[error("a database of another application (a `leases` table without the ledger's migrations); refusing to change it")]
+    ForeignDatabase,
+    #[cfg(feature = "postgres")]
+    #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
+    NewerMigration(i32, i32),
+    #[error("the ledger is closed")]
+    Closed,
+    #[cfg(feature = "postgres")]
+    #[error("row {row} was taken over by host {host} (this host's heartbeat had expired); not changing it")]
+    TakenOver { row: i64, host: String },
+    #[error("{0}")]
+    Store(String),
+}
+
+impl LedgerError {
+    /// An error of the ledger shown as `location`.
+    pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
+        LedgerError { location: location.to_owned(), problem: problem.into() }
+    }
+
+    /// The error of a write whose store stopped before answering it.
+    pub(crate) fn closed(location: &str) -> Self {
+        LedgerError::at(location, Problem::Closed)
+    }
+
+    /// An error of another [`crate::store::LeaseStore`] (a database server):
+    /// `location` names it (never with credentials), `problem` is one line.
+    pub fn other(location: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
+        LedgerError {
+            location: location.into().display().to_string(),
+            problem: Problem::Store(problem.into()),
+        }
+    }
+
+    pub(crate) fn new(path: &Path, problem: impl Into<Problem>) -> Self {
+        let problem = match problem.into() {
+            Problem::Sqlite(error)
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
+            {
+                Problem::NotADatabase
+            }
+            problem => problem,
+        };
+        LedgerError { location: path.display().to_string(), problem }
+    }
+}
+
+/// Whose left-behind rows [`Ledger::left_behind`](super::sqlite::Ledger::left_behind) (and
+/// [`crate::store::LeaseStore::left_behind`]) lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose {
+    /// This host's (this process's, in SQLite).
+    ThisHost,
+    /// Hosts that are gone: their process exited (SQLite), or their
+    /// heartbeat expired (PostgreSQL).
+    Gone,
+}
+
+/// Which process owns a row: a pid plus its start time, so a reused pid is
+/// not mistaken for the owner.
+pub(crate) mod process {
+    /// The start time (clock ticks since boot) of process `pid`, if it runs.
+    pub fn start_time(pid: u32) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Field 22, counted after the parenthesised command name (which may hold spaces).
+        let after_name = &stat[stat.rfind(')')? + 1..];
+        let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+        // A zombie has exited: its leases are no longer in use.
+        let state = after_name.split_whitespace().next()?;
+        (state != "Z").then_some(start)
+    }
+}
