@@ -10,8 +10,14 @@
 #   harness        the rest: the thread polling the lifecycles, the host,
 #                  the ledger's reads, the allocator, the kernel below them;
 # and, across all threads, the samples under an `fsync`/`fdatasync` call.
+# Then the provider's samples by what they were doing, per request (the
+# soak's request count): each sample goes to the first of these its stack
+# holds, innermost frame first: the kernel (sockets, wakeups), the
+# allocator, copies (memcpy/memmove), serde_json, rustls, hyper and the
+# other HTTP crates, tokio, the provider's own code, the rest.
 #
 #   bash benches/soak-profile.sh [LIFECYCLES] [IN_FLIGHT]    # 1000 100
+#   PROFILE_OUT=DIR bash benches/soak-profile.sh   # keep perf.data and its script in DIR
 #   HARNESS=/path/to/host-harness bash benches/soak-profile.sh   # another build
 #       (its libcreateos_provider.so beside it, where the harness finds it)
 set -euo pipefail
@@ -45,6 +51,7 @@ kill -TERM "$sim"
 wait "$sim" || true
 sim=
 perf script -i "$work/perf.data" -F comm,tid,ip,sym,dso >"$work/script.txt" 2>/dev/null
+if [ -n "${PROFILE_OUT:-}" ]; then mkdir -p "$PROFILE_OUT" && cp "$work/perf.data" "$work/script.txt" "$PROFILE_OUT/"; fi
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -61,11 +68,34 @@ def tally(comm, frames):
         counts["ledger thread"] += 1
     elif comm.startswith("createos-") or any("libcreateos_provider" in frame for frame in frames):
         counts["provider"] += 1
+        parts[provider_part(frames)] += 1
     else:
         counts["harness"] += 1
     # The symbol alone: the library's path may hold any word.
     if any("fsync" in frame.split(" (")[0] for frame in frames):
         fsync += 1
+
+
+PARTS = [  # (name, test on one frame's text), innermost frame first
+    ("kernel", lambda f: "[kernel.kallsyms]" in f),
+    ("allocator", lambda f: any(w in f for w in ("malloc", "free", "realloc", "_int_", "tcache"))),
+    ("copies", lambda f: "memcpy" in f or "memmove" in f),
+    ("serde_json", lambda f: "serde_json" in f),
+    ("rustls", lambda f: "rustls" in f or "ring::" in f),
+    ("hyper/http", lambda f: any(w in f for w in ("hyper", "reqwest", "http::", "h2::", "httparse"))),
+    ("tokio", lambda f: "tokio" in f),
+    ("provider code", lambda f: "createos_provider" in f),
+]
+parts = {name: 0 for name, _ in PARTS}
+parts["other"] = 0
+
+
+def provider_part(frames):
+    for frame in frames:
+        for name, test in PARTS:
+            if test(frame):
+                return name
+    return "other"
 
 
 comm, frames = None, []
@@ -82,4 +112,10 @@ soak = json.load(open(f"{work}/soak.json"))
 shares = ", ".join(f"{name} {100 * n / total:.1f} %" for name, n in counts.items())
 print(f"{total} samples, CPU/lifecycle {soak['cpuPerLifecycleMs']:.2f} ms under perf, {shares}; "
       f"under fsync {100 * fsync / total:.1f} %")
+stopped = [json.loads(line) for line in open(f"{work}/sim.json") if '"stopped"' in line]
+requests = stopped[-1]["requests"] if stopped else 0
+provider = max(counts["provider"], 1)
+cpu_us = soak["cpuPerLifecycleMs"] * 1000 * soak["leases"] * counts["provider"] / total
+print("provider by part: " + ", ".join(f"{name} {100 * n / provider:.1f} %" for name, n in parts.items())
+      + (f"; provider CPU per request {cpu_us / requests:.0f} µs under perf" if requests else ""))
 PY

@@ -73,8 +73,13 @@ pub const STREAM_CHUNK: usize = 256 << 10;
 /// TCP/TLS connect timeout (the caller's deadline bounds everything else).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Idle connections kept per API origin for reuse.
-pub const MAX_IDLE_CONNECTIONS: usize = 32;
+/// Idle connections kept per API origin for reuse: as many as may await a
+/// reply at once (the request gate's bound), so the connections of one
+/// burst of requests carry the next instead of being closed and opened
+/// again; [`IDLE_CONNECTION_TIMEOUT`] closes those a burst left unused.
+pub const MAX_IDLE_CONNECTIONS: usize = crate::gate::MAX_AWAITING_REPLY;
+/// How long an idle connection is kept.
+pub const IDLE_CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A stream of response body chunks.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, Error>> + Send>>;
@@ -201,9 +206,8 @@ fn check_file_path(path: &str) -> Result<(), Error> {
 pub fn build_http_client() -> Result<reqwest::Client, Error> {
     reqwest::Client::builder()
         .use_rustls_tls()
-        // The request budget (300 a minute) needs few connections; a burst
-        // of leases must not leave hundreds of idle ones holding buffers.
         .pool_max_idle_per_host(MAX_IDLE_CONNECTIONS)
+        .pool_idle_timeout(IDLE_CONNECTION_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
         .user_agent(concat!("createos-provider/", env!("CARGO_PKG_VERSION")))
@@ -222,7 +226,11 @@ enum Retry {
 #[derive(Clone)]
 pub struct CreateosClient {
     http: reqwest::Client,
-    base: String,
+    /// `<origin>/v1`, parsed once: each request's URL is this with path
+    /// segments pushed, never a string parsed again.
+    base: Url,
+    /// `<origin>` as text, for errors.
+    origin: String,
     key: HeaderValue,
     pacer: Arc<Pacer>,
     gate: Arc<RequestGate>,
@@ -231,7 +239,7 @@ pub struct CreateosClient {
 impl std::fmt::Debug for CreateosClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CreateosClient")
-            .field("base", &self.base)
+            .field("base", &self.base.as_str())
             .field("key", &"[redacted]")
             .finish_non_exhaustive()
     }
@@ -261,8 +269,12 @@ impl CreateosClient {
             .map_err(|_| Error::invalid_config("apiKey cannot be sent in an HTTP header."))?;
         key.set_sensitive(true);
         let origin = origin.origin().ascii_serialization();
+        let base = Url::parse(&format!("{origin}/v1"))
+            .ok()
+            .filter(|base| !base.cannot_be_a_base())
+            .ok_or_else(|| Error::invalid_config("apiUrl must be an http or https URL."))?;
         let gate = RequestGate::shared(&origin);
-        Ok(CreateosClient { http, base: format!("{origin}/v1"), key, pacer, gate })
+        Ok(CreateosClient { http, base, origin, key, pacer, gate })
     }
 
     /// The same client behind another request gate.
@@ -278,7 +290,15 @@ impl CreateosClient {
 
     /// The API origin (`scheme://host:port`, no path, no key).
     fn origin(&self) -> &str {
-        self.base.strip_suffix("/v1").unwrap_or(&self.base)
+        &self.origin
+    }
+
+    /// `<origin>/v1/` followed by `segments`, each percent-encoded as a path
+    /// segment.
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        url.path_segments_mut().expect("the base was checked to be a base URL").extend(segments);
+        url
     }
 
     /// `POST /sandboxes`; returns the new sandbox ID. Sent again only after
@@ -300,11 +320,11 @@ impl CreateosClient {
         if let Some(region) = region {
             body["region"] = json!(region);
         }
-        let url = format!("{}/sandboxes", self.base);
+        let url = self.url(&["sandboxes"]);
         let label = op::SANDBOX_LIFECYCLE;
         let data = self
             .call_json_announced(label, opts, Retry::After429, &[], Some(recorder), || {
-                self.http.post(&url).json(&body)
+                self.http.post(url.clone()).json(&body)
             })
             .await?;
         reply_id(&data, "id", label)
@@ -313,9 +333,10 @@ impl CreateosClient {
     /// `GET /sandboxes/{id}`; the reply must echo `id`.
     pub async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
         check_id(id, "sandbox")?;
-        let url = format!("{}/sandboxes/{id}", self.base);
-        let data =
-            self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.get(&url)).await?;
+        let url = self.url(&["sandboxes", id]);
+        let data = self
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.get(url.clone()))
+            .await?;
         let label = op::SANDBOX_LIFECYCLE;
         if data.get("id").and_then(Value::as_str) != Some(id) {
             return Err(Error::protocol(label));
@@ -328,10 +349,10 @@ impl CreateosClient {
     /// reply, if any, must echo the request.
     pub async fn delete_sandbox(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
         check_id(id, "sandbox")?;
-        let url = format!("{}/sandboxes/{id}", self.base);
+        let url = self.url(&["sandboxes", id]);
         let data = self
             .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[StatusCode::NOT_FOUND], || {
-                self.http.delete(&url)
+                self.http.delete(url.clone())
             })
             .await?;
         match data.get("id") {
@@ -354,8 +375,9 @@ impl CreateosClient {
 
     async fn lifecycle_post(&self, id: &str, action: &str, opts: CallOptions) -> Result<(), Error> {
         check_id(id, "sandbox")?;
-        let url = format!("{}/sandboxes/{id}/{action}", self.base);
-        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.post(&url)).await?;
+        let url = self.url(&["sandboxes", id, action]);
+        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], || self.http.post(url.clone()))
+            .await?;
         Ok(())
     }
 
@@ -368,11 +390,12 @@ impl CreateosClient {
         opts: CallOptions,
     ) -> Result<ExecResult, Error> {
         check_id(id, "sandbox")?;
-        let url = format!("{}/sandboxes/{id}/exec", self.base);
+        let url = self.url(&["sandboxes", id, "exec"]);
         let body = json!({"cmd": cmd, "args": args});
         let label = op::WORKSPACE_COMMAND;
-        let data =
-            self.call_json(label, opts, Retry::After429, &[], || self.http.post(&url).json(&body)).await?;
+        let data = self
+            .call_json(label, opts, Retry::After429, &[], || self.http.post(url.clone()).json(&body))
+            .await?;
         let result = data.get("result").and_then(Value::as_object).ok_or(Error::protocol(label))?;
         let text = |name: &str| {
             result.get(name).and_then(Value::as_str).map(str::to_string).ok_or(Error::protocol(label))
@@ -387,8 +410,7 @@ impl CreateosClient {
     fn file_url(&self, id: &str, path: &str) -> Result<Url, Error> {
         check_id(id, "sandbox")?;
         check_file_path(path)?;
-        let mut url = Url::parse(&format!("{}/sandboxes/{id}/files", self.base))
-            .map_err(|_| Error::internal("Could not build a CreateOS URL."))?;
+        let mut url = self.url(&["sandboxes", id, "files"]);
         url.query_pairs_mut().append_pair("path", path);
         Ok(url)
     }
@@ -515,14 +537,15 @@ impl CreateosClient {
         opts: CallOptions,
     ) -> Result<String, Error> {
         check_id(id, "sandbox")?;
-        let url = format!("{}/sandboxes/{id}/processes", self.base);
+        let url = self.url(&["sandboxes", id, "processes"]);
         let mut body = json!({"cmd": "/bin/bash", "args": ["-lc", script]});
         if let Some(cwd) = cwd {
             body["cwd"] = json!(cwd);
         }
         let label = op::PROCESS_CREATION;
-        let data =
-            self.call_json(label, opts, Retry::Never, &[], || self.http.post(&url).json(&body)).await?;
+        let data = self
+            .call_json(label, opts, Retry::Never, &[], || self.http.post(url.clone()).json(&body))
+            .await?;
         reply_id(&data, "process_id", label)
     }
 
@@ -530,10 +553,10 @@ impl CreateosClient {
     pub async fn close_stdin(&self, id: &str, pid: &str, opts: CallOptions) -> Result<(), Error> {
         check_id(id, "sandbox")?;
         check_id(pid, "process")?;
-        let url = format!("{}/sandboxes/{id}/processes/{pid}/stdin/close", self.base);
+        let url = self.url(&["sandboxes", id, "processes", pid, "stdin", "close"]);
         let label = op::STDIN_CLOSE;
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, Retry::After429, || self.http.post(&url)).await?;
+            let resp = self.send(label, opts, Retry::After429, || self.http.post(url.clone())).await?;
             let resp = check_status(resp, label, &[StatusCode::CONFLICT])?;
             if resp.status().is_success() {
                 read_capped(resp, MAX_JSON_REPLY, label).await?;
@@ -556,11 +579,12 @@ impl CreateosClient {
     ) -> Result<ByteStream, Error> {
         check_id(id, "sandbox")?;
         check_id(pid, "process")?;
-        let url = format!("{}/sandboxes/{id}/processes/{pid}/connect?after={after}", self.base);
+        let mut url = self.url(&["sandboxes", id, "processes", pid, "connect"]);
+        url.query_pairs_mut().append_pair("after", &after.to_string());
         let label = op::OUTPUT_CONNECTION;
         let resp = self
             .bounded(label, opts.deadline, async {
-                let resp = self.send(label, opts, Retry::Never, || self.http.get(&url)).await?;
+                let resp = self.send(label, opts, Retry::Never, || self.http.get(url.clone())).await?;
                 check_status(resp, label, &[])
             })
             .await?;
@@ -584,10 +608,11 @@ impl CreateosClient {
     ) -> Result<bool, Error> {
         check_id(id, "sandbox")?;
         check_id(pid, "process")?;
-        let url = format!("{}/sandboxes/{id}/processes/{pid}?grace_ms={grace_ms}", self.base);
+        let mut url = self.url(&["sandboxes", id, "processes", pid]);
+        url.query_pairs_mut().append_pair("grace_ms", &grace_ms.to_string());
         let label = op::PROCESS_CLEANUP;
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, Retry::After429, || self.http.delete(&url)).await?;
+            let resp = self.send(label, opts, Retry::After429, || self.http.delete(url.clone())).await?;
             let resp = check_status(resp, label, &[StatusCode::NOT_FOUND])?;
             if resp.status() == StatusCode::NOT_FOUND {
                 return Ok(true);
@@ -1296,6 +1321,61 @@ mod tests {
         }
         assert_eq!(server.arrived.load(SeqCst), 8);
         assert_eq!(server.peak.load(SeqCst), 3, "at most the gate's bound awaits a reply at once");
+    }
+
+    #[tokio::test]
+    async fn the_connections_of_one_burst_carry_the_next() {
+        use axum::extract::ConnectInfo;
+        use std::net::SocketAddr;
+        use std::sync::atomic::Ordering::SeqCst;
+        // More requests awaiting a reply at once than a small idle pool
+        // keeps: the pool must keep them all for the next burst.
+        const BURST: usize = 96;
+        let server = Holding {
+            held: Arc::default(),
+            peak: Arc::default(),
+            arrived: Arc::default(),
+            replies: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        let peers = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let app = axum::Router::new().fallback({
+            let (server, peers) = (server.clone(), peers.clone());
+            move |ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                peers.lock().unwrap().insert(peer);
+                hold(State(server)).await
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin = Url::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await.unwrap()
+        });
+        let client = CreateosClient::with_pacer(
+            &origin,
+            &Secret::new(KEY),
+            build_http_client().unwrap(),
+            Arc::new(Pacer::new(100_000)),
+        )
+        .unwrap();
+        for burst in 1..=2 {
+            let calls: Vec<_> = (0..BURST)
+                .map(|_| {
+                    let client = client.clone();
+                    tokio::spawn(async move { client.get_sandbox("s", opts()).await })
+                })
+                .collect();
+            while server.arrived.load(SeqCst) < burst * BURST {
+                tokio::task::yield_now().await;
+            }
+            assert_eq!(server.peak.load(SeqCst), BURST, "the whole burst awaits a reply at once");
+            server.replies.add_permits(BURST);
+            for call in calls {
+                call.await.unwrap().unwrap();
+            }
+        }
+        // A pool of 32 idle connections opened 64 more for the second burst.
+        let connections = peers.lock().unwrap().len();
+        assert!(connections < BURST + BURST / 8, "{connections} connections for two bursts of {BURST}");
     }
 
     #[tokio::test]

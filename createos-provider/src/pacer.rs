@@ -556,6 +556,9 @@ impl Pacer {
     /// Waits for the right to start one request now. Cancel by dropping the
     /// future: its place is released at once.
     pub async fn acquire(&self, priority: Priority) {
+        if self.start_now_if_nobody_waits() {
+            return;
+        }
         let notify = Arc::new(Notify::new());
         let key = {
             let mut state = self.lock();
@@ -594,6 +597,25 @@ impl Pacer {
                         _ = notify.notified() => {}
                     }
                 }
+            }
+        }
+    }
+
+    /// Grants a start at once when no request waits and the budget allows
+    /// one now: what [`Self::acquire`] would do on its first look, without
+    /// taking a place in the queue (no allocation, no wakers).
+    fn start_now_if_nobody_waits(&self) -> bool {
+        let mut state = self.lock();
+        if !state.queue.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        match state.earliest_start(now) {
+            (Some(t), _) if t > now => false,
+            (due, free) => {
+                state.grant(now, free, due);
+                state.wake_admission();
+                true
             }
         }
     }
