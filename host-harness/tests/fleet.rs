@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::wait_until;
+use common::{wait_until, ConfigDir};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use pg_cluster::PgCluster;
 use provider_host::{
@@ -13,7 +13,7 @@ use provider_host::{
     store::LeaseState,
     store::LeaseStore,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::PathBuf,
@@ -38,12 +38,7 @@ impl Fleet {
         let cluster = PgCluster::for_test(test)?;
         let url = cluster.create_database("fleet");
         let sim = Simulator::start(sim).expect("start the simulator");
-        let dir = tempfile::tempdir().unwrap();
-        let mut provider = sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        let config = dir.path().join("config.json");
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(&config, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(&sim, |_| {});
         Some(Fleet { sim, cluster, url, dir, config })
     }
 

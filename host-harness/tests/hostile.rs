@@ -4,11 +4,14 @@
 //! never reach the ledger, oversized keys, dying workers and what a sandbox
 //! may see of the machine.
 
+mod common;
+
+use common::{provider_config, write_config, ConfigDir};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use provider_host::{store::sqlite::Ledger, store::LeaseState};
 use serde_json::{json, Value};
 use std::{
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{Command, Output, Stdio},
 };
 
@@ -26,23 +29,8 @@ impl Bed {
 
     fn with(config: SimConfig) -> Bed {
         let sim = Simulator::start(config).expect("start the simulator");
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("config.json");
-        let bed = Bed { sim, dir, config };
-        bed.write_config(&bed.config, bed.provider_config());
-        bed
-    }
-
-    fn provider_config(&self) -> Value {
-        let mut provider = self.sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        provider
-    }
-
-    /// Writes a harness configuration holding `provider` to `path`.
-    fn write_config(&self, path: &Path, provider: Value) {
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(path, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(&sim, |_| {});
+        Bed { sim, dir, config }
     }
 
     fn ledger_path(&self) -> PathBuf {
@@ -162,10 +150,10 @@ fn a_configuration_refused_for_credentials_in_its_api_url_leaves_no_row() {
     let with_user = origin.replacen("http://", &format!("http://user:{hostile_key}@"), 1);
     let with_query = format!("{origin}/?k={hostile_key}");
     for url in [with_user, with_query] {
-        let mut provider = bed.provider_config();
+        let mut provider = provider_config(&bed.sim);
         provider["apiUrl"] = json!(url);
         let path = bed.dir.path().join("hostile-config.json");
-        bed.write_config(&path, provider);
+        write_config(&path, provider);
         let config = path.to_str().unwrap();
         let lease = lease_path.to_str().unwrap();
         for args in [
@@ -195,10 +183,10 @@ fn a_configuration_refused_for_credentials_in_its_api_url_leaves_no_row() {
 #[test]
 fn an_oversized_api_key_is_refused_before_any_request() {
     let bed = Bed::new();
-    let mut provider = bed.provider_config();
+    let mut provider = provider_config(&bed.sim);
     provider["apiKey"] = json!("k".repeat(900_000));
     let path = bed.dir.path().join("long-key.json");
-    bed.write_config(&path, provider);
+    write_config(&path, provider);
     let config = path.to_str().unwrap();
 
     let validated = bed.harness(&["validate", "--config", config]);

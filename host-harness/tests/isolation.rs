@@ -4,6 +4,9 @@
 //! isolated provider's own tests, through the library, are provider-host's
 //! (`provider-host/tests/isolation.rs`).
 
+mod common;
+
+use common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use provider_host::loader::library_file_name;
 use serde_json::json;
@@ -197,12 +200,7 @@ struct IsolatedBed {
 impl IsolatedBed {
     fn new() -> IsolatedBed {
         let sim = Simulator::start(SimConfig { rate_limit: None, ..Default::default() }).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut provider = sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        let config = dir.path().join("config.json");
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(&config, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(&sim, |_| {});
         IsolatedBed { sim, dir, config }
     }
 

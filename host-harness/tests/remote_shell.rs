@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use serde_json::{json, Value};
 use std::{
@@ -39,13 +40,7 @@ impl Bed {
     /// configuration edited by `change`.
     fn serving(config: SimConfig, change: impl FnOnce(&mut Value)) -> Bed {
         let sim = Simulator::start(config).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut provider = sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        change(&mut provider);
-        let config = dir.path().join("config.json");
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(&config, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(&sim, change);
         Bed { sim, dir, config }
     }
 

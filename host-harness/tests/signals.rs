@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{signal, wait_until};
+use common::{signal, wait_until, ConfigDir};
 use createos_sim::{SimConfig, Simulator};
 use provider_host::{store::sqlite::Ledger, store::LeaseState};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},
@@ -28,12 +28,7 @@ struct Bed {
 
 impl Bed {
     fn new(sim: &Simulator) -> Bed {
-        let dir = tempfile::tempdir().unwrap();
-        let mut provider = sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        let config = dir.path().join("config.json");
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(&config, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(sim, |_| {});
         Bed { dir, config }
     }
 

@@ -2,6 +2,9 @@
 //! files in (with `--then`) and out, per-operation results, one-line
 //! refusals, and `unsupported` from a provider without `sync_files`.
 
+mod common;
+
+use common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use provider_host::loader::library_file_name;
 use serde_json::{json, Value};
@@ -18,12 +21,7 @@ struct Bed {
 
 impl Bed {
     fn new(sim: &Simulator) -> Bed {
-        let dir = tempfile::tempdir().unwrap();
-        let mut provider = sim.provider_config(true);
-        provider["requestsPerMinute"] = json!(100_000);
-        let config = dir.path().join("config.json");
-        let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
-        std::fs::write(&config, file.to_string()).unwrap();
+        let ConfigDir { dir, config } = ConfigDir::new(sim, |_| {});
         Bed { dir, config }
     }
 

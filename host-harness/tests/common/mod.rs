@@ -1,10 +1,51 @@
 //! Helpers the harness's integration tests share (each test file that
-//! needs them declares `mod common;`).
+//! needs them declares `mod common;`), and the test bed most of them start
+//! from: a directory holding a configuration file for a simulator.
+#![allow(dead_code)] // each test binary uses part of it
 
+use createos_sim::Simulator;
+use serde_json::{json, Value};
 use std::{
+    path::{Path, PathBuf},
     process::Child,
     time::{Duration, Instant},
 };
+
+/// The provider configuration `sim` serves, with a request budget no test
+/// reaches.
+pub fn provider_config(sim: &Simulator) -> Value {
+    let mut provider = sim.provider_config(true);
+    provider["requestsPerMinute"] = json!(100_000);
+    provider
+}
+
+/// Writes a harness configuration file holding `provider` (company `acme`,
+/// environment `dev`) to `path`.
+pub fn write_config(path: &Path, provider: Value) {
+    let file = json!({"companyId": "acme", "environmentId": "dev", "config": provider});
+    std::fs::write(path, file.to_string()).unwrap();
+}
+
+/// A temporary directory holding `config.json`: the harness configuration
+/// for `sim` ([`provider_config`]).
+pub struct ConfigDir {
+    /// The directory (ledgers, lease files and other configurations go here too).
+    pub dir: tempfile::TempDir,
+    /// Its `config.json`.
+    pub config: PathBuf,
+}
+
+impl ConfigDir {
+    /// The directory for `sim`, its provider configuration edited by `change` first.
+    pub fn new(sim: &Simulator, change: impl FnOnce(&mut Value)) -> ConfigDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut provider = provider_config(sim);
+        change(&mut provider);
+        let config = dir.path().join("config.json");
+        write_config(&config, provider);
+        ConfigDir { dir, config }
+    }
+}
 
 /// Polls `condition` until it holds; panics after `limit` (a guard against
 /// a hang, not a measurement).
@@ -17,7 +58,6 @@ pub fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bo
 }
 
 /// Sends `signal` to `child`.
-#[allow(dead_code)] // not every test file signals its children
 pub fn signal(child: &Child, signal: i32) {
     // SAFETY: `kill` only sends a signal to our own child process.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
