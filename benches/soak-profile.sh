@@ -14,7 +14,16 @@
 # soak's request count): each sample goes to the first of these its stack
 # holds, innermost frame first: the kernel (sockets, wakeups), the
 # allocator, copies (memcpy/memmove), serde_json, rustls, hyper and the
-# other HTTP crates, tokio, the provider's own code, the rest.
+# other HTTP crates, tokio, the provider's own code, the rest. Last, the
+# provider's samples by activity, from their whole stack: in an HTTP
+# request (the client, reqwest, hyper), in the runtime alone (parking,
+# scheduling, timers), in the provider's own work outside requests, or
+# unattributed (a stack that ends at its leaf). Release builds have no
+# frame pointers, so most stacks end at their leaf; for this split build
+# with them:
+#   RUSTFLAGS="-C force-frame-pointers=yes" CARGO_TARGET_DIR=target/fp \
+#       cargo build --release -p host-harness -p createos-provider
+#   HARNESS=target/fp/release/host-harness bash benches/soak-profile.sh
 #
 #   bash benches/soak-profile.sh [LIFECYCLES] [IN_FLIGHT]    # 1000 100
 #   PROFILE_OUT=DIR bash benches/soak-profile.sh   # keep perf.data and its script in DIR
@@ -69,6 +78,7 @@ def tally(comm, frames):
     elif comm.startswith("createos-") or any("libcreateos_provider" in frame for frame in frames):
         counts["provider"] += 1
         parts[provider_part(frames)] += 1
+        activities[activity(frames)] += 1
     else:
         counts["harness"] += 1
     # The symbol alone: the library's path may hold any word.
@@ -88,6 +98,17 @@ PARTS = [  # (name, test on one frame's text), innermost frame first
 ]
 parts = {name: 0 for name, _ in PARTS}
 parts["other"] = 0
+activities = {"HTTP request": 0, "runtime alone": 0, "own work outside requests": 0, "unattributed": 0}
+
+
+def activity(frames):
+    if any(w in frame for frame in frames for w in ("createos_provider::client::", "reqwest::", "hyper")):
+        return "HTTP request"
+    if any("createos_provider::" in frame for frame in frames):
+        return "own work outside requests"
+    if any("tokio::runtime" in frame for frame in frames):
+        return "runtime alone"
+    return "unattributed"
 
 
 def provider_part(frames):
@@ -118,4 +139,5 @@ provider = max(counts["provider"], 1)
 cpu_us = soak["cpuPerLifecycleMs"] * 1000 * soak["leases"] * counts["provider"] / total
 print("provider by part: " + ", ".join(f"{name} {100 * n / provider:.1f} %" for name, n in parts.items())
       + (f"; provider CPU per request {cpu_us / requests:.0f} µs under perf" if requests else ""))
+print("provider by activity: " + ", ".join(f"{name} {100 * n / provider:.1f} %" for name, n in activities.items()))
 PY
