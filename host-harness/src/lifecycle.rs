@@ -13,9 +13,12 @@
 
 use crate::interrupt;
 use provider_abi::{
-    ByteSource, ErrorKind, ExecuteParams, HookResult, OutputStream, ProviderError, SyncDirection, SyncParams,
+    ByteSource, ErrorKind, HookResult, OutputStream, ProviderError, SyncDirection, SyncParams,
 };
-use provider_host::host::{HeldLease, Host, Released};
+use provider_host::{
+    host::{HeldLease, Host, Released},
+    RemoteCommand,
+};
 use serde_json::{json, Value};
 use std::{
     future::Future,
@@ -170,21 +173,17 @@ impl Lifecycle<'_, '_> {
     /// checks that its stdout contains `expect`.
     async fn execute(&mut self, step: &'static str, script: &str, expect: &str) -> Result<(), ()> {
         let held = self.lease.clone().unwrap_or_else(|| HeldLease::new(0, Default::default()));
-        let params = ExecuteParams {
-            command: "/bin/sh".into(),
-            args: vec!["-c".into(), script.into()].into(),
-            ..Default::default()
-        };
+        let command = RemoteCommand::new("/bin/sh").args(["-c", script]);
         let host = self.host;
         self.refuse_if_interrupted(step)?;
         let started = Instant::now();
         let outcome = {
             let reporter = &mut *self.reporter;
             let mut live = |stream: OutputStream, chunk: &[u8]| reporter.output(stream, chunk);
-            Box::pin(host.execute(&held, params, ByteSource::empty(), &mut live)).await
+            Box::pin(host.execute(&held, command, ByteSource::empty(), &mut live)).await
         };
         let result = self.finish(step, "", started, outcome)?;
-        if result.exit_code.into_option() != Some(0) || !result.stdout.contains(expect) {
+        if !result.success() || !result.stdout.contains(expect) {
             self.fail(
                 step,
                 ProviderError::internal(format!("the command did not print `{expect}` and exit 0")),

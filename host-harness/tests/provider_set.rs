@@ -6,9 +6,9 @@ use provider_abi::{ByteSink, ByteSource, ExecuteParams, Hook, OutputStream, Prov
 use provider_host::{
     loader::{library_file_name, LoadedProvider},
     provider_set::{ProviderSet, SwapError},
-    wait,
+    wait, RemoteCommand,
 };
-use std::sync::mpsc;
+use std::{sync::mpsc, time::Duration};
 
 use e2e::library;
 
@@ -232,7 +232,7 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
         FaultTrigger::nth(1),
         FaultKind::Status(503),
     ));
-    let command = ExecuteParams { command: "/bin/true".into(), ..Default::default() };
+    let command = RemoteCommand::new("/bin/true");
     let mut ignore = |_: OutputStream, _: &[u8]| {};
     wait(host.execute(&held, command, ByteSource::empty(), &mut ignore)).unwrap_err();
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
@@ -291,12 +291,7 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
         let command = scope.spawn(|| {
             // Runs until its deadline; its tree's termination then fails.
             let script = "echo started; exec sleep 60";
-            let command = ExecuteParams {
-                command: "/bin/sh".into(),
-                args: vec!["-c".into(), script.into()].into(),
-                timeout_ms: Some(4_000).into(),
-                ..Default::default()
-            };
+            let command = RemoteCommand::new("/bin/sh").args(["-c", script]).timeout(Duration::from_secs(4));
             let mut first = |_: OutputStream, _: &[u8]| {
                 let _ = started_tx.send(());
             };

@@ -6,12 +6,13 @@
 //! `workspaceMode`, `bypassSession`...) are accepted and ignored.
 
 use provider_abi::{
-    abi_stable::std_types::RVec, ByteSource, EnvVar, ExecuteResult, Hook, Lease, PostUploadCommand,
-    ProbeReport, SyncDirection, SyncMapping, SyncOperation, SyncResult, ValidationReport, Workspace,
+    abi_stable::std_types::RVec, ByteSource, Hook, Lease, PostUploadCommand, ProbeReport, SyncDirection,
+    SyncMapping, SyncOperation, SyncResult, ValidationReport, Workspace,
 };
+use provider_host::{CommandOutcome, RemoteCommand};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, time::Duration};
 
 /// Every optional method of the protocol (`HOST_TO_WORKER_OPTIONAL_METHODS`):
 /// one a worker does not serve is answered "method not implemented".
@@ -325,37 +326,35 @@ pub fn workspace_result(workspace: &Workspace) -> Value {
     json!({"cwd": workspace.cwd.as_str(), "metadata": object(&workspace.metadata_json)})
 }
 
-/// The host's parameters of a command, and its standard input.
-pub fn execute_params(execute: Execute) -> (provider_abi::ExecuteParams, ByteSource) {
+/// The host's command, and its standard input.
+pub fn execute_params(execute: Execute) -> (RemoteCommand, ByteSource) {
     let stdin = match execute.stdin {
         Some(stdin) => ByteSource::from_bytes(stdin.into_bytes()),
         None => ByteSource::empty(),
     };
-    let params = provider_abi::ExecuteParams {
-        command: execute.command.into(),
-        args: execute.args.into_iter().map(Into::into).collect(),
-        cwd: execute.cwd.map(Into::into).into(),
-        env: execute
-            .env
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(name, value)| EnvVar { name: name.into(), value: value.into() })
-            .collect(),
-        timeout_ms: execute.timeout_ms.into(),
-        ..Default::default()
+    let command = RemoteCommand {
+        program: execute.command,
+        args: execute.args,
+        cwd: execute.cwd,
+        env: execute.env.unwrap_or_default().into_iter().collect(),
+        timeout: execute.timeout_ms.map(Duration::from_millis),
     };
-    (params, stdin)
+    (command, stdin)
 }
 
 /// `PluginEnvironmentExecuteResult`.
-pub fn execute_result(result: &ExecuteResult) -> Value {
+pub fn execute_result(outcome: &CommandOutcome) -> Value {
+    let metadata = match &outcome.metadata {
+        metadata @ Value::Object(_) => metadata.clone(),
+        _ => json!({}),
+    };
     json!({
-        "exitCode": result.exit_code.into_option(),
-        "signal": result.signal.as_ref().map(|signal| signal.to_string()).into_option(),
-        "timedOut": result.timed_out,
-        "stdout": result.stdout.as_str(),
-        "stderr": result.stderr.as_str(),
-        "metadata": object(&result.metadata_json),
+        "exitCode": outcome.exit_code,
+        "signal": outcome.signal,
+        "timedOut": outcome.timed_out,
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "metadata": metadata,
     })
 }
 

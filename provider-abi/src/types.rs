@@ -21,6 +21,13 @@ pub struct SetupParams {
     pub host_version: RString,
 }
 
+impl SetupParams {
+    /// A host named `host_name` at version `host_version`.
+    pub fn new(host_name: impl Into<RString>, host_version: impl Into<RString>) -> Self {
+        SetupParams { host_name: host_name.into(), host_version: host_version.into() }
+    }
+}
+
 /// The provider's identity and capabilities.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

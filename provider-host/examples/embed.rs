@@ -8,8 +8,8 @@
 //! Run it with `cargo run -p provider-host --example embed [LIBRARY]`.
 
 use provider_host::{
-    loader::library_file_name, ByteSource, Environment, ExecuteParams, Host, Ledger, LoadedProvider,
-    LogLevel, LogSink, OutputStream, Owner, Provider, SetupParams,
+    loader::library_file_name, ByteSource, Environment, Host, Ledger, LoadedProvider, LogLevel, LogSink,
+    OutputStream, Owner, Provider, RemoteCommand, SetupParams,
 };
 use std::{io::Write, path::PathBuf};
 
@@ -20,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.api_in_process = true; // the simulator's sandboxes live and die with this process
     let library = std::env::args_os().nth(1).map(PathBuf::from).unwrap_or_else(built_library);
     let provider = LoadedProvider::load(&library)?;
-    let setup = SetupParams { host_name: "embed".into(), host_version: "0.1.0".into() };
+    let setup = SetupParams::new("embed", "0.1.0");
     provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?; // the provider's log events: none here
     let state = tempfile::tempdir()?; // a platform keeps its ledger where it keeps its state
     let ledger = Ledger::open(&state.path().join("ledger.sqlite3"))?;
@@ -30,11 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("acquired {}", lease.id().unwrap_or("-"));
 
     let script = "for i in 1 2 3; do echo line $i; sleep 0.2; done; echo done >&2";
-    let command = ExecuteParams {
-        command: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()].into(),
-        ..Default::default()
-    };
+    let command = RemoteCommand::new("/bin/sh").args(["-c", script]);
     let mut print = |stream: OutputStream, chunk: &[u8]| {
         let _ = match stream {
             OutputStream::Stdout => std::io::stdout().write_all(chunk),
@@ -42,7 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
     };
     let result = host.execute(&lease, command, ByteSource::empty(), &mut print).await?;
-    println!("exit code {:?}", result.exit_code.into_option());
+    println!("exit code {:?}", result.exit_code);
 
     let released = host.release(&lease).await?;
     println!("released ({released:?})");

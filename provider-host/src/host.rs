@@ -18,6 +18,7 @@
 //! it with [`crate::wait`].
 
 use crate::{
+    command::{CommandOutcome, RemoteCommand},
     environment::Environment,
     hosted::HookSupport,
     secrets::SecretFields,
@@ -26,9 +27,9 @@ use crate::{
     unclaimed::Unclaimed,
 };
 use provider_abi::{
-    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteParams,
-    ExecuteResult, Hook, HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport,
-    ProviderError, RecordCreation, SyncParams, SyncResult, Workspace,
+    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteResult, Hook,
+    HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError, RecordCreation,
+    SyncParams, SyncResult, Workspace,
 };
 use serde_json::Value;
 use std::{
@@ -726,16 +727,16 @@ impl<'a> Host<'a> {
     pub async fn execute(
         &self,
         held: &HeldLease,
-        mut params: ExecuteParams,
+        command: RemoteCommand,
         stdin: ByteSource,
         output: &mut (dyn FnMut(OutputStream, &[u8]) + Send),
-    ) -> HookResult<ExecuteResult> {
+    ) -> HookResult<CommandOutcome> {
         self.refuse_if_unconfirmed(held)?;
-        params.lease = self.params(&held.lease);
+        let lease = self.params(&held.lease);
         let (sink, chunks) = channel_sink();
-        let call = self.provider.execute(params.clone(), stdin, sink);
+        let call = self.provider.execute(command.into_params(lease.clone()), stdin, sink);
         let outcome = serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await;
-        self.after_execute(held, &params, outcome).await
+        self.after_execute(held, &lease, outcome).await.map(CommandOutcome::from)
     }
 
     /// Refuses, before any call, a lease the ledger knows as unconfirmed:
@@ -753,7 +754,7 @@ impl<'a> Host<'a> {
     async fn after_execute(
         &self,
         held: &HeldLease,
-        params: &ExecuteParams,
+        lease: &LeaseParams,
         outcome: HookResult<ExecuteResult>,
     ) -> HookResult<ExecuteResult> {
         let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
@@ -768,7 +769,7 @@ impl<'a> Host<'a> {
                 || (self.provider.supports(Hook::InspectLease)
                     && self
                         .provider
-                        .inspect_lease(params.lease.clone())
+                        .inspect_lease(lease.clone())
                         .await
                         .is_ok_and(|status| status.unconfirmed));
             if unconfirmed {
@@ -777,7 +778,7 @@ impl<'a> Host<'a> {
                     "command cleanup is unconfirmed on the lease"
                 );
                 self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error)).await?;
-                self.hand_over_unconfirmed(&params.lease);
+                self.hand_over_unconfirmed(lease);
             }
         }
         outcome

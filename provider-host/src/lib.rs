@@ -30,25 +30,27 @@
 //! ```no_run
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! use provider_host::{
-//!     ByteSource, Environment, ExecuteParams, Host, Ledger, LoadedProvider, LogLevel, LogSink, Owner,
-//!     Provider, SetupParams,
+//!     ByteSource, Environment, Host, Ledger, LoadedProvider, LogLevel, LogSink, Owner, Provider,
+//!     RemoteCommand, SetupParams,
 //! };
 //!
 //! let provider = LoadedProvider::load(std::path::Path::new("libcreateos_provider.so"))?;
-//! let setup = SetupParams { host_name: "my-platform".into(), host_version: "1.0.0".into() };
-//! provider.setup(&setup, LogSink::new(|_| {}), LogLevel::Warn)?;
+//! provider.setup(&SetupParams::new("my-platform", "1.0.0"), LogSink::new(|_| {}), LogLevel::Warn)?;
 //! let ledger = Ledger::open(std::path::Path::new("ledger.sqlite3"))?;
 //! let config = Environment::new("acme", "production", serde_json::json!({"shape": "s-1vcpu-1gb"}));
 //! let host = Host::new(&provider, &ledger, &config, Owner::Command, "run-1");
 //! let lease = host.acquire().await?;
-//! let command = ExecuteParams { command: "/bin/echo".into(), args: vec!["hi".into()].into(), ..Default::default() };
+//! println!("acquired {}", lease.id().unwrap_or("-"));
+//! let command = RemoteCommand::new("/bin/echo").args(["hi"]);
 //! let mut print = |_stream, bytes: &[u8]| print!("{}", String::from_utf8_lossy(bytes));
 //! let result = host.execute(&lease, command, ByteSource::empty(), &mut print).await?;
+//! println!("exit code {:?}", result.exit_code);
 //! host.release(&lease).await?;
-//! # let _ = result; Ok(()) }
+//! # Ok(()) }
 //! ```
 
 pub mod budget;
+pub mod command;
 pub mod environment;
 mod forward;
 mod group_commit;
@@ -70,6 +72,7 @@ pub mod sweep;
 mod unclaimed;
 pub mod unconfirmed_handover;
 
+pub use command::{CommandOutcome, RemoteCommand};
 pub use environment::Environment;
 pub use host::{HeldLease, Host, Released};
 pub use hosted::{HookSupport, HostedProvider};

@@ -12,6 +12,7 @@ fn the_embedding_example_runs_a_lease_with_live_output() {
     let output = Command::new(&example).arg(library).stdin(Stdio::null()).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.starts_with("acquired sb-"), "the lease id prints as plain text: {stdout}");
     assert!(stdout.contains("line 1\nline 2\nline 3\n"), "{stdout}");
     assert!(stdout.contains("exit code Some(0)"), "{stdout}");
     assert!(

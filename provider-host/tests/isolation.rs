@@ -25,7 +25,7 @@ use provider_host::{
     store::sqlite::Ledger,
     store::{LeaseState, Owner},
     sweep::{sweep, Scope, SweepSecrets},
-    wait,
+    wait, RemoteCommand,
 };
 use serde_json::json;
 use std::{
@@ -328,7 +328,7 @@ fn a_lease_poisoned_before_a_crash_stays_poisoned_after_it() {
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
     let control = wait(host.acquire()).unwrap();
-    let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
+    let command = RemoteCommand::new("unconfirmed");
     let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     assert_eq!(ledger.get(poisoned.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
@@ -357,7 +357,7 @@ fn a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destro
     let config = Environment::new("acme", "dev", json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "seed");
     let poisoned = wait(host.acquire()).unwrap();
-    let command = ExecuteParams { command: "unconfirmed".into(), ..Default::default() };
+    let command = RemoteCommand::new("unconfirmed");
     let error = wait(host.execute(&poisoned, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert_eq!(error.kind, ErrorKind::CLEANUP_UNCONFIRMED);
     let unconfirmed = |provider: &IsolatedProvider| {
@@ -386,7 +386,7 @@ fn a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused() {
     let config = Environment::new("acme", "dev", json!({"holdOnRelease": true}));
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "died");
     let held = wait(host.acquire()).unwrap();
-    let command = ExecuteParams { command: "crash:segv".into(), ..Default::default() };
+    let command = RemoteCommand::new("crash:segv");
     let error = wait(host.execute(&held, command, ByteSource::empty(), &mut ignore())).unwrap_err();
     assert!(error.message.contains("SIGSEGV"), "{error:?}");
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
@@ -477,11 +477,7 @@ fn dropping_an_execute_through_the_worker_terminates_its_command() {
     let config = Environment::new("acme", "dev", settings);
     let host = Host::new(&provider, &ledger, &config, Owner::Command, "cancel");
     let held = wait(host.acquire()).unwrap();
-    let command = |program: &str, arg: &str| ExecuteParams {
-        command: program.into(),
-        args: vec![arg.into()].into(),
-        ..Default::default()
-    };
+    let command = |program: &str, arg: &str| RemoteCommand::new(program).args([arg]);
     let ended_by_themselves = sim.ledger().unterminated_processes();
     let created = |ledger: &createos_sim::Ledger| {
         ledger

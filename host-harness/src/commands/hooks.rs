@@ -5,13 +5,13 @@
 use super::{read_config, Failure, Session};
 use host_harness::{lease_file, render};
 use provider_abi::{
-    ByteSource, EnvVar, ExecuteParams, Lease, OutputStream, PostUploadCommand, Provider, SyncDirection,
-    SyncMapping, SyncOperation, SyncParams, SyncResult,
+    ByteSource, Lease, OutputStream, PostUploadCommand, Provider, SyncDirection, SyncMapping, SyncOperation,
+    SyncParams, SyncResult,
 };
 use provider_host::{
     host::{Host, Released},
     store::Owner,
-    wait,
+    wait, RemoteCommand,
 };
 use std::{
     fs::File,
@@ -193,20 +193,12 @@ pub fn exec(
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
     let stdin = command_stdin(options, stdin_taken)?.map_or_else(ByteSource::empty, Input::into_source);
-    let params = ExecuteParams {
-        command: program.as_str().into(),
-        args: args.iter().map(|arg| arg.as_str().into()).collect(),
-        cwd: options.cwd.as_deref().map(Into::into).into(),
-        env: options
-            .env
-            .iter()
-            .map(|(name, value)| EnvVar { name: name.as_str().into(), value: value.as_str().into() })
-            .collect(),
-        timeout_ms: options
-            .timeout
-            .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-            .into(),
-        ..Default::default()
+    let command = RemoteCommand {
+        program: program.clone(),
+        args: args.to_vec(),
+        cwd: options.cwd.clone(),
+        env: options.env.clone(),
+        timeout: options.timeout,
     };
     let closed = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
@@ -230,7 +222,7 @@ pub fn exec(
                 });
             }
         };
-        wait(host.execute(&held, params, stdin, &mut live))
+        wait(host.execute(&held, command, stdin, &mut live))
     });
     if closed.load(Ordering::SeqCst) {
         return Err(Failure::Exit(BROKEN_PIPE_EXIT));
@@ -239,7 +231,7 @@ pub fn exec(
     if std::io::stdout().flush().is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
         return Err(Failure::Exit(BROKEN_PIPE_EXIT));
     }
-    let code = match (result.exit_code.into_option(), result.timed_out) {
+    let code = match (result.exit_code, result.timed_out) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
         (None, true) => 124,
         (None, false) => 125,
