@@ -311,3 +311,26 @@ fn dl_reason(message: &str, path: &Path) -> String {
 }
 
 crate::forward::forward_provider!(LoadedProvider, |this| this.instance);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_shown_by_its_first_non_blank_line_trimmed_and_bounded() {
+        assert_eq!(first_line(&"\n  \n  the reason  \nmore detail"), "the reason");
+        assert_eq!(first_line(&""), "unknown error");
+        assert_eq!(first_line(&" \n\t"), "unknown error");
+        let long = "x".repeat(400);
+        assert_eq!(first_line(&long), "x".repeat(300));
+    }
+
+    #[test]
+    fn the_dynamic_loaders_reason_is_shown_without_the_path_it_repeats() {
+        let path = Path::new("/opt/providers/libp.so");
+        let message = "/opt/providers/libp.so: undefined symbol: missing_function\nsecond line";
+        assert_eq!(dl_reason(message, path), "undefined symbol: missing_function");
+        // A reason that does not repeat the path is shown as it is.
+        assert_eq!(dl_reason("file too short", path), "file too short");
+    }
+}
