@@ -263,7 +263,7 @@ fn a_path_whose_file_was_replaced_after_loading_is_refused_not_served_stale() {
 
 /// The loader loads a path made absolute and canonical (no `..`, no symbolic
 /// link), which is what `path()` reports; the harness's test of a bare name
-/// against `LD_LIBRARY_PATH` is in `host-harness/tests/inputs.rs`.
+/// against `LD_LIBRARY_PATH` is in `host-harness/tests/harness/inputs.rs`.
 #[test]
 fn the_loaded_path_is_absolute_and_canonical() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,9 +4,7 @@
 //! never reach the ledger, oversized keys, dying workers and what a sandbox
 //! may see of the machine.
 
-mod common;
-
-use common::{provider_config, write_config, ConfigDir};
+use crate::common::{provider_config, write_config, ConfigDir};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use provider_host::{store::sqlite::Ledger, store::LeaseState};
 use serde_json::{json, Value};

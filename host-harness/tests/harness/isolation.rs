@@ -4,9 +4,7 @@
 //! isolated provider's own tests, through the library, are provider-host's
 //! (`provider-host/tests/isolation.rs`).
 
-mod common;
-
-use common::ConfigDir;
+use crate::common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use provider_host::loader::library_file_name;
 use serde_json::json;

@@ -1,7 +1,6 @@
-//! Helpers the harness's integration tests share (each test file that
-//! needs them declares `mod common;`), and the test bed most of them start
-//! from: a directory holding a configuration file for a simulator.
-#![allow(dead_code)] // each test binary uses part of it
+//! Helpers the harness's integration tests share, and the test bed most of
+//! them start from: a directory holding a configuration file for a
+//! simulator.
 
 use createos_sim::Simulator;
 use serde_json::{json, Value};

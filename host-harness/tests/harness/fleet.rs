@@ -3,9 +3,7 @@
 //! starts (its request log is the ground truth). Each harness process is a
 //! host with its own heartbeat.
 
-mod common;
-
-use common::{wait_until, ConfigDir};
+use crate::common::{wait_until, ConfigDir};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use pg_cluster::PgCluster;
 use provider_host::{

@@ -2,9 +2,7 @@
 //! provider's logs reach the harness's: the real binary against a simulator
 //! this test process owns.
 
-mod common;
-
-use common::ConfigDir;
+use crate::common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use serde_json::{json, Value};
 use std::{
@@ -179,7 +177,7 @@ impl Watched {
     /// Waits for the harness (two minutes at most: a hang guard) and returns
     /// its exit code, stderr and peak resident memory in KiB (`wait4`).
     fn finish(mut self) -> (Option<i32>, String, u64) {
-        common::wait_until("the harness exits", Duration::from_secs(120), || {
+        crate::common::wait_until("the harness exits", Duration::from_secs(120), || {
             // SAFETY: waitid with WNOWAIT only looks: the child stays unreaped.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             let flags = libc::WEXITED | libc::WNOWAIT | libc::WNOHANG;
@@ -226,10 +224,10 @@ fn sigterm_stops_exec_while_an_endless_stdin_is_being_sent() {
     let bed = Bed::new();
     let lease = bed.acquire();
     let run = bed.spawn_exec(&lease, &[], &["sh", "-c", "cat >/dev/null"], endless());
-    common::wait_until("the harness reads its stdin", Duration::from_secs(60), || {
+    crate::common::wait_until("the harness reads its stdin", Duration::from_secs(60), || {
         run.read_bytes() > 64 << 20
     });
-    common::signal(&run.child, libc::SIGTERM);
+    crate::common::signal(&run.child, libc::SIGTERM);
     let (code, stderr, peak) = run.finish();
     assert_eq!(code, Some(143), "{stderr}");
     assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");

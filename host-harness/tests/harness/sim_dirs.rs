@@ -3,9 +3,7 @@
 //! directories of simulators that were killed are removed when the next one
 //! starts. Real signals to the real binary, each run with a private TMPDIR.
 
-mod common;
-
-use common::{signal, wait_until};
+use crate::common::{signal, wait_until};
 use std::{
     io::{BufRead, BufReader},
     path::{Path, PathBuf},

@@ -10,8 +10,6 @@ use std::{
 
 use e2e::library;
 
-mod common;
-
 struct Bed {
     dir: tempfile::TempDir,
 }
@@ -254,7 +252,7 @@ fn locked_isolated_worker_never_loads_a_library_renamed_over_the_pinned_one() {
 fn run_guarded(bed: &Bed, args: &[&str]) -> Output {
     let mut child = bed.command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
+        crate::common::wait_until(&format!("{args:?} returns"), std::time::Duration::from_secs(60), || {
             child.try_wait().unwrap().is_some()
         })
     }));

@@ -3,9 +3,7 @@
 //! process the tests run (and kill), and its own view of which sandboxes are
 //! live is the ground truth the ledger is checked against.
 
-mod common;
-
-use common::wait_until;
+use crate::common::wait_until;
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
 use host_harness::{
     config_file::harness_environment,

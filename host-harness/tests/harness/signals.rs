@@ -4,9 +4,7 @@
 //! exits at once and leaves the rest to `sweep`. Real signals, sent to the
 //! real binary, against a simulator this test process owns.
 
-mod common;
-
-use common::{signal, wait_until, ConfigDir};
+use crate::common::{signal, wait_until, ConfigDir};
 use createos_sim::{SimConfig, Simulator};
 use provider_host::{store::sqlite::Ledger, store::LeaseState};
 use serde_json::Value;

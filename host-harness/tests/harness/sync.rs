@@ -2,9 +2,7 @@
 //! files in (with `--then`) and out, per-operation results, one-line
 //! refusals, and `unsupported` from a provider without `sync_files`.
 
-mod common;
-
-use common::ConfigDir;
+use crate::common::ConfigDir;
 use createos_sim::{SimConfig, Simulator};
 use provider_host::loader::library_file_name;
 use serde_json::{json, Value};
