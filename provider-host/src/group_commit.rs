@@ -27,6 +27,7 @@
 //! blocks its thread for a write queued: that thread may be the one the
 //! others' writes come from (the futures it polls).
 
+use crate::store::CommitCounts;
 use rusqlite::Connection;
 use std::{
     sync::{
@@ -49,15 +50,6 @@ pub const MAX_COMPANY_WAIT: Duration = Duration::from_millis(100);
 
 /// A transaction waits for one in this many of the writers in flight.
 const COMPANY_SHARE: usize = 3;
-
-/// How many transactions committed and the writes they held.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CommitCounts {
-    /// Transactions committed (each one `fsync` of the write-ahead log).
-    pub commits: u64,
-    /// Writes those transactions held, failed writes not counted.
-    pub writes: u64,
-}
 
 #[derive(Default)]
 struct Counters {

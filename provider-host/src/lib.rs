@@ -14,10 +14,12 @@
 //! install provider libraries, loading [`staging`]'s private copies; [`secrets`] keeps secrets out of the ledger;
 //! [`environment`] is the environment a host acts for.
 //!
-//! Cargo features, all on by default: `postgres` ([`store::postgres`]: postgres,
-//! r2d2), `pinning` ([`pin_file`]: toml, minisign-verify) and `isolation`
-//! ([`isolation`]: a provider in worker processes; postcard, nix). With
-//! `default-features = false` a host on one machine builds none.
+//! Cargo features, all on by default: `sqlite` ([`store::sqlite`]: the
+//! ledger in a SQLite file; rusqlite), `postgres` ([`store::postgres`]:
+//! postgres, r2d2), `pinning` ([`pin_file`]: toml, minisign-verify) and
+//! `isolation` ([`isolation`]: a provider in worker processes; postcard,
+//! nix). A host on one machine takes `default-features = false, features =
+//! ["sqlite"]`; with none, it brings a [`LeaseStore`] of its own.
 //!
 //! A platform goes through [`Host`]: load the provider, open a ledger,
 //! and call each hook through the host, which records the lease before the
@@ -53,6 +55,7 @@ pub mod budget;
 pub mod command;
 pub mod environment;
 mod forward;
+#[cfg(feature = "sqlite")]
 mod group_commit;
 pub mod heartbeat;
 pub mod host;
@@ -82,6 +85,7 @@ pub use loader::{LoadError, LoadedProvider};
 pub use provider_set::ProviderSet;
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgLedger, PgOptions};
+#[cfg(feature = "sqlite")]
 pub use store::sqlite::Ledger;
 pub use store::{LeaseRecord, LeaseState, LedgerError, Owner};
 pub use store::{LeaseStore, LedgerLocation, StoreOptions};

@@ -13,20 +13,33 @@
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod record;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 
 #[cfg(feature = "postgres")]
 use self::postgres::{PgLedger, PgOptions};
-pub use crate::group_commit::CommitCounts;
 use crate::memory::SavedEntry;
 use provider_abi::{Lease, MemoryEntry, ProviderError};
-pub(crate) use record::{process, runs, Problem};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use record::Problem;
+#[cfg(feature = "sqlite")]
+pub(crate) use record::{process, runs};
 pub use record::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Whose};
+#[cfg(feature = "sqlite")]
 use sqlite::Ledger;
 use std::{
     path::PathBuf,
     time::{Duration, SystemTime},
 };
+
+/// How many transactions committed and the writes they held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// Transactions committed (each one `fsync` of the write-ahead log).
+    pub commits: u64,
+    /// Writes those transactions held, failed writes not counted.
+    pub writes: u64,
+}
 
 /// A write of the host's policy, as data: what [`LeaseStore::submit`] takes
 /// (and `committed`, on a `dyn LeaseStore`, awaits).
@@ -235,6 +248,7 @@ impl dyn LeaseStore + '_ {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl LeaseStore for Ledger {
     fn host_name(&self) -> String {
         format!("process {}", Ledger::pid(self))
@@ -333,11 +347,13 @@ impl LeaseStore for Ledger {
 }
 
 /// Milliseconds since the Unix epoch, as the stores keep memory's times.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn unix_ms(time: SystemTime) -> i64 {
     time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
 }
 
 /// The time `ms` milliseconds after the Unix epoch.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn from_unix_ms(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
 }
@@ -375,9 +391,9 @@ impl LedgerLocation {
         }
     }
 
-    /// The default: the SQLite file at [`Ledger::default_path`].
+    /// The default: the SQLite file at [`default_sqlite_path`].
     pub fn default_location() -> LedgerLocation {
-        LedgerLocation::Sqlite(Ledger::default_path())
+        LedgerLocation::Sqlite(default_sqlite_path())
     }
 }
 
@@ -399,34 +415,59 @@ impl Default for StoreOptions {
 
 /// Opens (creating or migrating if needed) the ledger at `location`.
 pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, LedgerError> {
-    Ok(match location {
-        LedgerLocation::Sqlite(path) => Box::new(Ledger::open(path)?),
+    match location {
+        #[cfg(feature = "sqlite")]
+        LedgerLocation::Sqlite(path) => Ok(Box::new(Ledger::open(path)?)),
+        #[cfg(not(feature = "sqlite"))]
+        LedgerLocation::Sqlite(_) => Err(no_sqlite()),
         #[cfg(feature = "postgres")]
-        LedgerLocation::Postgres(url) => Box::new(PgLedger::open(
+        LedgerLocation::Postgres(url) => Ok(Box::new(PgLedger::open(
             url,
             &PgOptions { heartbeat_expiry: options.heartbeat_expiry, pool_size: options.pool_size },
-        )?),
+        )?)),
         #[cfg(not(feature = "postgres"))]
         LedgerLocation::Postgres(_) => {
             let _ = options;
-            return Err(no_postgres());
+            Err(no_postgres())
         }
-    })
+    }
 }
 
 /// Every row of the ledger at `location`, read without changing it (no
 /// ledger there yet: none).
 pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerError> {
     match location {
+        #[cfg(feature = "sqlite")]
         LedgerLocation::Sqlite(path) => match Ledger::open_read_only(path)? {
             Some(ledger) => ledger.list(),
             None => Ok(Vec::new()),
         },
+        #[cfg(not(feature = "sqlite"))]
+        LedgerLocation::Sqlite(_) => Err(no_sqlite()),
         #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => self::postgres::read_all(url),
         #[cfg(not(feature = "postgres"))]
         LedgerLocation::Postgres(_) => Err(no_postgres()),
     }
+}
+
+/// Where the SQLite ledger lives unless told: `$XDG_STATE_HOME/host-harness/ledger.sqlite3`
+/// (`~/.local/state/...` when that is unset).
+pub fn default_sqlite_path() -> PathBuf {
+    let state =
+        std::env::var_os("XDG_STATE_HOME").filter(|dir| !dir.is_empty()).map(PathBuf::from).unwrap_or_else(
+            || std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".local/state"),
+        );
+    state.join("host-harness").join("ledger.sqlite3")
+}
+
+/// A SQLite location in a build without the `sqlite` feature.
+#[cfg(not(feature = "sqlite"))]
+fn no_sqlite() -> LedgerError {
+    LedgerError::other(
+        "ledger.sqlite3",
+        "this build has no SQLite ledger (provider-host's `sqlite` feature is off)",
+    )
 }
 
 /// A PostgreSQL location in a build without the `postgres` feature.

@@ -2,14 +2,13 @@
 //! ([`LeaseRecord`]: its [`LeaseState`], [`Owner`] and [`LeaseEnv`]), whose
 //! rows a host lists ([`Whose`]) and the store's error ([`LedgerError`]).
 
+#[cfg(feature = "sqlite")]
 use super::sqlite::SCHEMA_VERSION;
 use provider_abi::Lease;
 use serde_json::{json, Value};
-use std::{
-    fmt,
-    path::{Path, PathBuf},
-    str::FromStr,
-};
+#[cfg(feature = "sqlite")]
+use std::path::Path;
+use std::{fmt, path::PathBuf, str::FromStr};
 
 /// Where a lease stands, as far as the harness knows.
 ///
@@ -110,6 +109,7 @@ impl Owner {
         }
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn parse(text: &str) -> Owner {
         match text {
             "lifecycle" => Owner::Lifecycle,
@@ -237,18 +237,24 @@ pub struct LedgerError {
 /// What went wrong with a ledger.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum Problem {
+    #[cfg(feature = "sqlite")]
     #[error("{0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[cfg(feature = "sqlite")]
     #[error("cannot create its directory {}: {source}", dir.display())]
     Directory { dir: PathBuf, source: std::io::Error },
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     #[error("{0}")]
     Io(std::io::Error),
+    #[cfg(feature = "sqlite")]
     #[error("not a SQLite database")]
     NotADatabase,
+    #[cfg(feature = "sqlite")]
     #[error(
         "a SQLite database of another application ({0}); refusing to add the lease ledger's tables to it"
     )]
     Foreign(String),
+    #[cfg(feature = "sqlite")]
     #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
     Newer(i64),
     #[cfg(feature = "postgres")]
@@ -292,6 +298,7 @@ impl LedgerError {
         }
     }
 
+    #[cfg(feature = "sqlite")]
     pub(crate) fn new(path: &Path, problem: impl Into<Problem>) -> Self {
         let problem = match problem.into() {
             Problem::Sqlite(error)

@@ -20,11 +20,11 @@
 //! [`Ledger::open_read_only`], which needs no write access at all.
 
 use crate::{
-    group_commit::{self, CommitCounts, Committer},
+    group_commit::{self, Committer},
     memory::SavedEntry,
     store::{
-        from_unix_ms, process, runs, unix_ms, LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem,
-        Whose, Write,
+        from_unix_ms, process, runs, unix_ms, CommitCounts, LeaseEnv, LeaseRecord, LeaseState, LedgerError,
+        Owner, Problem, Whose, Write,
     },
 };
 use provider_abi::{Lease, MemoryEntry, ProviderError};
@@ -145,13 +145,7 @@ impl Ledger {
     /// The default location: `$XDG_STATE_HOME/host-harness/ledger.sqlite3`,
     /// or `~/.local/state/host-harness/ledger.sqlite3`.
     pub fn default_path() -> PathBuf {
-        let state = std::env::var_os("XDG_STATE_HOME")
-            .filter(|dir| !dir.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".local/state")
-            });
-        state.join("host-harness").join("ledger.sqlite3")
+        super::default_sqlite_path()
     }
 
     /// Opens (creating if needed) the ledger at `path`, and its directory.
