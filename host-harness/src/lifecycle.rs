@@ -12,12 +12,10 @@
 //! destroy, and a failed lifecycle destroys whatever lease it holds.
 
 use crate::interrupt;
-use provider_abi::{
-    ByteSource, ErrorKind, HookResult, OutputStream, ProviderError, SyncDirection, SyncParams,
-};
+use provider_abi::{ByteSource, ErrorKind, HookResult, OutputStream, ProviderError, SyncDirection};
 use provider_host::{
     host::{HeldLease, Host, Released},
-    RemoteCommand,
+    FileTransfer, PathMapping, RemoteCommand, TransferOperation, TransferOutcome,
 };
 use serde_json::{json, Value};
 use std::{
@@ -213,8 +211,11 @@ impl Lifecycle<'_, '_> {
                 self.fail("sync-in", ProviderError::internal(format!("cannot stage the input: {error}")))
             })?;
         let source = local.path().join("input").to_string_lossy().into_owned();
-        let params =
-            sync_params(SyncDirection::In, "input", "directory", &source, &format!("{cwd}/{SYNC_INPUT}"));
+        let params = one_mapping(
+            SyncDirection::In,
+            "input",
+            PathMapping::directory(source, format!("{cwd}/{SYNC_INPUT}")),
+        );
         let host = self.host;
         self.refuse_if_interrupted("sync-in")?;
         let started = Instant::now();
@@ -228,7 +229,8 @@ impl Lifecycle<'_, '_> {
     async fn sync_out(&mut self, held: &HeldLease, cwd: &str, local: &std::path::Path) -> Result<(), ()> {
         let target = local.join("result.txt");
         let source = format!("{cwd}/{SYNC_RESULT}");
-        let params = sync_params(SyncDirection::Out, "result", "file", &source, &target.to_string_lossy());
+        let params =
+            one_mapping(SyncDirection::Out, "result", PathMapping::file(source, target.to_string_lossy()));
         let host = self.host;
         self.refuse_if_interrupted("sync-out")?;
         let started = Instant::now();
@@ -324,18 +326,16 @@ impl Lifecycle<'_, '_> {
 }
 
 /// One operation of one mapping, moving files `direction`.
-fn sync_params(direction: SyncDirection, id: &str, kind: &str, source: &str, target: &str) -> SyncParams {
-    SyncParams::single(Default::default(), direction, id, kind, source, target)
+fn one_mapping(direction: SyncDirection, id: &str, mapping: PathMapping) -> FileTransfer {
+    FileTransfer::new(direction).operation(TransferOperation::new(id).mapping(mapping))
 }
 
 /// "N files, M bytes" of a sync's outcome.
-fn moved(outcome: &HookResult<provider_abi::SyncResult>) -> String {
+fn moved(outcome: &HookResult<TransferOutcome>) -> String {
     outcome.as_ref().map_or_else(
         |_| String::new(),
-        |result| {
-            let (files, bytes) = result.operations.iter().fold((0, 0), |(files, bytes), operation| {
-                (files + operation.files_transferred, bytes + operation.bytes_transferred)
-            });
+        |moved| {
+            let (files, bytes) = moved.totals();
             format!("{files} files, {bytes} bytes")
         },
     )

@@ -5,11 +5,10 @@
 //! Fields Paperclip sends that the host has no use for (`issueId`,
 //! `workspaceMode`, `bypassSession`...) are accepted and ignored.
 
-use provider_abi::{
-    abi_stable::std_types::RVec, ByteSource, Hook, Lease, PostUploadCommand, ProbeReport, SyncDirection,
-    SyncMapping, SyncOperation, SyncResult, ValidationReport, Workspace,
+use provider_abi::{ByteSource, Hook, Lease, ProbeReport, SyncDirection, ValidationReport, Workspace};
+use provider_host::{
+    CommandOutcome, FileTransfer, PathMapping, RemoteCommand, TransferOperation, TransferOutcome,
 };
-use provider_host::{CommandOutcome, RemoteCommand};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::{collections::BTreeMap, time::Duration};
@@ -358,47 +357,52 @@ pub fn execute_result(outcome: &CommandOutcome) -> Value {
     })
 }
 
-/// The host's sync operations.
-pub fn sync_operations(sync: Sync) -> RVec<SyncOperation> {
-    sync.operations
-        .into_iter()
-        .map(|operation| SyncOperation {
-            id: operation.operation_id.into(),
-            mappings: operation
-                .files
-                .into_iter()
-                .map(|file| SyncMapping {
-                    kind: file.kind.into(),
-                    source_path: file.source_path.into(),
-                    target_path: file.target_path.into(),
-                    mode: file.mode.into(),
-                    exclude: file.exclude.into_iter().map(Into::into).collect(),
-                    follow_symlinks: file.follow_symlinks,
-                })
-                .collect(),
-            post_upload_commands: operation
-                .post_upload_commands
-                .into_iter()
-                .map(|command| PostUploadCommand {
-                    command: command.command.into(),
-                    cwd: command.cwd.map(Into::into).into(),
-                    timeout_ms: command.timeout_ms.into(),
-                })
-                .collect(),
-        })
-        .collect()
+/// The host's transfer of a sync call `method` (`environmentSyncIn` or
+/// `environmentSyncOut`).
+pub fn file_transfer(method: &str, sync: Sync) -> FileTransfer {
+    FileTransfer {
+        direction: sync_direction(method),
+        operations: sync
+            .operations
+            .into_iter()
+            .map(|operation| TransferOperation {
+                id: operation.operation_id,
+                mappings: operation
+                    .files
+                    .into_iter()
+                    .map(|file| PathMapping {
+                        kind: file.kind,
+                        source: file.source_path,
+                        target: file.target_path,
+                        mode: file.mode,
+                        exclude: file.exclude,
+                        follow_symlinks: file.follow_symlinks,
+                    })
+                    .collect(),
+                post_upload_commands: operation
+                    .post_upload_commands
+                    .into_iter()
+                    .map(|command| provider_host::PostUpload {
+                        command: command.command,
+                        cwd: command.cwd,
+                        timeout: command.timeout_ms.map(Duration::from_millis),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// `PluginEnvironmentSyncResult`.
-pub fn sync_result(result: &SyncResult) -> Value {
-    let operations: Vec<Value> = result
+pub fn sync_result(outcome: &TransferOutcome) -> Value {
+    let operations: Vec<Value> = outcome
         .operations
         .iter()
-        .map(|operation| {
+        .map(|moved| {
             json!({
-                "operationId": operation.id.as_str(),
-                "filesTransferred": operation.files_transferred,
-                "bytesTransferred": operation.bytes_transferred,
+                "operationId": moved.id,
+                "filesTransferred": moved.files,
+                "bytesTransferred": moved.bytes,
             })
         })
         .collect();

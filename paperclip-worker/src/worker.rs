@@ -29,7 +29,7 @@ use crate::{
     rpc::{self, codes, Incoming, Lines, RpcError, MAX_LINE_BYTES},
     text::{self, Utf8Stream},
 };
-use provider_abi::{LogLevel, LogRecord, LogSink, OutputStream, ProviderError, SyncParams};
+use provider_abi::{LogLevel, LogRecord, LogSink, OutputStream, ProviderError};
 use provider_host::{
     environment,
     host::{HeldLease, Host, Released},
@@ -201,12 +201,8 @@ impl Worker {
             "environmentSyncIn" | "environmentSyncOut" => {
                 let call: OnLease<Sync> = protocol::params(method, params)?;
                 let (host, held) = self.on_lease(method, &call.env, call.lease).await?;
-                let sync = SyncParams {
-                    direction: protocol::sync_direction(method),
-                    operations: protocol::sync_operations(call.call),
-                    ..Default::default()
-                };
-                host.sync(&held, sync).await.map(|result| protocol::sync_result(&result)).map_err(fail)
+                let transfer = protocol::file_transfer(method, call.call);
+                host.sync(&held, transfer).await.map(|outcome| protocol::sync_result(&outcome)).map_err(fail)
             }
             _ => Err(RpcError::new(codes::METHOD_NOT_FOUND, format!("method not found: {method}"))),
         }

@@ -20,6 +20,7 @@
 use crate::{
     command::{CommandOutcome, RemoteCommand},
     environment::Environment,
+    file_transfer::{FileTransfer, TransferOutcome},
     hosted::HookSupport,
     secrets::SecretFields,
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
@@ -29,7 +30,7 @@ use crate::{
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteResult, Hook,
     HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError, RecordCreation,
-    SyncParams, SyncResult, Workspace,
+    Workspace,
 };
 use serde_json::Value;
 use std::{
@@ -808,12 +809,13 @@ impl<'a> Host<'a> {
     /// without it is refused with `unsupported`, and a lease the ledger
     /// knows as unconfirmed is refused, both before any call; dropping the
     /// future stops the sync.
-    pub async fn sync(&self, held: &HeldLease, mut params: SyncParams) -> HookResult<SyncResult> {
+    pub async fn sync(&self, held: &HeldLease, transfer: FileTransfer) -> HookResult<TransferOutcome> {
         if !self.can_sync() {
             return Err(provider_abi::unsupported(Hook::SyncFiles));
         }
         self.refuse_if_unconfirmed(held)?;
-        params.lease = self.params(&held.lease);
-        self.provider.sync_files(params).await.map_err(|error| self.forget_if_refused(held, error))
+        let params = transfer.into_params(self.params(&held.lease));
+        let outcome = self.provider.sync_files(params).await;
+        outcome.map(TransferOutcome::from).map_err(|error| self.forget_if_refused(held, error))
     }
 }

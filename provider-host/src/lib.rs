@@ -54,6 +54,7 @@
 pub mod budget;
 pub mod command;
 pub mod environment;
+pub mod file_transfer;
 mod forward;
 #[cfg(feature = "sqlite")]
 mod group_commit;
@@ -77,6 +78,9 @@ pub mod unconfirmed_handover;
 
 pub use command::{CommandOutcome, RemoteCommand};
 pub use environment::Environment;
+pub use file_transfer::{
+    FileTransfer, OperationMoved, PathMapping, PostUpload, TransferOperation, TransferOutcome,
+};
 pub use host::{HeldLease, Host, Released};
 pub use hosted::{HookSupport, HostedProvider};
 #[cfg(feature = "isolation")]
@@ -95,8 +99,8 @@ pub use sweep::{sweep, Scope, SweepSecrets};
 /// return beyond those re-exported below.
 pub use provider_abi;
 pub use provider_abi::{
-    ByteSource, ErrorKind, ExecuteParams, ExecuteResult, Hook, HookResult, Lease, LogLevel, LogRecord,
-    LogSink, OutputStream, Provider, ProviderError, SetupParams,
+    ByteSource, ErrorKind, Hook, HookResult, Lease, LogLevel, LogRecord, LogSink, OutputStream, Provider,
+    ProviderError, SetupParams, SyncDirection,
 };
 
 /// Runs a host future to its end on the calling thread: the one adapter a

@@ -4,14 +4,11 @@
 
 use super::{read_config, Failure, Session};
 use host_harness::{lease_file, render};
-use provider_abi::{
-    ByteSource, Lease, OutputStream, PostUploadCommand, Provider, SyncDirection, SyncMapping, SyncOperation,
-    SyncParams, SyncResult,
-};
+use provider_abi::{ByteSource, Lease, OutputStream, Provider, SyncDirection};
 use provider_host::{
     host::{Host, Released},
     store::Owner,
-    wait, RemoteCommand,
+    wait, FileTransfer, PathMapping, RemoteCommand, TransferOperation, TransferOutcome,
 };
 use std::{
     fs::File,
@@ -288,35 +285,30 @@ pub fn sync(
     let outbound = sync_mappings(request.outbound, false, mode, request.exclude)?;
     let host = host(session, config)?;
     let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
-    let mut results: Vec<SyncResult> = Vec::new();
+    let mut results: Vec<TransferOutcome> = Vec::new();
     if !inbound.is_empty() {
-        let commands = request
-            .then
-            .iter()
-            .map(|command| PostUploadCommand { command: command.as_str().into(), ..Default::default() });
-        let params = sync_params(SyncDirection::In, "in", inbound, commands.collect());
-        results.push(wait(host.sync(&held, params))?);
+        let operation =
+            request.then.iter().fold(operation("in", inbound), |operation, command| operation.then(command));
+        results.push(wait(host.sync(&held, FileTransfer::new(SyncDirection::In).operation(operation)))?);
     }
     if !outbound.is_empty() {
-        results.push(wait(host.sync(&held, sync_params(SyncDirection::Out, "out", outbound, Vec::new())))?);
+        let transfer = FileTransfer::new(SyncDirection::Out).operation(operation("out", outbound));
+        results.push(wait(host.sync(&held, transfer))?);
     }
     let operations: Vec<_> = results.iter().flat_map(|result| result.operations.iter()).collect();
     let json = serde_json::json!({"operations": operations
         .iter()
         .map(|operation| serde_json::json!({
-            "id": operation.id.as_str(),
-            "filesTransferred": operation.files_transferred,
-            "bytesTransferred": operation.bytes_transferred,
+            "id": operation.id,
+            "filesTransferred": operation.files,
+            "bytesTransferred": operation.bytes,
         }))
         .collect::<Vec<_>>()});
     session.out.value(&json, || {
         operations
             .iter()
             .map(|operation| {
-                format!(
-                    "{}: {} files, {} bytes",
-                    operation.id, operation.files_transferred, operation.bytes_transferred
-                )
+                format!("{}: {} files, {} bytes", operation.id, operation.files, operation.bytes)
             })
             .collect::<Vec<_>>()
             .join("\n")
@@ -324,22 +316,9 @@ pub fn sync(
     Ok(())
 }
 
-fn sync_params(
-    direction: SyncDirection,
-    id: &str,
-    mappings: Vec<SyncMapping>,
-    commands: Vec<PostUploadCommand>,
-) -> SyncParams {
-    SyncParams {
-        lease: Default::default(),
-        direction,
-        operations: vec![SyncOperation {
-            id: id.into(),
-            mappings: mappings.into(),
-            post_upload_commands: commands.into(),
-        }]
-        .into(),
-    }
+/// One operation `id` moving `mappings`.
+fn operation(id: &str, mappings: Vec<PathMapping>) -> TransferOperation {
+    mappings.into_iter().fold(TransferOperation::new(id), TransferOperation::mapping)
 }
 
 /// Parses `--in`/`--out` pairs into mappings; local paths are made absolute,
@@ -349,7 +328,7 @@ fn sync_mappings(
     inbound: bool,
     mode: Option<u32>,
     exclude: &[String],
-) -> Result<Vec<SyncMapping>, Failure> {
+) -> Result<Vec<PathMapping>, Failure> {
     pairs
         .iter()
         .map(|pair| {
@@ -368,14 +347,12 @@ fn sync_mappings(
             let directory = if inbound { Path::new(&local).is_dir() } else { remote.ends_with('/') };
             let (source, target) =
                 if inbound { (local, remote.to_owned()) } else { (remote.to_owned(), local) };
-            Ok(SyncMapping {
-                kind: if directory { "directory" } else { "file" }.into(),
-                source_path: source.into(),
-                target_path: target.into(),
-                mode: mode.into(),
-                exclude: exclude.iter().map(|glob| glob.as_str().into()).collect(),
-                follow_symlinks: false,
-            })
+            let mapping = if directory {
+                PathMapping::directory(source, target)
+            } else {
+                PathMapping::file(source, target)
+            };
+            Ok(PathMapping { mode, exclude: exclude.to_vec(), ..mapping })
         })
         .collect()
 }
