@@ -770,6 +770,24 @@ impl provider_host::LeaseStore for HeldWrites {
     }
 }
 
+/// Runs `host`'s acquire until `store` holds a write of it, then drops it.
+fn drop_acquire_once_held(
+    runtime: &tokio::runtime::Runtime,
+    host: &provider_host::Host<'_>,
+    store: &HeldWrites,
+) {
+    runtime.block_on(async {
+        let mut acquire = std::pin::pin!(host.acquire());
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        loop {
+            tokio::select! {
+                result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
+                _ = tick.tick() => if store.holding() { break },
+            }
+        }
+    });
+}
+
 /// The host's acquire dropped after it submitted the `creating` record and
 /// before the provider heard the record was durable: the provider sends no
 /// creation request, and the row says so (`acquiring`, which a sweep closes
@@ -787,16 +805,7 @@ fn an_acquire_dropped_while_its_creating_record_commits_sends_nothing_and_stays_
     let host = Host::new(&bed.provider, &store, &environment, Owner::Lifecycle, "run-1");
     let runtime = host_runtime();
     let requests_before = bed.ledger().requests.len();
-    runtime.block_on(async {
-        let mut acquire = std::pin::pin!(host.acquire());
-        let mut tick = tokio::time::interval(Duration::from_millis(1));
-        loop {
-            tokio::select! {
-                result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
-                _ = tick.tick() => if store.holding() { break },
-            }
-        }
-    });
+    drop_acquire_once_held(&runtime, &host, &store);
     // The acquire is dropped; now the record commits and its answer finds
     // nobody waiting.
     store.commit_held();
@@ -828,16 +837,7 @@ fn an_acquire_dropped_while_its_active_record_commits_destroys_the_lease_and_rec
     let environment = Environment::new(COMPANY, ENVIRONMENT, config.clone());
     let host = Host::new(&bed.provider, &store, &environment, Owner::Lifecycle, "run-1");
     let runtime = host_runtime();
-    runtime.block_on(async {
-        let mut acquire = std::pin::pin!(host.acquire());
-        let mut tick = tokio::time::interval(Duration::from_millis(1));
-        loop {
-            tokio::select! {
-                result = &mut acquire => panic!("the acquire ended with its record held: {result:?}"),
-                _ = tick.tick() => if store.holding() { break },
-            }
-        }
-    });
+    drop_acquire_once_held(&runtime, &host, &store);
     // Dropped: the host destroyed the lease as it let go of it.
     assert!(bed.ledger().leaked().is_empty(), "{:?}", bed.ledger().leaked());
     assert_eq!(bed.ledger().sandboxes.len(), 1);
