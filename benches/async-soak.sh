@@ -27,6 +27,8 @@
 # long an overloaded simulator makes a hook wait.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/sim-lib.sh
+source benches/sim-lib.sh
 big=${1:-3000}
 cargo build --release -q -p host-harness -p createos-provider
 # Thousands of lifecycles in flight hold a connection each in both
@@ -45,23 +47,10 @@ run() {
     local label=$1 in_flight=$2 lifecycles=$3
     shift 3
     rm -f "$work"/sim.json "$work"/ledger.sqlite3*
-    "$harness" sim --no-rate-limit --json >"$work/sim.json" &
-    sim=$!
-    for _ in $(seq 1 200); do [ -s "$work/sim.json" ] && break; sleep 0.05; done
-    python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-sim = json.loads(open(f"{work}/sim.json").readline())
-config = {"companyId": "bench", "environmentId": "bench", "config": {
-    "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb",
-    "reuseLease": True, "timeoutMs": 1800000, "requestsPerMinute": 100000}}
-json.dump(config, open(f"{work}/config.json", "w"))
-PY
+    start_sim "$harness" "$work"
     LD_PRELOAD=${SOAK_PRELOAD:-} "$harness" --json soak --leases "$lifecycles" --concurrency "$in_flight" "$@" \
         --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 1 >"$work/soak.json" || true
-    kill -TERM "$sim"
-    wait "$sim" || true
-    sim=
+    stop_sim
     python3 - "$work" "$label" "$in_flight" "$lifecycles" <<'PY'
 import json, sys
 work, label = sys.argv[1], sys.argv[2]

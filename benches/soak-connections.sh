@@ -10,6 +10,8 @@
 #       (its libcreateos_provider.so beside it, where the harness finds it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=benches/sim-lib.sh
+source benches/sim-lib.sh
 lifecycles=${1:-500}
 in_flight=${2:-100}
 if [ -z "${HARNESS:-}" ]; then
@@ -20,24 +22,11 @@ work=$(mktemp -d)
 sim=
 trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
 
-"$HARNESS" sim --no-rate-limit --json >"$work/sim.json" &
-sim=$!
-for _ in $(seq 1 200); do [ -s "$work/sim.json" ] && break; sleep 0.05; done
-python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-sim = json.loads(open(f"{work}/sim.json").readline())
-config = {"companyId": "bench", "environmentId": "bench", "config": {
-    "apiUrl": sim["url"], "apiKey": sim["apiKey"], "shape": "s-1vcpu-1gb",
-    "reuseLease": True, "timeoutMs": 1800000, "requestsPerMinute": 100000}}
-json.dump(config, open(f"{work}/config.json", "w"))
-PY
+start_sim "$HARNESS" "$work"
 strace -f -c -e trace=connect,socket -o "$work/strace.txt" -- \
     "$HARNESS" --json soak --leases "$lifecycles" --concurrency "$in_flight" \
     --config "$work/config.json" --ledger "$work/ledger.sqlite3" | tail -n 1 >"$work/soak.json" || true
-kill -TERM "$sim"
-wait "$sim" || true
-sim=
+stop_sim
 python3 - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
