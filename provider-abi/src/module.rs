@@ -24,8 +24,8 @@
 //! # Adding a hook in a later minor version (checklist)
 //!
 //! 1. Append its field at the end of [`HookTable`] (after the last field) and
-//!    its variant to `Hook` (with `since()` answering the new version); bump
-//!    `ABI_VERSION` and the crate's minor version.
+//!    its row to the `hooks!` table in `version.rs` (name, `optional`, since
+//!    the new version); bump `ABI_VERSION` and the crate's minor version.
 //! 2. Add its trait method to `Provider` with a default answering
 //!    `unsupported`.
 //! 3. Add its export shim in `export.rs` (and list it in

@@ -35,122 +35,106 @@ pub const ABI_2_1: AbiVersion = AbiVersion::new(2, 1);
 /// The ABI this crate defines; also its crate version (`major.minor.x`).
 pub const ABI_VERSION: AbiVersion = ABI_2_1;
 
-/// Every hook of the ABI, in table order.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Hook {
+/// Declares [`Hook`] and what each hook is, from one row per hook in table
+/// order: its manifest name, whether a library may leave it out of its
+/// table, and the ABI version that appended it.
+macro_rules! hooks {
+    (@optional required) => { false };
+    (@optional optional) => { true };
+    ($($(#[doc = $doc:literal])* $hook:ident = $name:literal, $kind:ident, since $since:ident;)*) => {
+        /// Every hook of the ABI, in table order.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Hook {
+            $($(#[doc = $doc])* $hook,)*
+        }
+
+        impl Hook {
+            /// All hooks, in table order.
+            pub const ALL: [Hook; [$(Hook::$hook),*].len()] = [$(Hook::$hook),*];
+
+            /// The hook's name as it appears in manifests and messages.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Hook::$hook => $name,)*
+                }
+            }
+
+            /// The ABI version whose table first has the hook.
+            pub const fn since(self) -> AbiVersion {
+                match self {
+                    $(Hook::$hook => $since,)*
+                }
+            }
+
+            /// True for the hooks a library may leave out of its table (the
+            /// provider exports them with `export_provider!(P, optional = [...])`).
+            pub const fn is_optional(self) -> bool {
+                match self {
+                    $(Hook::$hook => hooks!(@optional $kind),)*
+                }
+            }
+        }
+    };
+}
+
+hooks! {
     /// `manifest`: identity, version and configuration schema.
-    Manifest,
+    Manifest = "manifest", required, since ABI_2_0;
     /// `setup`: called once after loading, with the host's log sink.
-    Setup,
+    Setup = "setup", required, since ABI_2_0;
     /// `shutdown`: cancels work in flight.
-    Shutdown,
+    Shutdown = "shutdown", required, since ABI_2_0;
     /// `health`: a cheap liveness check that sends no request.
-    Health,
+    Health = "health", required, since ABI_2_0;
     /// `validate_config`: checks a configuration.
-    ValidateConfig,
+    ValidateConfig = "validate_config", required, since ABI_2_0;
     /// `probe` (optional): acquires, runs a command, destroys.
-    Probe,
+    Probe = "probe", optional, since ABI_2_0;
     /// `acquire_lease`: creates a lease, recording it ahead.
-    AcquireLease,
+    AcquireLease = "acquire_lease", required, since ABI_2_0;
     /// `resume_lease`: makes a released lease usable again.
-    ResumeLease,
+    ResumeLease = "resume_lease", required, since ABI_2_0;
     /// `release_lease`: gives a lease back, saying whether it was kept.
-    ReleaseLease,
+    ReleaseLease = "release_lease", required, since ABI_2_0;
     /// `destroy_lease`: deletes a lease.
-    DestroyLease,
+    DestroyLease = "destroy_lease", required, since ABI_2_0;
     /// `realize_workspace`: where work runs in a lease.
-    RealizeWorkspace,
+    RealizeWorkspace = "realize_workspace", required, since ABI_2_0;
     /// `execute`: runs a command in a lease, streaming its output as bytes.
-    Execute,
+    Execute = "execute", required, since ABI_2_0;
     /// `inspect_lease` (optional): a lease's remote state.
-    InspectLease,
+    InspectLease = "inspect_lease", optional, since ABI_2_0;
     /// `sync_files` (optional): copies files into or out of a lease.
-    SyncFiles,
+    SyncFiles = "sync_files", optional, since ABI_2_0;
     /// `import_unconfirmed` (optional): learns that a lease's cleanup is
     /// unconfirmed (known to the host from another provider version).
-    ImportUnconfirmed,
+    ImportUnconfirmed = "import_unconfirmed", optional, since ABI_2_0;
     /// `grant_request_share` (optional): the share of its request budget the
     /// provider may spend, in parts per million.
-    GrantRequestShare,
+    GrantRequestShare = "grant_request_share", optional, since ABI_2_0;
     /// `export_memory` (optional, since 2.1): what the provider learnt that
     /// a later process may use, as keyed opaque entries.
-    ExportMemory,
+    ExportMemory = "export_memory", optional, since ABI_2_1;
     /// `import_memory` (optional, since 2.1): hands back what an earlier
     /// process exported.
-    ImportMemory,
+    ImportMemory = "import_memory", optional, since ABI_2_1;
 }
 
 impl Hook {
-    /// All hooks, in table order.
-    pub const ALL: [Hook; 18] = [
-        Hook::Manifest,
-        Hook::Setup,
-        Hook::Shutdown,
-        Hook::Health,
-        Hook::ValidateConfig,
-        Hook::Probe,
-        Hook::AcquireLease,
-        Hook::ResumeLease,
-        Hook::ReleaseLease,
-        Hook::DestroyLease,
-        Hook::RealizeWorkspace,
-        Hook::Execute,
-        Hook::InspectLease,
-        Hook::SyncFiles,
-        Hook::ImportUnconfirmed,
-        Hook::GrantRequestShare,
-        Hook::ExportMemory,
-        Hook::ImportMemory,
-    ];
-
-    /// The optional hooks: a library's table has them only when the provider
-    /// exported them (`export_provider!(P, optional = [...])`).
-    pub const OPTIONAL: [Hook; 7] = [
-        Hook::Probe,
-        Hook::InspectLease,
-        Hook::SyncFiles,
-        Hook::ImportUnconfirmed,
-        Hook::GrantRequestShare,
-        Hook::ExportMemory,
-        Hook::ImportMemory,
-    ];
-
-    /// The hook's name as it appears in manifests and messages.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Hook::Manifest => "manifest",
-            Hook::Setup => "setup",
-            Hook::Shutdown => "shutdown",
-            Hook::Health => "health",
-            Hook::ValidateConfig => "validate_config",
-            Hook::Probe => "probe",
-            Hook::AcquireLease => "acquire_lease",
-            Hook::ResumeLease => "resume_lease",
-            Hook::ReleaseLease => "release_lease",
-            Hook::DestroyLease => "destroy_lease",
-            Hook::RealizeWorkspace => "realize_workspace",
-            Hook::Execute => "execute",
-            Hook::InspectLease => "inspect_lease",
-            Hook::SyncFiles => "sync_files",
-            Hook::ImportUnconfirmed => "import_unconfirmed",
-            Hook::GrantRequestShare => "grant_request_share",
-            Hook::ExportMemory => "export_memory",
-            Hook::ImportMemory => "import_memory",
+    /// The optional hooks, in table order.
+    pub const OPTIONAL: [Hook; 7] = {
+        let mut optional = [Hook::Manifest; 7];
+        let (mut from, mut to) = (0, 0);
+        while from < Hook::ALL.len() {
+            if Hook::ALL[from].is_optional() {
+                optional[to] = Hook::ALL[from];
+                to += 1;
+            }
+            from += 1;
         }
-    }
-
-    /// The ABI version whose table first has the hook.
-    pub const fn since(self) -> AbiVersion {
-        match self {
-            Hook::ExportMemory | Hook::ImportMemory => ABI_2_1,
-            _ => ABI_2_0,
-        }
-    }
-
-    /// True for the hooks a library may leave out of its table.
-    pub fn is_optional(self) -> bool {
-        Hook::OPTIONAL.contains(&self)
-    }
+        assert!(to == optional.len(), "OPTIONAL's length is the number of optional hooks");
+        optional
+    };
 
     /// Looks a hook up by its manifest name.
     pub fn from_name(name: &str) -> Option<Hook> {
