@@ -148,12 +148,12 @@ pub fn run(
     observe: &mut dyn FnMut(&CheckReport) -> ControlFlow<()>,
 ) -> Report {
     let env = environment.params(&provider.manifest().driver_key);
-    let ctx = Ctx(Arc::new(Inner { provider, env }));
+    let ctx = Ctx { provider, env };
     let _quiet = QuietPanics::install();
     let mut checks = Vec::with_capacity(CHECKS.len());
     for check in CHECKS {
         let started = Instant::now();
-        let verdict = ctx.bounded(CHECK_BOUND, {
+        let verdict = bounded(CHECK_BOUND, {
             let ctx = ctx.clone();
             let run = check.run;
             move || run(&ctx)
@@ -208,11 +208,19 @@ impl Drop for QuietPanics {
     }
 }
 
+/// Runs `call` on a thread of its own, waiting at most `limit` for it;
+/// `None` when it did not return in time (the thread is left behind).
+fn bounded<T: Send + 'static>(limit: Duration, call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(call());
+    });
+    receiver.recv_timeout(limit).ok()
+}
+
 /// What every check shares: the provider and the environment under test.
 #[derive(Clone)]
-struct Ctx(Arc<Inner>);
-
-struct Inner {
+struct Ctx {
     provider: Arc<LoadedProvider>,
     env: EnvironmentParams,
 }
@@ -227,17 +235,13 @@ fn hook_failed(hook: &str, error: &ProviderError) -> Verdict {
 }
 
 /// The output a command streamed, in order, by stream.
-#[derive(Default, Clone)]
-struct Streamed {
-    chunks: Vec<(OutputStream, Vec<u8>)>,
-}
+type Streamed = Vec<(OutputStream, Vec<u8>)>;
 
-impl Streamed {
-    fn text(&self, stream: OutputStream) -> String {
-        let bytes: Vec<u8> =
-            self.chunks.iter().filter(|(s, _)| *s == stream).flat_map(|(_, chunk)| chunk.clone()).collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
+/// What was streamed on `stream`, as text.
+fn text(streamed: &Streamed, stream: OutputStream) -> String {
+    let bytes: Vec<u8> =
+        streamed.iter().filter(|(s, _)| *s == stream).flat_map(|(_, chunk)| chunk.clone()).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// What a creating hook reported to its recorder, in order.
@@ -284,9 +288,7 @@ fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A sink collecting into `streamed`.
 fn collecting(streamed: &Arc<Mutex<Streamed>>) -> ByteSink {
     let streamed = Arc::clone(streamed);
-    ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
-        locked(&streamed).chunks.push((stream, chunk.to_vec()))
-    })
+    ByteSink::new(move |stream: OutputStream, chunk: &[u8]| locked(&streamed).push((stream, chunk.to_vec())))
 }
 
 /// A lease a check holds; destroyed when dropped unless already destroyed,
@@ -307,7 +309,7 @@ impl Held {
     }
 
     fn destroy(&mut self) -> Result<(), Verdict> {
-        let outcome = wait(self.ctx.provider().destroy_lease(self.params()));
+        let outcome = wait(self.ctx.provider.destroy_lease(self.params()));
         self.live = false;
         outcome.map_err(|error| hook_failed("destroy_lease", &error))
     }
@@ -316,7 +318,7 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if self.live {
-            if let Err(error) = wait(self.ctx.provider().destroy_lease(self.params())) {
+            if let Err(error) = wait(self.ctx.provider.destroy_lease(self.params())) {
                 tracing::warn!(lease = %self.id(), error = %error, "conform could not destroy a lease it acquired");
             }
         }
@@ -324,50 +326,46 @@ impl Drop for Held {
 }
 
 impl Ctx {
-    fn provider(&self) -> &LoadedProvider {
-        &self.0.provider
-    }
-
-    fn supports(&self, hook: Hook) -> bool {
-        self.provider().supports(hook)
-    }
-
     fn params(&self, lease: &Lease) -> LeaseParams {
         LeaseParams {
-            env: self.0.env.clone(),
+            env: self.env.clone(),
             run_id: "conform".into(),
             provider_lease_id: lease.provider_lease_id.clone(),
             metadata_json: lease.metadata_json.clone(),
         }
     }
 
-    /// Runs `call` on a thread of its own, waiting at most `limit` for it;
-    /// `None` when it did not return in time (the thread is left behind).
-    fn bounded<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        call: impl FnOnce() -> T + Send + 'static,
-    ) -> Option<T> {
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(call());
-        });
-        receiver.recv_timeout(limit).ok()
+    /// Holds `lease`: destroyed when dropped.
+    fn hold(&self, lease: Lease) -> Held {
+        Held { ctx: self.clone(), lease, live: true }
+    }
+
+    /// Calls `acquire_lease` with a [`Journal`] (panicking at the lease when
+    /// `panics`); returns its outcome and the moments it recorded.
+    fn acquire_recorded(&self, panics: bool) -> (HookResult<Lease>, Vec<Moment>) {
+        let params = AcquireParams {
+            env: self.env.clone(),
+            run_id: "conform".into(),
+            requested_expires_at: None.into(),
+        };
+        let (recorder, moments) = Journal::recorder(panics);
+        let outcome = wait(self.provider.acquire_lease(params, recorder));
+        let moments = locked(&moments).clone();
+        (outcome, moments)
+    }
+
+    /// A lease acquired and then destroyed.
+    fn destroyed(&self) -> Result<Held, Verdict> {
+        let mut held = self.acquire()?;
+        held.destroy()?;
+        Ok(held)
     }
 
     /// Acquires a lease, checking the write-ahead promise: the request is
     /// reported before the lease, and the lease returned is the one recorded.
     fn acquire(&self) -> Result<Held, Verdict> {
-        let params = AcquireParams {
-            env: self.0.env.clone(),
-            run_id: "conform".into(),
-            requested_expires_at: None.into(),
-        };
-        let (recorder, moments) = Journal::recorder(false);
-        let lease = wait(self.provider().acquire_lease(params, recorder))
-            .map_err(|error| hook_failed("acquire_lease", &error))?;
-        let moments = locked(&moments).clone();
-        let held = Held { ctx: self.clone(), lease, live: true };
+        let (lease, moments) = self.acquire_recorded(false);
+        let held = self.hold(lease.map_err(|error| hook_failed("acquire_lease", &error))?);
         if moments != [Moment::Sending, Moment::Created(held.lease.clone())] {
             let seen: Vec<&str> = moments
                 .iter()
@@ -396,17 +394,28 @@ impl Ctx {
         script: &str,
         timeout_ms: Option<u64>,
     ) -> (HookResult<ExecuteResult>, Streamed) {
+        let streamed = Arc::new(Mutex::new(Streamed::default()));
+        let result = self.shell(self.params(lease), script, timeout_ms, collecting(&streamed));
+        let streamed = locked(&streamed).clone();
+        (result, streamed)
+    }
+
+    /// Runs `/bin/sh -c script` in the lease of `lease`, its output going to `sink`.
+    fn shell(
+        &self,
+        lease: LeaseParams,
+        script: &str,
+        timeout_ms: Option<u64>,
+        sink: ByteSink,
+    ) -> HookResult<ExecuteResult> {
         let params = ExecuteParams {
-            lease: self.params(lease),
+            lease,
             command: "/bin/sh".into(),
             args: vec!["-c".into(), script.into()].into(),
             timeout_ms: timeout_ms.into(),
             ..Default::default()
         };
-        let streamed = Arc::new(Mutex::new(Streamed::default()));
-        let result = wait(self.provider().execute(params, ByteSource::empty(), collecting(&streamed)));
-        let streamed = locked(&streamed).clone();
-        (result, streamed)
+        wait(self.provider.execute(params, ByteSource::empty(), sink))
     }
 
     /// Runs `script` in `lease` and expects exit code 0; returns its stdout.
@@ -426,7 +435,7 @@ impl Ctx {
 
     /// Resumes `held` and expects it expired.
     fn expect_expired(&self, held: &Held, what: &str) -> Result<(), Verdict> {
-        let resumed = wait(self.provider().resume_lease(held.params()))
+        let resumed = wait(self.provider.resume_lease(held.params()))
             .map_err(|error| hook_failed("resume_lease", &error))?;
         if resumed.expired && resumed.provider_lease_id.is_none() {
             Ok(())
@@ -442,8 +451,8 @@ impl Ctx {
 }
 
 fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
-    let manifest = ctx.provider().manifest();
-    let abi = ctx.provider().library_abi();
+    let manifest = ctx.provider.manifest();
+    let abi = ctx.provider.library_abi();
     let mut problems = Vec::new();
     for (field, value) in
         [("id", &manifest.id), ("version", &manifest.version), ("driver key", &manifest.driver_key)]
@@ -453,7 +462,7 @@ fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
         }
     }
     for hook in Hook::ALL.into_iter().filter(|hook| !hook.is_optional()) {
-        if !ctx.supports(hook) {
+        if !ctx.provider.supports(hook) {
             problems.push(format!("lacks the required `{hook}` hook"));
         }
     }
@@ -461,7 +470,7 @@ fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
         Ok(Value::Object(_)) => {}
         _ => problems.push("the configuration schema is not a JSON object".into()),
     }
-    match ctx.provider().health() {
+    match ctx.provider.health() {
         Ok(report) if ["ok", "degraded", "error"].contains(&report.status.as_str()) => {}
         Ok(report) => problems.push(format!("health reports unknown status {:?}", report.status.as_str())),
         Err(error) => problems.push(format!("health failed: {} [{}]", error.message, error.kind)),
@@ -474,11 +483,10 @@ fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
 }
 
 fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
-    let env = EnvironmentParams { config_json: "{}".into(), ..ctx.0.env.clone() };
+    let env = EnvironmentParams { config_json: "{}".into(), ..ctx.env.clone() };
     let started = Instant::now();
-    let provider = ctx.0.provider.clone();
-    let report = ctx
-        .bounded(VALIDATE_BOUND, move || provider.validate_config(&env))
+    let provider = ctx.provider.clone();
+    let report = bounded(VALIDATE_BOUND, move || provider.validate_config(&env))
         .ok_or_else(|| failed(format!("validate_config of an empty configuration did not answer within {} s (does it wait on the network?)", VALIDATE_BOUND.as_secs())))?
         .map_err(|error| hook_failed("validate_config of an empty configuration", &error))?;
     let elapsed = started.elapsed();
@@ -499,7 +507,7 @@ fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
 
 fn validate_given(ctx: &Ctx) -> Result<String, Verdict> {
     let report =
-        ctx.provider().validate_config(&ctx.0.env).map_err(|error| hook_failed("validate_config", &error))?;
+        ctx.provider.validate_config(&ctx.env).map_err(|error| hook_failed("validate_config", &error))?;
     if !report.ok {
         let errors: Vec<&str> = report.errors.iter().map(|error| error.as_str()).collect();
         return Err(failed(format!("the configuration under test is invalid: {}", errors.join("; "))));
@@ -535,20 +543,20 @@ fn streaming_script() -> String {
 fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
     let workspace = ctx
-        .provider()
+        .provider
         .realize_workspace(&held.params())
         .map_err(|error| hook_failed("realize_workspace", &error))?;
     if workspace.cwd.trim().is_empty() {
         return Err(failed("realize_workspace returned an empty working directory"));
     }
     streaming_execute(ctx, &held.lease)?;
-    let kept = wait(ctx.provider().release_lease(held.params()))
+    let kept = wait(ctx.provider.release_lease(held.params()))
         .map_err(|error| hook_failed("release_lease", &error))?
         .kept;
     let note = if !kept {
         "release deleted the lease (configure lease reuse to check resume)"
     } else {
-        let resumed = wait(ctx.provider().resume_lease(held.params()))
+        let resumed = wait(ctx.provider.resume_lease(held.params()))
             .map_err(|error| hook_failed("resume_lease", &error))?;
         if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
             return Err(failed(format!("resume_lease did not hand back released lease {}", held.id())));
@@ -574,23 +582,16 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
         let lease = lease.clone();
         let streamed = streamed.clone();
         std::thread::spawn(move || {
-            let params = ExecuteParams {
-                lease: ctx.params(&lease),
-                command: "/bin/sh".into(),
-                args: vec!["-c".into(), streaming_script().into()].into(),
-                timeout_ms: Some(30_000).into(),
-                ..Default::default()
-            };
             let mut signalled = false;
             let collect = ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
                 let mut streamed = locked(&streamed);
-                streamed.chunks.push((stream, chunk.to_vec()));
-                if !signalled && streamed.text(OutputStream::Stdout).contains("conform-out\n") {
+                streamed.push((stream, chunk.to_vec()));
+                if !signalled && text(&streamed, OutputStream::Stdout).contains("conform-out\n") {
                     signalled = true;
                     let _ = seen_sender.send(());
                 }
             });
-            wait(ctx.provider().execute(params, ByteSource::empty(), collect))
+            ctx.shell(ctx.params(&lease), &streaming_script(), Some(30_000), collect)
         })
     };
     // Only once the first line arrived does the second command let the
@@ -600,7 +601,7 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
         Err(_) => None,
     };
     let result = worker.join().map_err(|_| failed("execute panicked in the host"))?;
-    let streamed = streamed.lock().unwrap_or_else(|poison| poison.into_inner()).clone();
+    let streamed = locked(&streamed).clone();
     let result = result.map_err(|error| hook_failed("execute", &error))?;
     if released.is_none() || result.exit_code.into_option() == Some(91) {
         return Err(failed(
@@ -625,7 +626,7 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
             result.stderr.as_str()
         )));
     }
-    let (out, err) = (streamed.text(OutputStream::Stdout), streamed.text(OutputStream::Stderr));
+    let (out, err) = (text(&streamed, OutputStream::Stdout), text(&streamed, OutputStream::Stderr));
     if out != expected_out || err != expected_err {
         return Err(failed(format!(
             "the output sink received stdout {out:?} and stderr {err:?}, expected {expected_out:?} and {expected_err:?}"
@@ -635,24 +636,20 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
 }
 
 fn destroy_twice(ctx: &Ctx) -> Result<String, Verdict> {
-    let mut held = ctx.acquire()?;
-    held.destroy()?;
-    wait(ctx.provider().destroy_lease(held.params())).map_err(|error| {
+    let held = ctx.destroyed()?;
+    wait(ctx.provider.destroy_lease(held.params())).map_err(|error| {
         failed(format!("the second destroy_lease failed: {} [{}]", error.message, error.kind))
     })?;
     Ok(String::new())
 }
 
 fn resume_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
-    let mut held = ctx.acquire()?;
-    held.destroy()?;
-    ctx.expect_expired(&held, "destroyed")?;
+    ctx.expect_expired(&ctx.destroyed()?, "destroyed")?;
     Ok(String::new())
 }
 
 fn execute_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
-    let mut held = ctx.acquire()?;
-    held.destroy()?;
+    let held = ctx.destroyed()?;
     let (result, _) = ctx.sh(&held.lease, "printf ran", Some(30_000));
     match result {
         Err(error) => Ok(format!("refused: {}", error.kind)),
@@ -668,7 +665,7 @@ fn execute_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
 fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
     let held = ctx.acquire()?;
     ctx.sh_ok(&held.lease, "printf mine > .conform-owner")?;
-    let env = &ctx.0.env;
+    let env = &ctx.env;
     let strangers = [
         (
             "company",
@@ -686,16 +683,11 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
     for (what, stranger) in strangers {
         let mut accepted = Vec::new();
         let params = LeaseParams { env: stranger, ..held.params() };
-        let execute = ExecuteParams {
-            lease: params.clone(),
-            command: "/bin/sh".into(),
-            args: vec!["-c".into(), "printf theirs > .conform-owner".into()].into(),
-            ..Default::default()
-        };
-        let provider = ctx.provider();
+        let theirs = "printf theirs > .conform-owner";
+        let provider = &ctx.provider;
         let outcomes: Vec<(Hook, Option<ProviderError>)> = vec![
             (Hook::RealizeWorkspace, provider.realize_workspace(&params).err()),
-            (Hook::Execute, wait(provider.execute(execute, ByteSource::empty(), ByteSink::discard())).err()),
+            (Hook::Execute, ctx.shell(params.clone(), theirs, None, ByteSink::discard()).err()),
             (Hook::ResumeLease, wait(provider.resume_lease(params.clone())).err()),
             (Hook::ReleaseLease, wait(provider.release_lease(params.clone())).err()),
             (Hook::DestroyLease, wait(provider.destroy_lease(params.clone())).err()),
@@ -758,18 +750,8 @@ fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
         let ctx = ctx.clone();
         let lease = held.lease.clone();
         std::thread::spawn(move || {
-            let params = ExecuteParams {
-                lease: ctx.params(&lease),
-                command: "/bin/sh".into(),
-                args: vec!["-c".into(), STUBBORN_SCRIPT.into()].into(),
-                timeout_ms: Some(120_000).into(),
-                ..Default::default()
-            };
-            let _ = done_sender.send(wait(ctx.provider().execute(
-                params,
-                ByteSource::empty(),
-                ByteSink::discard(),
-            )));
+            let stubborn = ctx.shell(ctx.params(&lease), STUBBORN_SCRIPT, Some(120_000), ByteSink::discard());
+            let _ = done_sender.send(stubborn);
         });
     }
     ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
@@ -783,20 +765,20 @@ fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
             std::thread::spawn(move || {
                 barrier.wait();
                 let started = Instant::now();
-                let outcome = wait(ctx.provider().release_lease(params)).map(|_| ());
+                let outcome = wait(ctx.provider.release_lease(params)).map(|_| ());
                 (outcome, started, Instant::now())
             })
         })
         .collect();
-    let mut outcomes = Vec::new();
-    let mut spans = Vec::new();
-    for release in releases {
-        let (outcome, started, ended) = release.join().unwrap_or_else(|_| {
-            (Err(ProviderError::internal("release panicked in the host")), Instant::now(), Instant::now())
-        });
-        outcomes.push(outcome);
-        spans.push((started, ended));
-    }
+    let (outcomes, spans): (Vec<_>, Vec<_>) = releases
+        .into_iter()
+        .map(|release| {
+            let (outcome, started, ended) = release.join().unwrap_or_else(|_| {
+                (Err(ProviderError::internal("release panicked in the host")), Instant::now(), Instant::now())
+            });
+            (outcome, (started, ended))
+        })
+        .unzip();
     let overlapped = spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1;
     let refused = outcomes
         .iter()
@@ -857,7 +839,7 @@ fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
     let (result, streamed) = {
         let ctx2 = ctx.clone();
         let lease = held.lease.clone();
-        ctx.bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
+        bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
             ctx2.sh(&lease, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS))
         })
         .ok_or_else(|| {
@@ -878,7 +860,7 @@ fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
         )));
     }
     if !result.stdout.contains("conform-partial")
-        || !streamed.text(OutputStream::Stdout).contains("conform-partial")
+        || !text(&streamed, OutputStream::Stdout).contains("conform-partial")
     {
         return Err(failed("the timed-out command's partial output was lost"));
     }
@@ -896,37 +878,38 @@ fn many_leases(ctx: &Ctx) -> Result<String, Verdict> {
         .map(|index| {
             let ctx = ctx.clone();
             let barrier = barrier.clone();
-            std::thread::spawn(move || -> Result<(), String> {
+            std::thread::spawn(move || -> Result<(), Verdict> {
                 let token = format!("conform-token-{index}-{}", std::process::id());
                 let acquired = ctx.acquire();
                 // Every lease is held before any writes: they all exist at once.
                 barrier.wait();
-                let mut held = acquired.map_err(|verdict| describe(&verdict))?;
-                let wrote = ctx
-                    .sh_ok(&held.lease, &format!("printf %s {token} > .conform-token && cat .conform-token"));
-                let wrote = wrote.map_err(|verdict| describe(&verdict))?;
-                let read =
-                    ctx.sh_ok(&held.lease, "cat .conform-token").map_err(|verdict| describe(&verdict))?;
-                held.destroy().map_err(|verdict| describe(&verdict))?;
+                let mut held = acquired?;
+                let wrote = ctx.sh_ok(
+                    &held.lease,
+                    &format!("printf %s {token} > .conform-token && cat .conform-token"),
+                )?;
+                let read = ctx.sh_ok(&held.lease, "cat .conform-token")?;
+                held.destroy()?;
                 if wrote != token || read != token {
-                    return Err(format!(
+                    return Err(failed(format!(
                         "lease {} wrote {token:?} and then saw {wrote:?} / {read:?}",
                         held.id()
-                    ));
+                    )));
                 }
                 Ok(())
             })
         })
         .collect();
-    let problems: Vec<String> = workers
+    let problems: Vec<Verdict> = workers
         .into_iter()
-        .filter_map(|worker| worker.join().unwrap_or_else(|_| Err("a lease's thread panicked".into())).err())
+        .filter_map(|worker| worker.join().unwrap_or_else(|_| Err(failed("a lease's thread panicked"))).err())
         .collect();
     match problems.first() {
         None => Ok(format!("{CONCURRENT_LEASES} leases at once")),
         Some(first) => Err(failed(format!(
-            "{} of {CONCURRENT_LEASES} leases went wrong; first: {first}",
-            problems.len()
+            "{} of {CONCURRENT_LEASES} leases went wrong; first: {}",
+            problems.len(),
+            describe(first)
         ))),
     }
 }
@@ -947,13 +930,9 @@ fn describe(verdict: &Verdict) -> String {
 }
 
 fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
-    let params =
-        AcquireParams { env: ctx.0.env.clone(), run_id: "conform".into(), requested_expires_at: None.into() };
-    let (recorder, moments) = Journal::recorder(true);
-    let outcome = wait(ctx.provider().acquire_lease(params, recorder));
-    let moments = locked(&moments).clone();
+    let (outcome, moments) = ctx.acquire_recorded(true);
     let created = moments.iter().find_map(|moment| match moment {
-        Moment::Created(lease) => Some(Held { ctx: ctx.clone(), lease: lease.clone(), live: true }),
+        Moment::Created(lease) => Some(ctx.hold(lease.clone())),
         Moment::Sending => None,
     });
     if moments.first() != Some(&Moment::Sending) {
@@ -962,7 +941,7 @@ fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
     match (outcome, &created) {
         (_, None) => Err(failed("acquire_lease never handed the lease to the recorder")),
         (Ok(lease), Some(_)) => {
-            drop(Held { ctx: ctx.clone(), lease, live: true });
+            drop(ctx.hold(lease));
             Err(failed("acquire_lease succeeded although the host's recorder failed"))
         }
         (Err(error), Some(held)) => {
@@ -980,15 +959,10 @@ fn recorder_panic(ctx: &Ctx) -> Result<String, Verdict> {
 
 fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
-    let params = ExecuteParams {
-        lease: held.params(),
-        command: "/bin/sh".into(),
-        args: vec!["-c".into(), "printf conform-a; printf conform-b >&2; exit 3".into()].into(),
-        timeout_ms: Some(30_000).into(),
-        ..Default::default()
-    };
+    let script = "printf conform-a; printf conform-b >&2; exit 3";
     let explode = ByteSink::new(|_: OutputStream, _: &[u8]| std::panic::panic_any(DELIBERATE_PANIC));
-    let result = wait(ctx.provider().execute(params, ByteSource::empty(), explode))
+    let result = ctx
+        .shell(held.params(), script, Some(30_000), explode)
         .map_err(|error| hook_failed("execute with a panicking output sink", &error))?;
     if result.exit_code.into_option() != Some(3)
         || result.stdout != "conform-a"
