@@ -5,7 +5,10 @@
 mod commands;
 
 use clap::{Args, FromArgMatches, Parser, Subcommand};
-use commands::{Failure, Printer};
+use commands::{
+    hooks::{ConfigArg, LeaseArgs},
+    Failure, Printer,
+};
 use host_harness::{
     hangup, interrupt,
     plugin::{find_plugin, Library},
@@ -184,81 +187,6 @@ impl IsolationArgs {
     }
 }
 
-/// `--config FILE`, required.
-#[derive(Args)]
-pub struct ConfigArg {
-    /// Harness configuration (JSON), `-` for stdin: {"companyId", "environmentId", "config": {...}}
-    /// or a bare provider configuration.
-    #[arg(long, value_name = "FILE")]
-    config: PathBuf,
-}
-
-/// `--config FILE --lease FILE`.
-#[derive(Args)]
-pub struct LeaseArgs {
-    #[command(flatten)]
-    config: ConfigArg,
-    /// Lease JSON as printed by `acquire`: {"providerLeaseId", "metadata", "expired"}.
-    #[arg(long, value_name = "FILE")]
-    lease: PathBuf,
-}
-
-/// `soak` options.
-#[derive(Args)]
-pub struct SoakArgs {
-    /// Number of lifecycles.
-    #[arg(long, default_value_t = 20)]
-    leases: usize,
-    /// Lifecycles in flight at once.
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Fault profile of the embedded simulator: none, flaky, hostile, or a JSON rules file.
-    #[arg(long, default_value = "none", value_name = "PROFILE")]
-    faults: String,
-    /// Seed of the fault profile.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Turn the embedded simulator's rate limit (300 requests a minute) off.
-    #[arg(long)]
-    no_rate_limit: bool,
-    /// The embedded simulator's provider's request budget in requests a
-    /// minute (default: 100000 with --no-rate-limit, else the provider's);
-    /// with --config, the configuration says it.
-    #[arg(long, value_name = "N")]
-    requests_per_minute: Option<u32>,
-    /// Run against this API instead of the embedded simulator (no faults injected).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Swap the provider to this library every --swap-every lifecycles, then
-    /// back to the one the run started with, and so on; given twice,
-    /// alternate between the two. Each is checked (and pinned, with
-    /// --locked) before the first lifecycle.
-    #[arg(long, value_name = "PATH")]
-    swap_to: Vec<PathBuf>,
-    /// Completed lifecycles between two swaps (with --swap-to).
-    #[arg(long, value_name = "N", default_value_t = 100, requires = "swap_to")]
-    swap_every: usize,
-}
-
-/// `exec` options.
-#[derive(Args)]
-pub struct ExecArgs {
-    /// Feed FILE to the command's standard input (`-`: ours). Without it,
-    /// our own standard input is forwarded when it is not a terminal.
-    #[arg(long, value_name = "FILE")]
-    stdin: Option<PathBuf>,
-    /// Set an environment variable for the command (repeatable); names
-    /// must match ^[A-Za-z_][A-Za-z0-9_]*$.
-    #[arg(long = "env", value_name = "K=V", value_parser = commands::hooks::parse_env)]
-    env: Vec<(String, String)>,
-    /// Working directory of the command (relative: inside the workspace).
-    #[arg(long, value_name = "DIR")]
-    cwd: Option<String>,
-    /// Deadline of the command, e.g. 30s, 2m, 1h30m (default: the configuration's).
-    #[arg(long, value_name = "DURATION", value_parser = commands::hooks::parse_timeout)]
-    timeout: Option<std::time::Duration>,
-}
-
 #[derive(Subcommand)]
 enum Command {
     /// Print the provider's manifest: id, version, ABI version, hooks and config schema.
@@ -291,7 +219,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  host-harness soak --leases 200 --concurrency 25 --faults hostile --seed 11 --no-rate-limit"
     )]
-    Soak(SoakArgs),
+    Soak(commands::runs::SoakArgs),
     /// Acquire a lease and print it as lease JSON.
     #[command(after_help = "Examples:\n  host-harness acquire --config createos.json > lease.json")]
     Acquire(ConfigArg),
@@ -326,7 +254,7 @@ enum Command {
         #[command(flatten)]
         lease: LeaseArgs,
         #[command(flatten)]
-        options: ExecArgs,
+        options: commands::hooks::ExecArgs,
         /// The command and its arguments.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -341,22 +269,8 @@ enum Command {
     Sync {
         #[command(flatten)]
         lease: LeaseArgs,
-        /// A host file or directory to copy into the lease.
-        #[arg(long = "in", value_name = "LOCAL:REMOTE")]
-        inbound: Vec<String>,
-        /// A lease file (or directory, with a trailing `/`) to copy to the host.
-        #[arg(long = "out", value_name = "REMOTE:LOCAL")]
-        outbound: Vec<String>,
-        /// Leave out paths matching this glob (`p`, `p/**`, `**/p`, `**/p/**`).
-        #[arg(long, value_name = "GLOB")]
-        exclude: Vec<String>,
-        /// Mode of every target (octal, e.g. 640).
-        #[arg(long, value_name = "OCTAL")]
-        mode: Option<String>,
-        /// A shell command run in the lease after the inbound files (repeatable;
-        /// the first failure stops the rest).
-        #[arg(long, value_name = "COMMAND")]
-        then: Vec<String>,
+        #[command(flatten)]
+        transfer: commands::hooks::SyncArgs,
     },
     /// Destroy every lease a crashed or interrupted run left behind. Leases
     /// the hook commands left active or paused are held on purpose and are
@@ -412,13 +326,13 @@ enum Command {
         subcommand,
         after_help = "Examples:\n  host-harness providers install target/release/libcreateos_provider.so\n  host-harness providers list\n  host-harness providers use createos@0.1.0"
     )]
-    Providers(ProvidersCommand),
+    Providers(commands::providers::ProvidersCommand),
     /// Pin provider libraries by SHA-256 in the lock file (see --locked).
     #[command(
         subcommand,
         after_help = "Examples:\n  host-harness lock add target/release/libcreateos_provider.so\n  host-harness --locked lifecycle"
     )]
-    Lock(LockCommand),
+    Lock(commands::lock::LockCommand),
     /// Print shell completions for SHELL (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  host-harness completions bash > ~/.local/share/bash-completion/completions/host-harness\n  host-harness completions zsh > ~/.zfunc/_host-harness"
@@ -439,62 +353,6 @@ enum Command {
         /// DIR instead of printing one.
         #[arg(long, value_name = "DIR", conflicts_with = "subcommand")]
         out: Option<PathBuf>,
-    },
-}
-
-/// `lock` subcommands.
-#[derive(Subcommand)]
-enum LockCommand {
-    /// Check a library as a load would and pin its SHA-256, id, version and ABI.
-    #[command(after_help = "Examples:\n  host-harness lock add target/release/libcreateos_provider.so")]
-    Add {
-        /// The library to pin.
-        path: PathBuf,
-    },
-    /// List the pinned libraries.
-    #[command(
-        after_help = "Examples:\n  host-harness lock list\n  host-harness --lock ./providers.lock --json lock list"
-    )]
-    List,
-    /// Check that each pinned library (or PATH) still has its pinned hash.
-    #[command(
-        after_help = "Examples:\n  host-harness lock verify\n  host-harness lock verify target/release/libcreateos_provider.so"
-    )]
-    Verify {
-        /// Check this library only.
-        path: Option<PathBuf>,
-    },
-}
-
-/// `providers` subcommands.
-#[derive(Subcommand)]
-enum ProvidersCommand {
-    /// Check a provider library as a load would and install it as
-    /// <id>/<version>; the first version installed becomes active.
-    #[command(
-        after_help = "Examples:\n  host-harness providers install target/release/libcreateos_provider.so"
-    )]
-    Install {
-        /// The library to install.
-        path: PathBuf,
-        /// Replace an installed version built from another library.
-        #[arg(long)]
-        force: bool,
-    },
-    /// List installed versions: id, version, ABI, SHA-256, active, path.
-    #[command(after_help = "Examples:\n  host-harness providers list\n  host-harness providers list --json")]
-    List,
-    /// Make an installed version active (ID@VERSION, e.g. createos@0.1.0).
-    #[command(after_help = "Examples:\n  host-harness providers use createos@0.1.0")]
-    Use {
-        /// ID@VERSION.
-        spec: String,
-    },
-    /// Remove an installed version (never the active one).
-    #[command(after_help = "Examples:\n  host-harness providers remove createos@0.1.0")]
-    Remove {
-        /// ID@VERSION.
-        spec: String,
     },
 }
 
@@ -599,24 +457,18 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     });
     let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));
     if let Command::Providers(command) = &cli.command {
-        return commands::providers::run(&providers, &mut lock()?, command.into(), out);
+        return commands::providers::run(&providers, &mut lock()?, command, out);
     }
     if let Command::Lock(command) = &cli.command {
-        return commands::lock::run(&mut lock()?, command.into(), out);
+        return commands::lock::run(&mut lock()?, command, out);
     }
     let (plugin_path, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
-    let lock_for_swaps = match global.locked {
-        true => Some(lock()?),
-        false => None,
-    };
+    let lock_for_swaps = global.locked.then(lock).transpose()?;
     // With --locked, the private copy whose hash is pinned is what loads
     // (here and in workers); it lives as long as this run.
-    let staging = match global.locked {
-        true => Some(Staging::new().map_err(|error| {
-            Failure::Usage(format!("cannot make a private copy of {}: {error}", plugin_path.display()))
-        })?),
-        false => None,
-    };
+    let staging = global.locked.then(Staging::new).transpose().map_err(|error| {
+        Failure::Usage(format!("cannot make a private copy of {}: {error}", plugin_path.display()))
+    })?;
     let plugin = match (&lock_for_swaps, &staging) {
         (Some(lock), Some(staging)) => {
             let usage = |error: &dyn std::fmt::Display| Failure::Usage(error.to_string());
@@ -736,78 +588,17 @@ fn dispatch(cli: &Cli, session: &commands::Session, lock: &Option<LockFile>) -> 
     use commands::{hooks, ledger, runs};
     match &cli.command {
         Command::Lifecycle { config } => runs::lifecycle(session, config.as_deref()),
-        Command::Soak(args) => runs::soak(session, &runs::SoakOptions::from(args), lock.as_ref()),
+        Command::Soak(args) => runs::soak(session, args, lock.as_ref()),
         Command::Acquire(args) => hooks::acquire(session, &args.config),
-        Command::Resume(args) => hooks::resume(session, &args.config.config, &args.lease),
-        Command::Release { lease, destroy } => {
-            hooks::release(session, &lease.config.config, &lease.lease, *destroy)
-        }
-        Command::Destroy(args) => hooks::release(session, &args.config.config, &args.lease, true),
+        Command::Resume(args) => hooks::resume(session, args),
+        Command::Release { lease, destroy } => hooks::release(session, lease, *destroy),
+        Command::Destroy(args) => hooks::release(session, args, true),
         Command::Probe(args) => hooks::probe(session, &args.config),
-        Command::Exec { lease, options, command } => {
-            let options = hooks::ExecOptions {
-                stdin: options.stdin.clone(),
-                env: options.env.clone(),
-                cwd: options.cwd.clone(),
-                timeout: options.timeout,
-            };
-            hooks::exec(session, &lease.config.config, &lease.lease, &options, command)
-        }
-        Command::Sync { lease, inbound, outbound, exclude, mode, then } => {
-            let request = hooks::SyncRequest { inbound, outbound, exclude, mode: mode.as_deref(), then };
-            hooks::sync(session, &lease.config.config, &lease.lease, &request)
-        }
+        Command::Exec { lease, options, command } => hooks::exec(session, lease, options, command),
+        Command::Sync { lease, transfer } => hooks::sync(session, lease, transfer),
         Command::Sweep { config, include_held, forget_unresolvable } => {
             ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
         }
-        Command::Inspect
-        | Command::Health
-        | Command::Validate(_)
-        | Command::Leases
-        | Command::Sim { .. }
-        | Command::Providers(_)
-        | Command::Lock(_)
-        | Command::Conform { .. }
-        | Command::Completions { .. }
-        | Command::Man { .. } => unreachable!("handled before opening the ledger"),
-    }
-}
-
-impl<'a> From<&'a ProvidersCommand> for commands::providers::Action<'a> {
-    fn from(command: &'a ProvidersCommand) -> Self {
-        use commands::providers::Action;
-        match command {
-            ProvidersCommand::Install { path, force } => Action::Install { path, force: *force },
-            ProvidersCommand::List => Action::List,
-            ProvidersCommand::Use { spec } => Action::Use(spec),
-            ProvidersCommand::Remove { spec } => Action::Remove(spec),
-        }
-    }
-}
-
-impl<'a> From<&'a LockCommand> for commands::lock::Action<'a> {
-    fn from(command: &'a LockCommand) -> Self {
-        use commands::lock::Action;
-        match command {
-            LockCommand::Add { path } => Action::Add(path),
-            LockCommand::List => Action::List,
-            LockCommand::Verify { path } => Action::Verify(path.as_deref()),
-        }
-    }
-}
-
-impl From<&SoakArgs> for commands::runs::SoakOptions {
-    fn from(args: &SoakArgs) -> Self {
-        commands::runs::SoakOptions {
-            leases: args.leases,
-            concurrency: args.concurrency,
-            faults: args.faults.clone(),
-            seed: args.seed,
-            rate_limit: !args.no_rate_limit,
-            requests_per_minute: args.requests_per_minute,
-            config: args.config.clone(),
-            swap_to: args.swap_to.clone(),
-            swap_every: args.swap_every,
-        }
+        _ => unreachable!("handled before opening the ledger"),
     }
 }

@@ -6,7 +6,7 @@ use super::{read_config, Failure, Session};
 use host_harness::{lease_file, render};
 use provider_abi::{ByteSource, Lease, OutputStream, Provider, SyncDirection};
 use provider_host::{
-    host::{Host, Released},
+    host::{HeldLease, Host, Released},
     store::Owner,
     wait, FileTransfer, PathMapping, RemoteCommand, TransferOperation, TransferOutcome,
 };
@@ -22,9 +22,35 @@ use std::{
 /// The run id the hook commands pass.
 const RUN_ID: &str = "harness-cli";
 
+/// `--config FILE`, required.
+#[derive(clap::Args)]
+pub struct ConfigArg {
+    /// Harness configuration (JSON), `-` for stdin: {"companyId", "environmentId", "config": {...}}
+    /// or a bare provider configuration.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+}
+
+/// `--config FILE --lease FILE`.
+#[derive(clap::Args)]
+pub struct LeaseArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Lease JSON as printed by `acquire`: {"providerLeaseId", "metadata", "expired"}.
+    #[arg(long, value_name = "FILE")]
+    pub lease: PathBuf,
+}
+
 fn host<'s>(session: &'s Session, config: &Path) -> Result<Host<'s>, Failure> {
     let config = read_config(config, &session.provider.manifest().driver_key)?;
     Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID))
+}
+
+/// The host of the configuration of `args`, and the lease of `args` it holds.
+fn held<'s>(session: &'s Session, args: &LeaseArgs) -> Result<(Host<'s>, HeldLease), Failure> {
+    let host = host(session, &args.config.config)?;
+    let held = host.hold(lease_file::read(&args.lease).map_err(Failure::Usage)?)?;
+    Ok((host, held))
 }
 
 fn print_lease(session: &Session, lease: &Lease) {
@@ -44,19 +70,16 @@ pub fn acquire(session: &Session, config: &Path) -> Result<(), Failure> {
 }
 
 /// `resume`: prints the resumed lease, or an expired one (acquire anew).
-pub fn resume(session: &Session, config: &Path, lease: &Path) -> Result<(), Failure> {
-    let host = host(session, config)?;
-    let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
-    let resumed = wait(host.resume(&held))?;
-    print_lease(session, &resumed);
+pub fn resume(session: &Session, args: &LeaseArgs) -> Result<(), Failure> {
+    let (host, held) = held(session, args)?;
+    print_lease(session, &wait(host.resume(&held))?);
     Ok(())
 }
 
 /// `release` (`destroy` false) and `destroy`: prints the lease to keep, which
 /// is expired unless the lease was paused for reuse.
-pub fn release(session: &Session, config: &Path, lease: &Path, destroy: bool) -> Result<(), Failure> {
-    let host = host(session, config)?;
-    let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
+pub fn release(session: &Session, args: &LeaseArgs, destroy: bool) -> Result<(), Failure> {
+    let (host, held) = held(session, args)?;
     let kept = if destroy {
         wait(host.destroy(&held))?;
         false
@@ -83,17 +106,23 @@ pub fn probe(session: &Session, config: &Path) -> Result<(), Failure> {
     }
 }
 
-/// What `exec` passes besides the command.
-#[derive(Default)]
-pub struct ExecOptions {
-    /// `--stdin FILE` (`-`: our stdin).
-    pub stdin: Option<PathBuf>,
-    /// `--env K=V`, checked by [`parse_env`].
-    pub env: Vec<(String, String)>,
-    /// `--cwd DIR`.
-    pub cwd: Option<String>,
-    /// `--timeout DURATION`.
-    pub timeout: Option<Duration>,
+/// `exec` options.
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// Feed FILE to the command's standard input (`-`: ours). Without it,
+    /// our own standard input is forwarded when it is not a terminal.
+    #[arg(long, value_name = "FILE")]
+    stdin: Option<PathBuf>,
+    /// Set an environment variable for the command (repeatable); names
+    /// must match ^[A-Za-z_][A-Za-z0-9_]*$.
+    #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Working directory of the command (relative: inside the workspace).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// Deadline of the command, e.g. 30s, 2m, 1h30m (default: the configuration's).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
 }
 
 /// Parses `--env K=V`, refusing a name the provider would refuse, before any
@@ -140,7 +169,7 @@ impl Input {
 /// The command's stdin: `--stdin FILE`, else our own stdin when it is
 /// neither a terminal nor already read for `--config -`/`--lease -`; `None`
 /// when there is none, or ours is empty.
-fn command_stdin(options: &ExecOptions, stdin_taken: bool) -> Result<Option<Input>, Failure> {
+fn command_stdin(options: &ExecArgs, stdin_taken: bool) -> Result<Option<Input>, Failure> {
     let ours = || {
         let fd = std::io::stdin()
             .as_fd()
@@ -174,20 +203,18 @@ const BROKEN_PIPE_EXIT: u8 = 141;
 /// [`BROKEN_PIPE_EXIT`].
 pub fn exec(
     session: &Session,
-    config: &Path,
-    lease: &Path,
-    options: &ExecOptions,
+    args: &LeaseArgs,
+    options: &ExecArgs,
     command: &[String],
 ) -> Result<(), Failure> {
-    let stdin_taken = config == Path::new("-") || lease == Path::new("-");
+    let stdin_taken = args.config.config == Path::new("-") || args.lease == Path::new("-");
     if stdin_taken && options.stdin.as_deref() == Some(Path::new("-")) {
         return Err(Failure::Usage(
             "--stdin - cannot share stdin with --config - or --lease -; give the command's input as a file"
                 .into(),
         ));
     }
-    let host = host(session, config)?;
-    let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
+    let (host, held) = held(session, args)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
     let stdin = command_stdin(options, stdin_taken)?.map_or_else(ByteSource::empty, Input::into_source);
     let command = RemoteCommand {
@@ -246,28 +273,30 @@ pub fn exec(
 /// What `sync` moves: `--in LOCAL:REMOTE` and `--out REMOTE:LOCAL` pairs
 /// (split at the first `:`), the `--exclude` globs and `--mode` of every
 /// mapping, and the `--then` commands run after the inbound files.
-pub struct SyncRequest<'a> {
-    /// `LOCAL:REMOTE` pairs.
-    pub inbound: &'a [String],
-    /// `REMOTE:LOCAL` pairs; a `REMOTE` ending in `/` is a directory.
-    pub outbound: &'a [String],
-    /// Exclude globs.
-    pub exclude: &'a [String],
-    /// Octal mode.
-    pub mode: Option<&'a str>,
-    /// Post-upload commands.
-    pub then: &'a [String],
+#[derive(clap::Args)]
+pub struct SyncArgs {
+    /// A host file or directory to copy into the lease.
+    #[arg(long = "in", value_name = "LOCAL:REMOTE")]
+    inbound: Vec<String>,
+    /// A lease file (or directory, with a trailing `/`) to copy to the host.
+    #[arg(long = "out", value_name = "REMOTE:LOCAL")]
+    outbound: Vec<String>,
+    /// Leave out paths matching this glob (`p`, `p/**`, `**/p`, `**/p/**`).
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Mode of every target (octal, e.g. 640).
+    #[arg(long, value_name = "OCTAL")]
+    mode: Option<String>,
+    /// A shell command run in the lease after the inbound files (repeatable;
+    /// the first failure stops the rest).
+    #[arg(long, value_name = "COMMAND")]
+    then: Vec<String>,
 }
 
 /// `sync`: copies files into the lease (then runs `--then`), then out of
 /// it, printing what each operation moved; exit 1 with one line when a
 /// transfer is refused or fails.
-pub fn sync(
-    session: &Session,
-    config: &Path,
-    lease: &Path,
-    request: &SyncRequest<'_>,
-) -> Result<(), Failure> {
+pub fn sync(session: &Session, args: &LeaseArgs, request: &SyncArgs) -> Result<(), Failure> {
     if request.inbound.is_empty() && request.outbound.is_empty() {
         return Err(Failure::Usage("give at least one --in LOCAL:REMOTE or --out REMOTE:LOCAL".into()));
     }
@@ -276,15 +305,15 @@ pub fn sync(
     }
     let mode = request
         .mode
+        .as_deref()
         .map(|mode| {
             u32::from_str_radix(mode.trim_start_matches("0o"), 8)
                 .map_err(|_| Failure::Usage(format!("--mode {mode:?} is not an octal mode")))
         })
         .transpose()?;
-    let inbound = sync_mappings(request.inbound, true, mode, request.exclude)?;
-    let outbound = sync_mappings(request.outbound, false, mode, request.exclude)?;
-    let host = host(session, config)?;
-    let held = host.hold(lease_file::read(lease).map_err(Failure::Usage)?)?;
+    let inbound = sync_mappings(&request.inbound, true, mode, &request.exclude)?;
+    let outbound = sync_mappings(&request.outbound, false, mode, &request.exclude)?;
+    let (host, held) = held(session, args)?;
     let mut results: Vec<TransferOutcome> = Vec::new();
     if !inbound.is_empty() {
         let operation =

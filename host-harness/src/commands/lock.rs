@@ -3,26 +3,42 @@
 use super::{Failure, Printer};
 use provider_host::pin_file::{LockFile, Pin};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// What to do to the lock file.
-pub enum Action<'a> {
-    /// Pin a library.
-    Add(&'a Path),
-    /// List the pins.
+/// `lock` subcommands.
+#[derive(clap::Subcommand)]
+pub enum LockCommand {
+    /// Check a library as a load would and pin its SHA-256, id, version and ABI.
+    #[command(after_help = "Examples:\n  host-harness lock add target/release/libcreateos_provider.so")]
+    Add {
+        /// The library to pin.
+        path: PathBuf,
+    },
+    /// List the pinned libraries.
+    #[command(
+        after_help = "Examples:\n  host-harness lock list\n  host-harness --lock ./providers.lock --json lock list"
+    )]
     List,
-    /// Check every pinned library (or one) against its pin.
-    Verify(Option<&'a Path>),
+    /// Check that each pinned library (or PATH) still has its pinned hash.
+    #[command(
+        after_help = "Examples:\n  host-harness lock verify\n  host-harness lock verify target/release/libcreateos_provider.so"
+    )]
+    Verify {
+        /// Check this library only.
+        path: Option<PathBuf>,
+    },
 }
 
-/// Runs `action`; `verify` exits 1 when a library no longer matches its pin.
-pub fn run(lock: &mut LockFile, action: Action<'_>, out: Printer) -> Result<(), Failure> {
+/// Runs `command`; `verify` exits 1 when a library no longer matches its pin.
+pub fn run(lock: &mut LockFile, command: &LockCommand, out: Printer) -> Result<(), Failure> {
     let failed = |error: provider_host::pin_file::LockError| Failure::Usage(error.to_string());
-    match action {
-        Action::Add(path) => print(out, "pinned", &lock.add(path).map_err(failed)?),
-        Action::List => lock.pins().iter().for_each(|pin| print(out, "", pin)),
-        Action::Verify(Some(path)) => print(out, "verified", lock.verify(path).map_err(failed)?),
-        Action::Verify(None) => {
+    match command {
+        LockCommand::Add { path } => print(out, "pinned", &lock.add(path).map_err(failed)?),
+        LockCommand::List => lock.pins().iter().for_each(|pin| print(out, "", pin)),
+        LockCommand::Verify { path: Some(path) } => {
+            print(out, "verified", lock.verify(path).map_err(failed)?)
+        }
+        LockCommand::Verify { path: None } => {
             let mut broken = 0;
             for pin in lock.pins() {
                 match lock.verify(Path::new(&pin.path)) {

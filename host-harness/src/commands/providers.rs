@@ -6,38 +6,53 @@ use provider_host::{
     providers::{Entry, ProvidersDir},
 };
 use serde_json::json;
-use std::path::Path;
+use std::path::PathBuf;
 
-/// What to do to the providers directory.
-pub enum Action<'a> {
-    /// Install a library.
+/// `providers` subcommands.
+#[derive(clap::Subcommand)]
+pub enum ProvidersCommand {
+    /// Check a provider library as a load would and install it as
+    /// <id>/<version>; the first version installed becomes active.
+    #[command(
+        after_help = "Examples:\n  host-harness providers install target/release/libcreateos_provider.so"
+    )]
     Install {
-        /// The library.
-        path: &'a Path,
-        /// Replace a version installed from another library.
+        /// The library to install.
+        path: PathBuf,
+        /// Replace an installed version built from another library.
+        #[arg(long)]
         force: bool,
     },
-    /// List installed versions.
+    /// List installed versions: id, version, ABI, SHA-256, active, path.
+    #[command(after_help = "Examples:\n  host-harness providers list\n  host-harness providers list --json")]
     List,
-    /// Make `ID@VERSION` active.
-    Use(&'a str),
-    /// Remove `ID@VERSION`.
-    Remove(&'a str),
+    /// Make an installed version active (ID@VERSION, e.g. createos@0.1.0).
+    #[command(after_help = "Examples:\n  host-harness providers use createos@0.1.0")]
+    Use {
+        /// ID@VERSION.
+        spec: String,
+    },
+    /// Remove an installed version (never the active one).
+    #[command(after_help = "Examples:\n  host-harness providers remove createos@0.1.0")]
+    Remove {
+        /// ID@VERSION.
+        spec: String,
+    },
 }
 
-/// Runs `action`, printing each affected version.
+/// Runs `command`, printing each affected version.
 ///
 /// An install also pins the installed library when a lock file is in use.
 pub fn run(
     providers: &ProvidersDir,
     lock: &mut LockFile,
-    action: Action<'_>,
+    command: &ProvidersCommand,
     out: Printer,
 ) -> Result<(), Failure> {
     let failed = |error: provider_host::providers::ProvidersError| Failure::Usage(error.to_string());
-    match action {
-        Action::Install { path, force } => {
-            let entry = providers.install(path, force).map_err(failed)?;
+    match command {
+        ProvidersCommand::Install { path, force } => {
+            let entry = providers.install(path, *force).map_err(failed)?;
             if lock.exists() {
                 lock.add(&entry.path).map_err(|error| Failure::Usage(error.to_string()))?;
             }
@@ -50,18 +65,18 @@ pub fn run(
                 );
             }
         }
-        Action::List => {
+        ProvidersCommand::List => {
             let entries = providers.list().map_err(failed)?;
             if entries.is_empty() && !out.json {
                 println!("no provider installed in {}", providers.root().display());
             }
             entries.iter().for_each(|entry| print(out, "", entry));
         }
-        Action::Use(spec) => {
+        ProvidersCommand::Use { spec } => {
             versions_needed(providers, spec)?;
             print(out, "active", &providers.use_version(spec).map_err(failed)?)
         }
-        Action::Remove(spec) => {
+        ProvidersCommand::Remove { spec } => {
             versions_needed(providers, spec)?;
             print(out, "removed", &providers.remove(spec).map_err(failed)?)
         }

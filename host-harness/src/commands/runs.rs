@@ -111,32 +111,47 @@ fn print_step(out: Printer, step: &StepReport) {
     })
 }
 
-/// The options of `soak`.
-pub struct SoakOptions {
+/// `soak` options.
+#[derive(clap::Args)]
+pub struct SoakArgs {
     /// Number of lifecycles.
-    pub leases: usize,
-    /// Lifecycles in flight.
-    pub concurrency: usize,
-    /// `none`, `flaky`, `hostile` or a rules file.
-    pub faults: String,
-    /// Fault seed.
-    pub seed: u64,
-    /// Keep the embedded simulator's rate limit on.
-    pub rate_limit: bool,
-    /// The embedded simulator's provider's request budget, if set.
-    pub requests_per_minute: Option<u32>,
-    /// An external API instead of the embedded simulator.
-    pub config: Option<PathBuf>,
-    /// Libraries to swap to, in turn (at most two).
-    pub swap_to: Vec<PathBuf>,
-    /// Completed lifecycles between two swaps.
-    pub swap_every: usize,
+    #[arg(long, default_value_t = 20)]
+    leases: usize,
+    /// Lifecycles in flight at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Fault profile of the embedded simulator: none, flaky, hostile, or a JSON rules file.
+    #[arg(long, default_value = "none", value_name = "PROFILE")]
+    faults: String,
+    /// Seed of the fault profile.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Turn the embedded simulator's rate limit (300 requests a minute) off.
+    #[arg(long)]
+    no_rate_limit: bool,
+    /// The embedded simulator's provider's request budget in requests a
+    /// minute (default: 100000 with --no-rate-limit, else the provider's);
+    /// with --config, the configuration says it.
+    #[arg(long, value_name = "N")]
+    requests_per_minute: Option<u32>,
+    /// Run against this API instead of the embedded simulator (no faults injected).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Swap the provider to this library every --swap-every lifecycles, then
+    /// back to the one the run started with, and so on; given twice,
+    /// alternate between the two. Each is checked (and pinned, with
+    /// --locked) before the first lifecycle.
+    #[arg(long, value_name = "PATH")]
+    swap_to: Vec<PathBuf>,
+    /// Completed lifecycles between two swaps (with --swap-to).
+    #[arg(long, value_name = "N", default_value_t = 100, requires = "swap_to")]
+    swap_every: usize,
 }
 
 /// `soak`: many lifecycles, a progress report, a summary; exit 1 when an
 /// invariant broke.
 /// `lock` pins the libraries of `--swap-to` (with `--locked`).
-pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -> Result<(), Failure> {
+pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> Result<(), Failure> {
     if options.leases == 0 || options.concurrency == 0 {
         return Err(Failure::Usage("--leases and --concurrency must be at least 1".into()));
     }
@@ -177,11 +192,11 @@ pub fn soak(session: &Session, options: &SoakOptions, lock: Option<&LockFile>) -
             "--requests-per-minute sets the embedded simulator's budget only: with --config, the provider's configuration says its budget".into(),
         ));
     }
-    let mut target = Target::new(session, options.config.as_deref(), options.rate_limit)?;
+    let mut target = Target::new(session, options.config.as_deref(), !options.no_rate_limit)?;
     if target.sim.is_some() {
         let budget = options
             .requests_per_minute
-            .or((!options.rate_limit).then_some(embedded::UNLIMITED_REQUEST_BUDGET));
+            .or(options.no_rate_limit.then_some(embedded::UNLIMITED_REQUEST_BUDGET));
         if let Some(budget) = budget {
             embedded::set_request_budget(&mut target.config, budget);
         }
