@@ -1,48 +1,17 @@
 //! The provider's error type.
 //!
-//! Every error has a [`ErrorKind`] the host can branch on, an optional HTTP
-//! status and operation label, and a one-line, user-facing message (its
-//! `Display`). Messages keep the reference wording word for word, because
-//! users search for them.
+//! Every error has an [`ErrorKind`] (the ABI's) the host can branch on, an
+//! optional HTTP status and operation label, and a one-line, user-facing
+//! message (its `Display`). Messages keep the reference wording word for
+//! word, because users search for them.
 //!
 //! Secrets: no constructor takes the API key, a response body, or a
 //! transport error's text, so none of them can reach a message.
 
 /// What kind of failure an [`Error`] is; the host branches on this, never on
-/// message text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// The provider configuration is invalid.
-    InvalidConfig,
-    /// A hook argument (an ID, a path, an env name, ...) is invalid.
-    InvalidInput,
-    /// The lease belongs to another provider, company, environment or API URL,
-    /// or its record does not verify (altered, another API key, no binding).
-    NotThisEnvironment,
-    /// Another release of the same lease is running.
-    CleanupInProgress,
-    /// A process tree's termination was never confirmed; only destroy clears it.
-    CleanupUnconfirmed,
-    /// A sandbox may have been created but the provider cannot name it.
-    CreationUnconfirmed,
-    /// CreateOS answered with a non-2xx status, or a sandbox did not reach the
-    /// desired state.
-    Api,
-    /// CreateOS answered 2xx with a reply that does not follow the contract.
-    Protocol,
-    /// The request never got an HTTP answer (DNS, TCP, TLS, reset, ...).
-    Connection,
-    /// The deadline passed.
-    Timeout,
-    /// The caller cancelled the operation.
-    Cancelled,
-    /// The operation is not supported.
-    Unsupported,
-    /// A bug or an impossible state inside the provider.
-    Internal,
-    /// CreateOS rejected the API key (HTTP 401 or 403).
-    Unauthorized,
-}
+/// message text. A lease that belongs elsewhere or whose record does not
+/// verify is `NOT_THIS_ENVIRONMENT`; a 401 or 403 is `UNAUTHORIZED`.
+pub use provider_abi::ErrorKind;
 
 /// Fixed operation labels used in API, connection, timeout and protocol
 /// errors (see `createos-api.md`).
@@ -88,35 +57,31 @@ impl std::fmt::Display for SandboxTarget {
     }
 }
 
-/// A provider error. `Display` is the user-facing one-line message.
+/// A provider error. `Display` is the user-facing one-line message. The
+/// `&'static str` of a variant is its fixed operation label ([`op`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// Invalid provider configuration (one line, may list several problems).
-    #[error("{message}")]
-    InvalidConfig {
-        /// The message.
-        message: String,
-    },
+    #[error("{0}")]
+    InvalidConfig(String),
     /// Invalid input to a hook.
-    #[error("{message}")]
-    InvalidInput {
-        /// The message.
-        message: String,
-    },
+    #[error("{0}")]
+    InvalidInput(String),
     /// The lease is not ours.
     #[error("CreateOS lease does not belong to this environment.")]
     NotThisEnvironment,
     /// The lease is this provider's, acquired for another company,
-    /// environment or API origin, which it names (plain values only).
+    /// environment or API origin, which it names (plain values only, else
+    /// "(not shown)").
     #[error(
         "CreateOS lease does not belong to this environment. It was acquired for company {company}, environment {environment} at {api_url}: use a configuration with those (companyId, environmentId, apiUrl)."
     )]
     AcquiredElsewhere {
-        /// The lease's company, or "(not shown)".
+        /// The lease's company.
         company: String,
-        /// The lease's environment, or "(not shown)".
+        /// The lease's environment.
         environment: String,
-        /// The lease's API origin, or "(not shown)".
+        /// The lease's API origin.
         api_url: String,
     },
     /// The lease record's binding does not verify under the configured API
@@ -152,101 +117,59 @@ pub enum Error {
     /// leave, so it was not sent; the host's error is returned as it is.
     #[error("{}", .0.message)]
     HostRefused(provider_abi::ProviderError),
-    /// A sandbox could not be deleted after a failed acquire or a probe.
-    #[error("CreateOS cleanup is unconfirmed for sandbox {sandbox}.")]
-    SandboxCleanupUnconfirmed {
-        /// The sandbox that may still exist.
-        sandbox: String,
-    },
+    /// The sandbox named could not be deleted after a failed acquire or a
+    /// probe: it may still exist.
+    #[error("CreateOS cleanup is unconfirmed for sandbox {0}.")]
+    SandboxCleanupUnconfirmed(String),
     /// A pause whose outcome cannot be confirmed (the sandbox vanished
-    /// mid-pause, or the transition failed or ended in an unknown state).
-    #[error(
-        "CreateOS sandbox pause could not be confirmed; destroy this lease before reusing it. ({cause})"
-    )]
-    PauseUnconfirmed {
-        /// Why the pause is unconfirmed.
-        cause: Box<Error>,
-    },
-    /// A workspace command (`mkdir -p`...) exited with a non-zero code.
-    #[error("CreateOS workspace command failed with exit code {exit_code}.")]
-    WorkspaceCommandFailed {
-        /// The command's exit code.
-        exit_code: i64,
-    },
+    /// mid-pause, or the transition failed or ended in an unknown state),
+    /// and why.
+    #[error("CreateOS sandbox pause could not be confirmed; destroy this lease before reusing it. ({0})")]
+    PauseUnconfirmed(Box<Error>),
+    /// A workspace command (`mkdir -p`...) exited with this non-zero code.
+    #[error("CreateOS workspace command failed with exit code {0}.")]
+    WorkspaceCommandFailed(i64),
     /// Something may exist remotely that the provider cannot confirm or name.
-    #[error("{message}")]
-    CreationUnconfirmed {
-        /// The message.
-        message: String,
-    },
-    /// A non-2xx reply. The body was never read. A rejected key, and a
-    /// command sent to a paused or deleted sandbox, say what to do.
-    #[error("{}", api_message(operation, *status))]
-    Api {
-        /// The fixed operation label.
-        operation: &'static str,
-        /// The HTTP status.
-        status: u16,
-    },
-    /// A sandbox transition ended in a state from which the desired one
-    /// cannot be reached.
+    #[error("{0}")]
+    CreationUnconfirmed(String),
+    /// A non-2xx reply (operation, HTTP status). The body was never read. A
+    /// rejected key, and a command sent to a paused or deleted sandbox, say
+    /// what to do.
+    #[error("{}", api_message(.0, *.1))]
+    Api(&'static str, u16),
+    /// A sandbox transition ended in a state (a CreateOS state name) from
+    /// which the desired one cannot be reached.
     #[error("CreateOS sandbox did not reach {desired}.")]
     DidNotReach {
         /// The desired state.
         desired: SandboxTarget,
-        /// The state the sandbox was last seen in (a CreateOS state name).
+        /// The state the sandbox was last seen in.
         state: String,
     },
     /// 2xx with a malformed reply.
-    #[error("CreateOS returned a malformed {operation} response.")]
-    Protocol {
-        /// The fixed operation label.
-        operation: &'static str,
-    },
+    #[error("CreateOS returned a malformed {0} response.")]
+    Protocol(&'static str),
     /// No HTTP answer.
-    #[error("CreateOS {operation} request failed: connection error.")]
-    Connection {
-        /// The fixed operation label.
-        operation: &'static str,
-    },
-    /// No connection to the API could be made (refused, no such host, TLS
-    /// handshake failed, connect timeout): the request was never written,
-    /// so nothing happened remotely.
-    #[error("CreateOS {operation} was not sent: cannot connect to {origin}.")]
-    Unreachable {
-        /// The fixed operation label.
-        operation: &'static str,
-        /// The API origin (scheme, host, port).
-        origin: String,
-    },
+    #[error("CreateOS {0} request failed: connection error.")]
+    Connection(&'static str),
+    /// No connection to the API origin (scheme, host, port) could be made
+    /// (refused, no such host, TLS handshake failed, connect timeout): the
+    /// request was never written, so nothing happened remotely.
+    #[error("CreateOS {0} was not sent: cannot connect to {1}.")]
+    Unreachable(&'static str, String),
     /// The deadline passed while the request waited for the request budget:
     /// nothing was sent, so nothing happened remotely.
-    #[error("CreateOS {operation} was not sent: the request budget had no room before the deadline.")]
-    NotSent {
-        /// The fixed operation label.
-        operation: &'static str,
-    },
+    #[error("CreateOS {0} was not sent: the request budget had no room before the deadline.")]
+    NotSent(&'static str),
     /// The deadline passed.
-    #[error("CreateOS {operation} timed out.")]
-    Timeout {
-        /// The fixed operation label.
-        operation: &'static str,
-    },
+    #[error("CreateOS {0} timed out.")]
+    Timeout(&'static str),
     /// The caller cancelled a command.
     #[error("CreateOS command was cancelled.")]
     Cancelled,
-    /// Unsupported operation.
-    #[error("{message}")]
-    Unsupported {
-        /// The message.
-        message: String,
-    },
     /// Internal error.
-    #[error("{message}")]
-    Internal {
-        /// The message.
-        message: String,
-    },
+    #[error("{0}")]
+    Internal(String),
     /// The process tree of a timed-out, cancelled or failed command could not
     /// be confirmed terminated; the lease is marked unconfirmed.
     #[error("CreateOS command cleanup failed; process termination is unconfirmed.")]
@@ -278,12 +201,10 @@ pub enum Error {
         /// The I/O error kind.
         reason: String,
     },
-    /// A post-upload command failed (`None`: it timed out or had no exit code).
-    #[error("CreateOS post-upload command failed{}.", exit_code.map(|code| format!(" with exit code {code}")).unwrap_or_default())]
-    PostUploadFailed {
-        /// The command's exit code, if it exited.
-        exit_code: Option<i32>,
-    },
+    /// A post-upload command failed with this exit code (`None`: it timed
+    /// out or had no exit code).
+    #[error("CreateOS post-upload command failed{}.", .0.map(|code| format!(" with exit code {code}")).unwrap_or_default())]
+    PostUploadFailed(Option<i32>),
 }
 
 /// `Result` with this crate's [`Error`].
@@ -293,39 +214,39 @@ impl Error {
     /// The kind the host branches on.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidConfig { .. } => ErrorKind::InvalidConfig,
-            Error::InvalidInput { .. } => ErrorKind::InvalidInput,
+            Error::InvalidConfig(_) => ErrorKind::INVALID_CONFIG,
+            Error::InvalidInput(_) | Error::PathEscapes | Error::HostIo { .. } => ErrorKind::INVALID_INPUT,
             Error::NotThisEnvironment
             | Error::AcquiredElsewhere { .. }
             | Error::LeaseNotVerified
-            | Error::LeaseUnbound => ErrorKind::NotThisEnvironment,
-            Error::CleanupInProgress => ErrorKind::CleanupInProgress,
+            | Error::LeaseUnbound => ErrorKind::NOT_THIS_ENVIRONMENT,
+            Error::CleanupInProgress => ErrorKind::CLEANUP_IN_PROGRESS,
             Error::CleanupUnconfirmed
-            | Error::SandboxCleanupUnconfirmed { .. }
-            | Error::PauseUnconfirmed { .. } => ErrorKind::CleanupUnconfirmed,
-            Error::WorkspaceCommandFailed { .. } => ErrorKind::Api,
-            Error::CreationUnconfirmed { .. } => ErrorKind::CreationUnconfirmed,
-            Error::Api { status: 401 | 403, .. } => ErrorKind::Unauthorized,
-            Error::Api { .. } | Error::DidNotReach { .. } => ErrorKind::Api,
-            Error::Protocol { .. } => ErrorKind::Protocol,
-            Error::Connection { .. } | Error::Unreachable { .. } => ErrorKind::Connection,
-            Error::Timeout { .. } | Error::NotSent { .. } => ErrorKind::Timeout,
-            Error::Cancelled => ErrorKind::Cancelled,
-            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            | Error::SandboxCleanupUnconfirmed(_)
+            | Error::PauseUnconfirmed(_)
+            | Error::CommandCleanupUnconfirmed => ErrorKind::CLEANUP_UNCONFIRMED,
+            Error::CreationUnconfirmed(_) => ErrorKind::CREATION_UNCONFIRMED,
+            Error::Api(_, 401 | 403) => ErrorKind::UNAUTHORIZED,
+            Error::Api(..)
+            | Error::DidNotReach { .. }
+            | Error::WorkspaceCommandFailed(_)
+            | Error::OutputEvicted
+            | Error::OutputStreamError
+            | Error::TransferFailed
+            | Error::PostUploadFailed(_) => ErrorKind::API,
+            Error::Protocol(_) | Error::UnsafeArchive => ErrorKind::PROTOCOL,
+            Error::Connection(_) | Error::Unreachable(..) => ErrorKind::CONNECTION,
+            Error::Timeout(_) | Error::NotSent(_) => ErrorKind::TIMEOUT,
+            Error::Cancelled => ErrorKind::CANCELLED,
             // The host's own error crosses back unchanged (`to_abi`).
-            Error::Internal { .. } | Error::NotRecorded { .. } | Error::HostRefused(_) => ErrorKind::Internal,
-            Error::CommandCleanupUnconfirmed => ErrorKind::CleanupUnconfirmed,
-            Error::OutputEvicted | Error::OutputStreamError => ErrorKind::Api,
-            Error::TransferFailed | Error::PostUploadFailed { .. } => ErrorKind::Api,
-            Error::PathEscapes | Error::HostIo { .. } => ErrorKind::InvalidInput,
-            Error::UnsafeArchive => ErrorKind::Protocol,
+            Error::Internal(_) | Error::NotRecorded { .. } | Error::HostRefused(_) => ErrorKind::INTERNAL,
         }
     }
 
     /// The HTTP status of an API error.
     pub fn http_status(&self) -> Option<u16> {
         match self {
-            Error::Api { status, .. } => Some(*status),
+            Error::Api(_, status) => Some(*status),
             _ => None,
         }
     }
@@ -333,18 +254,17 @@ impl Error {
     /// The fixed operation label, if the error came from a CreateOS call.
     pub fn operation(&self) -> Option<&'static str> {
         match self {
-            Error::Api { operation, .. }
-            | Error::Protocol { operation }
-            | Error::Connection { operation }
-            | Error::Unreachable { operation, .. }
-            | Error::Timeout { operation }
-            | Error::NotSent { operation } => Some(operation),
+            Error::Api(operation, _)
+            | Error::Protocol(operation)
+            | Error::Connection(operation)
+            | Error::Unreachable(operation, _)
+            | Error::Timeout(operation)
+            | Error::NotSent(operation) => Some(operation),
             Error::DidNotReach { .. } => Some(op::SANDBOX_LIFECYCLE),
-            Error::WorkspaceCommandFailed { .. } => Some(op::WORKSPACE_COMMAND),
-            Error::PauseUnconfirmed { cause } => cause.operation(),
+            Error::WorkspaceCommandFailed(_) | Error::TransferFailed => Some(op::WORKSPACE_COMMAND),
+            Error::PauseUnconfirmed(cause) => cause.operation(),
             Error::CommandCleanupUnconfirmed => Some(op::PROCESS_CLEANUP),
             Error::OutputEvicted | Error::OutputStreamError => Some(op::OUTPUT_CONNECTION),
-            Error::TransferFailed => Some(op::WORKSPACE_COMMAND),
             Error::UnsafeArchive => Some(op::FILE_TRANSFER),
             _ => None,
         }
@@ -352,32 +272,17 @@ impl Error {
 
     /// `InvalidConfig` with a one-line message.
     pub fn invalid_config(message: impl Into<String>) -> Self {
-        Error::InvalidConfig { message: one_line(message.into()) }
+        Error::InvalidConfig(one_line(message.into()))
     }
 
     /// `InvalidInput` with a one-line message.
     pub fn invalid_input(message: impl Into<String>) -> Self {
-        Error::InvalidInput { message: one_line(message.into()) }
+        Error::InvalidInput(one_line(message.into()))
     }
 
     /// `CreationUnconfirmed` with a one-line message.
     pub fn creation_unconfirmed(message: impl Into<String>) -> Self {
-        Error::CreationUnconfirmed { message: one_line(message.into()) }
-    }
-
-    /// Cleanup of `sandbox` could not be confirmed.
-    pub fn cleanup_unconfirmed_for(sandbox: &str) -> Self {
-        Error::SandboxCleanupUnconfirmed { sandbox: sandbox.to_owned() }
-    }
-
-    /// A release's pause could not be confirmed because of `cause`.
-    pub fn pause_unconfirmed(cause: &Error) -> Self {
-        Error::PauseUnconfirmed { cause: Box::new(cause.clone()) }
-    }
-
-    /// A workspace command exited with `exit_code`.
-    pub fn workspace_command_failed(exit_code: i64) -> Self {
-        Error::WorkspaceCommandFailed { exit_code }
+        Error::CreationUnconfirmed(one_line(message.into()))
     }
 
     /// A host file could not be read or written (`action`); only the I/O
@@ -386,34 +291,9 @@ impl Error {
         Error::HostIo { action, reason: error.kind().to_string() }
     }
 
-    /// `Unsupported` with a one-line message.
-    pub fn unsupported(message: impl Into<String>) -> Self {
-        Error::Unsupported { message: one_line(message.into()) }
-    }
-
     /// `Internal` with a one-line message.
     pub fn internal(message: impl Into<String>) -> Self {
-        Error::Internal { message: one_line(message.into()) }
-    }
-
-    /// "CreateOS `<operation>` failed with HTTP `<status>`."
-    pub fn api(operation: &'static str, status: u16) -> Self {
-        Error::Api { operation, status }
-    }
-
-    /// "CreateOS returned a malformed `<operation>` response."
-    pub fn protocol(operation: &'static str) -> Self {
-        Error::Protocol { operation }
-    }
-
-    /// "CreateOS `<operation>` request failed: connection error."
-    pub fn connection(operation: &'static str) -> Self {
-        Error::Connection { operation }
-    }
-
-    /// "CreateOS `<operation>` timed out."
-    pub fn timeout(operation: &'static str) -> Self {
-        Error::Timeout { operation }
+        Error::Internal(one_line(message.into()))
     }
 
     /// "CreateOS sandbox did not reach `<desired>`."
@@ -425,15 +305,15 @@ impl Error {
     /// reqwest error includes the URL (and may include query values).
     pub fn from_transport(operation: &'static str, err: &reqwest::Error) -> Self {
         if err.is_timeout() {
-            Error::timeout(operation)
+            Error::Timeout(operation)
         } else {
-            Error::connection(operation)
+            Error::Connection(operation)
         }
     }
 
     /// An HTTP 404 from CreateOS (the resource does not exist).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Error::Api { status: 404, .. })
+        matches!(self, Error::Api(_, 404))
     }
 
     /// A transition ended because the sandbox is `destroyed` or `failed`
@@ -444,13 +324,13 @@ impl Error {
 
     /// No connection to the API could be made: the request was never written.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, Error::Unreachable { .. })
+        matches!(self, Error::Unreachable(..))
     }
 
     /// The request was never sent (its deadline passed in the pacer queue,
     /// or the host refused to record that it was leaving).
     pub fn is_not_sent(&self) -> bool {
-        matches!(self, Error::NotSent { .. } | Error::HostRefused(_))
+        matches!(self, Error::NotSent(_) | Error::HostRefused(_))
     }
 
     /// The sandbox state a failed transition last saw.
@@ -464,8 +344,8 @@ impl Error {
     /// Transient failures: 5xx, 429, connection errors. Never an expiry.
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::Api { status, .. } => *status >= 500 || *status == 429,
-            Error::Connection { .. } | Error::Unreachable { .. } => true,
+            Error::Api(_, status) => *status >= 500 || *status == 429,
+            Error::Connection(_) | Error::Unreachable(..) => true,
             _ => false,
         }
     }
@@ -509,113 +389,113 @@ mod tests {
             (
                 Error::NotThisEnvironment,
                 "CreateOS lease does not belong to this environment.",
-                ErrorKind::NotThisEnvironment,
+                ErrorKind::NOT_THIS_ENVIRONMENT,
                 None,
                 None,
             ),
             (
                 Error::LeaseNotVerified,
                 "CreateOS lease record does not verify under this API key (altered, or acquired with another key); destroy it with the configuration it was acquired with.",
-                ErrorKind::NotThisEnvironment,
+                ErrorKind::NOT_THIS_ENVIRONMENT,
                 None,
                 None,
             ),
             (
                 Error::LeaseUnbound,
                 "CreateOS lease record has no binding (acquired by an older provider); destroy it with the provider version and configuration it was acquired with.",
-                ErrorKind::NotThisEnvironment,
+                ErrorKind::NOT_THIS_ENVIRONMENT,
                 None,
                 None,
             ),
             (
                 Error::CleanupInProgress,
                 "CreateOS lease cleanup is already in progress.",
-                ErrorKind::CleanupInProgress,
+                ErrorKind::CLEANUP_IN_PROGRESS,
                 None,
                 None,
             ),
             (
                 Error::CleanupUnconfirmed,
                 "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.",
-                ErrorKind::CleanupUnconfirmed,
+                ErrorKind::CLEANUP_UNCONFIRMED,
                 None,
                 None,
             ),
             (
                 Error::did_not_reach(SandboxTarget::Running, "failed"),
                 "CreateOS sandbox did not reach running.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 None,
                 Some("sandbox lifecycle"),
             ),
             (
                 Error::did_not_reach(SandboxTarget::Paused, "error"),
                 "CreateOS sandbox did not reach paused.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 None,
                 Some("sandbox lifecycle"),
             ),
             (
-                Error::api(op::FILE_TRANSFER, 503),
+                Error::Api(op::FILE_TRANSFER, 503),
                 "CreateOS file transfer failed with HTTP 503.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 Some(503),
                 Some("file transfer"),
             ),
             (
-                Error::connection(op::PROCESS_CREATION),
+                Error::Connection(op::PROCESS_CREATION),
                 "CreateOS process creation request failed: connection error.",
-                ErrorKind::Connection,
+                ErrorKind::CONNECTION,
                 None,
                 Some("process creation"),
             ),
             (
-                Error::timeout(op::SANDBOX_LIFECYCLE),
+                Error::Timeout(op::SANDBOX_LIFECYCLE),
                 "CreateOS sandbox lifecycle timed out.",
-                ErrorKind::Timeout,
+                ErrorKind::TIMEOUT,
                 None,
                 Some("sandbox lifecycle"),
             ),
             (
-                Error::protocol(op::OUTPUT_CONNECTION),
+                Error::Protocol(op::OUTPUT_CONNECTION),
                 "CreateOS returned a malformed output connection response.",
-                ErrorKind::Protocol,
+                ErrorKind::PROTOCOL,
                 None,
                 Some("output connection"),
             ),
-            (Error::Cancelled, "CreateOS command was cancelled.", ErrorKind::Cancelled, None, None),
+            (Error::Cancelled, "CreateOS command was cancelled.", ErrorKind::CANCELLED, None, None),
             (
-                Error::api(op::SANDBOX_LIFECYCLE, 401),
+                Error::Api(op::SANDBOX_LIFECYCLE, 401),
                 "CreateOS rejected the API key (HTTP 401).",
-                ErrorKind::Unauthorized,
+                ErrorKind::UNAUTHORIZED,
                 Some(401),
                 Some("sandbox lifecycle"),
             ),
             (
-                Error::api(op::PROCESS_CREATION, 403),
+                Error::Api(op::PROCESS_CREATION, 403),
                 "CreateOS rejected the API key (HTTP 403).",
-                ErrorKind::Unauthorized,
+                ErrorKind::UNAUTHORIZED,
                 Some(403),
                 Some("process creation"),
             ),
             (
-                Error::api(op::PROCESS_CREATION, 409),
+                Error::Api(op::PROCESS_CREATION, 409),
                 "CreateOS sandbox is paused (HTTP 409 on process creation); resume the lease before running commands in it.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 Some(409),
                 Some("process creation"),
             ),
             (
-                Error::api(op::FILE_TRANSFER, 404),
+                Error::Api(op::FILE_TRANSFER, 404),
                 "CreateOS sandbox no longer exists (HTTP 404 on file transfer); the lease was destroyed or expired, acquire a new one.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 Some(404),
                 Some("file transfer"),
             ),
             (
-                Error::api(op::SANDBOX_LIFECYCLE, 409),
+                Error::Api(op::SANDBOX_LIFECYCLE, 409),
                 "CreateOS sandbox lifecycle failed with HTTP 409.",
-                ErrorKind::Api,
+                ErrorKind::API,
                 Some(409),
                 Some("sandbox lifecycle"),
             ),
@@ -630,21 +510,21 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert!(Error::api(op::SANDBOX_LIFECYCLE, 404).is_not_found());
-        assert!(!Error::api(op::SANDBOX_LIFECYCLE, 410).is_not_found());
+        assert!(Error::Api(op::SANDBOX_LIFECYCLE, 404).is_not_found());
+        assert!(!Error::Api(op::SANDBOX_LIFECYCLE, 410).is_not_found());
         assert!(Error::did_not_reach(SandboxTarget::Running, "destroyed").is_terminal_state());
         assert!(Error::did_not_reach(SandboxTarget::Running, "failed").is_terminal_state());
         assert!(!Error::did_not_reach(SandboxTarget::Running, "error").is_terminal_state());
         assert_eq!(Error::did_not_reach(SandboxTarget::Paused, "error").sandbox_state(), Some("error"));
-        assert!(Error::api(op::SANDBOX_LIFECYCLE, 502).is_transient());
-        assert!(Error::connection(op::SANDBOX_LIFECYCLE).is_transient());
-        assert!(!Error::api(op::SANDBOX_LIFECYCLE, 404).is_transient());
+        assert!(Error::Api(op::SANDBOX_LIFECYCLE, 502).is_transient());
+        assert!(Error::Connection(op::SANDBOX_LIFECYCLE).is_transient());
+        assert!(!Error::Api(op::SANDBOX_LIFECYCLE, 404).is_transient());
     }
 
     #[test]
     fn free_text_messages_are_one_line() {
         let err = Error::invalid_config("a\nb\r\0c");
         assert_eq!(err.to_string(), "a b  c");
-        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        assert_eq!(err.kind(), ErrorKind::INVALID_CONFIG);
     }
 }

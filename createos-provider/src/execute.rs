@@ -72,7 +72,7 @@ use crate::lease::{Context, OwnedLease};
 use crate::metadata::REMOTE_CWD;
 use crate::ndjson::{DecodedOutput, ExitStatus, OutputDecoder};
 use crate::pacer::{Admission, Priority};
-use crate::registry::{Refusal, Registry};
+use crate::registry::Registry;
 use crate::script::{self, ScriptSpec};
 
 /// Prefix of the staged stdin file; a random UUID follows.
@@ -152,10 +152,7 @@ async fn execute_to(
         None => None,
     };
     let client = ctx.client(&lease.config)?;
-    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
-        Refusal::Closing => Error::CleanupInProgress,
-        Refusal::Unconfirmed => Error::CleanupUnconfirmed,
-    })?;
+    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
     let mut run = Run {
         client: &client,
         registry: &ctx.registry,
@@ -256,12 +253,12 @@ fn resolve_cwd(cwd: Option<&str>) -> String {
 /// nothing happened.
 fn is_refusal(error: &Error) -> bool {
     error.http_status().is_some_and(|status| (400..500).contains(&status))
-        || error.kind() == ErrorKind::InvalidInput
+        || error.kind() == ErrorKind::INVALID_INPUT
 }
 
 /// Failures after which the output stream reconnects.
 fn is_reconnectable(error: &Error) -> bool {
-    error.is_transient() || error.kind() == ErrorKind::Timeout
+    error.is_transient() || error.kind() == ErrorKind::TIMEOUT
 }
 
 struct Run<'a> {
@@ -291,7 +288,7 @@ impl Run<'_> {
             _ = self.cancel.cancelled() => Err(Stop::Cancelled),
             _ = tokio::time::sleep_until(self.deadline) => Err(Stop::Deadline),
             result = step => result.map_err(|error| {
-                if error.kind() == ErrorKind::Timeout && Instant::now() >= self.deadline {
+                if error.kind() == ErrorKind::TIMEOUT && Instant::now() >= self.deadline {
                     Stop::Deadline
                 } else {
                     Stop::Failed(error)
@@ -375,7 +372,7 @@ impl Run<'_> {
             _ = self.cancel.cancelled() => {
                 let created = tokio::time::timeout(CLEANUP_TIMEOUT, &mut create)
                     .await
-                    .unwrap_or_else(|_| Err(Error::timeout(op::PROCESS_CREATION)));
+                    .unwrap_or_else(|_| Err(Error::Timeout(op::PROCESS_CREATION)));
                 (created, true)
             }
             created = &mut create => (created, false),
@@ -450,7 +447,7 @@ impl Run<'_> {
                     }
                 }
                 // The body ended without an exit frame: a cut connection.
-                Err(Error::connection(op::OUTPUT_CONNECTION))
+                Err(Error::Connection(op::OUTPUT_CONNECTION))
             };
             match self.race(attempt).await {
                 Ok(exit) => return Ok(exit),
@@ -869,7 +866,7 @@ mod tests {
             f.mock.connect(Stream::Status(502));
         }
         let (result, _) = run(&f).await;
-        assert_eq!(result.unwrap_err(), Error::api(op::OUTPUT_CONNECTION, 502));
+        assert_eq!(result.unwrap_err(), Error::Api(op::OUTPUT_CONNECTION, 502));
         assert_eq!(f.mock.count("GET", "/connect"), 4);
         let deletes: Vec<Seen> = f.mock.seen().into_iter().filter(|s| s.method == "DELETE").collect();
         assert_eq!(deletes.len(), 1);
@@ -880,13 +877,13 @@ mod tests {
     #[tokio::test]
     async fn stream_errors_are_not_retried() {
         let cases = [
-            (Stream::Status(410), Error::api(op::OUTPUT_CONNECTION, 410)),
-            (Stream::Status(404), Error::api(op::OUTPUT_CONNECTION, 404)),
+            (Stream::Status(410), Error::Api(op::OUTPUT_CONNECTION, 410)),
+            (Stream::Status(404), Error::Api(op::OUTPUT_CONNECTION, 404)),
             (
                 Stream::Body(vec!["{\"type\":\"nope\"}\n".into()], true),
-                Error::protocol(op::OUTPUT_CONNECTION),
+                Error::Protocol(op::OUTPUT_CONNECTION),
             ),
-            (Stream::Body(vec![data(2, "stdout", b"gap")], true), Error::protocol(op::OUTPUT_CONNECTION)),
+            (Stream::Body(vec![data(2, "stdout", b"gap")], true), Error::Protocol(op::OUTPUT_CONNECTION)),
             (
                 Stream::Body(vec!["{\"type\":\"error\",\"error\":\"output_offset_expired\"}\n".into()], true),
                 Error::OutputEvicted,
@@ -933,7 +930,7 @@ mod tests {
         let (result, _) = run(&f).await;
         let err = result.unwrap_err();
         assert_eq!(err, Error::CommandCleanupUnconfirmed);
-        assert_eq!(err.kind(), ErrorKind::CleanupUnconfirmed);
+        assert_eq!(err.kind(), ErrorKind::CLEANUP_UNCONFIRMED);
         assert_eq!(err.to_string(), "CreateOS command cleanup failed; process termination is unconfirmed.");
         assert_eq!(f.mock.count("DELETE", ""), 3);
         assert!(f.ctx.registry.is_unconfirmed(&scope(&f)));
@@ -1025,7 +1022,7 @@ mod tests {
             f.mock.create(reply);
             let (result, _) = run(&f).await;
             let err = result.unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::CreationUnconfirmed);
+            assert_eq!(err.kind(), ErrorKind::CREATION_UNCONFIRMED);
             assert_eq!(
                 err.to_string(),
                 "CreateOS process creation could not be confirmed; destroy the lease before reusing it."
@@ -1039,7 +1036,7 @@ mod tests {
             let f = fixture().await;
             f.mock.create(Reply::Status(code));
             let (result, _) = run(&f).await;
-            assert_eq!(result.unwrap_err(), Error::api(op::PROCESS_CREATION, code));
+            assert_eq!(result.unwrap_err(), Error::Api(op::PROCESS_CREATION, code));
             assert!(!f.ctx.registry.is_unconfirmed(&scope(&f)));
             assert_eq!(f.mock.count("POST", "/processes"), 1);
         }
@@ -1140,17 +1137,17 @@ mod tests {
         let mut f = fixture().await;
         f.params.env = vec![EnvVar { name: "BAD-NAME".into(), value: "v".into() }].into();
         let (result, _) = run(&f).await;
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::INVALID_INPUT);
 
         let mut f = fixture().await;
         f.params.timeout_ms = Some(0).into();
         let (result, _) = run(&f).await;
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::InvalidInput);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::INVALID_INPUT);
 
         let mut f = fixture().await;
         f.params.lease.env.company_id = "someone-else".into();
         let (result, _) = run(&f).await;
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::NotThisEnvironment);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::NOT_THIS_ENVIRONMENT);
         assert!(f.mock.seen().is_empty());
 
         let f = fixture().await;
@@ -1171,7 +1168,7 @@ mod tests {
     #[test]
     fn new_error_messages() {
         assert_eq!(Error::CommandCleanupUnconfirmed.operation(), Some(op::PROCESS_CLEANUP));
-        assert_eq!(Error::OutputEvicted.kind(), ErrorKind::Api);
+        assert_eq!(Error::OutputEvicted.kind(), ErrorKind::API);
         assert_eq!(Error::OutputStreamError.operation(), Some(op::OUTPUT_CONNECTION));
     }
 }

@@ -7,8 +7,8 @@ use crate::{
     error::{op, Error, ErrorKind},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
     pacer::{Admission, Priority},
-    registry::{LeaseScope, Refusal, Registry},
-    transition::{self, transition_with_priority, Desired, Estimates, Lifecycle},
+    registry::{LeaseScope, Registry},
+    transition::{self, transition, Desired, Estimates, Lifecycle},
 };
 use provider_abi::{
     AcquireParams, CreationRecorder, EnvironmentParams, Lease, LeaseParams, LeaseStatus, ProbeReport,
@@ -153,7 +153,7 @@ async fn create_lease(
         Ok(()) => Ok((id, metadata)),
         Err(error) => Err(match delete_sandbox(client, &id, config).await {
             Ok(()) => error,
-            Err(_) => Error::cleanup_unconfirmed_for(&id),
+            Err(_) => Error::SandboxCleanupUnconfirmed(id.clone()),
         }),
     }
 }
@@ -177,7 +177,7 @@ pub(crate) async fn admit(client: &CreateosClient, config: &ProviderConfig) -> R
     let horizon = timeout / ADMISSION_SHARE_OF_TIMEOUT;
     tokio::time::timeout(timeout * ADMISSION_PATIENCE, client.pacer().admit_new_work(horizon))
         .await
-        .map_err(|_| Error::NotSent { operation: op::SANDBOX_LIFECYCLE })
+        .map_err(|_| Error::NotSent(op::SANDBOX_LIFECYCLE))
 }
 
 /// `POST /sandboxes`, whose lost reply would leak a sandbox nobody can name:
@@ -230,7 +230,7 @@ async fn prepare_workspace(
     let prepared =
         transition::created_then(client, id, deadline, Priority::InFlight, estimates, prepare).await?;
     if prepared.exit_code != 0 {
-        return Err(Error::workspace_command_failed(prepared.exit_code));
+        return Err(Error::WorkspaceCommandFailed(prepared.exit_code));
     }
     Ok(())
 }
@@ -252,7 +252,7 @@ async fn delete_sandbox(client: &CreateosClient, id: &str, config: &ProviderConf
     loop {
         let result = client.delete_sandbox(id, CallOptions::new(deadline, Priority::Cleanup)).await;
         let worth_repeating =
-            matches!(&result, Err(error) if error.is_transient() || error.kind() == ErrorKind::Protocol);
+            matches!(&result, Err(error) if error.is_transient() || error.kind() == ErrorKind::PROTOCOL);
         if !worth_repeating || attempt == DELETE_ATTEMPTS || Instant::now() + delay >= deadline {
             return result;
         }
@@ -280,22 +280,17 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
     let Some(lease) = ctx.own(params)? else {
         return Ok(expired(params));
     };
-    refuse_if_busy(&ctx.registry, &lease.scope)?;
+    if let Some(refusal) = ctx.registry.refusal(&lease.scope) {
+        return Err(refusal);
+    }
     if lease.metadata.config_changed(&lease.config) || !lease.metadata.marker_is_well_formed() {
         return Ok(expired(params));
     }
     let client = ctx.client(&lease.config)?;
     let deadline = deadline(&lease.config);
     let estimates = Estimates::shared(&lease.config.origin());
-    match transition_with_priority(
-        &client,
-        &lease.sandbox_id,
-        Desired::Running,
-        deadline,
-        Priority::InFlight,
-        &estimates,
-    )
-    .await
+    match transition(&client, &lease.sandbox_id, Desired::Running, deadline, Priority::InFlight, &estimates)
+        .await
     {
         Ok(()) => {}
         Err(error) if error.is_not_found() || error.is_terminal_state() => return Ok(expired(params)),
@@ -312,14 +307,6 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
         Ok(_) => Ok(expired(params)),
         Err(error) if error.is_not_found() => Ok(expired(params)),
         Err(error) => Err(error),
-    }
-}
-
-fn refuse_if_busy(registry: &Registry, scope: &LeaseScope) -> Result<(), Error> {
-    match registry.refusal(scope) {
-        Some(Refusal::Closing) => Err(Error::CleanupInProgress),
-        Some(Refusal::Unconfirmed) => Err(Error::CleanupUnconfirmed),
-        None => Ok(()),
     }
 }
 
@@ -352,7 +339,7 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
         return Err(Error::CleanupUnconfirmed);
     }
     let recording = SubmitRecorder { client: &client, submitted: AtomicBool::new(false) };
-    let paused = transition_with_priority(
+    let paused = transition(
         &recording,
         &lease.sandbox_id,
         Desired::Paused,
@@ -369,7 +356,7 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
         Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(DELETED),
         Err(error) => {
             ctx.registry.mark_unconfirmed(&lease.scope);
-            Err(Error::pause_unconfirmed(&error))
+            Err(Error::PauseUnconfirmed(Box::new(error)))
         }
     }
 }
@@ -429,7 +416,7 @@ pub async fn inspect(ctx: &Context, params: &LeaseParams) -> Result<LeaseStatus,
     let client = ctx.client(&lease.config)?;
     let options = CallOptions::new(deadline(&lease.config), Priority::InFlight);
     match client.get_sandbox(&lease.sandbox_id, options).await {
-        Ok(state) => Ok(LeaseStatus { exists: true, state: state.status.as_str().into(), unconfirmed }),
+        Ok(state) => Ok(LeaseStatus { exists: true, state: state.status.into(), unconfirmed }),
         Err(error) if error.is_not_found() => {
             Ok(LeaseStatus { exists: false, state: "".into(), unconfirmed })
         }
@@ -457,7 +444,7 @@ pub async fn probe(
     let ran = client.exec(&id, PROBE_COMMAND, &[PROBE_OUTPUT.into()], options).await;
     let deleted = delete_sandbox(&client, &id, &config).await;
     let ran = ran?;
-    deleted.map_err(|_| Error::cleanup_unconfirmed_for(&id))?;
+    deleted.map_err(|_| Error::SandboxCleanupUnconfirmed(id.clone()))?;
     let ok = ran.exit_code == 0 && ran.stdout.trim() == PROBE_OUTPUT;
     Ok(ProbeReport {
         ok,

@@ -431,7 +431,7 @@ mod tests {
         for (what, text, sandbox_id, key, expected) in cases {
             let error = LeaseMetadata::owned(&text, sandbox_id, &env(), &config(key)).unwrap_err();
             assert_eq!(error, expected, "{what}");
-            assert_eq!(error.kind(), ErrorKind::NotThisEnvironment, "{what}");
+            assert_eq!(error.kind(), ErrorKind::NOT_THIS_ENVIRONMENT, "{what}");
             let message = error.to_string();
             assert!(!message.contains('\n') && !message.contains(KEY) && !message.contains("sbx-"), "{what}");
         }

@@ -106,7 +106,7 @@ pub enum Frame {
 }
 
 fn protocol() -> Error {
-    Error::protocol(op::OUTPUT_CONNECTION)
+    Error::Protocol(op::OUTPUT_CONNECTION)
 }
 
 /// A line's fields, parsed without copying a data frame's base64 (a JSON
@@ -642,7 +642,7 @@ mod tests {
         ];
         for line in bad {
             let err = parse_frame(line).unwrap_err();
-            assert_eq!(err, Error::protocol(op::OUTPUT_CONNECTION), "{}", String::from_utf8_lossy(line));
+            assert_eq!(err, Error::Protocol(op::OUTPUT_CONNECTION), "{}", String::from_utf8_lossy(line));
         }
     }
 
@@ -665,7 +665,7 @@ mod tests {
 
         let gap = data(5, "stdout", b"z");
         let (_, result) = collect(&mut decoder, &[gap.as_bytes()]);
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::Protocol);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::PROTOCOL);
         assert_eq!(decoder.cursor(), 3);
     }
 
@@ -719,7 +719,7 @@ mod tests {
         let body = data(1, "stdout", b"kept") + &data(2, "stdout", b" too") + "not json\n";
         let mut decoder = OutputDecoder::new();
         let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
-        assert_eq!(result.unwrap_err(), Error::protocol(op::OUTPUT_CONNECTION));
+        assert_eq!(result.unwrap_err(), Error::Protocol(op::OUTPUT_CONNECTION));
         assert_eq!(seen, [(OutputStream::Stdout, b"kept too".to_vec())]);
         assert_eq!(decoder.cursor(), 2);
         // Bad base64 neither moves the cursor nor leaves its bytes behind.
@@ -728,7 +728,7 @@ mod tests {
             + "\n";
         let mut decoder = OutputDecoder::new();
         let (seen, result) = collect(&mut decoder, &[body.as_bytes()]);
-        assert_eq!(result.unwrap_err(), Error::protocol(op::OUTPUT_CONNECTION));
+        assert_eq!(result.unwrap_err(), Error::Protocol(op::OUTPUT_CONNECTION));
         assert_eq!(seen, [(OutputStream::Stdout, b"ok".to_vec())]);
         assert_eq!((decoder.cursor(), decoder.finish().stdout.as_str()), (1, "ok"));
     }
@@ -774,7 +774,7 @@ mod tests {
         let mut decoder = OutputDecoder::new();
         let half = vec![b' '; MAX_LINE_BYTES / 2 + 1];
         assert_eq!(decoder.feed(&half, &mut |_, _| {}).unwrap(), None);
-        assert_eq!(decoder.feed(&half, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::Protocol);
+        assert_eq!(decoder.feed(&half, &mut |_, _| {}).unwrap_err().kind(), ErrorKind::PROTOCOL);
         // A line of exactly the limit is fine.
         let mut line = br#"{"type":"heartbeat"}"#.to_vec();
         line.resize(MAX_LINE_BYTES, b' ');
@@ -817,7 +817,7 @@ mod tests {
                 } else {
                     assert_eq!(
                         result.unwrap_err(),
-                        Error::protocol(op::OUTPUT_CONNECTION),
+                        Error::Protocol(op::OUTPUT_CONNECTION),
                         "{len} bytes, {how}"
                     );
                 }

@@ -15,7 +15,7 @@
 use crate::{
     client::build_http_client,
     config::{self, config_schema},
-    error::{Error, ErrorKind},
+    error::Error,
     handoff,
     lease::{self, Context},
     registry::Registry,
@@ -141,23 +141,7 @@ pub fn to_abi(error: Error) -> ProviderError {
     if let Error::HostRefused(error) = error {
         return error;
     }
-    let kind = match error.kind() {
-        ErrorKind::InvalidConfig => provider_abi::ErrorKind::INVALID_CONFIG,
-        ErrorKind::InvalidInput => provider_abi::ErrorKind::INVALID_INPUT,
-        ErrorKind::NotThisEnvironment => provider_abi::ErrorKind::NOT_THIS_ENVIRONMENT,
-        ErrorKind::CleanupInProgress => provider_abi::ErrorKind::CLEANUP_IN_PROGRESS,
-        ErrorKind::CleanupUnconfirmed => provider_abi::ErrorKind::CLEANUP_UNCONFIRMED,
-        ErrorKind::CreationUnconfirmed => provider_abi::ErrorKind::CREATION_UNCONFIRMED,
-        ErrorKind::Api => provider_abi::ErrorKind::API,
-        ErrorKind::Protocol => provider_abi::ErrorKind::PROTOCOL,
-        ErrorKind::Connection => provider_abi::ErrorKind::CONNECTION,
-        ErrorKind::Timeout => provider_abi::ErrorKind::TIMEOUT,
-        ErrorKind::Cancelled => provider_abi::ErrorKind::CANCELLED,
-        ErrorKind::Unsupported => provider_abi::ErrorKind::UNSUPPORTED,
-        ErrorKind::Internal => provider_abi::ErrorKind::INTERNAL,
-        ErrorKind::Unauthorized => provider_abi::ErrorKind::UNAUTHORIZED,
-    };
-    ProviderError::new(kind, error.to_string()).with_http(error.http_status(), error.operation())
+    ProviderError::new(error.kind(), error.to_string()).with_http(error.http_status(), error.operation())
 }
 
 impl Provider for CreateosProvider {

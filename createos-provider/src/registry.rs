@@ -2,6 +2,7 @@
 //! leases are closing, which have unconfirmed cleanup, and which commands
 //! are running on each.
 
+use crate::error::Error;
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
@@ -80,13 +81,18 @@ impl Drop for CommandGuard {
     }
 }
 
-/// Why a lease refuses new work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// A release or destroy is running.
-    Closing,
-    /// Cleanup is unconfirmed: only destroy is allowed.
-    Unconfirmed,
+impl State {
+    /// Why the lease refuses new work, if it does: a release or destroy is
+    /// running, or its cleanup is unconfirmed (only destroy is allowed).
+    fn refusal(&self, scope: &LeaseScope) -> Option<Error> {
+        if self.closing.contains(scope) {
+            Some(Error::CleanupInProgress)
+        } else if self.unconfirmed.contains(scope) {
+            Some(Error::CleanupUnconfirmed)
+        } else {
+            None
+        }
+    }
 }
 
 impl Registry {
@@ -105,15 +111,8 @@ impl Registry {
     }
 
     /// Why the lease refuses new work, if it does.
-    pub fn refusal(&self, scope: &LeaseScope) -> Option<Refusal> {
-        let state = self.lock();
-        if state.closing.contains(scope) {
-            Some(Refusal::Closing)
-        } else if state.unconfirmed.contains(scope) {
-            Some(Refusal::Unconfirmed)
-        } else {
-            None
-        }
+    pub fn refusal(&self, scope: &LeaseScope) -> Option<Error> {
+        self.lock().refusal(scope)
     }
 
     /// True when the lease's cleanup is unconfirmed.
@@ -139,13 +138,10 @@ impl Registry {
         &self,
         scope: &LeaseScope,
         parent: &CancellationToken,
-    ) -> Result<CommandGuard, Refusal> {
+    ) -> Result<CommandGuard, Error> {
         let mut state = self.lock();
-        if state.closing.contains(scope) {
-            return Err(Refusal::Closing);
-        }
-        if state.unconfirmed.contains(scope) {
-            return Err(Refusal::Unconfirmed);
+        if let Some(refusal) = state.refusal(scope) {
+            return Err(refusal);
         }
         state.next_command += 1;
         let id = state.next_command;
@@ -217,7 +213,7 @@ mod tests {
         let guard = registry.begin_closing(&scope("a")).expect("first release");
         assert!(registry.begin_closing(&scope("a")).is_none());
         assert!(registry.begin_closing(&scope("b")).is_some());
-        assert_eq!(registry.refusal(&scope("a")), Some(Refusal::Closing));
+        assert_eq!(registry.refusal(&scope("a")), Some(Error::CleanupInProgress));
         drop(guard);
         assert_eq!(registry.refusal(&scope("a")), None);
     }
@@ -227,10 +223,10 @@ mod tests {
         let registry = Registry::default();
         let root = CancellationToken::new();
         registry.mark_unconfirmed(&scope("a"));
-        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Refusal::Unconfirmed));
+        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Error::CleanupUnconfirmed));
         registry.clear_unconfirmed(&scope("a"));
         let _closing = registry.begin_closing(&scope("a")).unwrap();
-        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Refusal::Closing));
+        assert_eq!(registry.start_command(&scope("a"), &root).err(), Some(Error::CleanupInProgress));
     }
 
     #[test]
@@ -239,14 +235,14 @@ mod tests {
         let root = CancellationToken::new();
         registry.mark_unconfirmed(&scope("a"));
         registry.mark_unconfirmed(&scope("b"));
-        assert_eq!(registry.refusal(&scope("a")), Some(Refusal::Unconfirmed));
+        assert_eq!(registry.refusal(&scope("a")), Some(Error::CleanupUnconfirmed));
         registry.clear_unconfirmed(&scope("a"));
         assert!(!registry.is_unconfirmed(&scope("a")));
         assert_eq!(registry.refusal(&scope("a")), None);
         assert!(registry.start_command(&scope("a"), &root).is_ok());
         // Only that lease: another keeps its flag.
         assert!(registry.is_unconfirmed(&scope("b")));
-        assert_eq!(registry.start_command(&scope("b"), &root).err(), Some(Refusal::Unconfirmed));
+        assert_eq!(registry.start_command(&scope("b"), &root).err(), Some(Error::CleanupUnconfirmed));
     }
 
     /// Starts `n` commands on lease `a`, each of which, once cancelled,

@@ -200,7 +200,7 @@ mod tests {
             assert!(!is_valid_env_name(bad), "{bad:?}");
             let env = [(bad, "v")];
             let err = validate(&spec("/w", "true", &[], &env)).unwrap_err();
-            assert_eq!(err.kind(), ErrorKind::InvalidInput);
+            assert_eq!(err.kind(), ErrorKind::INVALID_INPUT);
             assert!(!err.to_string().contains('\n'));
         }
     }
@@ -215,7 +215,7 @@ mod tests {
             spec("/w", "true", &[], &[("A", "\0")]),
         ];
         for case in cases {
-            assert_eq!(validate(&case).unwrap_err().kind(), ErrorKind::InvalidInput);
+            assert_eq!(validate(&case).unwrap_err().kind(), ErrorKind::INVALID_INPUT);
         }
         assert!(validate(&spec("/w", "true", &["", "x"], &[("A", "")])).is_ok());
     }
@@ -254,7 +254,7 @@ mod tests {
                 }
                 Err(err) => {
                     assert!(!fits, "a {len}-byte script fits: {err}");
-                    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+                    assert_eq!(err.kind(), ErrorKind::INVALID_INPUT);
                     assert!(err.to_string().contains(&format!("take {len} bytes")), "{err}");
                 }
             }
@@ -280,7 +280,7 @@ mod tests {
         // 30,000 quotes are 30,000 bytes of argument but 150,000 of script.
         let quotes = "'".repeat(30_000);
         let err = render(&spec("/w", "echo", &[&quotes], &[])).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidInput);
+        assert_eq!(err.kind(), ErrorKind::INVALID_INPUT);
         assert!(err.to_string().contains("pass large data through stdin"), "{err}");
     }
 

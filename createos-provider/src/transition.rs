@@ -87,7 +87,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::client::{CallOptions, CreateosClient, SandboxState, SandboxStatus};
+use crate::client::{CallOptions, CreateosClient, SandboxState};
 pub use crate::error::SandboxTarget as Desired;
 use crate::error::{op, Error};
 use crate::pacer::Priority;
@@ -138,16 +138,6 @@ impl Phase {
     /// The phase named `name`.
     pub fn from_name(name: &str) -> Option<Phase> {
         Phase::ALL.into_iter().find(|phase| phase.name() == name)
-    }
-
-    /// The phase of an in-flight state.
-    pub fn of(status: &SandboxStatus) -> Option<Phase> {
-        match status {
-            SandboxStatus::Creating => Some(Phase::Creating),
-            SandboxStatus::Pausing => Some(Phase::Pausing),
-            SandboxStatus::Resuming => Some(Phase::Resuming),
-            _ => None,
-        }
     }
 }
 
@@ -346,8 +336,7 @@ pub fn model(durations: impl IntoIterator<Item = Duration>) -> Vec<(usize, Durat
     durations
         .into_iter()
         .map(|d| {
-            let first = estimates.first_wait(Phase::Pausing);
-            let mut run = PhaseRun { phase: Phase::Pausing, timed: true, first, polls: 0, last_sent: None };
+            let mut run = PhaseRun::new(&estimates, Phase::Pausing, true);
             loop {
                 let at = run.next_offset();
                 run.polls += 1;
@@ -383,6 +372,13 @@ impl PhaseRun {
     /// The offset of the next poll from the start.
     fn next_offset(&self) -> Duration {
         poll_offset(self.first, self.polls)
+    }
+
+    /// Waits for the next poll of the phase started at `start`, and counts it.
+    async fn wait_next(&mut self, start: Instant, deadline: Instant) -> Result<(), Error> {
+        let at = start + self.next_offset();
+        self.polls += 1;
+        wait_until(at, deadline).await
     }
 
     /// The phase completed; the completing read's reply came at `done`.
@@ -433,20 +429,9 @@ impl Lifecycle for CreateosClient {
 }
 
 /// Drives sandbox `id` to `desired` before `deadline`, with requests at
-/// [`Priority::InFlight`], polling by (and teaching) `estimates`.
+/// `priority` (e.g. `Cleanup` for the pause of a release), polling by (and
+/// teaching) `estimates`.
 pub async fn transition<C: Lifecycle>(
-    client: &C,
-    id: &str,
-    desired: Desired,
-    deadline: Instant,
-    estimates: &Estimates,
-) -> Result<(), Error> {
-    transition_with_priority(client, id, desired, deadline, Priority::InFlight, estimates).await
-}
-
-/// [`transition`] with an explicit pacer priority (e.g. `Cleanup` for the
-/// pause of a release).
-pub async fn transition_with_priority<C: Lifecycle>(
     client: &C,
     id: &str,
     desired: Desired,
@@ -482,9 +467,7 @@ pub async fn created_then<C: Lifecycle, T, F: Future<Output = Result<T, Error>>>
 ) -> Result<T, Error> {
     let start = Instant::now();
     let mut run = PhaseRun::new(estimates, Phase::Creating, true);
-    let at = start + run.next_offset();
-    run.polls += 1;
-    wait_until(at, deadline).await?;
+    run.wait_next(start, deadline).await?;
     let sent = Instant::now();
     match work().await {
         Ok(value) => {
@@ -494,9 +477,7 @@ pub async fn created_then<C: Lifecycle, T, F: Future<Output = Result<T, Error>>>
         Err(error) if error.is_not_found() => return Err(error),
         Err(_) => run.last_sent = Some(sent - start),
     }
-    let at = start + run.next_offset();
-    run.polls += 1;
-    wait_until(at, deadline).await?;
+    run.wait_next(start, deadline).await?;
     drive(client, id, Desired::Running, deadline, priority, estimates, Some((run, start))).await?;
     work().await
 }
@@ -513,10 +494,6 @@ async fn drive<C: Lifecycle>(
     started: Option<(PhaseRun, Instant)>,
 ) -> Result<(), Error> {
     let opts = CallOptions::new(deadline, priority);
-    let target = match desired {
-        Desired::Running => SandboxStatus::Running,
-        Desired::Paused => SandboxStatus::Paused,
-    };
     let mut submitted = false;
     let mut first_read = started.is_none();
     // The phase being polled and when it started.
@@ -525,7 +502,7 @@ async fn drive<C: Lifecycle>(
         let sent = Instant::now();
         let status = client.get_sandbox(id, opts).await?.status;
         let replied = Instant::now();
-        if let Some(seen) = Phase::of(&status) {
+        if let Some(seen) = Phase::from_name(&status) {
             match &mut phase {
                 Some((run, start)) if run.phase == seen => {
                     run.last_sent = Some(sent.saturating_duration_since(*start))
@@ -539,29 +516,23 @@ async fn drive<C: Lifecycle>(
             }
             first_read = false;
             let (run, start) = phase.as_mut().expect("a phase");
-            let at = *start + run.next_offset();
-            run.polls += 1;
-            wait_until(at, deadline).await?;
+            run.wait_next(*start, deadline).await?;
             continue;
         }
         first_read = false;
-        if let Some((run, start)) = phase.take() {
-            if status == target {
+        if status == desired.as_str() {
+            if let Some((run, start)) = phase {
                 run.finish(estimates, replied - start);
             }
-        }
-        if status == target {
             return Ok(());
         }
-        let may_submit = !submitted
-            && match desired {
-                Desired::Paused => status == SandboxStatus::Running,
-                Desired::Running => {
-                    matches!(status, SandboxStatus::Paused | SandboxStatus::Error)
-                }
-            };
-        if !may_submit {
-            return Err(Error::did_not_reach(desired, status.as_str()));
+        phase = None;
+        let (submittable, kind) = match desired {
+            Desired::Paused => (status == "running", Phase::Pausing),
+            Desired::Running => (matches!(status.as_str(), "paused" | "error"), Phase::Resuming),
+        };
+        if submitted || !submittable {
+            return Err(Error::did_not_reach(desired, status));
         }
         submitted = true;
         let submit = match desired {
@@ -572,16 +543,9 @@ async fn drive<C: Lifecycle>(
             Ok(()) => {
                 // Accepted is not done: the state is in flight now, timed
                 // from this reply.
-                let kind = match desired {
-                    Desired::Paused => Phase::Pausing,
-                    Desired::Running => Phase::Resuming,
-                };
-                let start = Instant::now();
-                let mut run = PhaseRun::new(estimates, kind, true);
-                let at = start + run.next_offset();
-                run.polls += 1;
+                let (start, mut run) = (Instant::now(), PhaseRun::new(estimates, kind, true));
+                run.wait_next(start, deadline).await?;
                 phase = Some((run, start));
-                wait_until(at, deadline).await?;
             }
             // A transition is under way: reconcile by reading the state.
             Err(e) if e.http_status() == Some(409) => {}
@@ -593,7 +557,7 @@ async fn drive<C: Lifecycle>(
 async fn wait_until(until: Instant, deadline: Instant) -> Result<(), Error> {
     if until >= deadline {
         tokio::time::sleep_until(deadline).await;
-        return Err(Error::timeout(op::SANDBOX_LIFECYCLE));
+        return Err(Error::Timeout(op::SANDBOX_LIFECYCLE));
     }
     tokio::time::sleep_until(until).await;
     Ok(())
@@ -667,7 +631,7 @@ mod tests {
                 None => {
                     let timeline = self.timeline.lock().unwrap();
                     let status = timeline.iter().rev().find(|(t, _)| *t <= now).unwrap().1;
-                    Ok(SandboxState { id: id.to_string(), status: SandboxStatus::parse(status) })
+                    Ok(SandboxState { id: id.to_string(), status: status.to_string() })
                 }
             };
             std::future::ready(result)
@@ -683,11 +647,19 @@ mod tests {
     }
 
     fn conflict() -> Result<(), Error> {
-        Err(Error::api(op::SANDBOX_LIFECYCLE, 409))
+        Err(Error::Api(op::SANDBOX_LIFECYCLE, 409))
     }
 
     async fn run(fake: &Fake, desired: Desired) -> Result<(), Error> {
-        transition(fake, "sbx", desired, fake.t0 + Duration::from_secs(60), &Estimates::new()).await
+        transition(
+            fake,
+            "sbx",
+            desired,
+            fake.t0 + Duration::from_secs(60),
+            Priority::InFlight,
+            &Estimates::new(),
+        )
+        .await
     }
 
     #[tokio::test(start_paused = true)]
@@ -833,7 +805,7 @@ mod tests {
                 (Err(e), Err(state)) => {
                     assert_eq!(e.to_string(), format!("CreateOS sandbox did not reach {desired}."), "{name}");
                     assert_eq!(e.sandbox_state(), Some(state), "{name}");
-                    assert_eq!(e.kind(), ErrorKind::Api, "{name}");
+                    assert_eq!(e.kind(), ErrorKind::API, "{name}");
                     assert_eq!(e.is_terminal_state(), state == "destroyed" || state == "failed", "{name}");
                 }
                 _ => panic!("{name}: {result:?}"),
@@ -845,13 +817,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn not_found_and_other_errors_pass_through() {
         let mut fake = Fake::new(vec![(0, "running")]);
-        fake.get_error = Some(Error::api(op::SANDBOX_LIFECYCLE, 404));
+        fake.get_error = Some(Error::Api(op::SANDBOX_LIFECYCLE, 404));
         let err = run(&fake, Desired::Running).await.unwrap_err();
         assert!(err.is_not_found());
         assert!(!err.is_terminal_state());
 
         let fake =
-            Fake::new(vec![(0, "running")]).on_submit(Err(Error::api(op::SANDBOX_LIFECYCLE, 503)), vec![]);
+            Fake::new(vec![(0, "running")]).on_submit(Err(Error::Api(op::SANDBOX_LIFECYCLE, 503)), vec![]);
         let err = run(&fake, Desired::Paused).await.unwrap_err();
         assert_eq!(err.http_status(), Some(503));
         assert!(err.is_transient());
@@ -861,8 +833,10 @@ mod tests {
     async fn the_deadline_bounds_the_transition() {
         let fake = Fake::new(vec![(0, "creating")]);
         let deadline = fake.t0 + Duration::from_millis(1_000);
-        let err = transition(&fake, "sbx", Desired::Running, deadline, &Estimates::new()).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Timeout);
+        let err = transition(&fake, "sbx", Desired::Running, deadline, Priority::InFlight, &Estimates::new())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TIMEOUT);
         assert_eq!(err.to_string(), "CreateOS sandbox lifecycle timed out.");
         assert_eq!(Instant::now(), deadline);
         // Polls at 0, 250, 500, 750 (1000 is the deadline).
@@ -874,7 +848,7 @@ mod tests {
     async fn pause_taking(estimates: &Estimates, d_ms: u64) -> (usize, Duration) {
         let fake = Fake::new(vec![(0, "running")]).on_submit(Ok(()), vec![(0, "pausing"), (d_ms, "paused")]);
         let deadline = fake.t0 + Duration::from_secs(600);
-        transition(&fake, "sbx", Desired::Paused, deadline, estimates).await.unwrap();
+        transition(&fake, "sbx", Desired::Paused, deadline, Priority::InFlight, estimates).await.unwrap();
         (fake.gets() - 1, (Instant::now() - fake.t0) - Duration::from_millis(d_ms))
     }
 
@@ -964,7 +938,7 @@ mod tests {
             std::future::ready(if status == "running" {
                 Ok("done")
             } else {
-                Err(Error::api(op::WORKSPACE_COMMAND, 409))
+                Err(Error::Api(op::WORKSPACE_COMMAND, 409))
             })
         }
     }
@@ -1013,7 +987,7 @@ mod tests {
         // A deadline before the first poll: a timeout, no request.
         let fake = Fake::new(vec![(0, "creating")]);
         let err = created(&fake, fake.t0 + Duration::from_millis(100), estimates).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Timeout);
+        assert_eq!(err.kind(), ErrorKind::TIMEOUT);
         assert!(fake.log().is_empty());
     }
 
@@ -1023,29 +997,50 @@ mod tests {
         // `creating` at the first read: timed from it.
         let fake = Fake::new(vec![(0, "creating"), (300, "running")]);
         let deadline = fake.t0 + Duration::from_secs(60);
-        transition(&fake, "sbx", Desired::Running, deadline, &estimates).await.unwrap();
+        transition(&fake, "sbx", Desired::Running, deadline, Priority::InFlight, &estimates).await.unwrap();
         assert_eq!(fake.log(), ["get@0", "get@250", "get@500"]);
         assert_eq!(estimates.samples(Phase::Creating), 1);
         assert_eq!(estimates.estimate(Phase::Creating), Some(Duration::from_millis(375)));
         // The next creation polls at the estimate, then 25 ms later.
         let fake = Fake::new(vec![(0, "creating"), (390, "running")]);
-        transition(&fake, "sbx", Desired::Running, fake.t0 + Duration::from_secs(60), &estimates)
-            .await
-            .unwrap();
+        transition(
+            &fake,
+            "sbx",
+            Desired::Running,
+            fake.t0 + Duration::from_secs(60),
+            Priority::InFlight,
+            &estimates,
+        )
+        .await
+        .unwrap();
         assert_eq!(fake.log(), ["get@0", "get@375", "get@400"]);
         // A phase found under way (after a 409) teaches nothing.
         let fake =
             Fake::new(vec![(0, "running")]).on_submit(conflict(), vec![(0, "pausing"), (90, "paused")]);
-        transition(&fake, "sbx", Desired::Paused, fake.t0 + Duration::from_secs(60), &estimates)
-            .await
-            .unwrap();
+        transition(
+            &fake,
+            "sbx",
+            Desired::Paused,
+            fake.t0 + Duration::from_secs(60),
+            Priority::InFlight,
+            &estimates,
+        )
+        .await
+        .unwrap();
         assert_eq!(fake.log(), ["get@0", "pause@0", "get@0", "get@250"]);
         assert_eq!(estimates.samples(Phase::Pausing), 0);
         // Nor does `resuming` found at the first read.
         let fake = Fake::new(vec![(0, "resuming"), (90, "running")]);
-        transition(&fake, "sbx", Desired::Running, fake.t0 + Duration::from_secs(60), &estimates)
-            .await
-            .unwrap();
+        transition(
+            &fake,
+            "sbx",
+            Desired::Running,
+            fake.t0 + Duration::from_secs(60),
+            Priority::InFlight,
+            &estimates,
+        )
+        .await
+        .unwrap();
         assert_eq!(estimates.samples(Phase::Resuming), 0);
     }
 
@@ -1055,8 +1050,10 @@ mod tests {
         pause_taking(&estimates, 5_000).await;
         let fake = Fake::new(vec![(0, "running")]).on_submit(Ok(()), vec![(0, "pausing")]);
         let deadline = fake.t0 + Duration::from_millis(3_000);
-        let err = transition(&fake, "sbx", Desired::Paused, deadline, &estimates).await.unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Timeout);
+        let err = transition(&fake, "sbx", Desired::Paused, deadline, Priority::InFlight, &estimates)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TIMEOUT);
         assert_eq!(Instant::now(), deadline);
         assert_eq!(fake.log(), ["get@0", "pause@0"]);
     }

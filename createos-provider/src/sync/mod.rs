@@ -48,7 +48,6 @@ use crate::client::{CallOptions, CreateosClient};
 use crate::error::Error;
 use crate::lease::{Context, OwnedLease};
 use crate::pacer::Priority;
-use crate::registry::Refusal;
 use crate::script::quote;
 pub use archive::MAX_EXTRACTED_BYTES;
 use plan::{Operation, Step};
@@ -66,10 +65,7 @@ pub async fn sync(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Erro
     let lease = ctx.own_required(&params.lease)?;
     let operations = plan::plan(params)?;
     let client = ctx.client(&lease.config)?;
-    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown).map_err(|refusal| match refusal {
-        Refusal::Closing => Error::CleanupInProgress,
-        Refusal::Unconfirmed => Error::CleanupUnconfirmed,
-    })?;
+    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
     let transfer = Transfer {
         ctx,
         params,
@@ -289,7 +285,7 @@ impl Transfer<'_> {
         let ran = crate::execute::execute_quietly(self.ctx, &params).await?;
         match ran.exit_code.into_option() {
             Some(0) => Ok(()),
-            exit_code => Err(Error::PostUploadFailed { exit_code }),
+            exit_code => Err(Error::PostUploadFailed(exit_code)),
         }
     }
 
