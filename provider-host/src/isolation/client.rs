@@ -3,7 +3,7 @@
 
 use super::{
     process::{cancelled, CallControl, CallIo, Failure, Setup, Shared, WorkerProcess},
-    protocol::{Call, Reply},
+    protocol::{from_bytes, to_bytes},
     spawn::Limits,
 };
 use provider_abi::{
@@ -12,8 +12,8 @@ use provider_abi::{
     LeaseStatus, LogLevel, LogSink, Manifest, ProbeReport, Provider, ProviderError, ReleaseReport,
     SetupParams, SyncParams, SyncResult, ValidationReport, Workspace,
 };
+use serde::{de::DeserializeOwned, Serialize};
 use std::{
-    borrow::Cow,
     fmt,
     path::{Path, PathBuf},
     sync::{
@@ -139,15 +139,15 @@ impl IsolatedProvider {
         let library = library.as_ref();
         let library = std::path::absolute(library).unwrap_or_else(|_| library.to_path_buf());
         let shared = Arc::new(Shared::default());
-        let worker = WorkerProcess::open(&library, &options, &Setup::default(), &shared)?;
-        let mut manifest = worker.hello.manifest.clone();
+        let worker = WorkerProcess::open(&library, &options, &None, &shared)?;
+        let mut manifest = worker.manifest.clone();
         let local = [Hook::GrantRequestShare, Hook::ExportMemory, Hook::ImportMemory];
         manifest.hooks.retain(|name| local.iter().all(|hook| name.as_str() != hook.name()));
         let inner = Inner {
             library,
             options,
             manifest,
-            setup: Mutex::new(Setup::default()),
+            setup: Mutex::new(None),
             main: Mutex::new(Some(worker)),
             creators: Mutex::new(Vec::new()),
             started: AtomicU64::new(1),
@@ -192,34 +192,38 @@ impl IsolatedProvider {
         lock(&self.inner.creators).iter().filter(|worker| !worker.is_dead()).count()
     }
 
-    /// Runs a synchronous hook on the calling thread.
-    fn call_now(&self, call: Call<'_>) -> HookResult<Reply> {
-        let hook = call.hook();
+    /// The postcard of `params`, when the host can call `hook`.
+    fn encode(&self, hook: Hook, params: impl Serialize) -> HookResult<Vec<u8>> {
         if !self.supports(hook) {
             return Err(unsupported(hook));
         }
-        self.inner.call(call, &mut CallIo::default(), None)
+        to_bytes(&params)
     }
 
-    /// Runs a hook that returns a future on a thread of its own; `extract`
-    /// picks its result out of the reply. Dropping the future cancels the
-    /// call.
-    fn call_later<T: Send + 'static>(
+    /// Runs a synchronous hook on the calling thread.
+    fn call_now<T: DeserializeOwned>(&self, hook: Hook, params: impl Serialize) -> HookResult<T> {
+        let params = self.encode(hook, params)?;
+        from_bytes(&self.inner.call(hook, &params, &mut CallIo::default(), None)?)
+    }
+
+    /// Runs a hook that returns a future on a thread of its own. Dropping
+    /// the future cancels the call.
+    fn call_later<T: DeserializeOwned + Send + 'static>(
         &self,
-        call: Call<'static>,
+        hook: Hook,
+        params: impl Serialize,
         mut io: CallIo,
-        extract: fn(Reply) -> Option<T>,
     ) -> HookFuture<T> {
-        let hook = call.hook();
-        if !self.supports(hook) {
-            return ready(Err(unsupported(hook)));
-        }
+        let params = match self.encode(hook, params) {
+            Ok(params) => params,
+            Err(error) => return ready(Err(error)),
+        };
         let (inner, control) = (Arc::clone(&self.inner), Arc::new(CallControl::default()));
         let (sender, receiver) = tokio::sync::oneshot::channel();
         let running = Arc::clone(&control);
         let spawned = std::thread::Builder::new().name("provider-call".into()).spawn(move || {
             // Dropped (cancelled) futures no longer listen.
-            let _ = sender.send(inner.call(call, &mut io, Some(&running)));
+            let _ = sender.send(inner.call(hook, &params, &mut io, Some(&running)));
         });
         if let Err(error) = spawned {
             return ready(Err(worker_error(format!("cannot start a thread for the `{hook}` hook: {error}"))));
@@ -227,8 +231,7 @@ impl IsolatedProvider {
         let cancel_on_drop = CancelOnDrop(control);
         Box::pin(async move {
             let _cancel_on_drop = cancel_on_drop;
-            let reply = receiver.await.unwrap_or_else(|_| Err(cancelled(hook)))?;
-            extract(reply).ok_or_else(|| reply_mismatch(hook))
+            from_bytes(&receiver.await.unwrap_or_else(|_| Err(cancelled(hook)))?)
         })
     }
 }
@@ -253,7 +256,7 @@ impl Inner {
         let setup = lock(&self.setup).clone();
         let worker = WorkerProcess::open(&self.library, &self.options, &setup, &self.shared)
             .map_err(|error| worker_error(error.to_string()))?;
-        let (loaded, manifest) = (&worker.hello.manifest, &self.manifest);
+        let (loaded, manifest) = (&worker.manifest, &self.manifest);
         if (&loaded.id, &loaded.version) != (&manifest.id, &manifest.version) {
             worker.close();
             return Err(worker_error(format!(
@@ -278,13 +281,10 @@ impl Inner {
         self.started.fetch_add(1, Ordering::SeqCst);
         let unconfirmed = lock(&self.unconfirmed).clone();
         for lease in &unconfirmed {
-            let call = Call::ImportUnconfirmed(Cow::Borrowed(lease));
-            match worker.call(&call, &mut CallIo::default(), None, self.options.deadline) {
-                Ok(Ok(Reply::Unit)) => {}
-                Ok(Ok(_)) => return Err(reply_mismatch(Hook::ImportUnconfirmed)),
-                Ok(Err(error)) => return Err(error),
-                Err(failure) => return Err(failure_error(worker.pid, failure, Hook::ImportUnconfirmed)),
-            }
+            let hook = Hook::ImportUnconfirmed;
+            worker
+                .call(hook, &to_bytes(lease)?, &mut CallIo::default(), None, self.options.deadline)
+                .map_err(|failure| failure_error(worker.pid, failure, hook))??;
         }
         *main = Some(Arc::clone(&worker));
         Ok(worker)
@@ -315,29 +315,23 @@ impl Inner {
         Ok(worker)
     }
 
-    /// The deadline of `call`.
-    fn deadline(&self, call: &Call<'_>) -> Duration {
-        match call {
-            Call::Execute(params) => match params.timeout_ms.into_option() {
-                Some(ms) => self.options.deadline.max(Duration::from_millis(ms) + Duration::from_secs(60)),
-                None => self.options.deadline,
-            },
-            _ => self.options.deadline,
-        }
-    }
-
-    /// Runs `call` on its worker (a creation worker for a creating hook),
+    /// Runs `hook` on its worker (a creation worker for a creating hook),
     /// its output, input and recorded moments crossing through `io` as they
     /// come. A worker found dead before the call was sent is replaced once.
-    fn call(&self, call: Call<'_>, io: &mut CallIo, control: Option<&CallControl>) -> HookResult<Reply> {
-        let hook = call.hook();
+    fn call(
+        &self,
+        hook: Hook,
+        params: &[u8],
+        io: &mut CallIo,
+        control: Option<&CallControl>,
+    ) -> HookResult<Vec<u8>> {
         let creating = matches!(hook, Hook::AcquireLease | Hook::Probe);
-        let deadline = self.deadline(&call);
+        let deadline = self.options.deadline.max(io.deadline);
         let mut attempts = 0;
         loop {
             attempts += 1;
             let worker = if creating { self.creation_worker()? } else { self.main_worker()? };
-            let outcome = worker.call(&call, io, control, deadline);
+            let outcome = worker.call(hook, params, io, control, deadline);
             if creating {
                 worker.creations.fetch_sub(1, Ordering::SeqCst);
             }
@@ -391,31 +385,6 @@ fn failure_error(pid: u32, failure: Failure, hook: Hook) -> ProviderError {
     }
 }
 
-fn reply_mismatch(hook: Hook) -> ProviderError {
-    worker_error(format!("The provider worker answered the `{hook}` hook with another hook's result."))
-}
-
-/// Picks one variant's value out of a reply.
-macro_rules! reply {
-    ($variant:ident) => {
-        |reply| match reply {
-            Reply::$variant(value) => Some(value),
-            _ => None,
-        }
-    };
-    () => {
-        |reply| match reply {
-            Reply::Unit => Some(()),
-            _ => None,
-        }
-    };
-}
-
-/// The value of a synchronous call's reply.
-fn expect<T>(hook: Hook, reply: HookResult<Reply>, extract: fn(Reply) -> Option<T>) -> HookResult<T> {
-    extract(reply?).ok_or_else(|| reply_mismatch(hook))
-}
-
 impl Provider for IsolatedProvider {
     fn manifest(&self) -> Manifest {
         self.inner.manifest.clone()
@@ -425,50 +394,50 @@ impl Provider for IsolatedProvider {
     /// events come back to the host and go to `logs`.
     fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
         *self.inner.shared.logs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(logs);
-        *lock(&self.inner.setup) = Setup(Some((params.clone(), max_level)));
-        expect(Hook::Setup, self.call_now(Call::Setup(Cow::Borrowed(params), max_level)), reply!())
+        *lock(&self.inner.setup) = Some((params.clone(), max_level));
+        self.call_now(Hook::Setup, (params, max_level))
     }
 
     /// Runs `shutdown` on every live worker; the main worker's outcome.
     fn shutdown(&self) -> HookResult<()> {
         let creators: Vec<_> = lock(&self.inner.creators).iter().filter(|w| !w.is_dead()).cloned().collect();
         for worker in creators {
-            let _ = worker.call(&Call::Shutdown, &mut CallIo::default(), None, self.inner.options.deadline);
+            let _ =
+                worker.call(Hook::Shutdown, &[], &mut CallIo::default(), None, self.inner.options.deadline);
         }
-        expect(Hook::Shutdown, self.call_now(Call::Shutdown), reply!())
+        self.call_now(Hook::Shutdown, ())
     }
 
     fn health(&self) -> HookResult<HealthReport> {
-        expect(Hook::Health, self.call_now(Call::Health), reply!(Health))
+        self.call_now(Hook::Health, ())
     }
 
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
-        let call = Call::ValidateConfig(Cow::Borrowed(params));
-        expect(Hook::ValidateConfig, self.call_now(call), reply!(Validation))
+        self.call_now(Hook::ValidateConfig, params)
     }
 
     fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
         let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
-        self.call_later(Call::Probe(Cow::Owned(params)), io, reply!(Probe))
+        self.call_later(Hook::Probe, params, io)
     }
 
     fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
         let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
-        self.call_later(Call::AcquireLease(Cow::Owned(params)), io, reply!(Lease))
+        self.call_later(Hook::AcquireLease, params, io)
     }
 
     fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
-        self.call_later(Call::ResumeLease(Cow::Owned(params)), CallIo::default(), reply!(Lease))
+        self.call_later(Hook::ResumeLease, params, CallIo::default())
     }
 
     fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        self.call_later(Call::ReleaseLease(Cow::Owned(params)), CallIo::default(), reply!(Release))
+        self.call_later(Hook::ReleaseLease, params, CallIo::default())
     }
 
     /// A destroyed lease is no longer handed to new workers as unconfirmed.
     fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
         let (inner, id) = (Arc::clone(&self.inner), params.provider_lease_id.clone());
-        let destroyed = self.call_later(Call::DestroyLease(Cow::Owned(params)), CallIo::default(), reply!());
+        let destroyed = self.call_later::<()>(Hook::DestroyLease, params, CallIo::default());
         Box::pin(async move {
             destroyed.await?;
             lock(&inner.unconfirmed).retain(|lease| lease.provider_lease_id != id);
@@ -477,26 +446,29 @@ impl Provider for IsolatedProvider {
     }
 
     fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
-        let call = Call::RealizeWorkspace(Cow::Borrowed(params));
-        expect(Hook::RealizeWorkspace, self.call_now(call), reply!(Workspace))
+        self.call_now(Hook::RealizeWorkspace, params)
     }
 
+    /// An `execute` with its own timeout gets that timeout plus a minute as
+    /// its deadline when that is longer than the usual one.
     fn execute(
         &self,
         params: ExecuteParams,
         stdin: ByteSource,
         output: ByteSink,
     ) -> HookFuture<ExecuteResult> {
-        let io = CallIo { output: Some(output), stdin: Some(stdin), recorder: None };
-        self.call_later(Call::Execute(Cow::Owned(params)), io, reply!(Execute))
+        let timeout = params.timeout_ms.into_option().map(Duration::from_millis);
+        let deadline = timeout.map_or(Duration::ZERO, |timeout| timeout + Duration::from_secs(60));
+        let io = CallIo { output: Some(output), stdin: Some(stdin), recorder: None, deadline };
+        self.call_later(Hook::Execute, params, io)
     }
 
     fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
-        self.call_later(Call::InspectLease(Cow::Owned(params)), CallIo::default(), reply!(Status))
+        self.call_later(Hook::InspectLease, params, CallIo::default())
     }
 
     fn sync_files(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_later(Call::SyncFiles(Cow::Owned(params)), CallIo::default(), reply!(Sync))
+        self.call_later(Hook::SyncFiles, params, CallIo::default())
     }
 
     /// Hands the lease to the main worker, and to every main worker started
@@ -507,7 +479,6 @@ impl Provider for IsolatedProvider {
             unconfirmed.retain(|lease| lease.provider_lease_id != params.provider_lease_id);
             unconfirmed.push(params.clone());
         }
-        let call = Call::ImportUnconfirmed(Cow::Borrowed(params));
-        expect(Hook::ImportUnconfirmed, self.call_now(call), reply!())
+        self.call_now(Hook::ImportUnconfirmed, params)
     }
 }

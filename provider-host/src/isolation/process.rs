@@ -14,7 +14,7 @@
 
 use super::{
     fd_pass,
-    protocol::{self, Call, Hello, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
+    protocol::{self, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::{self, SpawnSpec},
     IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
@@ -47,14 +47,15 @@ pub(super) struct Shared {
 
 /// What the host replays into every worker it starts: its `setup`
 /// parameters and log level, once it called `setup`.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Setup(pub Option<(SetupParams, LogLevel)>);
+pub(super) type Setup = Option<(SetupParams, LogLevel)>;
 
 /// What a call hands the worker besides its parameters, and what it
 /// answers with: `execute`'s output sink and input source, a creating
-/// hook's recorder.
+/// hook's recorder; and the least deadline it gets.
 #[derive(Default)]
 pub(super) struct CallIo {
+    /// The call's deadline is at least this (`execute`'s own timeout).
+    pub deadline: Duration,
     /// Where `execute`'s output goes.
     pub output: Option<ByteSink>,
     /// Where `execute`'s standard input comes from (none: empty).
@@ -80,7 +81,7 @@ struct ControlState {
 impl CallControl {
     /// Sends `call` on `writer` unless the call was cancelled first
     /// (`Ok(false)`): a cancellation is sent after its call, never before.
-    fn send_call(&self, writer: &Arc<SocketWriter>, call: &Call<'_>) -> io::Result<bool> {
+    fn send_call(&self, writer: &Arc<SocketWriter>, call: &ToWorker<'_>) -> io::Result<bool> {
         let mut state = lock(&self.state);
         if state.cancelled {
             return Ok(false);
@@ -131,8 +132,8 @@ struct State {
 pub(super) struct WorkerProcess {
     /// Its process id.
     pub pid: u32,
-    /// The hello it sent.
-    pub hello: Hello,
+    /// The manifest its hello carried.
+    pub manifest: Manifest,
     control: UnixStream,
     idle: Mutex<Vec<CallSocket>>,
     child: Mutex<Child>,
@@ -172,12 +173,12 @@ impl WorkerProcess {
         let mut child = spawn::spawn(&spec, worker_end).map_err(failed)?;
         let pid = child.id();
         match handshake(&host_end, options.deadline, setup) {
-            Ok(Ok(hello)) => {
+            Ok(Ok(manifest)) => {
                 host_end.set_read_timeout(None).map_err(failed)?;
                 let reader = BufReader::new(host_end.try_clone().map_err(failed)?);
                 let worker = Arc::new(WorkerProcess {
                     pid,
-                    hello,
+                    manifest,
                     control: host_end,
                     idle: Mutex::new(Vec::new()),
                     child: Mutex::new(child),
@@ -216,36 +217,39 @@ impl WorkerProcess {
         self.dead.load(Ordering::SeqCst)
     }
 
-    /// Runs `call` on this worker within `deadline`, delivering output,
-    /// standard input and the recorder's moments through `io` as they come;
-    /// `control`, when given, may cancel it.
+    /// Runs `hook` with `params` (their postcard) on this worker within
+    /// `deadline`, delivering output, standard input and the recorder's
+    /// moments through `io` as they come; `control`, when given, may cancel
+    /// it. The reply is the postcard of the hook's value.
     pub fn call(
         &self,
-        call: &Call<'_>,
+        hook: Hook,
+        params: &[u8],
         io: &mut CallIo,
         control: Option<&CallControl>,
         deadline: Duration,
-    ) -> Result<HookResult<Reply>, Failure> {
+    ) -> Result<HookResult<Vec<u8>>, Failure> {
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
         {
             let mut state = lock(&self.state);
             if let Some(how) = &state.died {
                 return Err(Failure::NotSent(how.clone()));
             }
-            state.in_flight.insert(number, call.hook());
+            state.in_flight.insert(number, hook);
         }
-        let outcome = self.exchange(call, io, control, deadline);
+        let outcome = self.exchange(hook, params, io, control, deadline);
         lock(&self.state).in_flight.remove(&number);
         outcome
     }
 
     fn exchange(
         &self,
-        call: &Call<'_>,
+        hook: Hook,
+        params: &[u8],
         io: &mut CallIo,
         control: Option<&CallControl>,
         deadline: Duration,
-    ) -> Result<HookResult<Reply>, Failure> {
+    ) -> Result<HookResult<Vec<u8>>, Failure> {
         let until = Instant::now() + deadline;
         let mut socket = match lock(&self.idle).pop() {
             Some(socket) => socket,
@@ -263,22 +267,23 @@ impl WorkerProcess {
                 mine
             }
         };
+        let call = ToWorker::Call(hook.name().into(), params.into());
         let sent = match control {
-            Some(control) => control.send_call(&socket.writer, call),
-            None => socket.writer.send_call(call).map(|()| true),
+            Some(control) => control.send_call(&socket.writer, &call),
+            None => socket.writer.send_call(&call).map(|()| true),
         };
         match sent {
             Ok(true) => {}
             Ok(false) => {
                 lock(&self.idle).push(socket);
-                return Ok(Err(cancelled(call.hook())));
+                return Ok(Err(cancelled(hook)));
             }
             Err(_) => {
                 self.kill(None);
                 return Err(Failure::NotSent(self.death()));
             }
         }
-        let outcome = self.follow(call, io, &mut socket, until, deadline);
+        let outcome = self.follow(hook, io, &mut socket, until, deadline);
         socket.writer.end_call();
         if let Some(control) = control {
             control.finished();
@@ -293,12 +298,12 @@ impl WorkerProcess {
     /// reply, answering what it asks for.
     fn follow(
         &self,
-        call: &Call<'_>,
+        hook: Hook,
         io: &mut CallIo,
         socket: &mut CallSocket,
         until: Instant,
         deadline: Duration,
-    ) -> Result<HookResult<Reply>, Failure> {
+    ) -> Result<HookResult<Vec<u8>>, Failure> {
         let mut pump: Option<StdinPump> = None;
         let mut first = true;
         loop {
@@ -332,19 +337,15 @@ impl WorkerProcess {
                         }
                     }
                 }
-                Ok(Some(ToHost::Sending)) => {
-                    let answer = match io.recorder.as_mut() {
-                        Some(recorder) => pollster::block_on(recorder.sending()),
-                        None => Ok(()),
+                Ok(Some(moment @ (ToHost::Sending | ToHost::Created(_)))) => {
+                    let answer = match (io.recorder.as_mut(), moment) {
+                        (None, _) => Ok(()),
+                        (Some(recorder), ToHost::Created(lease)) => {
+                            pollster::block_on(recorder.record(&lease))
+                        }
+                        (Some(recorder), _) => pollster::block_on(recorder.sending()),
                     };
                     // A failed send means the worker died: its end comes next.
-                    let _ = socket.writer.send_in_call(&ToWorker::Recorded(answer));
-                }
-                Ok(Some(ToHost::Created(lease))) => {
-                    let answer = match io.recorder.as_mut() {
-                        Some(recorder) => pollster::block_on(recorder.record(&lease)),
-                        None => Ok(()),
-                    };
                     let _ = socket.writer.send_in_call(&ToWorker::Recorded(answer));
                 }
                 Ok(Some(ToHost::Reply(result))) => return Ok(result),
@@ -353,10 +354,8 @@ impl WorkerProcess {
                     return Err(Failure::Died(self.death()));
                 }
                 Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    let how = format!(
-                        "was killed when the `{}` hook passed its deadline of {deadline:?}",
-                        call.hook()
-                    );
+                    let how =
+                        format!("was killed when the `{hook}` hook passed its deadline of {deadline:?}");
                     self.kill(Some(how));
                     return Err(Failure::Deadline(deadline));
                 }
@@ -536,11 +535,11 @@ impl SocketWriter {
         SocketWriter { state: Mutex::new(WriterState { socket, frame: Vec::new(), in_call: false }) }
     }
 
-    fn send_call(&self, call: &Call<'_>) -> io::Result<()> {
+    fn send_call(&self, call: &ToWorker<'_>) -> io::Result<()> {
         let mut state = lock(&self.state);
         let state = &mut *state;
         state.in_call = true;
-        protocol::encode_into(&ToWorker::Call(call.clone()), &mut state.frame)?;
+        protocol::encode_into(call, &mut state.frame)?;
         state.socket.write_all(&state.frame)
     }
 
@@ -608,23 +607,22 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Reads the worker's hello, sends it the environment and `setup`, and
 /// reads `setup`'s outcome; `Ok(Err(line))` when the worker refused.
-fn handshake(socket: &UnixStream, deadline: Duration, setup: &Setup) -> io::Result<Result<Hello, String>> {
+fn handshake(socket: &UnixStream, deadline: Duration, setup: &Setup) -> io::Result<Result<Manifest, String>> {
     socket.set_read_timeout(Some(deadline))?;
     let mut reader = socket;
     let mut writer = socket;
     let mut buffer = Vec::new();
     let unexpected = || io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message");
     let ended = || io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its connection");
-    let hello = match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
-        ToHost::Hello(Ok(hello)) => hello,
+    let manifest = match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
+        ToHost::Hello(Ok(manifest)) => manifest,
         ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
         _ => return Err(unexpected()),
     };
-    let env = environment_for(&hello.manifest);
-    let start = ToWorker::Start { env, setup: setup.0.clone() };
+    let start = ToWorker::Start { env: environment_for(&manifest), setup: setup.clone() };
     protocol::write(&mut writer, &start)?;
     match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
-        ToHost::Ready(Ok(())) => Ok(Ok(hello)),
+        ToHost::Ready(Ok(())) => Ok(Ok(manifest)),
         ToHost::Ready(Err(error)) => Ok(Err(format!("the provider failed to start: {error}"))),
         _ => Err(unexpected()),
     }

@@ -15,7 +15,8 @@
 //! 3. then the host passes the worker one end of each new call socket over
 //!    the control socket (`SCM_RIGHTS`, one byte each), and the worker serves
 //!    each call socket on threads of its own: one call at a time, a
-//!    [`ToWorker::Call`] (one per operation) answered by [`ToHost::Reply`].
+//!    [`ToWorker::Call`] (a hook's name and the postcard of its parameters)
+//!    answered by [`ToHost::Reply`] (the postcard of its value).
 //!    While the hook runs, the worker sends [`ToHost::Bytes`] (execute's
 //!    output, as it arrives), [`ToHost::StdinWanted`] (execute pulls its
 //!    standard input; the host answers [`ToWorker::Stdin`]) and the
@@ -30,11 +31,7 @@
 //!
 //! The host closing the control socket ends the worker.
 
-use provider_abi::{
-    AcquireParams, EnvironmentParams, ExecuteParams, ExecuteResult, HealthReport, Hook, Lease, LeaseParams,
-    LeaseStatus, LogLevel, Manifest, OutputStream, ProbeReport, ProviderError, ReleaseReport, SetupParams,
-    SyncParams, SyncResult, ValidationReport, Workspace,
-};
+use provider_abi::{Lease, LogLevel, Manifest, OutputStream, ProviderError, SetupParams};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::{
     borrow::Cow,
@@ -47,106 +44,7 @@ pub const MAX_FRAME: usize = 256 << 20;
 /// The most standard input the worker asks for in one [`ToHost::StdinWanted`].
 pub const MAX_STDIN_CHUNK: u32 = 1 << 20;
 
-/// A hook call and its parameters, one variant per operation that crosses.
-/// Borrowed when the host sends it, owned when the worker receives it.
-///
-/// `manifest` never crosses (the hello carries it), nor does
-/// `grant_request_share` (every worker paces its own requests, so a share
-/// granted to one would not bound the others), nor do `export_memory` and
-/// `import_memory` (what a worker learns stays in that worker).
-#[derive(Serialize, Deserialize, Debug, Clone)]
-pub enum Call<'a> {
-    /// `setup` with the log level the host wants (also replayed on every
-    /// worker started later, in [`ToWorker::Start`]).
-    Setup(Cow<'a, SetupParams>, LogLevel),
-    /// `shutdown`.
-    Shutdown,
-    /// `health`.
-    Health,
-    /// `validate_config`.
-    ValidateConfig(Cow<'a, EnvironmentParams>),
-    /// `probe`; its moments come back as [`ToHost::Sending`] and [`ToHost::Created`].
-    Probe(Cow<'a, EnvironmentParams>),
-    /// `acquire_lease`; as `probe`.
-    AcquireLease(Cow<'a, AcquireParams>),
-    /// `resume_lease`.
-    ResumeLease(Cow<'a, LeaseParams>),
-    /// `release_lease`.
-    ReleaseLease(Cow<'a, LeaseParams>),
-    /// `destroy_lease`.
-    DestroyLease(Cow<'a, LeaseParams>),
-    /// `realize_workspace`.
-    RealizeWorkspace(Cow<'a, LeaseParams>),
-    /// `execute`; its output comes back as [`ToHost::Bytes`], its standard
-    /// input is pulled with [`ToHost::StdinWanted`].
-    Execute(Cow<'a, ExecuteParams>),
-    /// `inspect_lease`.
-    InspectLease(Cow<'a, LeaseParams>),
-    /// `sync_files`.
-    SyncFiles(Cow<'a, SyncParams>),
-    /// `import_unconfirmed` (also replayed on every main worker started
-    /// later, until the lease is destroyed).
-    ImportUnconfirmed(Cow<'a, LeaseParams>),
-}
-
-impl Call<'_> {
-    /// The hook called.
-    pub fn hook(&self) -> Hook {
-        match self {
-            Call::Setup(..) => Hook::Setup,
-            Call::Shutdown => Hook::Shutdown,
-            Call::Health => Hook::Health,
-            Call::ValidateConfig(_) => Hook::ValidateConfig,
-            Call::Probe(_) => Hook::Probe,
-            Call::AcquireLease(_) => Hook::AcquireLease,
-            Call::ResumeLease(_) => Hook::ResumeLease,
-            Call::ReleaseLease(_) => Hook::ReleaseLease,
-            Call::DestroyLease(_) => Hook::DestroyLease,
-            Call::RealizeWorkspace(_) => Hook::RealizeWorkspace,
-            Call::Execute(_) => Hook::Execute,
-            Call::InspectLease(_) => Hook::InspectLease,
-            Call::SyncFiles(_) => Hook::SyncFiles,
-            Call::ImportUnconfirmed(_) => Hook::ImportUnconfirmed,
-        }
-    }
-}
-
-/// What a hook returned, when it succeeded.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-pub enum Reply {
-    /// `()`: setup, shutdown, destroy, import_unconfirmed.
-    Unit,
-    /// `health`.
-    Health(HealthReport),
-    /// `validate_config`.
-    Validation(ValidationReport),
-    /// `probe`.
-    Probe(ProbeReport),
-    /// `acquire_lease`, `resume_lease`.
-    Lease(Lease),
-    /// `realize_workspace`.
-    Workspace(Workspace),
-    /// `execute`.
-    Execute(ExecuteResult),
-    /// `inspect_lease`.
-    Status(LeaseStatus),
-    /// `release_lease`.
-    Release(ReleaseReport),
-    /// `sync_files`.
-    Sync(SyncResult),
-}
-
-/// What a worker that loaded its library says first.
-#[derive(Serialize, Deserialize, Debug, Clone)]
-pub struct Hello {
-    /// The library's manifest as the loader reports it: its `hooks` list
-    /// is the library's table.
-    pub manifest: Manifest,
-}
-
 /// Host → worker.
-// A message lives for one frame; boxing the call would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
     /// Control socket: sets the environment variables the provider needs,
@@ -157,8 +55,16 @@ pub enum ToWorker<'a> {
         /// The host's `setup` parameters and log level, if it called `setup`.
         setup: Option<(SetupParams, LogLevel)>,
     },
-    /// Call socket: runs a hook.
-    Call(Call<'a>),
+    /// Call socket: runs the hook of this name with these parameters (the
+    /// postcard of the hook's arguments but its recorder, input and output;
+    /// `setup`'s with its log level). Borrowed when the host sends it.
+    ///
+    /// `manifest` never crosses (the hello carries it), nor does
+    /// `grant_request_share` (every worker paces its own requests, so a
+    /// share granted to one would not bound the others), nor do
+    /// `export_memory` and `import_memory` (what a worker learns stays in
+    /// that worker).
+    Call(Cow<'a, str>, Cow<'a, [u8]>),
     /// Call socket: the host's answer to [`ToHost::Sending`] or
     /// [`ToHost::Created`], `Ok` once the moment is durable.
     Recorded(Result<(), ProviderError>),
@@ -186,8 +92,9 @@ pub struct LogEvent {
 /// Worker → host.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToHost {
-    /// Control socket: the library loaded, or the one-line reason it did not.
-    Hello(Result<Hello, String>),
+    /// Control socket: the library loaded (its manifest, whose `hooks` list
+    /// is the library's table), or the one-line reason it did not.
+    Hello(Result<Manifest, String>),
     /// Control socket: `setup`'s outcome, after [`ToWorker::Start`].
     Ready(Result<(), ProviderError>),
     /// Control socket: a log event of the provider.
@@ -208,8 +115,20 @@ pub enum ToHost {
     /// Call socket: a lease a creating hook just made; the hook waits for
     /// [`ToWorker::Recorded`].
     Created(Lease),
-    /// Call socket: the hook returned.
-    Reply(Result<Reply, ProviderError>),
+    /// Call socket: the hook returned: the postcard of its value, or its error.
+    Reply(Result<Vec<u8>, ProviderError>),
+}
+
+/// The postcard of a hook's parameters or value.
+pub fn to_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, ProviderError> {
+    postcard::to_stdvec(value)
+        .map_err(|error| ProviderError::internal(format!("cannot encode a hook call: {error}")))
+}
+
+/// A hook's parameters or value out of its postcard.
+pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProviderError> {
+    postcard::from_bytes(bytes)
+        .map_err(|error| ProviderError::internal(format!("cannot decode a hook call: {error}")))
 }
 
 /// Encodes `message` as one frame (length prefix included) into `frame`,
@@ -264,24 +183,26 @@ fn invalid(error: postcard::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use provider_abi::{LeaseParams, SyncParams};
 
     #[test]
     fn frames_round_trip_borrowed_calls_into_owned_ones() {
         let params = LeaseParams { run_id: "run".into(), metadata_json: "{}".into(), ..Default::default() };
+        let encoded = to_bytes(&params).unwrap();
         let mut bytes = Vec::new();
-        write(&mut bytes, &ToWorker::Call(Call::ReleaseLease(Cow::Borrowed(&params)))).unwrap();
-        write(&mut bytes, &ToWorker::Call(Call::Health)).unwrap();
+        write(&mut bytes, &ToWorker::Call("release_lease".into(), Cow::Borrowed(&encoded))).unwrap();
+        write(&mut bytes, &ToWorker::Call("health".into(), Cow::Borrowed(&[]))).unwrap();
         let mut input = bytes.as_slice();
         let mut buffer = Vec::new();
         match read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap() {
-            Some(ToWorker::Call(Call::ReleaseLease(received))) => {
-                assert_eq!(received.into_owned(), params)
+            Some(ToWorker::Call(hook, received)) if hook == "release_lease" => {
+                assert_eq!(from_bytes::<LeaseParams>(&received).unwrap(), params)
             }
             other => panic!("unexpected {other:?}"),
         }
         assert!(matches!(
             read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap(),
-            Some(ToWorker::Call(Call::Health))
+            Some(ToWorker::Call(hook, params)) if hook == "health" && params.is_empty()
         ));
         assert!(read::<ToWorker<'static>>(&mut input, &mut buffer).unwrap().is_none(), "clean end");
     }
@@ -305,9 +226,13 @@ mod tests {
             "/a",
             "/b",
         );
-        let frame = encode(&ToWorker::Call(Call::SyncFiles(Cow::Borrowed(&params)))).unwrap();
+        let encoded = to_bytes(&params).unwrap();
+        let frame = encode(&ToWorker::Call("sync_files".into(), Cow::Borrowed(&encoded))).unwrap();
+        assert!(frame.len() < encoded.len() + 32, "the parameters travel byte for byte: {}", frame.len());
         match read::<ToWorker<'static>>(&mut &frame[..], &mut Vec::new()).unwrap() {
-            Some(ToWorker::Call(Call::SyncFiles(received))) => assert_eq!(received.into_owned(), params),
+            Some(ToWorker::Call(_, received)) => {
+                assert_eq!(from_bytes::<SyncParams>(&received).unwrap(), params)
+            }
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -12,15 +12,16 @@
 
 use super::{
     fd_pass,
-    protocol::{self, Call, Hello, LogEvent, Reply, ToHost, ToWorker, MAX_STDIN_CHUNK},
+    protocol::{self, from_bytes, to_bytes, LogEvent, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::WORKER_FD,
 };
 use crate::{loader::LoadedProvider, staging::load_expecting};
 use futures_util::future::{self, Either};
 use provider_abi::{
-    ready, ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookFuture, HookResult, Lease, LogLevel,
-    LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
+    ready, unsupported, ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookFuture, HookResult,
+    Lease, LogLevel, LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
 };
+use serde::Serialize;
 use std::{
     io::{self, BufReader, Write},
     os::{fd::FromRawFd, unix::net::UnixStream},
@@ -141,8 +142,7 @@ impl Worker {
                 return Ok(None);
             }
         };
-        let hello = Hello { manifest: provider.manifest() };
-        protocol::write(&mut writer, &ToHost::Hello(Ok(hello)))?;
+        protocol::write(&mut writer, &ToHost::Hello(Ok(provider.manifest())))?;
         let mut buffer = Vec::new();
         let Some(ToWorker::Start { env, setup }) =
             protocol::read::<ToWorker<'static>>(&mut &control, &mut buffer)?
@@ -191,12 +191,12 @@ impl Worker {
         let Ok(reader) = socket.try_clone() else { return };
         let mut reader = BufReader::new(reader);
         let writer = Arc::new(Writer::new(socket));
-        let (jobs, queued) = mpsc::channel::<(Call<'static>, Inputs)>();
+        let (jobs, queued) = mpsc::channel::<(String, Vec<u8>, Inputs)>();
         let runner = {
             let (worker, writer) = (Arc::clone(&self), Arc::clone(&writer));
             std::thread::Builder::new().name("call".into()).stack_size(CALL_THREAD_STACK).spawn(move || {
-                for (call, inputs) in queued {
-                    let result = worker.run(call, inputs, &writer);
+                for (hook, params, inputs) in queued {
+                    let result = worker.run(&hook, &params, inputs, &writer);
                     // A host that went away ends the worker through the control socket.
                     if writer.send(&ToHost::Reply(result)).is_err() {
                         return;
@@ -211,10 +211,10 @@ impl Worker {
         let mut current: Option<Routes> = None;
         while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
             match message {
-                ToWorker::Call(call) => {
+                ToWorker::Call(hook, params) => {
                     let (routes, inputs) = Routes::new();
                     current = Some(routes);
-                    if jobs.send((call, inputs)).is_err() {
+                    if jobs.send((hook.into_owned(), params.into_owned(), inputs)).is_err() {
                         return;
                     }
                 }
@@ -256,56 +256,58 @@ impl Worker {
         self.provider.setup(params, sink, level)
     }
 
-    /// Runs one hook: its output, standard input and recorded moments cross
-    /// on `writer` and `inputs`; a cancellation drops its future.
-    fn run(&self, call: Call<'static>, inputs: Inputs, writer: &Arc<Writer>) -> HookResult<Reply> {
+    /// Runs the hook named `name` with `params` (their postcard): its
+    /// output, standard input and recorded moments cross on `writer` and
+    /// `inputs`; a cancellation drops its future. Replies with the postcard
+    /// of its value.
+    fn run(&self, name: &str, params: &[u8], inputs: Inputs, writer: &Arc<Writer>) -> HookResult<Vec<u8>> {
         let provider = &self.provider;
-        let hook = call.hook();
+        let Some(hook) = Hook::from_name(name) else {
+            return Err(ProviderError::internal(format!("The provider worker knows no `{name}` hook.")));
+        };
         let Inputs { recorded, stdin, cancel } = inputs;
         let recorder = || CreationRecorder::new(Forward { writer: Arc::clone(writer), answer: recorded });
-        match call {
-            Call::Setup(params, level) => self.setup(&params, level).map(|()| Reply::Unit),
-            Call::Shutdown => provider.shutdown().map(|()| Reply::Unit),
-            Call::Health => provider.health().map(Reply::Health),
-            Call::ValidateConfig(params) => provider.validate_config(&params).map(Reply::Validation),
-            Call::RealizeWorkspace(params) => provider.realize_workspace(&params).map(Reply::Workspace),
-            Call::ImportUnconfirmed(params) => provider.import_unconfirmed(&params).map(|()| Reply::Unit),
-            Call::Probe(params) => {
-                until_cancelled(hook, provider.probe(params.into_owned(), recorder()), cancel)
-                    .map(Reply::Probe)
+        let future = match hook {
+            Hook::Setup => {
+                let (params, level): (SetupParams, LogLevel) = from_bytes(params)?;
+                ready(reply(self.setup(&params, level)))
             }
-            Call::AcquireLease(params) => {
-                let future = provider.acquire_lease(params.into_owned(), recorder());
-                until_cancelled(hook, future, cancel).map(Reply::Lease)
-            }
-            Call::ResumeLease(params) => {
-                until_cancelled(hook, provider.resume_lease(params.into_owned()), cancel).map(Reply::Lease)
-            }
-            Call::ReleaseLease(params) => {
-                until_cancelled(hook, provider.release_lease(params.into_owned()), cancel).map(Reply::Release)
-            }
-            Call::DestroyLease(params) => {
-                until_cancelled(hook, provider.destroy_lease(params.into_owned()), cancel)
-                    .map(|()| Reply::Unit)
-            }
-            Call::InspectLease(params) => {
-                until_cancelled(hook, provider.inspect_lease(params.into_owned()), cancel).map(Reply::Status)
-            }
-            Call::SyncFiles(params) => {
-                until_cancelled(hook, provider.sync_files(params.into_owned()), cancel).map(Reply::Sync)
-            }
-            Call::Execute(params) => {
+            Hook::Shutdown => ready(reply(provider.shutdown())),
+            Hook::Health => ready(reply(provider.health())),
+            Hook::ValidateConfig => ready(reply(provider.validate_config(&from_bytes(params)?))),
+            Hook::RealizeWorkspace => ready(reply(provider.realize_workspace(&from_bytes(params)?))),
+            Hook::ImportUnconfirmed => ready(reply(provider.import_unconfirmed(&from_bytes(params)?))),
+            Hook::Probe => later(provider.probe(from_bytes(params)?, recorder())),
+            Hook::AcquireLease => later(provider.acquire_lease(from_bytes(params)?, recorder())),
+            Hook::ResumeLease => later(provider.resume_lease(from_bytes(params)?)),
+            Hook::ReleaseLease => later(provider.release_lease(from_bytes(params)?)),
+            Hook::DestroyLease => later(provider.destroy_lease(from_bytes(params)?)),
+            Hook::InspectLease => later(provider.inspect_lease(from_bytes(params)?)),
+            Hook::SyncFiles => later(provider.sync_files(from_bytes(params)?)),
+            Hook::Execute => {
                 let output = Arc::clone(writer);
                 let sink = ByteSink::new(move |stream: OutputStream, bytes: &[u8]| {
                     // A host that went away ends the worker through the control socket.
                     let _ = output.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
                 });
                 let source = stdin_source(Arc::clone(writer), stdin);
-                until_cancelled(hook, provider.execute(params.into_owned(), source, sink), cancel)
-                    .map(Reply::Execute)
+                later(provider.execute(from_bytes(params)?, source, sink))
             }
-        }
+            // `manifest` and the hooks that stay in the host never cross.
+            other => return Err(unsupported(other)),
+        };
+        until_cancelled(hook, future, cancel)
     }
+}
+
+/// The postcard of what a hook returned.
+fn reply<T: Serialize>(result: HookResult<T>) -> HookResult<Vec<u8>> {
+    to_bytes(&result?)
+}
+
+/// The postcard of what a hook's future returns.
+fn later<T: Serialize + Send + 'static>(future: HookFuture<T>) -> HookFuture<Vec<u8>> {
+    Box::pin(async move { reply(future.await) })
 }
 
 /// Awaits `future` on this thread, or drops it (cancelling the hook) when
