@@ -4,6 +4,7 @@
 //! manager.)
 
 use createos_sim::{SimConfig, Simulator};
+use provider_host::LeaseStore;
 use serde_json::{json, Value};
 use std::{
     io::{BufRead, BufReader, Write},

@@ -10,7 +10,7 @@
 //! of it, and a crash at any instant loses only writes whose callers were
 //! still waiting.
 //!
-//! A queued write ([`Committer::queue`]) is answered as soon as it ran (a
+//! A queued write ([`Waiting::Queued`]) is answered as soon as it ran (a
 //! row id its caller needs at once), before it is durable: its caller
 //! awaits the durability of a later write instead, which commits in the
 //! same transaction or a later one. A transaction that fails after it
@@ -58,36 +58,20 @@ struct Counters {
 }
 
 /// How a write's caller waits for it.
-enum Waiting {
-    /// Its task awaits the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Its task awaits the answer, given once the write is durable.
     Task,
-    /// It blocks its thread until answered.
+    /// It blocks its thread until answered, once the write is durable.
     Thread,
-    /// It hears this as soon as the write ran, and awaits durability apart.
-    Queued(Answer),
+    /// It hears as soon as the write ran, and awaits durability apart.
+    Queued,
 }
 
 struct Job {
     write: Write,
-    /// Gets the outcome once durable (or failed); a queued write's drops it.
     answer: Answer,
     waiting: Waiting,
-}
-
-impl Job {
-    /// Answers `error` to the caller of this write, every way it waits.
-    fn fail(self, error: &rusqlite::Error) {
-        fail_caller(self.answer, self.waiting, error)
-    }
-}
-
-/// Answers `error` through `answer`, and first through `waiting`'s own
-/// answer for a queued write.
-fn fail_caller(answer: Answer, waiting: Waiting, error: &rusqlite::Error) {
-    if let Waiting::Queued(executed) = waiting {
-        executed(Err(duplicate(error)));
-    }
-    answer(Err(duplicate(error)));
 }
 
 /// The committer thread of one connection. Dropping it lets the thread
@@ -123,26 +107,16 @@ impl Committer {
     }
 
     /// Queues `write`; `answer` gets its outcome once the transaction that
-    /// holds it committed (or failed). `blocking` says the caller blocks its
-    /// thread meanwhile. Without a committer thread (it ended), `answer` is
-    /// dropped unanswered.
-    pub fn submit(&self, write: Write, answer: Answer, blocking: bool) {
-        let waiting = if blocking { Waiting::Thread } else { Waiting::Task };
-        self.send(Job { write, answer, waiting })
-    }
-
-    /// Queues `write`; `executed` gets its outcome as soon as it ran, in a
-    /// transaction not yet committed. A write submitted after that answer
-    /// commits in the same transaction or a later one, and fails if this
-    /// one's transaction failed: whoever awaits it awaits this one too.
-    pub fn queue(&self, write: Write, executed: Answer) {
-        self.send(Job { write, answer: Box::new(drop), waiting: Waiting::Queued(executed) })
-    }
-
-    fn send(&self, job: Job) {
+    /// holds it committed (or failed), or for [`Waiting::Queued`] as soon as
+    /// it ran, in a transaction not yet committed: a write sent after that
+    /// answer commits in the same transaction or a later one, and fails if
+    /// this one's transaction failed, so whoever awaits it awaits this one
+    /// too. Without a committer thread (it ended), `answer` is dropped
+    /// unanswered.
+    pub fn send(&self, write: Write, answer: Answer, waiting: Waiting) {
         let queue = self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(queue) = queue.as_ref() {
-            drop(queue.send(job));
+            drop(queue.send(Job { write, answer, waiting }));
         }
     }
 
@@ -170,14 +144,14 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters, write
     let mut broken: Option<rusqlite::Error> = None;
     while let Ok(first) = jobs.recv() {
         if let Some(error) = &broken {
-            [first].into_iter().chain(jobs.try_iter()).for_each(|job| job.fail(error));
+            fail_all([first].into_iter().chain(jobs.try_iter()).map(|job| job.answer), error);
             continue;
         }
         let wanted = writers.load(Ordering::Relaxed) / COMPANY_SHARE;
         let mut batch = match Batch::begin(conn) {
             Ok(batch) => batch,
             Err(error) => {
-                first.fail(&error);
+                (first.answer)(Err(error));
                 continue;
             }
         };
@@ -233,17 +207,18 @@ impl<'c> Batch<'c> {
                 // error or a full disk): the writes before it are gone too.
                 self.ended = Some(duplicate(error));
                 fail_all(self.done.drain(..).map(|(answer, _)| answer), error);
-                return fail_caller(answer, waiting, error);
+                return answer(Err(duplicate(error)));
             }
         }
-        match waiting {
-            Waiting::Task => {}
-            Waiting::Thread => self.blocking = true,
-            Waiting::Queued(executed) => {
+        self.blocking |= waiting == Waiting::Thread;
+        let answer = match waiting {
+            Waiting::Queued => {
                 self.named |= outcome.is_ok();
-                executed(outcome.as_ref().map(|value| *value).map_err(duplicate));
+                answer(outcome.as_ref().map(|value| *value).map_err(duplicate));
+                Box::new(drop)
             }
-        }
+            Waiting::Task | Waiting::Thread => answer,
+        };
         self.done.push((answer, outcome));
     }
 
@@ -329,7 +304,7 @@ mod tests {
 
     fn wait(committer: &Committer, write: Write) -> rusqlite::Result<i64> {
         let (sender, answer) = mpsc::sync_channel(1);
-        committer.submit(write, Box::new(move |outcome| drop(sender.send(outcome))), true);
+        committer.send(write, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Thread);
         answer.recv().unwrap()
     }
 
@@ -341,7 +316,7 @@ mod tests {
             .into_iter()
             .map(|v| {
                 let (sender, answer) = mpsc::sync_channel(1);
-                committer.submit(insert(v), Box::new(move |outcome| drop(sender.send(outcome))), false);
+                committer.send(insert(v), Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Task);
                 answer
             })
             .collect();
@@ -369,7 +344,7 @@ mod tests {
     fn a_queued_write_is_answered_before_its_commit_and_a_later_write_commits_after_it() {
         let (_dir, committer) = committer();
         let (sender, executed) = mpsc::sync_channel(1);
-        committer.queue(insert(7), Box::new(move |outcome| drop(sender.send(outcome))));
+        committer.send(insert(7), Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Queued);
         let row = executed.recv().unwrap().unwrap();
         wait(&committer, insert(8)).unwrap();
         let rows = wait(
@@ -395,7 +370,7 @@ mod tests {
             Ok(conn.last_insert_rowid())
         });
         let (sender, executed) = mpsc::sync_channel(1);
-        committer.queue(held, Box::new(move |outcome| drop(sender.send(outcome))));
+        committer.send(held, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Queued);
         // Queued behind the held write, so the same transaction runs it: it
         // ends the transaction, as an I/O error does.
         let (sender, ending) = mpsc::sync_channel(1);
@@ -403,7 +378,7 @@ mod tests {
             conn.execute_batch("ROLLBACK")?;
             Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR), None))
         });
-        committer.submit(end, Box::new(move |outcome| drop(sender.send(outcome))), false);
+        committer.send(end, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Task);
         gate.send(()).unwrap();
 
         assert_eq!(executed.recv().unwrap().unwrap(), 1, "the queued write named its row");

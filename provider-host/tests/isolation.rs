@@ -23,7 +23,7 @@ use provider_host::{
     isolation::{is_worker_failure, run_worker_if_requested, IsolatedProvider, IsolationOptions, Limits},
     loader::LoadedProvider,
     store::sqlite::Ledger,
-    store::{LeaseState, Owner},
+    store::{LeaseState, LeaseStore, Owner},
     sweep::{sweep, Scope, SweepSecrets},
     wait, RemoteCommand,
 };

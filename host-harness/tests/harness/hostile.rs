@@ -6,7 +6,7 @@
 
 use crate::common::{provider_config, write_config, ConfigDir};
 use createos_sim::{FaultKind, FaultRule, FaultTrigger, SimConfig, Simulator};
-use provider_host::{store::sqlite::Ledger, store::LeaseState};
+use provider_host::{store::sqlite::Ledger, store::LeaseState, store::LeaseStore};
 use serde_json::{json, Value};
 use std::{
     path::PathBuf,

@@ -14,6 +14,7 @@ use provider_abi::ErrorKind;
 use provider_host::{
     host::{Host, Released},
     store::sqlite::Ledger,
+    store::LeaseStore,
     store::{LeaseState, Owner},
     wait,
 };

@@ -3,6 +3,7 @@
 
 use provider_host::{
     store::sqlite::Ledger,
+    store::LeaseStore,
     store::{LeaseEnv, Owner},
 };
 use rusqlite::Connection;

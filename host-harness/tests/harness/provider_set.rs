@@ -210,6 +210,7 @@ fn the_seed_scenario_across_a_swap_is_refused_by_the_new_version_itself() {
     use provider_host::{
         host::Host,
         store::sqlite::Ledger,
+        store::LeaseStore,
         store::{LeaseState, Owner},
         sweep::SweepSecrets,
         unconfirmed_handover::unconfirmed_leases,
@@ -272,6 +273,7 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     use provider_host::{
         host::Host,
         store::sqlite::Ledger,
+        store::LeaseStore,
         store::{LeaseState, Owner},
     };
 

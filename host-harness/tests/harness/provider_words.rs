@@ -9,6 +9,7 @@ use provider_host::{
     host::{Host, Released},
     loader::LoadedProvider,
     store::sqlite::Ledger,
+    store::LeaseStore,
     store::Owner,
     wait,
 };

@@ -6,7 +6,7 @@
 
 use crate::common::{signal, wait_until, ConfigDir};
 use createos_sim::{SimConfig, Simulator};
-use provider_host::{store::sqlite::Ledger, store::LeaseState};
+use provider_host::{store::sqlite::Ledger, store::LeaseState, store::LeaseStore};
 use serde_json::Value;
 use std::{
     io::{BufRead, BufReader},

@@ -21,7 +21,7 @@ use self::postgres::{PgLedger, PgOptions};
 use crate::memory::SavedEntry;
 use provider_abi::{Lease, MemoryEntry, ProviderError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) use record::Problem;
+pub(crate) use record::{lease_id, stored_error, Problem};
 #[cfg(feature = "sqlite")]
 pub(crate) use record::{process, runs};
 pub use record::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Whose};
@@ -78,22 +78,12 @@ pub enum Write {
         /// The lease as the provider returned it.
         lease: Lease,
     },
-}
-
-impl Write {
-    /// Runs the write through `store`'s blocking methods: the new row's id
-    /// for [`Write::Begin`], else 0.
-    pub fn apply<S: LeaseStore + ?Sized>(&self, store: &S) -> Result<i64, LedgerError> {
-        match self {
-            Write::Begin { owner, run_id, env, hook } => store.begin(*owner, run_id, env, hook),
-            Write::SetState { row, state, hook, error } => {
-                store.set_state(*row, *state, hook, error.as_ref()).map(|()| 0)
-            }
-            Write::SetLease { row, state, hook, lease } => {
-                store.set_lease(*row, *state, hook, lease).map(|()| 0)
-            }
-        }
-    }
+    /// [`LeaseStore::restore`]: the row `record` names, put back as it holds it.
+    Restore(LeaseRecord),
+    /// [`LeaseStore::forget`]: the row.
+    Forget(i64),
+    /// [`LeaseStore::adopt`]: the row.
+    Adopt(i64),
 }
 
 /// Where [`LeaseStore::submit`] answers: the write's outcome, once durable.
@@ -111,9 +101,16 @@ pub trait LeaseStore: Send + Sync {
     /// half a heartbeat's expiry in a fleet.
     fn patrol_interval(&self) -> Duration;
 
+    /// Runs `write` and returns once it is durable: the new row's id for
+    /// [`Write::Begin`], else 0. The methods that record a transition
+    /// (`begin`, `set_state`...) run theirs through it.
+    fn write(&self, write: Write) -> Result<i64, LedgerError>;
+
     /// Records a lease about to be acquired (state `acquiring`, no id yet)
     /// and returns its row id.
-    fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError>;
+    fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
+        self.write(Write::Begin { owner, run_id: run_id.to_owned(), env: env.clone(), hook: hook.to_owned() })
+    }
 
     /// Records that `hook` is about to be called, or has returned, leaving the
     /// lease in `state`; `error` replaces the last error (`None` clears it).
@@ -123,22 +120,32 @@ pub trait LeaseStore: Send + Sync {
         state: LeaseState,
         hook: &str,
         error: Option<&ProviderError>,
-    ) -> Result<(), LedgerError>;
+    ) -> Result<(), LedgerError> {
+        self.write(Write::SetState { row, state, hook: hook.to_owned(), error: error.cloned() }).map(drop)
+    }
 
     /// Records the lease the provider returned (its id and metadata), in `state`.
-    fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError>;
+    fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
+        self.write(Write::SetLease { row, state, hook: hook.to_owned(), lease: lease.clone() }).map(drop)
+    }
 
     /// Puts a row's state, last hook, last error and owner back as `record`
     /// holds them: a call the provider refused before any request changed
     /// nothing.
-    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError>;
+    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
+        self.write(Write::Restore(record.clone())).map(drop)
+    }
 
     /// Removes a row: a lease the provider refused before any request.
-    fn forget(&self, row: i64) -> Result<(), LedgerError>;
+    fn forget(&self, row: i64) -> Result<(), LedgerError> {
+        self.write(Write::Forget(row)).map(drop)
+    }
 
     /// Takes over a row for this host (a command acting on a lease an
     /// earlier run recorded). The previous owner's later writes to it fail.
-    fn adopt(&self, row: i64) -> Result<(), LedgerError>;
+    fn adopt(&self, row: i64) -> Result<(), LedgerError> {
+        self.write(Write::Adopt(row)).map(drop)
+    }
 
     /// One row.
     fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError>;
@@ -177,7 +184,7 @@ pub trait LeaseStore: Send + Sync {
     /// default runs it on this thread before returning; SQLite's returns at
     /// once and commits it together with the writes of other callers.
     fn submit(&self, write: Write, done: Done) {
-        done(write.apply(self))
+        done(self.write(write))
     }
 
     /// Starts `write`; `executed` gets its outcome (the new row's id for
@@ -233,116 +240,21 @@ impl dyn LeaseStore + '_ {
     /// `write`, awaited: resolves once it is durable, holding no thread
     /// meanwhile when the store commits on a thread of its own (SQLite).
     pub async fn committed(&self, write: Write) -> Result<i64, LedgerError> {
-        let (sender, answer) = tokio::sync::oneshot::channel();
-        self.submit(write, Box::new(move |outcome| drop(sender.send(outcome))));
-        answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
+        self.answered(|done| self.submit(write, done)).await
     }
 
     /// `write`, awaited until it ran ([`LeaseStore::queue`]): the caller
     /// goes on before it is durable, and its next write, awaited, makes
     /// both durable.
     pub async fn queued(&self, write: Write) -> Result<i64, LedgerError> {
+        self.answered(|done| self.queue(write, done)).await
+    }
+
+    /// What `start` answers through the [`Done`] it is given.
+    async fn answered(&self, start: impl FnOnce(Done)) -> Result<i64, LedgerError> {
         let (sender, answer) = tokio::sync::oneshot::channel();
-        self.queue(write, Box::new(move |outcome| drop(sender.send(outcome))));
+        start(Box::new(move |outcome| drop(sender.send(outcome))));
         answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl LeaseStore for Ledger {
-    fn host_name(&self) -> String {
-        format!("process {}", Ledger::pid(self))
-    }
-
-    fn patrol_interval(&self) -> Duration {
-        // The kernel says at once when a process of this machine is gone.
-        Duration::from_secs(2)
-    }
-
-    fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
-        Ledger::begin(self, owner, run_id, env, hook)
-    }
-
-    fn set_state(
-        &self,
-        row: i64,
-        state: LeaseState,
-        hook: &str,
-        error: Option<&ProviderError>,
-    ) -> Result<(), LedgerError> {
-        Ledger::set_state(self, row, state, hook, error)
-    }
-
-    fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
-        Ledger::set_lease(self, row, state, hook, lease)
-    }
-
-    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
-        Ledger::restore(self, record)
-    }
-
-    fn forget(&self, row: i64) -> Result<(), LedgerError> {
-        Ledger::forget(self, row)
-    }
-
-    fn adopt(&self, row: i64) -> Result<(), LedgerError> {
-        Ledger::adopt(self, row)
-    }
-
-    fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
-        Ledger::get(self, row)
-    }
-
-    fn find(
-        &self,
-        provider_lease_id: &str,
-        company_id: &str,
-        environment_id: &str,
-    ) -> Result<Option<LeaseRecord>, LedgerError> {
-        Ledger::find(self, provider_lease_id, company_id, environment_id)
-    }
-
-    fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
-        Ledger::list(self)
-    }
-
-    fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
-        Ledger::left_behind(self, whose)
-    }
-
-    fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
-        Ledger::take_over(self, records)
-    }
-
-    fn budget_group(&self) -> Result<usize, LedgerError> {
-        Ledger::budget_group(self)
-    }
-
-    fn submit(&self, write: Write, done: Done) {
-        self.submit_statements(self.statements(write), done)
-    }
-
-    fn queue(&self, write: Write, executed: Done) {
-        self.queue_statements(self.statements(write), executed)
-    }
-
-    fn commit_counts(&self) -> Option<CommitCounts> {
-        Some(Ledger::commit_counts(self))
-    }
-
-    fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
-        Ledger::memory(self, provider_id)
-    }
-
-    fn save_memory(
-        &self,
-        provider_id: &str,
-        entries: &[MemoryEntry],
-        saved_at: SystemTime,
-        forget_before: SystemTime,
-        keep: usize,
-    ) -> Result<(), LedgerError> {
-        Ledger::save_memory(self, provider_id, entries, saved_at, forget_before, keep)
     }
 }
 

@@ -22,11 +22,11 @@
 use crate::{
     heartbeat::Heartbeat,
     memory::SavedEntry,
-    store::{from_unix_ms, unix_ms, LeaseStore},
+    store::{from_unix_ms, lease_id, stored_error, unix_ms, LeaseStore, Write},
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
 };
 use postgres::{types::ToSql, NoTls, Row};
-use provider_abi::{Lease, MemoryEntry, ProviderError};
+use provider_abi::MemoryEntry;
 use r2d2_postgres::{r2d2, PostgresConnectionManager};
 use serde_json::Value;
 use std::time::{Duration, SystemTime};
@@ -334,10 +334,6 @@ pub(crate) fn describe(error: &postgres::Error) -> String {
     text.replace('\n', " ")
 }
 
-fn error_json(error: &ProviderError) -> String {
-    serde_json::json!({"kind": error.kind.to_string(), "message": error.message.as_str()}).to_string()
-}
-
 fn read_row(row: &Row) -> LeaseRecord {
     let json = |text: Option<String>| text.and_then(|text| serde_json::from_str::<Value>(&text).ok());
     let state: String = row.get("state");
@@ -430,84 +426,71 @@ impl LeaseStore for PgLedger {
         Ok((live as usize).max(1))
     }
 
-    fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
-        // The insert renews this host's heartbeat in the same statement: a
-        // row is never born to a host that counts as gone.
-        let sql = format!(
-            "WITH beat AS ({BEAT} RETURNING host_id)
-             INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
-                 config_json, api_in_process, last_hook, host_id, pid)
-             SELECT $5, $6, 'acquiring', $7, $8, $9, $10, $11, $12, beat.host_id, $3 FROM beat
-             RETURNING id"
-        );
-        let params: [&(dyn ToSql + Sync); 12] = [
-            &self.host_id,
-            &hostname(),
-            &(self.pid as i32),
-            &self.expiry.as_secs_f64(),
-            &owner.as_str(),
-            &run_id,
-            &env.driver_key,
-            &env.company_id,
-            &env.environment_id,
-            &env.config.to_string(),
-            &env.api_in_process,
-            &hook,
-        ];
-        self.with(|client| client.query_one(&sql, &params).map(|row| row.get(0)))
-    }
-
-    fn set_state(
-        &self,
-        row: i64,
-        state: LeaseState,
-        hook: &str,
-        error: Option<&ProviderError>,
-    ) -> Result<(), LedgerError> {
-        let error = error.map(error_json);
-        self.fenced(
-            row,
-            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5, updated_at = now()
-             WHERE id = $1 AND host_id = $2",
-            &[&state.as_str(), &hook, &error],
-        )
-    }
-
-    fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
-        let error = record.last_error.as_ref().map(Value::to_string);
-        self.fenced(
-            record.id,
-            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5,
-                 host_id = COALESCE($6, host_id), pid = $7, updated_at = now()
-             WHERE id = $1 AND host_id = $2",
-            &[&record.state.as_str(), &record.last_hook, &error, &record.host_id, &(record.pid as i32)],
-        )
-    }
-
-    fn set_lease(&self, row: i64, state: LeaseState, hook: &str, lease: &Lease) -> Result<(), LedgerError> {
-        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
-        self.fenced(
-            row,
-            "UPDATE leases SET state = $3, last_hook = $4, last_error_json = NULL,
-                 provider_lease_id = COALESCE($5, provider_lease_id), metadata_json = $6, updated_at = now()
-             WHERE id = $1 AND host_id = $2",
-            &[&state.as_str(), &hook, &id, &lease.metadata_json.as_str()],
-        )
-    }
-
-    fn forget(&self, row: i64) -> Result<(), LedgerError> {
-        self.fenced(row, "DELETE FROM leases WHERE id = $1 AND host_id = $2", &[])
-    }
-
-    fn adopt(&self, row: i64) -> Result<(), LedgerError> {
-        self.with(|client| {
-            client
-                .execute(
-                    "UPDATE leases SET host_id = $2, pid = $3, updated_at = now() WHERE id = $1",
-                    &[&row, &self.host_id, &(self.pid as i32)],
-                )
-                .map(drop)
-        })
+    fn write(&self, write: Write) -> Result<i64, LedgerError> {
+        match write {
+            Write::Begin { owner, run_id, env, hook } => {
+                // The insert renews this host's heartbeat in the same
+                // statement: a row is never born to a host that counts as gone.
+                let sql = format!(
+                    "WITH beat AS ({BEAT} RETURNING host_id)
+                     INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
+                         config_json, api_in_process, last_hook, host_id, pid)
+                     SELECT $5, $6, 'acquiring', $7, $8, $9, $10, $11, $12, beat.host_id, $3 FROM beat
+                     RETURNING id"
+                );
+                let params: [&(dyn ToSql + Sync); 12] = [
+                    &self.host_id,
+                    &hostname(),
+                    &(self.pid as i32),
+                    &self.expiry.as_secs_f64(),
+                    &owner.as_str(),
+                    &run_id,
+                    &env.driver_key,
+                    &env.company_id,
+                    &env.environment_id,
+                    &env.config.to_string(),
+                    &env.api_in_process,
+                    &hook,
+                ];
+                return self.with(|client| client.query_one(&sql, &params).map(|row| row.get(0)));
+            }
+            Write::SetState { row, state, hook, error } => self.fenced(
+                row,
+                "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5, updated_at = now()
+                 WHERE id = $1 AND host_id = $2",
+                &[&state.as_str(), &hook, &error.as_ref().map(stored_error)],
+            ),
+            Write::SetLease { row, state, hook, lease } => self.fenced(
+                row,
+                "UPDATE leases SET state = $3, last_hook = $4, last_error_json = NULL,
+                     provider_lease_id = COALESCE($5, provider_lease_id), metadata_json = $6, updated_at = now()
+                 WHERE id = $1 AND host_id = $2",
+                &[&state.as_str(), &hook, &lease_id(&lease), &lease.metadata_json.as_str()],
+            ),
+            Write::Restore(record) => self.fenced(
+                record.id,
+                "UPDATE leases SET state = $3, last_hook = $4, last_error_json = $5,
+                     host_id = COALESCE($6, host_id), pid = $7, updated_at = now()
+                 WHERE id = $1 AND host_id = $2",
+                &[
+                    &record.state.as_str(),
+                    &record.last_hook,
+                    &record.last_error.as_ref().map(Value::to_string),
+                    &record.host_id,
+                    &(record.pid as i32),
+                ],
+            ),
+            Write::Forget(row) => self.fenced(row, "DELETE FROM leases WHERE id = $1 AND host_id = $2", &[]),
+            Write::Adopt(row) => self.with(|client| {
+                client
+                    .execute(
+                        "UPDATE leases SET host_id = $2, pid = $3, updated_at = now() WHERE id = $1",
+                        &[&row, &self.host_id, &(self.pid as i32)],
+                    )
+                    .map(drop)
+            }),
+        }
+        .map(|()| 0)
     }
 
     fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {

@@ -224,6 +224,18 @@ impl LeaseRecord {
     }
 }
 
+/// A hook error as the stores keep it: `{"kind", "message"}`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn stored_error(error: &provider_abi::ProviderError) -> String {
+    json!({"kind": error.kind.to_string(), "message": error.message.as_str()}).to_string()
+}
+
+/// The provider lease id `lease` names, if any.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn lease_id(lease: &Lease) -> Option<String> {
+    lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option()
+}
+
 /// A ledger error: the database could not be opened, read or written. Displays
 /// as one line naming the file (or the database URL, without its password).
 #[derive(Debug, thiserror::Error)]
@@ -312,8 +324,7 @@ impl LedgerError {
     }
 }
 
-/// Whose left-behind rows [`Ledger::left_behind`](super::sqlite::Ledger::left_behind) (and
-/// [`crate::store::LeaseStore::left_behind`]) lists.
+/// Whose left-behind rows [`crate::store::LeaseStore::left_behind`] lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whose {
     /// This host's (this process's, in SQLite).

@@ -20,16 +20,16 @@
 //! [`Ledger::open_read_only`], which needs no write access at all.
 
 use crate::{
-    group_commit::{self, Committer},
+    group_commit::{self, Committer, Waiting},
     memory::SavedEntry,
     store::{
-        from_unix_ms, process, runs, unix_ms, CommitCounts, LeaseEnv, LeaseRecord, LeaseState, LedgerError,
-        Owner, Problem, Whose, Write,
+        from_unix_ms, lease_id, process, runs, stored_error, unix_ms, CommitCounts, Done, LeaseEnv,
+        LeaseRecord, LeaseState, LeaseStore, LedgerError, Owner, Problem, Whose, Write,
     },
 };
-use provider_abi::{Lease, MemoryEntry, ProviderError};
+use provider_abi::MemoryEntry;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::{
     path::{Path, PathBuf},
     sync::Mutex,
@@ -255,9 +255,144 @@ impl Ledger {
         f(&conn).map_err(|source| LedgerError::new(&self.path, source))
     }
 
+    /// Registers this process as a host of the ledger (for
+    /// [`Ledger::budget_group`]).
+    fn register(&self) -> Result<(), LedgerError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR IGNORE INTO hosts (pid, pid_start) VALUES (?1, ?2)",
+                params![self.pid, self.start as i64],
+            )
+            .map(drop)
+        })
+    }
+
+    /// Sends `write` to the committer, `waiting` as its caller does; `done`
+    /// gets its outcome. A ledger opened read-only runs it at once, and it
+    /// fails as a write to a read-only database does.
+    fn send(&self, write: Write, done: Done, waiting: Waiting) {
+        let path = self.path.clone();
+        let answer: group_commit::Answer =
+            Box::new(move |outcome| done(outcome.map_err(|error| LedgerError::new(&path, error))));
+        let write = self.statements(write);
+        match &self.committer {
+            Some(committer) => committer.send(write, answer, waiting),
+            None => answer(write(&self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))),
+        }
+    }
+
+    /// The statements of `write`, for the committer: the new row's id for
+    /// [`Write::Begin`], else 0.
+    fn statements(&self, write: Write) -> group_commit::Write {
+        // How many writers are in flight decides how long a transaction
+        // waits for company: a begin starts a lease's writes, a lease
+        // recorded destroyed (or forgotten) ends them.
+        if let Some(committer) = &self.committer {
+            match &write {
+                Write::Begin { .. } => committer.writer_started(),
+                Write::SetState { state: LeaseState::Destroyed, .. }
+                | Write::SetLease { state: LeaseState::Destroyed, .. }
+                | Write::Forget(_) => committer.writer_finished(),
+                _ => {}
+            }
+        }
+        let (pid, start) = (self.pid, self.start as i64);
+        match write {
+            Write::Begin { owner, run_id, env, hook } => Box::new(move |conn| {
+                execute_cached(
+                    conn,
+                    &format!(
+                        "INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
+                            config_json, api_in_process, last_hook, pid, pid_start, created_at, updated_at)
+                         VALUES (?1, ?2, 'acquiring', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW}, {NOW})"
+                    ),
+                    params![
+                        owner.as_str(),
+                        run_id,
+                        env.driver_key,
+                        env.company_id,
+                        env.environment_id,
+                        env.config.to_string(),
+                        env.api_in_process,
+                        hook,
+                        pid,
+                        start,
+                    ],
+                )?;
+                Ok(conn.last_insert_rowid())
+            }),
+            Write::SetState { row, state, hook, error } => statement(
+                format!(
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, updated_at = {NOW}
+                     WHERE id = ?1"
+                ),
+                (row, state.as_str(), hook, error.as_ref().map(stored_error)),
+            ),
+            Write::SetLease { row, state, hook, lease } => statement(
+                format!(
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = NULL,
+                        provider_lease_id = COALESCE(?4, provider_lease_id), metadata_json = ?5,
+                        updated_at = {NOW}
+                     WHERE id = ?1"
+                ),
+                (row, state.as_str(), hook, lease_id(&lease), lease.metadata_json.to_string()),
+            ),
+            Write::Restore(record) => statement(
+                format!(
+                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, pid = ?5,
+                        pid_start = ?6, updated_at = {NOW}
+                     WHERE id = ?1"
+                ),
+                (
+                    record.id,
+                    record.state.as_str(),
+                    record.last_hook,
+                    record.last_error.as_ref().map(Value::to_string),
+                    record.pid,
+                    record.owner_start as i64,
+                ),
+            ),
+            Write::Forget(row) => statement("DELETE FROM leases WHERE id = ?1".to_owned(), (row,)),
+            Write::Adopt(row) => statement(
+                format!("UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW} WHERE id = ?1"),
+                (row, pid, start),
+            ),
+        }
+    }
+}
+
+impl LeaseStore for Ledger {
+    fn host_name(&self) -> String {
+        format!("process {}", self.pid)
+    }
+
+    fn patrol_interval(&self) -> Duration {
+        // The kernel says at once when a process of this machine is gone.
+        Duration::from_secs(2)
+    }
+
+    /// Committed, with the writes of other callers, before it returns.
+    fn write(&self, write: Write) -> Result<i64, LedgerError> {
+        let (sender, answer) = std::sync::mpsc::sync_channel(1);
+        self.send(write, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Thread);
+        answer.recv().unwrap_or_else(|_| Err(LedgerError::new(&self.path, Problem::Closed)))
+    }
+
+    fn submit(&self, write: Write, done: Done) {
+        self.send(write, done, Waiting::Task)
+    }
+
+    fn queue(&self, write: Write, executed: Done) {
+        self.send(write, executed, Waiting::Queued)
+    }
+
+    fn commit_counts(&self) -> Option<CommitCounts> {
+        Some(self.committer.as_ref().map(Committer::counts).unwrap_or_default())
+    }
+
     /// What provider `provider_id` remembered, newest first
     /// ([`crate::store::LeaseStore::memory`]).
-    pub fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
+    fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
         self.with(|conn| {
             let mut statement = conn.prepare_cached(
                 "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = ?1
@@ -275,7 +410,7 @@ impl Ledger {
 
     /// Keeps `entries` of provider `provider_id` in one transaction
     /// ([`crate::store::LeaseStore::save_memory`]).
-    pub fn save_memory(
+    fn save_memory(
         &self,
         provider_id: &str,
         entries: &[MemoryEntry],
@@ -303,234 +438,8 @@ impl Ledger {
         })
     }
 
-    /// Transactions the committer committed and the writes they held.
-    pub fn commit_counts(&self) -> CommitCounts {
-        self.committer.as_ref().map(Committer::counts).unwrap_or_default()
-    }
-
-    /// Starts `write`; `done` gets its outcome once it is durable (or
-    /// failed). A ledger opened read-only runs it at once, and it fails as a
-    /// write to a read-only database does.
-    pub(crate) fn submit_statements(
-        &self,
-        write: group_commit::Write,
-        done: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
-    ) {
-        self.submit_with(write, done, false)
-    }
-
-    /// Starts `write`; `executed` gets its outcome as soon as it ran, maybe
-    /// before it is durable: a write submitted after that answer is durable
-    /// only once this one is (see [`LeaseStore::queue`]). A ledger opened
-    /// read-only runs it at once.
-    ///
-    /// [`LeaseStore::queue`]: crate::store::LeaseStore::queue
-    pub(crate) fn queue_statements(
-        &self,
-        write: group_commit::Write,
-        executed: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
-    ) {
-        match &self.committer {
-            Some(committer) => {
-                let path = self.path.clone();
-                let answer = move |outcome: rusqlite::Result<i64>| {
-                    executed(outcome.map_err(|error| LedgerError::new(&path, error)))
-                };
-                committer.queue(write, Box::new(answer))
-            }
-            None => self.submit_with(write, executed, false),
-        }
-    }
-
-    /// [`Ledger::submit_statements`]; `blocking` says the caller blocks its
-    /// thread until answered.
-    fn submit_with(
-        &self,
-        write: group_commit::Write,
-        done: impl FnOnce(Result<i64, LedgerError>) + Send + 'static,
-        blocking: bool,
-    ) {
-        let path = self.path.clone();
-        let answer = move |outcome: rusqlite::Result<i64>| {
-            done(outcome.map_err(|error| LedgerError::new(&path, error)))
-        };
-        match &self.committer {
-            Some(committer) => committer.submit(write, Box::new(answer), blocking),
-            None => {
-                let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                answer(write(&conn))
-            }
-        }
-    }
-
-    /// Tells the committer whether `write` starts a lease's writes (a
-    /// begin) or ends them (a lease recorded destroyed): how many writers
-    /// are in flight decides how long a transaction waits for company.
-    fn count_writer(&self, write: &Write) {
-        let Some(committer) = &self.committer else { return };
-        match write {
-            Write::Begin { .. } => committer.writer_started(),
-            Write::SetState { state: LeaseState::Destroyed, .. }
-            | Write::SetLease { state: LeaseState::Destroyed, .. } => committer.writer_finished(),
-            _ => {}
-        }
-    }
-
-    /// Runs `write` and returns once it is durable.
-    fn commit(&self, write: group_commit::Write) -> Result<i64, LedgerError> {
-        let (sender, answer) = std::sync::mpsc::sync_channel(1);
-        self.submit_with(write, move |outcome| drop(sender.send(outcome)), true);
-        answer.recv().unwrap_or_else(|_| Err(LedgerError::new(&self.path, Problem::Closed)))
-    }
-
-    /// The statements of `write`, for the committer: the new row's id for
-    /// [`Write::Begin`], else 0.
-    pub(crate) fn statements(&self, write: Write) -> group_commit::Write {
-        self.count_writer(&write);
-        let (pid, start) = (self.pid, self.start as i64);
-        match write {
-            Write::Begin { owner, run_id, env, hook } => Box::new(move |conn| {
-                execute_cached(
-                    conn,
-                    &format!(
-                        "INSERT INTO leases (owner, run_id, state, driver_key, company_id, environment_id,
-                            config_json, api_in_process, last_hook, pid, pid_start, created_at, updated_at)
-                         VALUES (?1, ?2, 'acquiring', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, {NOW}, {NOW})"
-                    ),
-                    params![
-                        owner.as_str(),
-                        run_id,
-                        env.driver_key,
-                        env.company_id,
-                        env.environment_id,
-                        env.config.to_string(),
-                        env.api_in_process,
-                        hook,
-                        pid,
-                        start,
-                    ],
-                )?;
-                Ok(conn.last_insert_rowid())
-            }),
-            Write::SetState { row, state, hook, error } => {
-                let error = error.as_ref().map(|error| error_json(error).to_string());
-                Box::new(move |conn| {
-                    execute_cached(
-                        conn,
-                        &format!(
-                            "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4,
-                                updated_at = {NOW}
-                             WHERE id = ?1"
-                        ),
-                        params![row, state.as_str(), hook, error],
-                    )
-                    .map(|_| 0)
-                })
-            }
-            Write::SetLease { row, state, hook, lease } => {
-                let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
-                let metadata = lease.metadata_json.to_string();
-                Box::new(move |conn| {
-                    execute_cached(
-                        conn,
-                        &format!(
-                            "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = NULL,
-                                provider_lease_id = COALESCE(?4, provider_lease_id), metadata_json = ?5,
-                                updated_at = {NOW}
-                             WHERE id = ?1"
-                        ),
-                        params![row, state.as_str(), hook, id, metadata],
-                    )
-                    .map(|_| 0)
-                })
-            }
-        }
-    }
-
-    /// Records a lease about to be acquired (state `acquiring`, no id yet)
-    /// and returns its row id. Committed before it returns.
-    pub fn begin(&self, owner: Owner, run_id: &str, env: &LeaseEnv, hook: &str) -> Result<i64, LedgerError> {
-        let write =
-            Write::Begin { owner, run_id: run_id.to_owned(), env: env.clone(), hook: hook.to_owned() };
-        self.commit(self.statements(write))
-    }
-
-    /// Records that `hook` is about to be called, or has returned, leaving the
-    /// lease in `state`; `error` replaces the last error (`None` clears it).
-    pub fn set_state(
-        &self,
-        row: i64,
-        state: LeaseState,
-        hook: &str,
-        error: Option<&ProviderError>,
-    ) -> Result<(), LedgerError> {
-        let write = Write::SetState { row, state, hook: hook.to_owned(), error: error.cloned() };
-        self.commit(self.statements(write)).map(drop)
-    }
-
-    /// Records the lease the provider returned (its id and metadata), in `state`.
-    pub fn set_lease(
-        &self,
-        row: i64,
-        state: LeaseState,
-        hook: &str,
-        lease: &Lease,
-    ) -> Result<(), LedgerError> {
-        let write = Write::SetLease { row, state, hook: hook.to_owned(), lease: lease.clone() };
-        self.commit(self.statements(write)).map(drop)
-    }
-
-    /// Puts a row's state, last hook, last error and owner back as `record`
-    /// holds them: a call the provider refused before any request changed
-    /// nothing.
-    pub fn restore(&self, record: &LeaseRecord) -> Result<(), LedgerError> {
-        let error = record.last_error.as_ref().map(Value::to_string);
-        let (row, state, hook) = (record.id, record.state, record.last_hook.clone());
-        let (pid, start) = (record.pid, record.owner_start as i64);
-        self.commit(Box::new(move |conn| {
-            execute_cached(
-                conn,
-                &format!(
-                    "UPDATE leases SET state = ?2, last_hook = ?3, last_error_json = ?4, pid = ?5,
-                        pid_start = ?6, updated_at = {NOW}
-                     WHERE id = ?1"
-                ),
-                params![row, state.as_str(), hook, error, pid, start],
-            )
-            .map(|_| 0)
-        }))
-        .map(drop)
-    }
-
-    /// Removes a row: a lease the provider refused before any request was
-    /// never this ledger's to track.
-    pub fn forget(&self, row: i64) -> Result<(), LedgerError> {
-        if let Some(committer) = &self.committer {
-            committer.writer_finished();
-        }
-        self.commit(Box::new(move |conn| {
-            execute_cached(conn, "DELETE FROM leases WHERE id = ?1", [row]).map(|_| 0)
-        }))
-        .map(drop)
-    }
-
-    /// Takes over a row for this process (a command acting on a lease a
-    /// previous run recorded).
-    pub fn adopt(&self, row: i64) -> Result<(), LedgerError> {
-        let (pid, start) = (self.pid, self.start as i64);
-        self.commit(Box::new(move |conn| {
-            execute_cached(
-                conn,
-                &format!("UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW} WHERE id = ?1"),
-                params![row, pid, start],
-            )
-            .map(|_| 0)
-        }))
-        .map(drop)
-    }
-
     /// One row.
-    pub fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
+    fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
         self.with(|conn| {
             conn.prepare_cached("SELECT * FROM leases WHERE id = ?1")?.query_row([row], read_row).optional()
         })
@@ -538,7 +447,7 @@ impl Ledger {
 
     /// The latest row recording `provider_lease_id` for this company and
     /// environment.
-    pub fn find(
+    fn find(
         &self,
         provider_lease_id: &str,
         company_id: &str,
@@ -555,7 +464,7 @@ impl Ledger {
     }
 
     /// Every row, oldest first.
-    pub fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
+    fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
         self.with(|conn| {
             let mut statement = conn.prepare("SELECT * FROM leases ORDER BY id")?;
             let rows = statement.query_map([], read_row)?.collect::<rusqlite::Result<Vec<_>>>();
@@ -567,7 +476,7 @@ impl Ledger {
     /// by this process or by processes that are no longer running (`whose`).
     /// On one machine the kernel is the heartbeat: a process that exited is
     /// gone at once, and a reused pid is told apart by its start time.
-    pub fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
+    fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
         // Destroyed rows (most of a long-lived ledger) are never read: both
         // queries read the partial index `leases_live_owners`, which holds
         // the rest (SQLite cannot use an index for `<>`, and a full scan
@@ -604,21 +513,9 @@ impl Ledger {
         Ok(left)
     }
 
-    /// Registers this process as a host of the ledger (for
-    /// [`Ledger::budget_group`]).
-    fn register(&self) -> Result<(), LedgerError> {
-        self.with(|conn| {
-            conn.execute(
-                "INSERT OR IGNORE INTO hosts (pid, pid_start) VALUES (?1, ?2)",
-                params![self.pid, self.start as i64],
-            )
-            .map(drop)
-        })
-    }
-
     /// The running processes that opened this ledger, this one included
     /// (at least 1); the registrations of processes that exited are removed.
-    pub fn budget_group(&self) -> Result<usize, LedgerError> {
+    fn budget_group(&self) -> Result<usize, LedgerError> {
         self.with(|conn| {
             let mut statement = conn.prepare("SELECT pid, pid_start FROM hosts")?;
             let hosts = statement
@@ -644,7 +541,7 @@ impl Ledger {
     /// process they name while it is not running, and returns them as now
     /// owned by this process. Two sweepers offered the same rows share them
     /// out: each row goes to exactly one.
-    pub fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
+    fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
         let won = self.with(|conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let mut won = Vec::new();
@@ -818,8 +715,9 @@ fn uri_escape(path: &Path) -> String {
         .collect()
 }
 
-fn error_json(error: &ProviderError) -> Value {
-    json!({"kind": error.kind.to_string(), "message": error.message.as_str()})
+/// A write of one statement, answering 0.
+fn statement(sql: String, params: impl rusqlite::Params + Send + 'static) -> group_commit::Write {
+    Box::new(move |conn| execute_cached(conn, &sql, params).map(|_| 0))
 }
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<LeaseRecord> {

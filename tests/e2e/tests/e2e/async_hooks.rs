@@ -9,7 +9,7 @@ use provider_abi::{
     HookResult, Lease, OutputStream, PostUploadCommand, Provider, ProviderError, RecordCreation,
     SyncDirection, SyncMapping, SyncOperation, SyncParams, SyncResult,
 };
-use provider_host::{loader::LoadedProvider, wait};
+use provider_host::{loader::LoadedProvider, wait, LeaseStore};
 use serde_json::{json, Value};
 use std::{
     collections::HashSet,
@@ -678,7 +678,7 @@ impl HeldWrites {
     /// Commits the held writes in order, each durable before this returns.
     fn commit_held(&self) {
         for (write, done) in std::mem::take(&mut *self.held.lock().unwrap()) {
-            done(write.apply(&self.ledger));
+            done(self.ledger.write(write));
         }
     }
 }
@@ -690,41 +690,8 @@ impl provider_host::LeaseStore for HeldWrites {
     fn patrol_interval(&self) -> Duration {
         self.ledger.patrol_interval()
     }
-    fn begin(
-        &self,
-        owner: provider_host::Owner,
-        run_id: &str,
-        env: &provider_host::store::LeaseEnv,
-        hook: &str,
-    ) -> Result<i64, provider_host::LedgerError> {
-        self.ledger.begin(owner, run_id, env, hook)
-    }
-    fn set_state(
-        &self,
-        row: i64,
-        state: provider_host::LeaseState,
-        hook: &str,
-        error: Option<&ProviderError>,
-    ) -> Result<(), provider_host::LedgerError> {
-        self.ledger.set_state(row, state, hook, error)
-    }
-    fn set_lease(
-        &self,
-        row: i64,
-        state: provider_host::LeaseState,
-        hook: &str,
-        lease: &Lease,
-    ) -> Result<(), provider_host::LedgerError> {
-        self.ledger.set_lease(row, state, hook, lease)
-    }
-    fn restore(&self, record: &provider_host::LeaseRecord) -> Result<(), provider_host::LedgerError> {
-        self.ledger.restore(record)
-    }
-    fn forget(&self, row: i64) -> Result<(), provider_host::LedgerError> {
-        self.ledger.forget(row)
-    }
-    fn adopt(&self, row: i64) -> Result<(), provider_host::LedgerError> {
-        self.ledger.adopt(row)
+    fn write(&self, write: provider_host::store::Write) -> Result<i64, provider_host::LedgerError> {
+        self.ledger.write(write)
     }
     fn get(&self, row: i64) -> Result<Option<provider_host::LeaseRecord>, provider_host::LedgerError> {
         self.ledger.get(row)
