@@ -451,12 +451,23 @@ impl CreateosClient {
                 if written > cap {
                     return Err(Error::UnsafeArchive);
                 }
-                sink.write_all(&chunk).map_err(|e| Error::host_io("write", &e))?;
+                sink.write_all(&chunk).map_err(Error::host_write)?;
             }
-            sink.flush().map_err(|e| Error::host_io("write", &e))?;
+            sink.flush().map_err(Error::host_write)?;
             Ok(written)
         })
         .await
+    }
+
+    /// Removes the `what` file `path` in sandbox `id` (`exec rm -f`) at
+    /// cleanup priority under a fresh deadline `timeout` away; a failure is
+    /// logged and ignored.
+    pub async fn remove_file(&self, id: &str, path: &str, what: &str, timeout: Duration) {
+        let options = CallOptions::new(Instant::now() + timeout, Priority::Cleanup);
+        let args = ["-f".to_owned(), "--".to_owned(), path.to_owned()];
+        if let Err(error) = self.exec(id, "/bin/rm", &args, options).await {
+            tracing::debug!(sandbox = %id, error = %error, "CreateOS {what} file removal failed");
+        }
     }
 
     /// `POST /sandboxes/{id}/processes` running `/bin/bash -lc SCRIPT`

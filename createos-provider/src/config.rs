@@ -113,19 +113,19 @@ impl ProviderConfig {
 
     /// The normalised config as JSON, without the API key.
     pub fn normalized_json(&self) -> Value {
-        let mut map = Map::new();
-        map.insert("apiUrl".into(), Value::String(self.origin()));
-        map.insert("shape".into(), Value::String(self.shape.clone()));
-        if let Some(rootfs) = &self.rootfs {
-            map.insert("rootfs".into(), Value::String(rootfs.clone()));
+        let mut value = json!({
+            "apiUrl": self.origin(),
+            "shape": self.shape,
+            "timeoutMs": self.timeout_ms,
+            "reuseLease": self.reuse_lease,
+            "requestsPerMinute": self.requests_per_minute,
+        });
+        for (key, name) in [("rootfs", &self.rootfs), ("region", &self.region)] {
+            if let Some(name) = name {
+                value[key] = json!(name);
+            }
         }
-        if let Some(region) = &self.region {
-            map.insert("region".into(), Value::String(region.clone()));
-        }
-        map.insert("timeoutMs".into(), json!(self.timeout_ms));
-        map.insert("reuseLease".into(), Value::Bool(self.reuse_lease));
-        map.insert("requestsPerMinute".into(), json!(self.requests_per_minute));
-        Value::Object(map)
+        value
     }
 }
 
@@ -175,153 +175,93 @@ pub fn parse_with_env(
         Value::Null => &empty,
         _ => return Err(vec!["CreateOS config must be a JSON object.".to_string()]),
     };
-    let mut errors = Vec::new();
     let field = |name: &str| map.get(name).filter(|v| !v.is_null());
-
+    let mut errors = Vec::new();
     // apiKey first: later messages must not contain it.
-    let api_key = match find_api_key(map, &env) {
-        FoundKey::Used { key, source } => check_api_key(&key, source, &mut errors),
-        FoundKey::Missing => {
-            errors.push(MISSING_API_KEY.to_string());
-            None
-        }
-        FoundKey::NotAString => {
-            errors.push("apiKey must be a non-empty string.".to_string());
-            None
-        }
-    };
-
-    let api_url = match field("apiUrl") {
-        None => Some(Url::parse(DEFAULT_API_URL).expect("default URL is valid")),
-        Some(Value::String(s)) => match parse_api_url(s) {
-            Ok(url) => Some(url),
-            Err(e) => {
-                errors.push(e);
-                None
-            }
+    let api_key = keep(&mut errors, api_key(map, &env));
+    let api_url = keep(
+        &mut errors,
+        match field("apiUrl") {
+            None => Ok(Url::parse(DEFAULT_API_URL).expect("default URL is valid")),
+            Some(Value::String(s)) => parse_api_url(s),
+            Some(_) => Err(format!("{INVALID_API_URL} (apiUrl must be a string)")),
         },
-        Some(_) => {
-            errors.push(format!("{INVALID_API_URL} (apiUrl must be a string)"));
-            None
-        }
-    };
-
-    let shape = match field("shape") {
-        None => {
-            errors.push(MISSING_SHAPE.to_string());
-            None
-        }
-        Some(Value::String(s)) if SHAPES.contains(&s.as_str()) => Some(s.clone()),
-        Some(Value::String(_)) => {
-            errors.push(format!(
+    );
+    let shape = keep(
+        &mut errors,
+        match field("shape") {
+            None => Err(MISSING_SHAPE.to_string()),
+            Some(Value::String(s)) if SHAPES.contains(&s.as_str()) => Ok(s.clone()),
+            Some(Value::String(_)) => Err(format!(
                 "{MISSING_SHAPE} (it is not one of the published CreateOS shapes: {})",
                 SHAPES.join(", ")
-            ));
-            None
-        }
-        Some(_) => {
-            errors.push(format!("{MISSING_SHAPE} (shape must be a string)"));
-            None
-        }
-    };
-
-    let rootfs = optional_name(field("rootfs"), "rootfs", &mut errors);
-    let region = optional_name(field("region"), "region", &mut errors);
+            )),
+            Some(_) => Err(format!("{MISSING_SHAPE} (shape must be a string)")),
+        },
+    );
+    let rootfs = keep(&mut errors, optional_name(field("rootfs"), "rootfs"));
+    let region = keep(&mut errors, optional_name(field("region"), "region"));
     let timeout_ms =
-        integer_in(field("timeoutMs"), "timeoutMs", 1, MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, &mut errors);
-    let requests_per_minute = integer_in(
-        field("requestsPerMinute"),
-        "requestsPerMinute",
-        1,
-        u64::from(MAX_REQUESTS_PER_MINUTE),
-        u64::from(DEFAULT_REQUESTS_PER_MINUTE),
+        keep(&mut errors, integer_in(field("timeoutMs"), "timeoutMs", MAX_TIMEOUT_MS, DEFAULT_TIMEOUT_MS));
+    let requests_per_minute = keep(
         &mut errors,
-    )
-    .map(|n| n as u32);
-    let reuse_lease = match field("reuseLease") {
-        None => Some(false),
-        Some(Value::Bool(b)) => Some(*b),
-        Some(_) => {
-            errors.push("reuseLease must be a boolean.".to_string());
-            None
-        }
-    };
-
-    let warnings = unknown_key_warnings_with_env(value, &env);
-
-    match (api_url, api_key, shape, rootfs, region, timeout_ms, reuse_lease, requests_per_minute) {
-        (
-            Some(api_url),
-            Some(api_key),
-            Some(shape),
-            Some(rootfs),
-            Some(region),
-            Some(timeout_ms),
-            Some(reuse_lease),
-            Some(requests_per_minute),
-        ) if errors.is_empty() => Ok((
-            ProviderConfig {
-                api_url,
-                api_key,
-                shape,
-                rootfs,
-                region,
-                timeout_ms,
-                reuse_lease,
-                requests_per_minute,
-            },
-            warnings,
-        )),
-        _ => {
-            if errors.is_empty() {
-                errors.push("CreateOS config is invalid.".to_string());
-            }
-            Err(errors)
-        }
-    }
+        integer_in(
+            field("requestsPerMinute"),
+            "requestsPerMinute",
+            MAX_REQUESTS_PER_MINUTE.into(),
+            DEFAULT_REQUESTS_PER_MINUTE.into(),
+        ),
+    );
+    let reuse_lease = keep(
+        &mut errors,
+        match field("reuseLease") {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err("reuseLease must be a boolean.".to_string()),
+        },
+    );
+    // Every field that is `None` has put its problem in `errors`.
+    let config = (|| {
+        Some(ProviderConfig {
+            api_url: api_url?,
+            api_key: api_key?,
+            shape: shape?,
+            rootfs: rootfs?,
+            region: region?,
+            timeout_ms: timeout_ms?,
+            reuse_lease: reuse_lease?,
+            requests_per_minute: requests_per_minute? as u32,
+        })
+    })();
+    config.map(|config| (config, unknown_key_warnings_with_env(value, &env))).ok_or(errors)
 }
 
-/// Where the API key of a config comes from.
-enum FoundKey {
-    /// The key as it is used (trimmed) and where it was found.
-    Used { key: String, source: &'static str },
-    /// Neither `apiKey` nor `CREATEOS_API_KEY` holds one.
-    Missing,
-    /// `apiKey` is set to something other than a string.
-    NotAString,
+/// A field's checked value, or `None` with its problem added to `errors`.
+fn keep<T>(errors: &mut Vec<String>, checked: Result<T, String>) -> Option<T> {
+    checked.map_err(|problem| errors.push(problem)).ok()
 }
 
-/// Finds the API key: `apiKey` unless it is absent, `null`, empty or blank,
-/// else `CREATEOS_API_KEY` unless that is empty or blank; trimmed, like the
+/// The API key: `apiKey` unless it is absent, `null`, empty or blank, else
+/// `CREATEOS_API_KEY` unless that is empty or blank; trimmed, like the
 /// reference.
-fn find_api_key(map: &Map<String, Value>, env: impl Fn(&str) -> Option<String>) -> FoundKey {
+fn api_key(map: &Map<String, Value>, env: impl Fn(&str) -> Option<String>) -> Result<Secret, String> {
     let trimmed = |text: &str| Some(text.trim()).filter(|key| !key.is_empty()).map(str::to_owned);
-    let from_env = || {
-        env(API_KEY_ENV)
-            .and_then(|text| trimmed(&text))
-            .map_or(FoundKey::Missing, |key| FoundKey::Used { key, source: API_KEY_ENV })
-    };
-    match map.get("apiKey") {
-        Some(Value::String(text)) => {
-            trimmed(text).map_or_else(from_env, |key| FoundKey::Used { key, source: "apiKey" })
+    let (key, source) = match map.get("apiKey") {
+        Some(Value::String(text)) if trimmed(text).is_some() => (trimmed(text), "apiKey"),
+        None | Some(Value::Null | Value::String(_)) => {
+            (env(API_KEY_ENV).and_then(|text| trimmed(&text)), API_KEY_ENV)
         }
-        None | Some(Value::Null) => from_env(),
-        Some(_) => FoundKey::NotAString,
-    }
-}
-
-fn check_api_key(key: &str, source: &str, errors: &mut Vec<String>) -> Option<Secret> {
+        Some(_) => return Err("apiKey must be a non-empty string.".to_string()),
+    };
+    let key = key.ok_or_else(|| MISSING_API_KEY.to_string())?;
     // A header value cannot carry control characters other than TAB; CR, LF
     // and NUL would also allow header injection.
     if key.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
-        errors.push(format!("{source} must not contain control characters (CR, LF, NUL)."));
-        None
+        Err(format!("{source} must not contain control characters (CR, LF, NUL)."))
     } else if key.len() > MAX_API_KEY_BYTES {
-        errors
-            .push(format!("{source} must be at most {MAX_API_KEY_BYTES} bytes long (it is {}).", key.len()));
-        None
+        Err(format!("{source} must be at most {MAX_API_KEY_BYTES} bytes long (it is {}).", key.len()))
     } else {
-        Some(Secret::new(key))
+        Ok(Secret::new(key))
     }
 }
 
@@ -330,77 +270,47 @@ fn parse_api_url(s: &str) -> Result<Url, String> {
         return Err(MISSING_API_URL.to_string());
     }
     let url = Url::parse(s).map_err(|_| format!("{INVALID_API_URL} (it is not an absolute URL)"))?;
-    let origin_rule = |detail: &str| format!("{API_URL_RULE} ({detail})");
     let loopback = match url.host() {
         Some(Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
         Some(Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
         None => return Err(format!("{INVALID_API_URL} (it names no host)")),
     };
-    match url.scheme() {
-        "https" => {}
-        "http" if loopback => {}
-        "http" => return Err(origin_rule("it uses http on a host that is not loopback; use https")),
-        _ => return Err(origin_rule("its scheme must be https")),
+    // The rules in the order they are checked: the first broken one is named.
+    let rules = [
+        (url.scheme() == "http" && !loopback, "it uses http on a host that is not loopback; use https"),
+        (!matches!(url.scheme(), "http" | "https"), "its scheme must be https"),
+        (!url.username().is_empty() || url.password().is_some(), "it must not contain user info"),
+        (url.query().is_some(), "it must not contain a query"),
+        (url.fragment().is_some(), "it must not contain a fragment"),
+        (!matches!(url.path(), "" | "/" | "/v1" | "/v1/"), "its path must be empty, / or /v1"),
+    ];
+    match rules.into_iter().find(|(broken, _)| *broken) {
+        Some((_, rule)) => Err(format!("{API_URL_RULE} ({rule})")),
+        None => Url::parse(&url.origin().ascii_serialization())
+            .map_err(|_| format!("{INVALID_API_URL} (it is not an absolute URL)")),
     }
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(origin_rule("it must not contain user info"));
-    }
-    if url.query().is_some() {
-        return Err(origin_rule("it must not contain a query"));
-    }
-    if url.fragment().is_some() {
-        return Err(origin_rule("it must not contain a fragment"));
-    }
-    if !matches!(url.path(), "" | "/" | "/v1" | "/v1/") {
-        return Err(origin_rule("its path must be empty, / or /v1"));
-    }
-    Url::parse(&url.origin().ascii_serialization())
-        .map_err(|_| format!("{INVALID_API_URL} (it is not an absolute URL)"))
 }
 
-fn optional_name(value: Option<&Value>, name: &str, errors: &mut Vec<String>) -> Option<Option<String>> {
+fn optional_name(value: Option<&Value>, name: &str) -> Result<Option<String>, String> {
     match value {
-        None => Some(None),
-        Some(Value::String(s)) if s.is_empty() => {
-            errors.push(format!("{name} must be a non-empty string."));
-            None
-        }
+        None => Ok(None),
         Some(Value::String(s)) if s.chars().any(char::is_control) => {
-            errors
-                .push(format!("{name} must be a non-empty string. (it must not contain control characters)"));
-            None
+            Err(format!("{name} must be a non-empty string. (it must not contain control characters)"))
         }
-        Some(Value::String(s)) => Some(Some(s.clone())),
-        Some(_) => {
-            errors.push(format!("{name} must be a non-empty string."));
-            None
-        }
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(_) => Err(format!("{name} must be a non-empty string.")),
     }
 }
 
-fn integer_in(
-    value: Option<&Value>,
-    name: &str,
-    min: u64,
-    max: u64,
-    default: u64,
-    errors: &mut Vec<String>,
-) -> Option<u64> {
-    match value {
-        None => Some(default),
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if (min..=max).contains(&v) => Some(v),
-            _ => {
-                errors.push(format!("{name} must be an integer between {min} and {max}."));
-                None
-            }
-        },
-        Some(_) => {
-            errors.push(format!("{name} must be an integer between {min} and {max}."));
-            None
-        }
-    }
+/// An integer between 1 and `max`, `default` when absent.
+fn integer_in(value: Option<&Value>, name: &str, max: u64, default: u64) -> Result<u64, String> {
+    value.map_or(Ok(default), |value| {
+        value
+            .as_u64()
+            .filter(|number| (1..=max).contains(number))
+            .ok_or_else(|| format!("{name} must be an integer between 1 and {max}."))
+    })
 }
 
 /// The warnings of a configuration that may also have errors: one per

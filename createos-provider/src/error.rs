@@ -285,10 +285,15 @@ impl Error {
         Error::CreationUnconfirmed(one_line(message.into()))
     }
 
-    /// A host file could not be read or written (`action`); only the I/O
-    /// error's kind is kept, never a path or remote text.
-    pub fn host_io(action: &'static str, error: &std::io::Error) -> Self {
-        Error::HostIo { action, reason: error.kind().to_string() }
+    /// A host file could not be read; only the I/O error's kind is kept,
+    /// never a path or remote text.
+    pub fn host_read(error: std::io::Error) -> Self {
+        Error::HostIo { action: "read", reason: error.kind().to_string() }
+    }
+
+    /// A host file could not be written (see [`Error::host_read`]).
+    pub fn host_write(error: std::io::Error) -> Self {
+        Error::HostIo { action: "write", reason: error.kind().to_string() }
     }
 
     /// `Internal` with a one-line message.

@@ -311,7 +311,7 @@ impl Run<'_> {
                 Ok(None) => {}
                 Ok(Some(pulled)) => {
                     let result = self.run_staged(&script?, Some((pulled, &path)), emit).await;
-                    self.remove_stdin(&path).await;
+                    self.client.remove_file(self.sandbox(), &path, "stdin", CLEANUP_TIMEOUT).await;
                     return result;
                 }
                 Err(Stop::Deadline) => {
@@ -350,9 +350,10 @@ impl Run<'_> {
 
         // From here on, a future dropped before its cleanup leaves a process
         // nobody will terminate: the lease is then marked unconfirmed.
-        let abandoned = MarkUnconfirmedOnDrop { registry: self.registry, lease: self.lease, armed: true };
+        let (registry, lease) = (self.registry, self.lease);
+        let abandoned = scopeguard::guard((), |()| registry.mark_unconfirmed(&lease.scope));
         let result = self.create_and_stream(script, admission, emit).await;
-        abandoned.disarm();
+        scopeguard::ScopeGuard::into_inner(abandoned);
         result
     }
 
@@ -492,15 +493,6 @@ impl Run<'_> {
         false
     }
 
-    /// Removes the staged stdin file; errors are ignored.
-    async fn remove_stdin(&self, path: &str) {
-        let options = CallOptions::new(Instant::now() + CLEANUP_TIMEOUT, Priority::Cleanup);
-        let args = ["-f".to_string(), "--".to_string(), path.to_string()];
-        if let Err(error) = self.client.exec(self.sandbox(), "/bin/rm", &args, options).await {
-            tracing::debug!(sandbox = %self.sandbox(), error = %error, "CreateOS stdin file removal failed");
-        }
-    }
-
     fn result(
         &self,
         pid: Option<&str>,
@@ -525,27 +517,6 @@ impl Run<'_> {
             stdout: output.stdout.into(),
             stderr: output.stderr.into(),
             metadata_json: metadata.to_string().into(),
-        }
-    }
-}
-
-/// Marks the lease unconfirmed if dropped while armed.
-struct MarkUnconfirmedOnDrop<'a> {
-    registry: &'a Registry,
-    lease: &'a OwnedLease,
-    armed: bool,
-}
-
-impl MarkUnconfirmedOnDrop<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for MarkUnconfirmedOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.registry.mark_unconfirmed(&self.lease.scope);
         }
     }
 }

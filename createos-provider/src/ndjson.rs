@@ -52,7 +52,7 @@ use std::mem;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 use provider_abi::OutputStream;
-use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -124,66 +124,15 @@ struct RawFrame<'a> {
     error: Option<Value>,
 }
 
-/// A JSON value that is read in place when it is a string without escapes.
+/// A JSON value that is read in place when it is a string without escapes
+/// (an untagged enum buffers a string as a reference to the line).
+#[derive(Deserialize)]
+#[serde(untagged)]
 enum Text<'a> {
     /// A string.
-    Str(Cow<'a, str>),
+    Str(#[serde(borrow)] Cow<'a, str>),
     /// Any other value.
-    Other,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(TextVisitor(std::marker::PhantomData))
-    }
-}
-
-struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
-
-impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
-    type Value = Text<'a>;
-
-    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
-        formatter.write_str("any JSON value")
-    }
-
-    fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-        Ok(Text::Str(Cow::Borrowed(text)))
-    }
-
-    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
-        Ok(Text::Str(Cow::Owned(text.to_owned())))
-    }
-
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Text::Other)
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Text::Other)
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Text::Other)
-    }
-
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Text::Other)
-    }
-
-    fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-        Ok(Text::Other)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Text::Other)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Text::Other)
-    }
+    Other(IgnoredAny),
 }
 
 /// One parsed line, a data frame's base64 still encoded.

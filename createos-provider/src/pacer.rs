@@ -98,6 +98,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use scopeguard::ScopeGuard;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -157,9 +158,7 @@ impl Rate {
     /// The rate for `limit` requests per minute (0 counts as 1).
     pub fn for_limit(limit: u32) -> Rate {
         let limit = limit.max(1);
-        let nanos = WINDOW.as_nanos() * 100;
-        let denom = u128::from(RATE_PERCENT) * u128::from(limit);
-        let interval = Duration::from_nanos(nanos.div_ceil(denom) as u64);
+        let interval = Rate::interval(limit, FULL_SHARE);
         let steady = u64::from(limit) * RATE_PERCENT / 100;
         let slack = u64::from(limit) - steady;
         let burst = (slack / 3).clamp(1, u64::from(MAX_BURST)) as u32;
@@ -178,10 +177,14 @@ impl Rate {
             return whole;
         }
         let cap = ((u64::from(whole.cap) * u64::from(share) / u64::from(FULL_SHARE)) as u32).max(1);
+        Rate { limit: whole.limit, interval: Rate::interval(whole.limit, share), burst: 1, cap, free: 0 }
+    }
+
+    /// `60 s / (0.97 × limit × share)`, rounded up to the nanosecond.
+    fn interval(limit: u32, share: u32) -> Duration {
         let nanos = WINDOW.as_nanos() * 100 * u128::from(FULL_SHARE);
-        let denom = u128::from(RATE_PERCENT) * u128::from(whole.limit) * u128::from(share);
-        let interval = Duration::from_nanos(nanos.div_ceil(denom) as u64);
-        Rate { limit: whole.limit, interval, burst: 1, cap, free: 0 }
+        let denom = u128::from(RATE_PERCENT) * u128::from(limit) * u128::from(share);
+        Duration::from_nanos(nanos.div_ceil(denom) as u64)
     }
 
     /// The most request starts smooth pacing allows in any closed 60 s window.
@@ -369,6 +372,20 @@ impl State {
             .rev()
             .take_while(|at| now.saturating_duration_since(**at) < horizon)
             .count()
+    }
+
+    /// Grants a start now if the budget allows one (waking the admissions,
+    /// which count waiting requests), else returns when to look again.
+    fn try_start(&mut self) -> Result<(), Instant> {
+        let now = Instant::now();
+        match self.earliest_start(now) {
+            (Some(t), _) if t > now => Err(t),
+            (due, free) => {
+                self.grant(now, free, due);
+                self.wake_admission();
+                Ok(())
+            }
+        }
     }
 
     fn wake_head(&self) {
@@ -567,37 +584,29 @@ impl Pacer {
             state.queue.insert(key, notify.clone());
             key
         };
-        let mut place = QueuePlace { pacer: self, key, done: false };
+        // Dropped while waiting (cancellation), the place is released and
+        // the next head woken.
+        let place = scopeguard::guard((), |()| {
+            let mut state = self.lock();
+            state.queue.remove(&key);
+            state.wake_head();
+            state.wake_admission();
+        });
         loop {
             let wait_until = {
                 let mut state = self.lock();
-                let is_head = state.queue.keys().next() == Some(&key);
-                if !is_head {
+                if state.queue.keys().next() != Some(&key) {
                     None
+                } else if let Err(t) = state.try_start() {
+                    Some(t)
                 } else {
-                    let now = Instant::now();
-                    match state.earliest_start(now) {
-                        (Some(t), _) if t > now => Some(t),
-                        (due, free) => {
-                            state.grant(now, free, due);
-                            state.queue.remove(&key);
-                            place.done = true;
-                            state.wake_head();
-                            state.wake_admission();
-                            return;
-                        }
-                    }
+                    state.queue.remove(&key);
+                    ScopeGuard::into_inner(place);
+                    state.wake_head();
+                    return;
                 }
             };
-            match wait_until {
-                None => notify.notified().await,
-                Some(t) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(t) => {}
-                        _ = notify.notified() => {}
-                    }
-                }
-            }
+            wait(&notify, wait_until).await;
         }
     }
 
@@ -606,18 +615,7 @@ impl Pacer {
     /// taking a place in the queue (no allocation, no wakers).
     fn start_now_if_nobody_waits(&self) -> bool {
         let mut state = self.lock();
-        if !state.queue.is_empty() {
-            return false;
-        }
-        let now = Instant::now();
-        match state.earliest_start(now) {
-            (Some(t), _) if t > now => false,
-            (due, free) => {
-                state.grant(now, free, due);
-                state.wake_admission();
-                true
-            }
-        }
+        state.queue.is_empty() && state.try_start().is_ok()
     }
 
     /// Waits until new work may start: until the backlog of waiting requests
@@ -634,7 +632,11 @@ impl Pacer {
             state.admissions.push_back((seq, notify.clone()));
             seq
         };
-        let mut place = AdmissionPlace { pacer: self, seq, done: false };
+        let place = scopeguard::guard((), |()| {
+            let mut state = self.lock();
+            state.admissions.retain(|(s, _)| *s != seq);
+            state.wake_admission();
+        });
         loop {
             let retry_at = {
                 let mut state = self.lock();
@@ -654,7 +656,7 @@ impl Pacer {
                         state.recent_admissions.push_back(now);
                     }
                     state.admitted += 1;
-                    place.done = true;
+                    ScopeGuard::into_inner(place);
                     state.wake_admission();
                     return Admission { pacer: self.clone() };
                 }
@@ -662,51 +664,22 @@ impl Pacer {
                 let oldest = state.recent_admissions.len() - recent;
                 state.recent_admissions.get(oldest).filter(|_| is_front && recent > 0).map(|at| *at + horizon)
             };
-            match retry_at {
-                None => notify.notified().await,
-                Some(t) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(t) => {}
-                        _ = notify.notified() => {}
-                    }
-                }
-            }
+            wait(&notify, retry_at).await;
         }
     }
 }
 
-/// A waiting request's place in the queue; dropping it (cancellation)
-/// releases the place and wakes the next head.
-struct QueuePlace<'a> {
-    pacer: &'a Pacer,
-    key: (Priority, u64),
-    done: bool,
-}
-
-impl Drop for QueuePlace<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let mut state = self.pacer.lock();
-            state.queue.remove(&self.key);
-            state.wake_head();
-            state.wake_admission();
+/// Waits until `notify` wakes us or, if given, `until` passes.
+async fn wait(notify: &Notify, until: Option<Instant>) {
+    let sleep = async {
+        match until {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
         }
-    }
-}
-
-struct AdmissionPlace<'a> {
-    pacer: &'a Pacer,
-    seq: u64,
-    done: bool,
-}
-
-impl Drop for AdmissionPlace<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let mut state = self.pacer.lock();
-            state.admissions.retain(|(s, _)| *s != self.seq);
-            state.wake_admission();
-        }
+    };
+    tokio::select! {
+        _ = sleep => {}
+        _ = notify.notified() => {}
     }
 }
 

@@ -76,9 +76,9 @@ pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
     while let Some(dir) = pending.pop() {
         let path = dir.iter().fold(root.to_path_buf(), |path, segment| path.join(segment));
         let mut children: Vec<_> = fs::read_dir(&path)
-            .map_err(|e| Error::host_io("read", &e))?
+            .map_err(Error::host_read)?
             .collect::<Result<_, _>>()
-            .map_err(|e| Error::host_io("read", &e))?;
+            .map_err(Error::host_read)?;
         children.sort_by_key(|child| child.file_name());
         for child in children {
             let name = child.file_name().into_string().map_err(|_| {
@@ -90,7 +90,7 @@ pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
             if exclude.is_match(&relative) {
                 continue;
             }
-            let meta = fs::symlink_metadata(child.path()).map_err(|e| Error::host_io("read", &e))?;
+            let meta = fs::symlink_metadata(child.path()).map_err(Error::host_read)?;
             let kind = if meta.file_type().is_symlink() {
                 check_host_link(&child.path(), &segments)?;
                 Kind::Link
@@ -113,7 +113,7 @@ pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
 /// Reads the link at `path` (at `segments` inside the source) and checks it
 /// stays inside; returns its target.
 fn check_host_link(path: &Path, segments: &[String]) -> Result<String, Error> {
-    let target = fs::read_link(path).map_err(|e| Error::host_io("read", &e))?;
+    let target = fs::read_link(path).map_err(Error::host_read)?;
     let target = target.to_str().ok_or(Error::PathEscapes)?.to_owned();
     if link_stays_inside(segments, &target) {
         Ok(target)
@@ -129,47 +129,49 @@ fn check_host_link(path: &Path, segments: &[String]) -> Result<String, Error> {
 pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<(), Error> {
     let mut builder = Builder::new(io::BufWriter::with_capacity(1 << 20, out));
     builder.mode(HeaderMode::Complete);
-    let failed = |e: io::Error| Error::host_io("read", &e);
     let changed = || Error::invalid_input("CreateOS transfer source changed while it was archived.");
     for entry in entries {
         let path = entry.segments.iter().fold(root.to_path_buf(), |path, segment| path.join(segment));
         let mut header = Header::new_gnu();
         match entry.kind {
             Kind::Dir => {
-                let meta = fs::symlink_metadata(&path).map_err(failed)?;
+                let meta = fs::symlink_metadata(&path).map_err(Error::host_read)?;
                 if !meta.is_dir() {
                     return Err(changed());
                 }
                 header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-                builder.append_data(&mut header, entry.relative(), io::empty()).map_err(failed)?;
+                builder.append_data(&mut header, entry.relative(), io::empty()).map_err(Error::host_read)?;
             }
             Kind::File(_) => {
-                let file =
-                    File::options().read(true).custom_flags(libc::O_NOFOLLOW).open(&path).map_err(failed)?;
-                let meta = file.metadata().map_err(failed)?;
+                let file = File::options()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&path)
+                    .map_err(Error::host_read)?;
+                let meta = file.metadata().map_err(Error::host_read)?;
                 if !meta.is_file() {
                     return Err(changed());
                 }
                 header.set_metadata_in_mode(&meta, HeaderMode::Complete);
                 let mut exact = ExactReader { inner: file.take(meta.len()), left: meta.len() };
-                builder.append_data(&mut header, entry.relative(), &mut exact).map_err(failed)?;
+                builder.append_data(&mut header, entry.relative(), &mut exact).map_err(Error::host_read)?;
                 if exact.left != 0 {
                     return Err(changed());
                 }
             }
             Kind::Link => {
-                let meta = fs::symlink_metadata(&path).map_err(failed)?;
+                let meta = fs::symlink_metadata(&path).map_err(Error::host_read)?;
                 if !meta.file_type().is_symlink() {
                     return Err(changed());
                 }
                 let target = check_host_link(&path, &entry.segments)?;
                 header.set_metadata_in_mode(&meta, HeaderMode::Complete);
                 header.set_size(0);
-                builder.append_link(&mut header, entry.relative(), target).map_err(failed)?;
+                builder.append_link(&mut header, entry.relative(), target).map_err(Error::host_read)?;
             }
         }
     }
-    builder.into_inner().and_then(|mut writer| io::Write::flush(&mut writer)).map_err(failed)
+    builder.into_inner().and_then(|mut writer| io::Write::flush(&mut writer)).map_err(Error::host_read)
 }
 
 /// Counts what is left of a `Take`, so a file that shrank is noticed.
@@ -253,7 +255,6 @@ pub fn validate(reader: impl Read, limit: u64) -> Result<Summary, Error> {
 /// a link), leaving out excluded paths. Directory modes are applied last,
 /// deepest first, so a read-only directory still receives its contents.
 pub fn extract(reader: impl Read, target: &Path, exclude: &GlobSet) -> Result<Summary, Error> {
-    let failed = |e: io::Error| Error::host_io("write", &e);
     let mut archive = Archive::new(reader);
     archive.set_overwrite(true);
     archive.set_preserve_permissions(false);
@@ -267,13 +268,14 @@ pub fn extract(reader: impl Read, target: &Path, exclude: &GlobSet) -> Result<Su
             continue;
         }
         let mode = entry.header().mode().map_err(|_| Error::UnsafeArchive)? & 0o777;
-        if !entry.unpack_in(target).map_err(failed)? {
+        if !entry.unpack_in(target).map_err(Error::host_write)? {
             return Err(Error::UnsafeArchive);
         }
         let path = segments.iter().fold(target.to_path_buf(), |path, segment| path.join(segment));
         match kind {
             EntryType::Directory => {
-                fs::set_permissions(&path, fs::Permissions::from_mode(mode | 0o700)).map_err(failed)?;
+                fs::set_permissions(&path, fs::Permissions::from_mode(mode | 0o700))
+                    .map_err(Error::host_write)?;
                 directories.push((path, mode));
             }
             EntryType::Regular | EntryType::Continuous => {
@@ -284,7 +286,7 @@ pub fn extract(reader: impl Read, target: &Path, exclude: &GlobSet) -> Result<Su
         }
     }
     for (path, mode) in directories.into_iter().rev() {
-        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(failed)?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).map_err(Error::host_write)?;
     }
     Ok(summary)
 }

@@ -124,7 +124,7 @@ impl Transfer<'_> {
             let mut staged = false;
             let moved = self.step(step, &scratch, &mut staged).await;
             if staged {
-                self.remove_scratch(&scratch).await;
+                self.client.remove_file(self.sandbox(), &scratch, "scratch", CLEANUP_TIMEOUT).await;
             }
             let (files, bytes) = moved?;
             result.files_transferred += files;
@@ -153,9 +153,9 @@ impl Transfer<'_> {
                 Ok((1, *len))
             }
             Step::InDirectory { source, entries, target, mode } => {
-                let mut archive = tempfile::NamedTempFile::new().map_err(|e| Error::host_io("write", &e))?;
+                let mut archive = tempfile::NamedTempFile::new().map_err(Error::host_write)?;
                 archive::write(source, entries, archive.as_file_mut())?;
-                let len = archive.as_file_mut().stream_position().map_err(|e| Error::host_io("write", &e))?;
+                let len = archive.as_file_mut().stream_position().map_err(Error::host_write)?;
                 *staged = true;
                 self.race(self.client.put_file_from(
                     self.sandbox(),
@@ -188,15 +188,15 @@ impl Transfer<'_> {
                 );
                 self.run_script(&script).await?;
                 let parent = paths::host_parent(target)?;
-                fs::create_dir_all(parent).map_err(|e| Error::host_io("write", &e))?;
+                fs::create_dir_all(parent).map_err(Error::host_write)?;
                 let temporary = tempfile::Builder::new()
                     .prefix(".paperclip-createos-")
                     .tempfile_in(parent)
-                    .map_err(|e| Error::host_io("write", &e))?;
+                    .map_err(Error::host_write)?;
                 let bytes = self.download(scratch, temporary.as_file(), u64::MAX).await?;
                 fs::set_permissions(temporary.path(), fs::Permissions::from_mode(*mode))
-                    .map_err(|e| Error::host_io("write", &e))?;
-                temporary.persist(target).map_err(|e| Error::host_io("write", &e.error))?;
+                    .map_err(Error::host_write)?;
+                temporary.persist(target).map_err(|e| Error::host_write(e.error))?;
                 Ok((1, bytes))
             }
             Step::OutDirectory { source, target, mode, exclude, follow_symlinks } => {
@@ -209,14 +209,14 @@ impl Transfer<'_> {
                 );
                 self.run_script(&script).await?;
                 let parent = paths::host_parent(target)?;
-                fs::create_dir_all(parent).map_err(|e| Error::host_io("write", &e))?;
-                let mut archive = tempfile::tempfile_in(parent).map_err(|e| Error::host_io("write", &e))?;
+                fs::create_dir_all(parent).map_err(Error::host_write)?;
+                let mut archive = tempfile::tempfile_in(parent).map_err(Error::host_write)?;
                 self.download(scratch, &archive, MAX_ARCHIVE_DOWNLOAD).await?;
                 let rewind = |archive: &mut fs::File| {
-                    archive.rewind().map_err(|e| Error::host_io("read", &e))?;
+                    archive.rewind().map_err(Error::host_read)?;
                     Ok::<_, Error>(std::io::BufReader::with_capacity(
                         1 << 20,
-                        archive.try_clone().map_err(|e| Error::host_io("read", &e))?,
+                        archive.try_clone().map_err(Error::host_read)?,
                     ))
                 };
                 archive::validate(rewind(&mut archive)?, MAX_EXTRACTED_BYTES)?;
@@ -227,12 +227,12 @@ impl Transfer<'_> {
                         ))
                     }
                     Ok(_) => {}
-                    Err(_) => fs::create_dir(target).map_err(|e| Error::host_io("write", &e))?,
+                    Err(_) => fs::create_dir(target).map_err(Error::host_write)?,
                 }
                 let summary = archive::extract(rewind(&mut archive)?, target, exclude)?;
                 if let Some(mode) = mode {
                     fs::set_permissions(target, fs::Permissions::from_mode(*mode))
-                        .map_err(|e| Error::host_io("write", &e))?;
+                        .map_err(Error::host_write)?;
                 }
                 Ok((summary.files, summary.bytes))
             }
@@ -286,15 +286,6 @@ impl Transfer<'_> {
         match ran.exit_code.into_option() {
             Some(0) => Ok(()),
             exit_code => Err(Error::PostUploadFailed(exit_code)),
-        }
-    }
-
-    /// Removes the scratch file under a fresh deadline; errors are ignored.
-    async fn remove_scratch(&self, scratch: &str) {
-        let options = CallOptions::new(Instant::now() + CLEANUP_TIMEOUT, Priority::Cleanup);
-        let args = ["-f".to_owned(), "--".to_owned(), scratch.to_owned()];
-        if let Err(error) = self.client.exec(self.sandbox(), "/bin/rm", &args, options).await {
-            tracing::debug!(sandbox = %self.sandbox(), error = %error, "CreateOS scratch file removal failed");
         }
     }
 }

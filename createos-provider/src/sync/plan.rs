@@ -143,13 +143,13 @@ fn step(mapping: &SyncMapping, direction: SyncDirection) -> Result<Step, Error> 
         (SyncDirection::In, false) => {
             let source = host_path(&mapping.source_path)?;
             let target = sandbox_path(&mapping.target_path)?;
-            let link = fs::symlink_metadata(&source).map_err(|e| Error::host_io("read", &e))?;
+            let link = fs::symlink_metadata(&source).map_err(Error::host_read)?;
             if link.file_type().is_symlink() && !mapping.follow_symlinks {
                 return Err(Error::invalid_input(
                     "CreateOS transfer source is a symbolic link; set followSymlinks to follow it.",
                 ));
             }
-            let meta = fs::metadata(&source).map_err(|e| Error::host_io("read", &e))?;
+            let meta = fs::metadata(&source).map_err(Error::host_read)?;
             if !meta.is_file() {
                 return Err(Error::invalid_input("CreateOS transfer source is not a regular file."));
             }
@@ -164,7 +164,7 @@ fn step(mapping: &SyncMapping, direction: SyncDirection) -> Result<Step, Error> 
             }
             let source = host_path(&mapping.source_path)?;
             let target = sandbox_path(&mapping.target_path)?;
-            let meta = fs::symlink_metadata(&source).map_err(|e| Error::host_io("read", &e))?;
+            let meta = fs::symlink_metadata(&source).map_err(Error::host_read)?;
             if !meta.is_dir() {
                 return Err(Error::invalid_input("CreateOS transfer source is not a directory."));
             }
