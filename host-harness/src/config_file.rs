@@ -157,17 +157,13 @@ fn read_bounded(source: impl Read, shown: &str) -> Result<String, String> {
 
 /// What a file that is neither a regular file nor a pipe is, in a few words.
 fn describe(kind: std::fs::FileType) -> &'static str {
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "a special file"
-    }
+    let kinds = [
+        (kind.is_dir(), "a directory"),
+        (kind.is_char_device(), "a character device"),
+        (kind.is_block_device(), "a block device"),
+        (kind.is_socket(), "a socket"),
+    ];
+    kinds.into_iter().find_map(|(is, what)| is.then_some(what)).unwrap_or("a special file")
 }
 
 #[cfg(test)]

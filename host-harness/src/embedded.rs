@@ -36,32 +36,21 @@ pub const SERVES_DRIVER_KEY: &str = "createos";
 pub const ABSENT: &str =
     "this build of host-harness has no embedded simulator (its `embedded-sim` feature is off): pass --config FILE";
 
-/// Starts a simulator on an ephemeral loopback port and returns it with a
+/// Starts the simulator for an offline run, with CreateOS's rate limit
+/// when `rate_limited`, on an ephemeral loopback port; returns it with a
 /// harness configuration pointing at it (lease reuse on, so release pauses;
 /// the API in this process, so its leases are gone with it).
-#[cfg(feature = "embedded-sim")]
-pub fn start() -> std::io::Result<(Simulator, Environment)> {
-    start_with(createos_sim::SimConfig::default())
-}
-
-/// Like [`start`], with a simulator configuration of the caller's.
-#[cfg(feature = "embedded-sim")]
-pub fn start_with(sim_config: createos_sim::SimConfig) -> std::io::Result<(Simulator, Environment)> {
-    let sim = Simulator::start(sim_config)?;
-    let mut config = harness_environment(sim.provider_config(true));
-    config.api_in_process = true;
-    Ok((sim, config))
-}
-
-/// Starts the simulator for an offline run, with CreateOS's rate limit
-/// when `rate_limited`.
 #[cfg(feature = "embedded-sim")]
 fn start_offline(rate_limited: bool) -> Result<(Simulator, Environment), String> {
     let sim_config = createos_sim::SimConfig {
         rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
     };
-    start_with(sim_config).map_err(|error| format!("cannot start the embedded simulator: {error}"))
+    let sim = Simulator::start(sim_config)
+        .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
+    let mut config = harness_environment(sim.provider_config(true));
+    config.api_in_process = true;
+    Ok((sim, config))
 }
 
 #[cfg(not(feature = "embedded-sim"))]

@@ -120,11 +120,11 @@ impl Lifecycle<'_, '_> {
             let message = validation.errors.iter().map(|error| error.as_str()).collect::<Vec<_>>().join(" ");
             Err(ProviderError::new(ErrorKind::INVALID_CONFIG, message))
         };
-        self.step("validate", "", validate).await?;
-        self.step("probe", "", host.probe()).await?;
-        let held = self.step("acquire", "", host.acquire()).await?;
+        self.step("validate", validate).await?;
+        self.step("probe", host.probe()).await?;
+        let held = self.step("acquire", host.acquire()).await?;
         self.lease = Some(held.clone());
-        let workspace = self.step("realize", "", async { host.realize(&held) }).await?;
+        let workspace = self.step("realize", async { host.realize(&held) }).await?;
         let synced = self.sync_in(&held, &workspace.cwd).await?;
         let script = match synced {
             Some(_) => format!(
@@ -153,7 +153,7 @@ impl Lifecycle<'_, '_> {
                 }
             }
         }
-        let resumed = self.step("resume", "", host.resume(&held)).await?;
+        let resumed = self.step("resume", host.resume(&held)).await?;
         if resumed.expired {
             self.lease = None;
             self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
@@ -162,7 +162,7 @@ impl Lifecycle<'_, '_> {
         let held = HeldLease { lease: resumed, ..held };
         self.lease = Some(held.clone());
         self.execute("execute-again", &format!("cat {PROBE_FILE}"), "lifecycle-was-here").await?;
-        self.step("destroy", "", host.destroy(&held)).await?;
+        self.step("destroy", host.destroy(&held)).await?;
         self.lease = None;
         Ok(())
     }
@@ -216,12 +216,7 @@ impl Lifecycle<'_, '_> {
             "input",
             PathMapping::directory(source, format!("{cwd}/{SYNC_INPUT}")),
         );
-        let host = self.host;
-        self.refuse_if_interrupted("sync-in")?;
-        let started = Instant::now();
-        let outcome = Box::pin(host.sync(held, params)).await;
-        let note = moved(&outcome);
-        self.finish("sync-in", &note, started, outcome)?;
+        self.noted_step("sync-in", self.host.sync(held, params), moved).await?;
         Ok(Some(local))
     }
 
@@ -231,12 +226,7 @@ impl Lifecycle<'_, '_> {
         let source = format!("{cwd}/{SYNC_RESULT}");
         let params =
             one_mapping(SyncDirection::Out, "result", PathMapping::file(source, target.to_string_lossy()));
-        let host = self.host;
-        self.refuse_if_interrupted("sync-out")?;
-        let started = Instant::now();
-        let outcome = Box::pin(host.sync(held, params)).await;
-        let note = moved(&outcome);
-        self.finish("sync-out", &note, started, outcome)?;
+        self.noted_step("sync-out", self.host.sync(held, params), moved).await?;
         if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {
             self.fail("sync-out", ProviderError::internal("the synced result does not match the input"));
             return Err(());
@@ -250,15 +240,24 @@ impl Lifecycle<'_, '_> {
     async fn step<T>(
         &mut self,
         step: &'static str,
-        note: &str,
         hook: impl Future<Output = HookResult<T>>,
+    ) -> Result<T, ()> {
+        self.noted_step(step, hook, |_| String::new()).await
+    }
+
+    /// [`Lifecycle::step`], its report noting `note` of the outcome.
+    async fn noted_step<T>(
+        &mut self,
+        step: &'static str,
+        hook: impl Future<Output = HookResult<T>>,
+        note: impl FnOnce(&HookResult<T>) -> String,
     ) -> Result<T, ()> {
         self.refuse_if_interrupted(step)?;
         let started = Instant::now();
         // On the heap while it runs: a lifecycle in flight then holds only
         // the step under way, not room for the largest of them.
         let outcome = Box::pin(hook).await;
-        self.finish(step, note, started, outcome)
+        self.finish(step, &note(&outcome), started, outcome)
     }
 
     fn refuse_if_interrupted(&mut self, step: &'static str) -> Result<(), ()> {
@@ -276,32 +275,16 @@ impl Lifecycle<'_, '_> {
         started: Instant,
         outcome: HookResult<T>,
     ) -> Result<T, ()> {
-        let duration = started.elapsed();
-        let error = outcome.as_ref().err().cloned();
-        self.ok &= error.is_none();
-        self.emit(StepReport { step, duration, error, lease_id: self.lease_id(), note: note.to_owned() });
+        self.emit(step, started.elapsed(), outcome.as_ref().err().cloned(), note);
         outcome.map_err(|_| ())
     }
 
     fn note(&mut self, step: &'static str, note: &str) {
-        self.emit(StepReport {
-            step,
-            duration: Duration::ZERO,
-            error: None,
-            lease_id: self.lease_id(),
-            note: note.into(),
-        });
+        self.emit(step, Duration::ZERO, None, note);
     }
 
     fn fail(&mut self, step: &'static str, error: ProviderError) {
-        self.ok = false;
-        self.emit(StepReport {
-            step,
-            duration: Duration::ZERO,
-            error: Some(error),
-            lease_id: self.lease_id(),
-            note: String::new(),
-        });
+        self.emit(step, Duration::ZERO, Some(error), "");
     }
 
     /// Destroys the lease this lifecycle still holds, if any (also after an
@@ -316,12 +299,11 @@ impl Lifecycle<'_, '_> {
         self.lease = None;
     }
 
-    fn lease_id(&self) -> Option<String> {
-        self.lease.as_ref().and_then(|held| held.id().map(str::to_owned))
-    }
-
-    fn emit(&mut self, report: StepReport) {
-        self.reporter.step(&report);
+    /// Reports a step; a failed one fails the lifecycle.
+    fn emit(&mut self, step: &'static str, duration: Duration, error: Option<ProviderError>, note: &str) {
+        self.ok &= error.is_none();
+        let lease_id = self.lease.as_ref().and_then(|held| held.id().map(str::to_owned));
+        self.reporter.step(&StepReport { step, duration, error, lease_id, note: note.to_owned() });
     }
 }
 

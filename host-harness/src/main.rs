@@ -13,7 +13,6 @@ use host_harness::{
     hangup, interrupt,
     plugin::{find_plugin, Library},
 };
-use provider_abi::Provider;
 use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
 use provider_host::{
     pin_file::{check_signature, LockFile},
@@ -462,7 +461,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if let Command::Lock(command) = &cli.command {
         return commands::lock::run(&mut lock()?, command, out);
     }
-    let (plugin_path, _) = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
+    let plugin_path = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
     let lock_for_swaps = global.locked.then(lock).transpose()?;
     // With --locked, the private copy whose hash is pinned is what loads
     // (here and in workers); it lives as long as this run.
@@ -509,17 +508,12 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if swaps_on_hangup {
         session = session.swappable();
     }
-    let shut_down = || {
-        if let Err(error) = session.provider.shutdown() {
-            tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
-        }
-    };
     let on_hangup = || swap_on_hangup(&session, &plugin_path, &lock_path);
     let work = || match swaps_on_hangup {
         true => hangup::watch(on_hangup, || dispatch(cli, &session, &lock_for_swaps)),
         false => Ok(dispatch(cli, &session, &lock_for_swaps)),
     };
-    let result = interrupt::watch(!swaps_on_hangup, shut_down, work)
+    let result = interrupt::watch(!swaps_on_hangup, || commands::stop(&session.provider), work)
         .and_then(|result| result)
         .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let result = session.finish(result);

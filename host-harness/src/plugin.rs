@@ -47,34 +47,17 @@ impl Library {
 /// The environment variable naming a provider library (search step 2).
 pub const PLUGIN_VARIABLE: &str = "HOST_HARNESS_PLUGIN";
 
-/// Where the provider library was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    /// `--plugin PATH`.
-    Flag,
-    /// `HOST_HARNESS_PLUGIN`.
-    Environment,
-    /// The providers directory's active version.
-    Installed,
-    /// Next to the harness binary.
-    BesideBinary,
-}
-
 /// Finds the provider library by the search order, or says in one line where
 /// it looked and how to put one there.
-pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<(PathBuf, Source), String> {
-    if let Some(path) = flag {
-        return Ok((path.to_path_buf(), Source::Flag));
-    }
-    if let Some(path) = std::env::var_os(PLUGIN_VARIABLE).filter(|value| !value.is_empty()) {
-        return Ok((PathBuf::from(path), Source::Environment));
-    }
-    if let Some(path) = providers.active_library() {
-        return Ok((path, Source::Installed));
-    }
+pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<PathBuf, String> {
+    let named = flag.map(Path::to_path_buf);
+    let variable = || std::env::var_os(PLUGIN_VARIABLE).filter(|value| !value.is_empty()).map(PathBuf::from);
     let beside = default_plugin_path();
+    if let Some(path) = named.or_else(variable).or_else(|| providers.active_library()) {
+        return Ok(path);
+    }
     if beside.exists() {
-        return Ok((beside, Source::BesideBinary));
+        return Ok(beside);
     }
     Err(format!(
         "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --locked --release -p {}`, then `host-harness providers install target/release/{}`",

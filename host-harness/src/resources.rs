@@ -63,7 +63,6 @@ impl Monitor {
     /// Starts sampling; the provider's threads are those whose names begin
     /// with `provider_threads` (see [`provider_thread_prefix`]).
     pub fn start(provider_threads: &str) -> Monitor {
-        let prefix = provider_threads.to_owned();
         let baseline = resident_bytes().unwrap_or(0);
         let figures = Arc::new(Mutex::new(ResourceFigures {
             baseline_rss: baseline,
@@ -72,7 +71,8 @@ impl Monitor {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let sampler = {
-            let (stop, figures) = (Arc::clone(&stop), Arc::clone(&figures));
+            let (stop, figures, prefix) =
+                (Arc::clone(&stop), Arc::clone(&figures), provider_threads.to_owned());
             std::thread::Builder::new()
                 .name("soak-monitor".into())
                 .spawn(move || {
@@ -80,7 +80,7 @@ impl Monitor {
                         sample(&figures, &prefix);
                         std::thread::sleep(SAMPLE_EVERY);
                     }
-                    cpu_time_of(libc::RUSAGE_THREAD)
+                    cpu_time(libc::RUSAGE_THREAD)
                 })
                 .ok()
         };
@@ -88,7 +88,7 @@ impl Monitor {
             stop,
             figures,
             sampler,
-            cpu_at_start: cpu_time(),
+            cpu_at_start: cpu_time(libc::RUSAGE_SELF),
             provider_threads: provider_threads.to_owned(),
         }
     }
@@ -100,7 +100,8 @@ impl Monitor {
         sample(&self.figures, &self.provider_threads);
         let mut figures = *self.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         figures.monitor_cpu = monitor_cpu;
-        figures.cpu = cpu_time().saturating_sub(self.cpu_at_start).saturating_sub(monitor_cpu);
+        figures.cpu =
+            cpu_time(libc::RUSAGE_SELF).saturating_sub(self.cpu_at_start).saturating_sub(monitor_cpu);
         // The kernel's own high-water mark catches peaks between samples.
         figures.peak_rss = figures.peak_rss.max(status_kib("VmHWM:").map_or(0, |kib| kib * 1024));
         figures
@@ -140,14 +141,9 @@ fn threads(provider_prefix: &str) -> (usize, usize) {
     (names.len(), provider)
 }
 
-/// User plus system CPU time of this process so far.
-pub fn cpu_time() -> Duration {
-    cpu_time_of(libc::RUSAGE_SELF)
-}
-
 /// User plus system CPU time of `who` (`RUSAGE_SELF`: the process;
 /// `RUSAGE_THREAD`: the calling thread) so far.
-fn cpu_time_of(who: libc::c_int) -> Duration {
+fn cpu_time(who: libc::c_int) -> Duration {
     // SAFETY: getrusage only writes the struct it is given.
     let usage = unsafe {
         let mut usage = std::mem::zeroed::<libc::rusage>();

@@ -23,7 +23,7 @@ use std::{
     collections::BTreeMap,
     sync::{
         atomic::{AtomicUsize, Ordering},
-        Arc, Mutex,
+        Arc, Mutex, MutexGuard,
     },
     time::{Duration, Instant},
 };
@@ -70,25 +70,25 @@ pub struct Tally {
     pub log_lines_scanned: usize,
 }
 
-/// The per-lifecycle reporter: checks every step and every output chunk.
+/// The per-lifecycle reporter: checks every step and every output chunk,
+/// counting into the soak's tally.
 struct Watcher<'a> {
     ledger: &'a dyn LeaseStore,
     secrets: &'a [&'a str],
+    tally: &'a Mutex<Tally>,
     /// The first failed step and its error.
     first_error: Option<(&'static str, ProviderError)>,
-    /// How long each step that called a hook took.
-    latencies: Vec<(&'static str, Duration)>,
-    /// Internal errors mentioning a panic.
-    panics: usize,
-    secrets_seen: usize,
-    unconfirmed_reused: usize,
     unconfirmed_known: bool,
 }
 
 impl Watcher<'_> {
+    fn tally(&self) -> MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn scan(&mut self, text: &str) {
         if self.secrets.iter().any(|secret| text.contains(secret)) {
-            self.secrets_seen += 1;
+            self.tally().secrets_seen += 1;
         }
     }
 
@@ -101,20 +101,16 @@ impl Watcher<'_> {
         })
     }
 
-    /// Adds this lifecycle to `tally`; returns its first error (its step
+    /// Counts this lifecycle's outcome; returns its first error (its step
     /// and the error), if any.
-    fn tally_into(self, tally: &mut Tally, ok: bool) -> Option<(&'static str, ProviderError)> {
+    fn finish(self, ok: bool) -> Option<(&'static str, ProviderError)> {
+        let mut tally = self.tally();
         match (&self.first_error, ok) {
             (None, true) => tally.succeeded += 1,
             (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
             (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
         }
-        for (step, duration) in self.latencies {
-            tally.latencies.entry(step).or_default().push(duration);
-        }
-        tally.panics += self.panics;
-        tally.secrets_seen += self.secrets_seen;
-        tally.unconfirmed_reused += self.unconfirmed_reused;
+        drop(tally);
         self.first_error
     }
 }
@@ -125,7 +121,7 @@ impl Reporter for Watcher<'_> {
         let reuse = matches!(report.step, "resume" | "execute-again")
             || (report.step == "release" && report.note.is_empty());
         if reuse && self.unconfirmed_known {
-            self.unconfirmed_reused += 1;
+            self.tally().unconfirmed_reused += 1;
         }
         let unconfirmed =
             report.error.as_ref().is_some_and(|error| error.kind == ErrorKind::CLEANUP_UNCONFIRMED);
@@ -134,11 +130,11 @@ impl Reporter for Watcher<'_> {
         }
         // Kept as counts, not reports: a lifecycle in flight holds little.
         if report.duration > Duration::ZERO {
-            self.latencies.push((report.step, report.duration));
+            self.tally().latencies.entry(report.step).or_default().push(report.duration);
         }
         if let Some(error) = &report.error {
             if error.kind == ErrorKind::INTERNAL && error.message.to_lowercase().contains("panic") {
-                self.panics += 1;
+                self.tally().panics += 1;
             }
             self.first_error.get_or_insert_with(|| (report.step, error.clone()));
         }
@@ -158,21 +154,18 @@ pub fn run(
     plan: &SoakPlan<'_>,
     progress: &(dyn Fn(&Finished) + Sync),
 ) -> Tally {
-    let tally = Mutex::new(Tally::default());
+    let tally = Arc::new(Mutex::new(Tally::default()));
     let done = AtomicUsize::new(0);
     // The configuration's secrets, by the provider's own schema.
     let secrets = SecretFields::of(&provider.manifest()).values(&plan.config.config);
     // The provider's log lines are output too.
-    let log_lines = Arc::new(AtomicUsize::new(0));
-    let log_secrets = Arc::new(AtomicUsize::new(0));
-    let _scan_logs = {
+    let scan_logs = {
         let owned: Vec<String> = secrets.iter().map(|secret| (*secret).to_owned()).collect();
-        let (lines, seen) = (Arc::clone(&log_lines), Arc::clone(&log_secrets));
+        let tally = Arc::clone(&tally);
         crate::provider_log::observe(Arc::new(move |line: &str| {
-            lines.fetch_add(1, Ordering::Relaxed);
-            if owned.iter().any(|secret| line.contains(secret.as_str())) {
-                seen.fetch_add(1, Ordering::Relaxed);
-            }
+            let mut tally = tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            tally.log_lines_scanned += 1;
+            tally.secrets_seen += usize::from(owned.iter().any(|secret| line.contains(secret.as_str())));
         }))
     };
     // One lifecycle, tallied and reported.
@@ -181,21 +174,11 @@ pub fn run(
         async move {
             let run_id = format!("soak-{index}");
             let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id);
-            let mut watcher = Watcher {
-                ledger,
-                secrets,
-                first_error: None,
-                latencies: Vec::new(),
-                panics: 0,
-                secrets_seen: 0,
-                unconfirmed_reused: 0,
-                unconfirmed_known: false,
-            };
+            let mut watcher = Watcher { ledger, secrets, tally, first_error: None, unconfirmed_known: false };
             let started = Instant::now();
             let ok = lifecycle::run_with(&host, &mut watcher, false).await;
             let duration = started.elapsed();
-            let first_error =
-                watcher.tally_into(&mut tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), ok);
+            let first_error = watcher.finish(ok);
             progress(&Finished { done: done.fetch_add(1, Ordering::SeqCst) + 1, ok, first_error, duration });
         }
     };
@@ -212,9 +195,8 @@ pub fn run(
             .take_while(|_| std::future::ready(still_wanted()))
             .for_each_concurrent(in_flight, lifecycle),
     );
-    let mut tally = tally.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
-    tally.log_lines_scanned = log_lines.load(Ordering::Relaxed);
-    tally.secrets_seen += log_secrets.load(Ordering::Relaxed);
+    drop(scan_logs);
+    let mut tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     // The ledger is output too: no row may hold the key.
     for secret in &secrets {
         let rows = ledger.list().unwrap_or_default();

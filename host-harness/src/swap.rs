@@ -12,7 +12,7 @@
 use crate::plugin::set_up;
 use provider_abi::{LeaseParams, Provider};
 use provider_host::{
-    loader::LoadError,
+    loader::{LoadError, LoadedProvider},
     pin_file::LockFile,
     provider_set::{ProviderSet, SwapError, SwapReport},
     staging::Staging,
@@ -21,7 +21,7 @@ use provider_host::{
     unconfirmed_handover::unconfirmed_leases,
 };
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Mutex,
@@ -40,37 +40,32 @@ pub fn swap_to_library(
     lock: Option<&LockFile>,
     unconfirmed: &[LeaseParams],
 ) -> Result<SwapReport, String> {
-    let staged = staging.stage(library).map_err(|error| error.to_string())?;
-    if let Some(lock) = lock {
-        lock.pin_of(library, staged.sha256()).map_err(|error| error.to_string())?;
-    }
-    let next = staged.load().map_err(|error| error.to_string())?;
-    set_up(&next).map_err(|error| {
-        LoadError::ProviderFailed { path: staged.source().to_path_buf(), error }.to_string()
-    })?;
+    let (next, path) = check_library(set, library, staging, lock)?;
+    set_up(&next).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
     set.swap_to_importing(next, unconfirmed).map_err(|error| error.to_string())
 }
 
 /// Checks `library` as a swap of `set` to it would (staged, pinned by
 /// `lock` when one applies, loaded, the same provider), without swapping: a
 /// mistyped `--swap-to` is refused before the first lifecycle rather than
-/// at every swap.
+/// at every swap. Returns the loaded version, not yet set up, and the
+/// library's canonical path.
 pub fn check_library(
     set: &ProviderSet,
     library: &Path,
     staging: &Staging,
     lock: Option<&LockFile>,
-) -> Result<(), String> {
+) -> Result<(LoadedProvider, PathBuf), String> {
     let staged = staging.stage(library).map_err(|error| error.to_string())?;
     if let Some(lock) = lock {
         lock.pin_of(library, staged.sha256()).map_err(|error| error.to_string())?;
     }
-    let offered = staged.load().map_err(|error| error.to_string())?.manifest().id.to_string();
-    let active = set.active().id().to_owned();
+    let next = staged.load().map_err(|error| error.to_string())?;
+    let (offered, active) = (next.manifest().id.to_string(), set.active().id().to_owned());
     if offered != active {
         return Err(SwapError::OtherProvider { active, offered }.to_string());
     }
-    Ok(())
+    Ok((next, staged.source().to_path_buf()))
 }
 
 /// Swaps a run's provider set on request and keeps what the swaps did.
@@ -104,7 +99,7 @@ impl Swapper {
 
     /// Checks `library` as a swap to it would ([`check_library`]).
     pub fn check(&self, set: &ProviderSet, library: &Path, lock: Option<&LockFile>) -> Result<(), String> {
-        self.with_staging(|staging| check_library(set, library, staging, lock))
+        self.with_staging(|staging| check_library(set, library, staging, lock).map(drop))
     }
 
     /// Runs `work` with this swapper's staging directory, made on first use.

@@ -229,9 +229,9 @@ fn failed(detail: impl Into<String>) -> Verdict {
     Verdict::Failed(detail.into())
 }
 
-/// "`hook` failed: message \[kind\]".
-fn hook_failed(hook: &str, error: &ProviderError) -> Verdict {
-    failed(format!("{hook} failed: {} [{}]", error.message, error.kind))
+/// "`hook` failed: message \[kind\]", of an error.
+fn hook_failed(hook: &str) -> impl Fn(ProviderError) -> Verdict + '_ {
+    move |error| failed(format!("{hook} failed: {} [{}]", error.message, error.kind))
 }
 
 /// The output a command streamed, in order, by stream.
@@ -311,7 +311,7 @@ impl Held {
     fn destroy(&mut self) -> Result<(), Verdict> {
         let outcome = wait(self.ctx.provider.destroy_lease(self.params()));
         self.live = false;
-        outcome.map_err(|error| hook_failed("destroy_lease", &error))
+        outcome.map_err(hook_failed("destroy_lease"))
     }
 }
 
@@ -365,7 +365,7 @@ impl Ctx {
     /// reported before the lease, and the lease returned is the one recorded.
     fn acquire(&self) -> Result<Held, Verdict> {
         let (lease, moments) = self.acquire_recorded(false);
-        let held = self.hold(lease.map_err(|error| hook_failed("acquire_lease", &error))?);
+        let held = self.hold(lease.map_err(hook_failed("acquire_lease"))?);
         if moments != [Moment::Sending, Moment::Created(held.lease.clone())] {
             let seen: Vec<&str> = moments
                 .iter()
@@ -421,7 +421,7 @@ impl Ctx {
     /// Runs `script` in `lease` and expects exit code 0; returns its stdout.
     fn sh_ok(&self, lease: &Lease, script: &str) -> Result<String, Verdict> {
         let (result, _) = self.sh(lease, script, None);
-        let result = result.map_err(|error| hook_failed("execute", &error))?;
+        let result = result.map_err(hook_failed("execute"))?;
         match result.exit_code.into_option() {
             Some(0) => Ok(result.stdout.to_string()),
             code => Err(failed(format!(
@@ -435,8 +435,7 @@ impl Ctx {
 
     /// Resumes `held` and expects it expired.
     fn expect_expired(&self, held: &Held, what: &str) -> Result<(), Verdict> {
-        let resumed = wait(self.provider.resume_lease(held.params()))
-            .map_err(|error| hook_failed("resume_lease", &error))?;
+        let resumed = wait(self.provider.resume_lease(held.params())).map_err(hook_failed("resume_lease"))?;
         if resumed.expired && resumed.provider_lease_id.is_none() {
             Ok(())
         } else {
@@ -488,7 +487,7 @@ fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
     let provider = ctx.provider.clone();
     let report = bounded(VALIDATE_BOUND, move || provider.validate_config(&env))
         .ok_or_else(|| failed(format!("validate_config of an empty configuration did not answer within {} s (does it wait on the network?)", VALIDATE_BOUND.as_secs())))?
-        .map_err(|error| hook_failed("validate_config of an empty configuration", &error))?;
+        .map_err(hook_failed("validate_config of an empty configuration"))?;
     let elapsed = started.elapsed();
     if report.ok {
         return Ok(format!(
@@ -506,8 +505,7 @@ fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
 }
 
 fn validate_given(ctx: &Ctx) -> Result<String, Verdict> {
-    let report =
-        ctx.provider.validate_config(&ctx.env).map_err(|error| hook_failed("validate_config", &error))?;
+    let report = ctx.provider.validate_config(&ctx.env).map_err(hook_failed("validate_config"))?;
     if !report.ok {
         let errors: Vec<&str> = report.errors.iter().map(|error| error.as_str()).collect();
         return Err(failed(format!("the configuration under test is invalid: {}", errors.join("; "))));
@@ -542,22 +540,17 @@ fn streaming_script() -> String {
 
 fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
-    let workspace = ctx
-        .provider
-        .realize_workspace(&held.params())
-        .map_err(|error| hook_failed("realize_workspace", &error))?;
+    let workspace =
+        ctx.provider.realize_workspace(&held.params()).map_err(hook_failed("realize_workspace"))?;
     if workspace.cwd.trim().is_empty() {
         return Err(failed("realize_workspace returned an empty working directory"));
     }
     streaming_execute(ctx, &held.lease)?;
-    let kept = wait(ctx.provider.release_lease(held.params()))
-        .map_err(|error| hook_failed("release_lease", &error))?
-        .kept;
+    let kept = wait(ctx.provider.release_lease(held.params())).map_err(hook_failed("release_lease"))?.kept;
     let note = if !kept {
         "release deleted the lease (configure lease reuse to check resume)"
     } else {
-        let resumed = wait(ctx.provider.resume_lease(held.params()))
-            .map_err(|error| hook_failed("resume_lease", &error))?;
+        let resumed = wait(ctx.provider.resume_lease(held.params())).map_err(hook_failed("resume_lease"))?;
         if resumed.expired || resumed.provider_lease_id != held.lease.provider_lease_id {
             return Err(failed(format!("resume_lease did not hand back released lease {}", held.id())));
         }
@@ -602,14 +595,14 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
     };
     let result = worker.join().map_err(|_| failed("execute panicked in the host"))?;
     let streamed = locked(&streamed).clone();
-    let result = result.map_err(|error| hook_failed("execute", &error))?;
+    let result = result.map_err(hook_failed("execute"))?;
     if released.is_none() || result.exit_code.into_option() == Some(91) {
         return Err(failed(
             "the command's first output line did not reach the output sink while the command ran: output is not streamed",
         ));
     }
     if let Some(Err(error)) = released {
-        return Err(hook_failed("execute (a second command in the same lease)", &error));
+        return Err(hook_failed("execute (a second command in the same lease)")(error));
     }
     let expected_out = "conform-out\nafter-go\n";
     let expected_err = "conform-err\n";
@@ -637,9 +630,7 @@ fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
 
 fn destroy_twice(ctx: &Ctx) -> Result<String, Verdict> {
     let held = ctx.destroyed()?;
-    wait(ctx.provider.destroy_lease(held.params())).map_err(|error| {
-        failed(format!("the second destroy_lease failed: {} [{}]", error.message, error.kind))
-    })?;
+    wait(ctx.provider.destroy_lease(held.params())).map_err(hook_failed("the second destroy_lease"))?;
     Ok(String::new())
 }
 
@@ -666,18 +657,11 @@ fn other_environment(ctx: &Ctx) -> Result<String, Verdict> {
     let held = ctx.acquire()?;
     ctx.sh_ok(&held.lease, "printf mine > .conform-owner")?;
     let env = &ctx.env;
+    let (company, environment) =
+        (format!("{}-other", env.company_id), format!("{}-other", env.environment_id));
     let strangers = [
-        (
-            "company",
-            EnvironmentParams { company_id: format!("{}-other", env.company_id).into(), ..env.clone() },
-        ),
-        (
-            "environment",
-            EnvironmentParams {
-                environment_id: format!("{}-other", env.environment_id).into(),
-                ..env.clone()
-            },
-        ),
+        ("company", EnvironmentParams { company_id: company.into(), ..env.clone() }),
+        ("environment", EnvironmentParams { environment_id: environment.into(), ..env.clone() }),
     ];
     let mut wrong = Vec::new();
     for (what, stranger) in strangers {
@@ -756,29 +740,24 @@ fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
     }
     ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
         .map_err(|_| failed("the long-running command did not start"))?;
-    let barrier = Arc::new(Barrier::new(2));
-    let releases: Vec<_> = (0..2)
-        .map(|_| {
-            let ctx = ctx.clone();
-            let params = held.params();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let started = Instant::now();
-                let outcome = wait(ctx.provider.release_lease(params)).map(|_| ());
-                (outcome, started, Instant::now())
+    let barrier = Barrier::new(2);
+    let (outcomes, spans): (Vec<_>, Vec<_>) = std::thread::scope(|scope| {
+        let release = || {
+            barrier.wait();
+            let started = Instant::now();
+            let outcome = wait(ctx.provider.release_lease(held.params())).map(|_| ());
+            (outcome, (started, Instant::now()))
+        };
+        let releases = [scope.spawn(release), scope.spawn(release)];
+        releases.map(|release| {
+            release.join().unwrap_or_else(|_| {
+                let now = Instant::now();
+                (Err(ProviderError::internal("release panicked in the host")), (now, now))
             })
         })
-        .collect();
-    let (outcomes, spans): (Vec<_>, Vec<_>) = releases
-        .into_iter()
-        .map(|release| {
-            let (outcome, started, ended) = release.join().unwrap_or_else(|_| {
-                (Err(ProviderError::internal("release panicked in the host")), Instant::now(), Instant::now())
-            });
-            (outcome, (started, ended))
-        })
-        .unzip();
+    })
+    .into_iter()
+    .unzip();
     let overlapped = spans[0].0 < spans[1].1 && spans[1].0 < spans[0].1;
     let refused = outcomes
         .iter()
@@ -850,8 +829,7 @@ fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
         })?
     };
     let elapsed = started.elapsed();
-    let result =
-        result.map_err(|error| hook_failed("execute of a command that outlives its timeout", &error))?;
+    let result = result.map_err(hook_failed("execute of a command that outlives its timeout"))?;
     if !result.timed_out || result.exit_code.is_some() {
         return Err(failed(format!(
             "a command that outlived its timeout came back with timed out {} and exit code {:?}",
@@ -963,7 +941,7 @@ fn sink_panic(ctx: &Ctx) -> Result<String, Verdict> {
     let explode = ByteSink::new(|_: OutputStream, _: &[u8]| std::panic::panic_any(DELIBERATE_PANIC));
     let result = ctx
         .shell(held.params(), script, Some(30_000), explode)
-        .map_err(|error| hook_failed("execute with a panicking output sink", &error))?;
+        .map_err(hook_failed("execute with a panicking output sink"))?;
     if result.exit_code.into_option() != Some(3)
         || result.stdout != "conform-a"
         || result.stderr != "conform-b"

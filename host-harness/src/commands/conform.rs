@@ -42,20 +42,19 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
     // The first SIGINT or SIGTERM shuts the provider down (cancelling the
     // commands in flight); the check under way then fails and destroys its
     // leases, and no further check starts.
-    let shut_down = || {
-        if let Err(error) = provider.shutdown() {
-            tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
-        }
-    };
-    let report = interrupt::watch(true, shut_down, || {
-        provider_conform::run(provider.clone(), &config, &mut |report| {
-            out.value(&report.to_json(), || report.to_line());
-            match interrupt::requested() {
-                Some(_) => ControlFlow::Break(()),
-                None => ControlFlow::Continue(()),
-            }
-        })
-    })
+    let report = interrupt::watch(
+        true,
+        || super::stop(&*provider),
+        || {
+            provider_conform::run(provider.clone(), &config, &mut |report| {
+                out.value(&report.to_json(), || report.to_line());
+                match interrupt::requested() {
+                    Some(_) => ControlFlow::Break(()),
+                    None => ControlFlow::Continue(()),
+                }
+            })
+        },
+    )
     .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     if let Some(signal) = interrupt::requested() {
         drop(sim);

@@ -239,11 +239,7 @@ pub fn exec(
                 // interruption does (the shutdown waits for its cleanup, so
                 // it runs beside this callback, not in it).
                 closed.store(true, Ordering::SeqCst);
-                scope.spawn(|| {
-                    if let Err(error) = session.provider.shutdown() {
-                        tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
-                    }
-                });
+                scope.spawn(|| super::stop(&session.provider));
             }
         };
         wait(host.execute(&held, command, stdin, &mut live))

@@ -98,6 +98,14 @@ pub fn load(library: &Library, isolation: Option<&IsolationOptions>) -> Result<H
     load_hosted(library, isolation).map_err(Failure::Usage)
 }
 
+/// Shuts `provider` down on an interruption (cancelling the commands in
+/// flight), logging a failure.
+pub fn stop(provider: &impl Provider) {
+    if let Err(error) = provider.shutdown() {
+        tracing::warn!(kind = %error.kind, "the provider's shutdown failed");
+    }
+}
+
 /// Shuts `provider` down after a command; the command's own failure comes first.
 pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Result<(), Failure> {
     let shutdown = provider.shutdown();
