@@ -11,7 +11,7 @@ use commands::{
 };
 use host_harness::{
     hangup, interrupt,
-    plugin::{find_plugin, Library},
+    plugin::{find_plugin, load_hosted, Library},
 };
 use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
 use provider_host::{
@@ -444,13 +444,13 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return commands::sim::serve(*listen, limit, out);
     }
     if let Command::Leases = &cli.command {
-        return ledger::leases(global.ledger().as_ref(), out);
+        return ledger::leases(&global.ledger(), out);
     }
     let providers =
         ProvidersDir::new(global.providers_dir.clone().unwrap_or_else(ProvidersDir::default_root));
     let lock_path = global.lock.clone().unwrap_or_else(|| {
         LockFile::default_path(&match global.ledger() {
-            Some(LedgerLocation::Sqlite(path)) => path,
+            LedgerLocation::Sqlite(path) => path,
             _ => provider_host::store::sqlite::Ledger::default_path(),
         })
     });
@@ -485,7 +485,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     let isolation = global.isolation.options();
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
-        let provider = commands::load(&plugin, isolation.as_ref())?;
+        let provider = load_hosted(&plugin, isolation.as_ref()).map_err(Failure::Usage)?;
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
@@ -501,8 +501,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         }
     }
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
-    let mut session =
-        commands::Session::open(&plugin, isolation.as_ref(), global.ledger().as_ref(), &store, out)?;
+    let mut session = commands::Session::open(&plugin, isolation.as_ref(), &global.ledger(), &store, out)?;
     // The daemon-like commands swap the provider on SIGHUP.
     let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
     if swaps_on_hangup {
@@ -540,9 +539,10 @@ fn parse_expiry(text: &str) -> Result<Duration, String> {
 }
 
 impl Global {
-    /// `--ledger`, as a location.
-    fn ledger(&self) -> Option<LedgerLocation> {
-        self.ledger.as_deref().map(|path| LedgerLocation::parse(path.as_os_str()))
+    /// `--ledger`, as a location, or the default one.
+    fn ledger(&self) -> LedgerLocation {
+        let parse = |path: &PathBuf| LedgerLocation::parse(path.as_os_str());
+        self.ledger.as_ref().map_or_else(LedgerLocation::default_location, parse)
     }
 }
 

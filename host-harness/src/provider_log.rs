@@ -37,17 +37,17 @@ const MAX_FIELDS: usize = 8;
 /// none: what `setup` passes so disabled levels cost nothing.
 pub fn host_max_level() -> Option<LogLevel> {
     let current = LevelFilter::current();
-    [
-        (LevelFilter::TRACE, LogLevel::Trace),
-        (LevelFilter::DEBUG, LogLevel::Debug),
-        (LevelFilter::INFO, LogLevel::Info),
-        (LevelFilter::WARN, LogLevel::Warn),
-        (LevelFilter::ERROR, LogLevel::Error),
-    ]
-    .into_iter()
-    .find(|(filter, _)| current >= *filter)
-    .map(|(_, level)| level)
+    LEVELS.into_iter().find(|(level, _)| current >= *level).map(|(_, level)| level)
 }
+
+/// The host's level of each provider level, the most verbose first.
+const LEVELS: [(Level, LogLevel); 5] = [
+    (Level::TRACE, LogLevel::Trace),
+    (Level::DEBUG, LogLevel::Debug),
+    (Level::INFO, LogLevel::Info),
+    (Level::WARN, LogLevel::Warn),
+    (Level::ERROR, LogLevel::Error),
+];
 
 /// The sink that re-emits provider records into the host's subscriber.
 pub fn sink() -> LogSink {
@@ -92,13 +92,8 @@ pub fn emit(record: &LogRecord<'_>) {
             observers.iter().for_each(|observer| observer(&line));
         }
     }
-    let level = match record.level {
-        LogLevel::Error => Level::ERROR,
-        LogLevel::Warn => Level::WARN,
-        LogLevel::Info => Level::INFO,
-        LogLevel::Debug => Level::DEBUG,
-        LogLevel::Trace => Level::TRACE,
-    };
+    let level =
+        LEVELS.into_iter().find(|(_, level)| *level == record.level).map_or(Level::ERROR, |(level, _)| level);
     if LevelFilter::current() < level {
         return;
     }

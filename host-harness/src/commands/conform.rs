@@ -42,19 +42,16 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
     // The first SIGINT or SIGTERM shuts the provider down (cancelling the
     // commands in flight); the check under way then fails and destroys its
     // leases, and no further check starts.
-    let report = interrupt::watch(
-        true,
-        || super::stop(&*provider),
-        || {
-            provider_conform::run(provider.clone(), &config, &mut |report| {
-                out.value(&report.to_json(), || report.to_line());
-                match interrupt::requested() {
-                    Some(_) => ControlFlow::Break(()),
-                    None => ControlFlow::Continue(()),
-                }
-            })
-        },
-    )
+    let stop = || super::stop(&*provider);
+    let report = interrupt::watch(true, stop, || {
+        provider_conform::run(provider.clone(), &config, &mut |report| {
+            out.value(&report.to_json(), || report.to_line());
+            match interrupt::requested() {
+                Some(_) => ControlFlow::Break(()),
+                None => ControlFlow::Continue(()),
+            }
+        })
+    })
     .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     if let Some(signal) = interrupt::requested() {
         drop(sim);
@@ -65,8 +62,6 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
     out.value(&summary.to_json(), || summary.to_line());
     let shutdown = provider.shutdown();
     drop(sim);
-    if summary.failed > 0 {
-        return Err(Failure::Hook(None));
-    }
+    super::passed(summary.failed == 0)?;
     Ok(shutdown?)
 }

@@ -8,7 +8,7 @@ use provider_abi::{ByteSource, Lease, OutputStream, Provider, SyncDirection};
 use provider_host::{
     host::{HeldLease, Host, Released},
     store::Owner,
-    wait, FileTransfer, PathMapping, RemoteCommand, TransferOperation, TransferOutcome,
+    wait, FileTransfer, PathMapping, RemoteCommand, TransferOperation,
 };
 use std::{
     fs::File,
@@ -58,10 +58,6 @@ fn print_lease(session: &Session, lease: &Lease) {
     session.out.value(&json, || json.to_string());
 }
 
-fn expired(lease: &Lease) -> Lease {
-    Lease { provider_lease_id: None.into(), expired: true, ..lease.clone() }
-}
-
 /// `acquire`: prints the new lease.
 pub fn acquire(session: &Session, config: &Path) -> Result<(), Failure> {
     let held = wait(host(session, config)?.acquire())?;
@@ -80,13 +76,12 @@ pub fn resume(session: &Session, args: &LeaseArgs) -> Result<(), Failure> {
 /// is expired unless the lease was paused for reuse.
 pub fn release(session: &Session, args: &LeaseArgs, destroy: bool) -> Result<(), Failure> {
     let (host, held) = held(session, args)?;
-    let kept = if destroy {
+    if destroy {
         wait(host.destroy(&held))?;
-        false
-    } else {
-        wait(host.release(&held))? == Released::Kept
-    };
-    print_lease(session, &if kept { held.lease } else { expired(&held.lease) });
+    }
+    let kept = !destroy && wait(host.release(&held))? == Released::Kept;
+    let expired = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
+    print_lease(session, if kept { &held.lease } else { &expired });
     Ok(())
 }
 
@@ -99,11 +94,7 @@ pub fn probe(session: &Session, config: &Path) -> Result<(), Failure> {
         "metadata": render::json_field(&report.metadata_json),
     });
     session.out.value(&json, || format!("{}: {}", if report.ok { "ok" } else { "FAILED" }, report.message));
-    if report.ok {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
+    super::passed(report.ok)
 }
 
 /// `exec` options.
@@ -153,23 +144,11 @@ pub fn parse_timeout(text: &str) -> Result<Duration, String> {
 /// empty input from none.
 const FIRST_PIECE: usize = 64 << 10;
 
-/// The command's standard input: its first piece (read already) and the rest.
-struct Input {
-    first: Vec<u8>,
-    rest: File,
-}
-
-impl Input {
-    /// The whole input as a source the provider pulls from as it sends it on.
-    fn into_source(self) -> ByteSource {
-        ByteSource::from_reader(std::io::Cursor::new(self.first).chain(self.rest))
-    }
-}
-
 /// The command's stdin: `--stdin FILE`, else our own stdin when it is
 /// neither a terminal nor already read for `--config -`/`--lease -`; `None`
-/// when there is none, or ours is empty.
-fn command_stdin(options: &ExecArgs, stdin_taken: bool) -> Result<Option<Input>, Failure> {
+/// when there is none, or ours is empty. The source the provider pulls from
+/// as it sends the input on holds the first piece, read already, and the rest.
+fn command_stdin(options: &ExecArgs, stdin_taken: bool) -> Result<Option<ByteSource>, Failure> {
     let ours = || {
         let fd = std::io::stdin()
             .as_fd()
@@ -189,7 +168,8 @@ fn command_stdin(options: &ExecArgs, stdin_taken: bool) -> Result<Option<Input>,
         .take(FIRST_PIECE as u64)
         .read_to_end(&mut first)
         .map_err(|error| Failure::Usage(format!("cannot read the command's input: {error}")))?;
-    Ok((!first.is_empty() || options.stdin.is_some()).then_some(Input { first, rest }))
+    let given = !first.is_empty() || options.stdin.is_some();
+    Ok(given.then(|| ByteSource::from_reader(std::io::Cursor::new(first).chain(rest))))
 }
 
 /// `exec`'s exit code when its output's reader went away: a shell's for a
@@ -216,7 +196,7 @@ pub fn exec(
     }
     let (host, held) = held(session, args)?;
     let (program, args) = command.split_first().ok_or_else(|| Failure::Usage("no command given".into()))?;
-    let stdin = command_stdin(options, stdin_taken)?.map_or_else(ByteSource::empty, Input::into_source);
+    let stdin = command_stdin(options, stdin_taken)?.unwrap_or_else(ByteSource::empty);
     let command = RemoteCommand {
         program: program.clone(),
         args: args.to_vec(),
@@ -310,33 +290,27 @@ pub fn sync(session: &Session, args: &LeaseArgs, request: &SyncArgs) -> Result<(
     let inbound = sync_mappings(&request.inbound, true, mode, &request.exclude)?;
     let outbound = sync_mappings(&request.outbound, false, mode, &request.exclude)?;
     let (host, held) = held(session, args)?;
-    let mut results: Vec<TransferOutcome> = Vec::new();
+    let mut transfers = Vec::new();
     if !inbound.is_empty() {
-        let operation =
-            request.then.iter().fold(operation("in", inbound), |operation, command| operation.then(command));
-        results.push(wait(host.sync(&held, FileTransfer::new(SyncDirection::In).operation(operation)))?);
+        let operation = request.then.iter().fold(operation("in", inbound), TransferOperation::then);
+        transfers.push(FileTransfer::new(SyncDirection::In).operation(operation));
     }
     if !outbound.is_empty() {
-        let transfer = FileTransfer::new(SyncDirection::Out).operation(operation("out", outbound));
-        results.push(wait(host.sync(&held, transfer))?);
+        transfers.push(FileTransfer::new(SyncDirection::Out).operation(operation("out", outbound)));
     }
-    let operations: Vec<_> = results.iter().flat_map(|result| result.operations.iter()).collect();
-    let json = serde_json::json!({"operations": operations
-        .iter()
-        .map(|operation| serde_json::json!({
-            "id": operation.id,
-            "filesTransferred": operation.files,
-            "bytesTransferred": operation.bytes,
-        }))
-        .collect::<Vec<_>>()});
+    let mut operations = Vec::new();
+    for transfer in transfers {
+        operations.extend(wait(host.sync(&held, transfer))?.operations);
+    }
+    let json = operations.iter().map(|operation| {
+        serde_json::json!({"id": operation.id, "filesTransferred": operation.files, "bytesTransferred": operation.bytes})
+    });
+    let json = serde_json::json!({"operations": json.collect::<Vec<_>>()});
     session.out.value(&json, || {
-        operations
-            .iter()
-            .map(|operation| {
-                format!("{}: {} files, {} bytes", operation.id, operation.files, operation.bytes)
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        let lines = operations.iter().map(|operation| {
+            format!("{}: {} files, {} bytes", operation.id, operation.files, operation.bytes)
+        });
+        lines.collect::<Vec<_>>().join("\n")
     });
     Ok(())
 }

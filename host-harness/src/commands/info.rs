@@ -64,9 +64,5 @@ pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<
             .collect::<Vec<_>>()
             .join("\n")
     });
-    if report.ok {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
+    super::passed(report.ok)
 }

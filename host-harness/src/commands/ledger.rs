@@ -1,6 +1,6 @@
 //! `sweep` and `leases`: the lease ledger.
 
-use super::{read_config, read_ledger, Failure, Printer, Session};
+use super::{read_config, Failure, Printer, Session};
 use host_harness::render::{cell, table};
 use provider_abi::Provider;
 use provider_host::{
@@ -78,17 +78,14 @@ pub fn sweep(
              look for unnamed sandboxes in the provider's console, then remove the rows with `sweep --forget-unresolvable`"
         );
     }
-    if failed == 0 && unresolvable == 0 {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
+    super::passed(failed == 0 && unresolvable == 0)
 }
 
 /// `leases`: the ledger as a table, or one JSON object per row. Reads the
 /// ledger without writing it (none yet: no rows).
-pub fn leases(ledger: Option<&LedgerLocation>, out: Printer) -> Result<(), Failure> {
-    let records = read_ledger(ledger)?;
+pub fn leases(ledger: &LedgerLocation, out: Printer) -> Result<(), Failure> {
+    let records =
+        provider_host::store::read_all(ledger).map_err(|error| Failure::Usage(error.to_string()))?;
     if out.json {
         for record in &records {
             out.value(&record.to_json(), String::new);

@@ -26,7 +26,7 @@ use provider_host::{
     environment::Environment,
     hosted::HostedProvider,
     memory,
-    store::{self, sqlite::Ledger, LeaseRecord, LeaseStore, LedgerLocation, StoreOptions},
+    store::{self, sqlite::Ledger, LeaseStore, LedgerLocation, StoreOptions},
 };
 use serde_json::Value;
 use std::{io::Write, path::Path, process::ExitCode};
@@ -66,36 +66,29 @@ impl Failure {
     }
 }
 
-/// Opens the ledger at `location`, or the default one, for writing; says so
-/// on stderr when it created a SQLite ledger's directory.
-pub fn open_ledger(
-    location: Option<&LedgerLocation>,
-    options: &StoreOptions,
-) -> Result<Box<dyn LeaseStore>, Failure> {
+/// Success when `ok`, else exit 1 with the failure already reported.
+pub fn passed(ok: bool) -> Result<(), Failure> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Failure::Hook(None))
+    }
+}
+
+/// Opens the ledger at `location` for writing; says so on stderr when it
+/// created a SQLite ledger's directory.
+fn open_ledger(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, Failure> {
     let usage = |error: provider_host::store::LedgerError| Failure::Usage(error.to_string());
-    match location.cloned().unwrap_or_else(LedgerLocation::default_location) {
+    match location {
         LedgerLocation::Sqlite(path) => {
-            let ledger = Ledger::open(&path).map_err(usage)?;
+            let ledger = Ledger::open(path).map_err(usage)?;
             if let Some(dir) = ledger.created_dir() {
                 eprintln!("created ledger directory {}", dir.display());
             }
             Ok(Box::new(ledger))
         }
-        location => store::open(&location, options).map_err(usage),
+        location => store::open(location, options).map_err(usage),
     }
-}
-
-/// Every row of the ledger at `location`, or the default one, read without
-/// writing it (none yet: no rows).
-pub fn read_ledger(location: Option<&LedgerLocation>) -> Result<Vec<LeaseRecord>, Failure> {
-    let location = location.cloned().unwrap_or_else(LedgerLocation::default_location);
-    store::read_all(&location).map_err(|error| Failure::Usage(error.to_string()))
-}
-
-/// Loads the provider library, in a worker process with `isolation`
-/// (`--isolate`), and runs `setup`.
-pub fn load(library: &Library, isolation: Option<&IsolationOptions>) -> Result<HostedProvider, Failure> {
-    load_hosted(library, isolation).map_err(Failure::Usage)
 }
 
 /// Shuts `provider` down on an interruption (cancelling the commands in
@@ -143,11 +136,11 @@ impl Session {
     pub fn open(
         library: &Library,
         isolation: Option<&IsolationOptions>,
-        ledger: Option<&LedgerLocation>,
+        ledger: &LedgerLocation,
         options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
-        let provider = load(library, isolation)?;
+        let provider = load_hosted(library, isolation).map_err(Failure::Usage)?;
         let ledger = open_ledger(ledger, options)?;
         memory::restore(&provider, &*ledger);
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
