@@ -240,8 +240,11 @@ fn exec_through_the_worker_streams_stdin_of_any_size() {
     let file = bed.path("input.bin");
     std::fs::write(&file, &input).unwrap();
     let stdin = file.to_str().unwrap();
-    let output = bed
-        .run(None, &["exec", "--config", "{config}", "--lease", &lease, "--stdin", stdin, "--", "sha256sum"]);
+    // What is asserted is the bytes, not the speed: a deadline far beyond a
+    // loaded machine's transfer time (70 MB through a debug worker took over
+    // the configuration's 30 s at a load average of 15 on two cores).
+    let exec = ["exec", "--config", "{config}", "--lease", &lease, "--timeout", "30m", "--stdin", stdin];
+    let output = bed.run(None, &[&exec[..], &["--", "sha256sum"]].concat());
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     let remote = String::from_utf8_lossy(&output.stdout).into_owned();
     use sha2::Digest as _;
