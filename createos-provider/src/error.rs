@@ -207,9 +207,6 @@ pub enum Error {
     PostUploadFailed(Option<i32>),
 }
 
-/// `Result` with this crate's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
 impl Error {
     /// The kind the host branches on.
     pub fn kind(&self) -> ErrorKind {

@@ -74,19 +74,13 @@ impl RequestGate {
     /// Waits for a pass for one request of `priority`. Cancel by dropping
     /// the future.
     pub async fn enter(&self, priority: Priority) -> Pass<'_> {
+        // The gate owns its semaphores and never closes them.
+        const OPEN: &str = "a request gate's semaphore is never closed";
         let new_work = match priority {
-            Priority::NewWork => Some(acquire(&self.new_work).await),
+            Priority::NewWork => Some(self.new_work.acquire().await.expect(OPEN)),
             Priority::Cleanup | Priority::InFlight => None,
         };
-        Pass { _any: acquire(&self.any).await, _new_work: new_work }
-    }
-}
-
-async fn acquire(semaphore: &Semaphore) -> SemaphorePermit<'_> {
-    match semaphore.acquire().await {
-        Ok(permit) => permit,
-        // The gate owns its semaphores and never closes them.
-        Err(_closed) => unreachable!("a request gate's semaphore is never closed"),
+        Pass { _any: self.any.acquire().await.expect(OPEN), _new_work: new_work }
     }
 }
 

@@ -300,9 +300,8 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
     match client.get_file(&lease.sandbox_id, MARKER_PATH, options).await {
         Ok(marker) if marker.as_ref() == lease.metadata.marker.as_bytes() => Ok(Lease {
             provider_lease_id: params.provider_lease_id.clone(),
-            metadata_json: params.metadata_json.clone(),
-            expires_at: None.into(),
             expired: false,
+            ..expired(params)
         }),
         Ok(_) => Ok(expired(params)),
         Err(error) if error.is_not_found() => Ok(expired(params)),

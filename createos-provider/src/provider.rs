@@ -61,16 +61,6 @@ impl CreateosProvider {
             .map_err(Clone::clone)
     }
 
-    /// Runs `shutdown`'s work to completion on the provider runtime, blocking
-    /// the calling host thread.
-    fn run<'a, T, F>(&'a self, hook: impl FnOnce(&'a Context) -> F) -> HookResult<T>
-    where
-        F: Future<Output = Result<T, Error>>,
-    {
-        let context = self.context()?;
-        self.runtime().block_on(hook(context)).map_err(to_abi)
-    }
-
     /// Spawns a hook's work on the provider runtime and hands back a
     /// future of its result, which any executor may poll.
     ///
@@ -164,11 +154,12 @@ impl Provider for CreateosProvider {
     }
 
     fn shutdown(&self) -> HookResult<()> {
-        self.run(|context| async move {
-            context.shutdown.cancel();
-            context.registry.stop_all_commands().await;
-            Ok(())
-        })
+        // Every command stops; the calling host thread waits for each to
+        // finish its cleanup on the provider runtime.
+        let context = self.context()?;
+        context.shutdown.cancel();
+        self.runtime().block_on(context.registry.stop_all_commands());
+        Ok(())
     }
 
     fn health(&self) -> HookResult<HealthReport> {

@@ -38,6 +38,7 @@ mod plan;
 use std::fs;
 use std::io::{BufWriter, Seek};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::time::Duration;
 
 use provider_abi::{ExecuteParams, SyncOperationResult, SyncParams, SyncResult};
@@ -141,37 +142,22 @@ impl Transfer<'_> {
         let q_scratch = quote(scratch);
         match step {
             Step::InFile { source, len, target, mode } => {
-                *staged = true;
-                self.race(self.client.put_file_from(self.sandbox(), scratch, source, *len, self.options()))
-                    .await?;
                 let script = format!(
-                    "trap 'rm -f -- {q_scratch}' EXIT\n{}mkdir -p -- \"$(dirname -- \"$t\")\" && chmod {mode:o} -- {q_scratch} && mv -f -T -- {q_scratch} \"$t\"",
+                    "{}mkdir -p -- \"$(dirname -- \"$t\")\" && chmod {mode:o} -- {q_scratch} && mv -f -T -- {q_scratch} \"$t\"",
                     paths::guard("t", target, false)
                 );
-                self.run_script(&script).await?;
-                *staged = false;
+                self.upload_then(source, *len, scratch, staged, &script).await?;
                 Ok((1, *len))
             }
             Step::InDirectory { source, entries, target, mode } => {
                 let mut archive = tempfile::NamedTempFile::new().map_err(Error::host_write)?;
                 archive::write(source, entries, archive.as_file_mut())?;
                 let len = archive.as_file_mut().stream_position().map_err(Error::host_write)?;
-                *staged = true;
-                self.race(self.client.put_file_from(
-                    self.sandbox(),
-                    scratch,
-                    archive.path(),
-                    len,
-                    self.options(),
-                ))
-                .await?;
-                drop(archive);
                 let script = format!(
-                    "trap 'rm -f -- {q_scratch}' EXIT\n{}mkdir -p -- \"$t\" && tar -x --no-same-owner -f {q_scratch} -C \"$t\" && chmod {mode:o} -- \"$t\"",
+                    "{}mkdir -p -- \"$t\" && tar -x --no-same-owner -f {q_scratch} -C \"$t\" && chmod {mode:o} -- \"$t\"",
                     paths::guard("t", target, false)
                 );
-                self.run_script(&script).await?;
-                *staged = false;
+                self.upload_then(archive.path(), len, scratch, staged, &script).await?;
                 let (files, bytes) = entries.iter().fold((0, 0), |(files, bytes), entry| match entry.kind {
                     archive::Kind::File(len) => (files + 1, bytes + len),
                     _ => (files, bytes),
@@ -187,8 +173,7 @@ impl Transfer<'_> {
                     paths::IS_A_DIRECTORY_STATUS,
                 );
                 self.run_script(&script).await?;
-                let parent = paths::host_parent(target)?;
-                fs::create_dir_all(parent).map_err(Error::host_write)?;
+                let parent = paths::created_parent(target)?;
                 let temporary = tempfile::Builder::new()
                     .prefix(".paperclip-createos-")
                     .tempfile_in(parent)
@@ -208,8 +193,7 @@ impl Transfer<'_> {
                     paths::NOT_A_DIRECTORY_STATUS,
                 );
                 self.run_script(&script).await?;
-                let parent = paths::host_parent(target)?;
-                fs::create_dir_all(parent).map_err(Error::host_write)?;
+                let parent = paths::created_parent(target)?;
                 let mut archive = tempfile::tempfile_in(parent).map_err(Error::host_write)?;
                 self.download(scratch, &archive, MAX_ARCHIVE_DOWNLOAD).await?;
                 let rewind = |archive: &mut fs::File| {
@@ -237,6 +221,24 @@ impl Transfer<'_> {
                 Ok((summary.files, summary.bytes))
             }
         }
+    }
+
+    /// Uploads the host file `source` (`len` bytes) to the scratch file, then
+    /// runs the transfer `script` that moves it into place; the scratch file
+    /// is removed when the script exits.
+    async fn upload_then(
+        &self,
+        source: &Path,
+        len: u64,
+        scratch: &str,
+        staged: &mut bool,
+        script: &str,
+    ) -> Result<(), Error> {
+        *staged = true;
+        self.race(self.client.put_file_from(self.sandbox(), scratch, source, len, self.options())).await?;
+        self.run_script(&format!("trap 'rm -f -- {}' EXIT\n{script}", quote(scratch))).await?;
+        *staged = false;
+        Ok(())
     }
 
     /// Streams the scratch file into `file`; returns its size.

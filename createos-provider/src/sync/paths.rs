@@ -114,9 +114,13 @@ pub fn guard(var: &str, path: &str, must_exist: bool) -> String {
 }
 
 /// The parent directory of a host path (the path itself has one: it is
-/// absolute and not `/`).
-pub fn host_parent(path: &Path) -> Result<&Path, Error> {
-    path.parent().ok_or_else(|| Error::invalid_input("CreateOS transfer host path has no parent directory."))
+/// absolute and not `/`), created if it is missing.
+pub fn created_parent(path: &Path) -> Result<&Path, Error> {
+    let parent = path
+        .parent()
+        .ok_or_else(|| Error::invalid_input("CreateOS transfer host path has no parent directory."))?;
+    std::fs::create_dir_all(parent).map_err(Error::host_write)?;
+    Ok(parent)
 }
 
 #[cfg(test)]
