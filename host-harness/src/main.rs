@@ -451,7 +451,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     let lock_path = global.lock.clone().unwrap_or_else(|| {
         LockFile::default_path(&match global.ledger() {
             LedgerLocation::Sqlite(path) => path,
-            _ => provider_host::store::sqlite::Ledger::default_path(),
+            _ => provider_host::store::default_sqlite_path(),
         })
     });
     let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));

@@ -32,7 +32,7 @@ use rusqlite::Connection;
 use std::{
     sync::{
         atomic::{AtomicU64, AtomicUsize, Ordering},
-        mpsc, Arc, Mutex,
+        mpsc, Arc,
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -51,10 +51,12 @@ pub const MAX_COMPANY_WAIT: Duration = Duration::from_millis(100);
 /// A transaction waits for one in this many of the writers in flight.
 const COMPANY_SHARE: usize = 3;
 
+/// What the committer counts, and the writers in flight the store counts.
 #[derive(Default)]
 struct Counters {
     commits: AtomicU64,
     writes: AtomicU64,
+    writers: AtomicUsize,
 }
 
 /// How a write's caller waits for it.
@@ -77,9 +79,8 @@ struct Job {
 /// The committer thread of one connection. Dropping it lets the thread
 /// commit what is queued, close the connection and end, and waits for that.
 pub struct Committer {
-    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    queue: Option<mpsc::Sender<Job>>,
     counters: Arc<Counters>,
-    writers: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -88,22 +89,22 @@ impl Committer {
     pub fn start(conn: Connection) -> std::io::Result<Committer> {
         let (queue, jobs) = mpsc::channel();
         let counters = Arc::new(Counters::default());
-        let writers = Arc::new(AtomicUsize::new(0));
-        let (counted, busy) = (Arc::clone(&counters), Arc::clone(&writers));
+        let counted = Arc::clone(&counters);
         let thread = std::thread::Builder::new()
             .name("ledger-commit".into())
-            .spawn(move || run(&conn, &jobs, &counted, &busy))?;
-        Ok(Committer { queue: Mutex::new(Some(queue)), counters, writers, thread: Some(thread) })
+            .spawn(move || run(&conn, &jobs, &counted))?;
+        Ok(Committer { queue: Some(queue), counters, thread: Some(thread) })
     }
 
     /// A writer began: it will write again soon (a lease in flight).
     pub fn writer_started(&self) {
-        self.writers.fetch_add(1, Ordering::Relaxed);
+        self.counters.writers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A writer finished: it writes no more.
     pub fn writer_finished(&self) {
-        let _ = self.writers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        let _ =
+            self.counters.writers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     /// Queues `write`; `answer` gets its outcome once the transaction that
@@ -114,8 +115,7 @@ impl Committer {
     /// too. Without a committer thread (it ended), `answer` is dropped
     /// unanswered.
     pub fn send(&self, write: Write, answer: Answer, waiting: Waiting) {
-        let queue = self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(queue) = queue.as_ref() {
+        if let Some(queue) = &self.queue {
             drop(queue.send(Job { write, answer, waiting }));
         }
     }
@@ -131,7 +131,7 @@ impl Committer {
 
 impl Drop for Committer {
     fn drop(&mut self) {
-        drop(self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take());
+        drop(self.queue.take());
         if let Some(thread) = self.thread.take() {
             drop(thread.join());
         }
@@ -139,7 +139,7 @@ impl Drop for Committer {
 }
 
 /// The committer's loop: a transaction per batch until every sender is gone.
-fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters, writers: &AtomicUsize) {
+fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters) {
     // Set once a transaction failed after naming rows to a queued write.
     let mut broken: Option<rusqlite::Error> = None;
     while let Ok(first) = jobs.recv() {
@@ -147,7 +147,7 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters, write
             fail_all([first].into_iter().chain(jobs.try_iter()).map(|job| job.answer), error);
             continue;
         }
-        let wanted = writers.load(Ordering::Relaxed) / COMPANY_SHARE;
+        let wanted = counters.writers.load(Ordering::Relaxed) / COMPANY_SHARE;
         let mut batch = match Batch::begin(conn) {
             Ok(batch) => batch,
             Err(error) => {
@@ -156,12 +156,12 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters, write
             }
         };
         batch.add(first);
-        while batch.is_open() {
+        while batch.ended.is_none() {
             let Ok(job) = jobs.try_recv() else { break };
             batch.add(job);
         }
         let deadline = Instant::now() + MAX_COMPANY_WAIT;
-        while batch.is_open() && batch.len() < wanted && !batch.blocking {
+        while batch.ended.is_none() && batch.done.len() < wanted && !batch.blocking {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
             let Ok(job) = jobs.recv_timeout(left) else { break };
             batch.add(job);
@@ -189,16 +189,7 @@ impl<'c> Batch<'c> {
         Ok(Batch { conn, done: Vec::new(), blocking: false, named: false, ended: None })
     }
 
-    /// Whether the transaction takes more writes.
-    fn is_open(&self) -> bool {
-        self.ended.is_none()
-    }
-
-    fn len(&self) -> usize {
-        self.done.len()
-    }
-
-    /// Runs `job`'s write in the transaction (it must be open).
+    /// Runs `job`'s write in the transaction (it must be open: not `ended`).
     fn add(&mut self, Job { write, answer, waiting }: Job) {
         let outcome = in_savepoint(self.conn, write);
         if let Err(error) = &outcome {

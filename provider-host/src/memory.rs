@@ -47,17 +47,12 @@ pub fn restore(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
             return 0;
         }
     };
-    let entries = fresh_within_limit(&id, saved, SystemTime::now());
-    if entries.is_empty() {
-        return 0;
-    }
-    match provider.import_memory(&entries) {
-        Ok(()) => entries.len(),
-        Err(error) => {
-            tracing::warn!(provider = %id, kind = %error.kind, "the provider did not take its memory back: {error}");
-            0
-        }
-    }
+    import(
+        provider,
+        &id,
+        fresh_within_limit(&id, saved, SystemTime::now()),
+        "the provider did not take its memory back",
+    )
 }
 
 /// Saves what `provider` learnt into `store`; returns how many entries it
@@ -88,13 +83,19 @@ pub fn hand_over(from: &dyn HookSupport, to: &dyn HookSupport) -> usize {
     }
     let id = to.manifest().id.to_string();
     let Some(entries) = export(from, &id) else { return 0 };
+    import(to, &id, entries, "the new version did not take the memory of the old one")
+}
+
+/// Hands `entries` (if any) to `provider`; returns how many it took. A
+/// refusal is a warning saying `refused`.
+fn import(provider: &dyn HookSupport, id: &str, entries: Vec<MemoryEntry>, refused: &str) -> usize {
     if entries.is_empty() {
         return 0;
     }
-    match to.import_memory(&entries) {
+    match provider.import_memory(&entries) {
         Ok(()) => entries.len(),
         Err(error) => {
-            tracing::warn!(provider = %id, kind = %error.kind, "the new version did not take the memory of the old one: {error}");
+            tracing::warn!(provider = %id, kind = %error.kind, "{refused}: {error}");
             0
         }
     }

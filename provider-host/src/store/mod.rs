@@ -17,7 +17,7 @@ mod record;
 pub mod sqlite;
 
 #[cfg(feature = "postgres")]
-use self::postgres::{PgLedger, PgOptions};
+use self::postgres::PgLedger;
 use crate::memory::SavedEntry;
 use provider_abi::{Lease, MemoryEntry, ProviderError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -258,6 +258,23 @@ impl dyn LeaseStore + '_ {
     }
 }
 
+/// What a provider remembered, newest first: the statement both stores run
+/// (SQLite reads PostgreSQL's `$N` parameters too).
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const MEMORY: &str = "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = $1
+    ORDER BY saved_at_ms DESC, key";
+
+/// Keeps one entry of a provider's memory, replacing the one of its key.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const SAVE_MEMORY: &str = "INSERT INTO provider_memory (provider_id, key, value, saved_at_ms)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (provider_id, key) DO UPDATE SET value = EXCLUDED.value, saved_at_ms = EXCLUDED.saved_at_ms";
+
+/// Forgets a provider's entries saved before `$2` and all but its newest `$3`.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) const FORGET_MEMORY: &str = "DELETE FROM provider_memory WHERE provider_id = $1 AND (saved_at_ms < $2
+    OR key NOT IN (SELECT key FROM provider_memory WHERE provider_id = $1 ORDER BY saved_at_ms DESC, key LIMIT $3))";
+
 /// Milliseconds since the Unix epoch, as the stores keep memory's times.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn unix_ms(time: SystemTime) -> i64 {
@@ -333,10 +350,7 @@ pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn
         #[cfg(not(feature = "sqlite"))]
         LedgerLocation::Sqlite(_) => Err(no_sqlite()),
         #[cfg(feature = "postgres")]
-        LedgerLocation::Postgres(url) => Ok(Box::new(PgLedger::open(
-            url,
-            &PgOptions { heartbeat_expiry: options.heartbeat_expiry, pool_size: options.pool_size },
-        )?)),
+        LedgerLocation::Postgres(url) => Ok(Box::new(PgLedger::open(url, options)?)),
         #[cfg(not(feature = "postgres"))]
         LedgerLocation::Postgres(_) => {
             let _ = options;

@@ -22,7 +22,9 @@
 use crate::{
     heartbeat::Heartbeat,
     memory::SavedEntry,
-    store::{from_unix_ms, lease_id, stored_error, unix_ms, LeaseStore, Write},
+    store::{
+        from_unix_ms, lease_id, stored_error, unix_ms, LeaseStore, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
+    },
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
 };
 use postgres::{types::ToSql, NoTls, Row};
@@ -80,14 +82,9 @@ const LIVE_ROWS_OF_GONE_HOSTS: &str = "FROM leases l WHERE l.state <> 'destroyed
 
 type Pool = r2d2::Pool<PostgresConnectionManager<NoTls>>;
 
-/// What a [`PgLedger`] is opened with.
-#[derive(Debug, Clone)]
-pub struct PgOptions {
-    /// How long this host stays alive without a renewal.
-    pub heartbeat_expiry: Duration,
-    /// Connections in the pool.
-    pub pool_size: u32,
-}
+/// What a [`PgLedger`] is opened with: how long this host stays alive
+/// without a renewal, and the connections in the pool.
+pub type PgOptions = super::StoreOptions;
 
 /// The lease ledger in a PostgreSQL database, shared by a fleet of hosts.
 pub struct PgLedger {
@@ -191,40 +188,37 @@ impl PgLedger {
     /// Connects to `url`, migrates the schema, registers this host and
     /// starts its heartbeat.
     pub fn open(url: &str, options: &PgOptions) -> Result<PgLedger, LedgerError> {
-        off_async_runtime(|| Self::open_here(url, options))
-    }
-
-    fn open_here(url: &str, options: &PgOptions) -> Result<PgLedger, LedgerError> {
-        let location = redacted(url);
-        let fail = |problem: Problem| LedgerError::at(&location, problem);
-        let config = config(url).map_err(fail)?;
-        // One connection first: a clear error for a wrong URL or a server
-        // that is down, before the pool retries in the background.
-        let mut client = config.connect(NoTls).map_err(|error| fail(error.into()))?;
-        migrate(&mut client).map_err(fail)?;
-        drop(client);
-        let pool = r2d2::Pool::builder()
-            .max_size(options.pool_size.max(2))
-            .min_idle(Some(1))
-            .connection_timeout(Duration::from_secs(30))
-            .build(PostgresConnectionManager::new(config, NoTls))
-            .map_err(|error| fail(error.into()))?;
-        let pid = std::process::id();
-        let host_id = format!("{}-{pid}-{}", hostname(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
-        let mut ledger = PgLedger {
-            pool: Some(pool),
-            location,
-            host_id,
-            pid,
-            expiry: options.heartbeat_expiry.max(Duration::from_millis(300)),
-            heartbeat: None,
-        };
-        ledger.beat()?;
-        let renewer = ledger.handle();
-        let heartbeat = Heartbeat::start(ledger.expiry, move || renewer.beat())
-            .map_err(|error| LedgerError::at(&ledger.location, Problem::Io(error)))?;
-        ledger.heartbeat = Some(heartbeat);
-        Ok(ledger)
+        off_async_runtime(|| {
+            let location = redacted(url);
+            let connect = || -> Result<Pool, Problem> {
+                let config = config(url)?;
+                // One connection first: a clear error for a wrong URL or a
+                // server that is down, before the pool retries in the background.
+                migrate(&mut config.connect(NoTls)?)?;
+                Ok(r2d2::Pool::builder()
+                    .max_size(options.pool_size.max(2))
+                    .min_idle(Some(1))
+                    .connection_timeout(Duration::from_secs(30))
+                    .build(PostgresConnectionManager::new(config, NoTls))?)
+            };
+            let pool = connect().map_err(|problem| LedgerError::at(&location, problem))?;
+            let pid = std::process::id();
+            let host_id = format!("{}-{pid}-{}", hostname(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
+            let mut ledger = PgLedger {
+                pool: Some(pool),
+                location,
+                host_id,
+                pid,
+                expiry: options.heartbeat_expiry.max(Duration::from_millis(300)),
+                heartbeat: None,
+            };
+            ledger.beat()?;
+            let renewer = ledger.handle();
+            let heartbeat = Heartbeat::start(ledger.expiry, move || renewer.beat())
+                .map_err(|error| LedgerError::at(&ledger.location, Problem::Io(error)))?;
+            ledger.heartbeat = Some(heartbeat);
+            Ok(ledger)
+        })
     }
 
     /// A second handle on the same pool and host (for the heartbeat thread).
@@ -245,7 +239,7 @@ impl PgLedger {
     }
 
     /// Renews this host's heartbeat now.
-    pub fn beat(&self) -> Result<(), LedgerError> {
+    fn beat(&self) -> Result<(), LedgerError> {
         let params: [&(dyn ToSql + Sync); 4] =
             [&self.host_id, &hostname(), &(self.pid as i32), &self.expiry.as_secs_f64()];
         self.with(|client| client.execute(BEAT, &params).map(drop))
@@ -367,13 +361,7 @@ impl LeaseStore for PgLedger {
     }
 
     fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
-        let rows = self.with(|client| {
-            client.query(
-                "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = $1
-                 ORDER BY saved_at_ms DESC, key",
-                &[&provider_id],
-            )
-        })?;
+        let rows = self.with(|client| client.query(MEMORY, &[&provider_id]))?;
         Ok(rows
             .iter()
             .map(|row| SavedEntry {
@@ -396,16 +384,11 @@ impl LeaseStore for PgLedger {
             let mut tx = client.transaction()?;
             for entry in entries {
                 tx.execute(
-                    "INSERT INTO provider_memory (provider_id, key, value, saved_at_ms) VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (provider_id, key) DO UPDATE SET value = EXCLUDED.value, saved_at_ms = EXCLUDED.saved_at_ms",
+                    SAVE_MEMORY,
                     &[&provider_id, &entry.key.as_str(), &entry.value.as_slice(), &saved_at],
                 )?;
             }
-            tx.execute(
-                "DELETE FROM provider_memory WHERE provider_id = $1 AND (saved_at_ms < $2 OR key NOT IN
-                     (SELECT key FROM provider_memory WHERE provider_id = $1 ORDER BY saved_at_ms DESC, key LIMIT $3))",
-                &[&provider_id, &forget_before, &keep],
-            )?;
+            tx.execute(FORGET_MEMORY, &[&provider_id, &forget_before, &keep])?;
             tx.commit()
         })
     }
@@ -583,30 +566,21 @@ fn off_async_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 /// Every row of the ledger at `url`, read without migrating or registering
 /// (no ledger there yet: none).
 pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
-    off_async_runtime(|| read_all_here(url))
-}
-
-fn read_all_here(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
-    let location = redacted(url);
-    let fail = |problem: Problem| LedgerError::at(&location, problem);
-    let mut client = config(url).and_then(|config| Ok(config.connect(NoTls)?)).map_err(fail)?;
-    let (tracked, leases): (bool, bool) = client
-        .query_one(
-            "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL",
-            &[],
-        )
-        .map(|row| (row.get(0), row.get(1)))
-        .map_err(|error| fail(error.into()))?;
-    match (tracked, leases) {
-        (false, false) => Ok(Vec::new()),
-        (false, true) => Err(fail(Problem::ForeignDatabase)),
-        _ => {
-            let rows = client
-                .query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])
-                .map_err(|error| fail(error.into()))?;
-            Ok(rows.iter().map(read_row).collect())
+    let read = || -> Result<Vec<LeaseRecord>, Problem> {
+        let mut client = config(url)?.connect(NoTls)?;
+        let tables = "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL";
+        let row = client.query_one(tables, &[])?;
+        match (row.get(0), row.get(1)) {
+            (false, false) => Ok(Vec::new()),
+            (false, true) => Err(Problem::ForeignDatabase),
+            (true, _) => Ok(client
+                .query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])?
+                .iter()
+                .map(read_row)
+                .collect()),
         }
-    }
+    };
+    off_async_runtime(read).map_err(|problem| LedgerError::at(&redacted(url), problem))
 }
 
 #[cfg(test)]

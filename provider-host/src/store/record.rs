@@ -5,7 +5,8 @@
 #[cfg(feature = "sqlite")]
 use super::sqlite::SCHEMA_VERSION;
 use provider_abi::Lease;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 #[cfg(feature = "sqlite")]
 use std::path::Path;
 use std::{fmt, path::PathBuf, str::FromStr};
@@ -14,7 +15,8 @@ use std::{fmt, path::PathBuf, str::FromStr};
 ///
 /// The non-final states are recorded before the hook that might leave the
 /// lease in them, so a crash mid-hook errs towards "something may remain".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LeaseState {
     /// `acquire_lease` (or `probe`) was called, and its creation request has
     /// not left: nothing exists remotely.
@@ -86,7 +88,8 @@ impl FromStr for LeaseState {
 }
 
 /// Who acquired a lease, which decides what `sweep` may do with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Owner {
     /// A hook command (`acquire`...): the user holds the lease JSON; an
     /// active or paused lease is kept until the user sweeps held leases.
@@ -120,7 +123,8 @@ impl Owner {
 }
 
 /// The environment a lease belongs to, as stored (never with the API key).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseEnv {
     /// The provider's driver key.
     pub driver_key: String,
@@ -138,7 +142,8 @@ pub struct LeaseEnv {
 }
 
 /// One ledger row.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LeaseRecord {
     /// The row id.
     pub id: i64,
@@ -153,6 +158,7 @@ pub struct LeaseRecord {
     /// The lease metadata the provider returned (JSON object).
     pub metadata: Option<Value>,
     /// The environment and configuration.
+    #[serde(flatten)]
     pub env: LeaseEnv,
     /// The last hook called on the lease.
     pub last_hook: String,
@@ -167,6 +173,7 @@ pub struct LeaseRecord {
     pub created_at: String,
     /// When the row last changed (UTC, RFC 3339).
     pub updated_at: String,
+    #[serde(skip)]
     pub(crate) owner_start: u64,
 }
 
@@ -192,25 +199,7 @@ impl LeaseRecord {
 
     /// The row as JSON.
     pub fn to_json(&self) -> Value {
-        json!({
-            "id": self.id,
-            "owner": self.owner.as_str(),
-            "runId": self.run_id,
-            "state": self.state.as_str(),
-            "providerLeaseId": self.provider_lease_id,
-            "metadata": self.metadata,
-            "driverKey": self.env.driver_key,
-            "companyId": self.env.company_id,
-            "environmentId": self.env.environment_id,
-            "config": self.env.config,
-            "apiInProcess": self.env.api_in_process,
-            "lastHook": self.last_hook,
-            "lastError": self.last_error,
-            "pid": self.pid,
-            "hostId": self.host_id,
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-        })
+        serde_json::to_value(self).unwrap_or_default()
     }
 
     /// The lease as the provider returned it, for hooks acting on it.
@@ -227,7 +216,7 @@ impl LeaseRecord {
 /// A hook error as the stores keep it: `{"kind", "message"}`.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn stored_error(error: &provider_abi::ProviderError) -> String {
-    json!({"kind": error.kind.to_string(), "message": error.message.as_str()}).to_string()
+    serde_json::json!({"kind": error.kind.to_string(), "message": error.message.as_str()}).to_string()
 }
 
 /// The provider lease id `lease` names, if any.

@@ -24,11 +24,12 @@ use crate::{
     memory::SavedEntry,
     store::{
         from_unix_ms, lease_id, process, runs, stored_error, unix_ms, CommitCounts, Done, LeaseEnv,
-        LeaseRecord, LeaseState, LeaseStore, LedgerError, Owner, Problem, Whose, Write,
+        LeaseRecord, LeaseState, LeaseStore, LedgerError, Owner, Problem, Whose, Write, FORGET_MEMORY,
+        MEMORY, SAVE_MEMORY,
     },
 };
 use provider_abi::MemoryEntry;
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
+use rusqlite::{params, Connection, OpenFlags, Row};
 use serde_json::Value;
 use std::{
     path::{Path, PathBuf},
@@ -142,43 +143,39 @@ fn execute_cached(conn: &Connection, sql: &str, params: impl rusqlite::Params) -
 }
 
 impl Ledger {
-    /// The default location: `$XDG_STATE_HOME/host-harness/ledger.sqlite3`,
-    /// or `~/.local/state/host-harness/ledger.sqlite3`.
-    pub fn default_path() -> PathBuf {
-        super::default_sqlite_path()
-    }
-
     /// Opens (creating if needed) the ledger at `path`, and its directory.
     ///
     /// The busy timeout applies from the first statement, so any number of
     /// processes may create the same new ledger at once. A SQLite file of
     /// another schema is refused, never extended with the ledger's tables.
     pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
-        let fail = |problem: Problem| LedgerError::new(path, problem);
-        let created_dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-            Some(dir) if !dir.exists() => {
-                std::fs::create_dir_all(dir)
-                    .map_err(|source| fail(Problem::Directory { dir: dir.to_path_buf(), source }))?;
-                Some(dir.to_path_buf())
+        let open = || -> Result<Ledger, Problem> {
+            let created_dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
+                Some(dir) if !dir.exists() => {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|source| Problem::Directory { dir: dir.to_path_buf(), source })?;
+                    Some(dir.to_path_buf())
+                }
+                _ => None,
+            };
+            let conn = Connection::open(path)?;
+            // First of all: every later statement, the schema's included,
+            // waits for another process's lock instead of failing at once.
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            prepare_schema(&conn)?;
+            // After the schema check, so a foreign database is left untouched.
+            enter_wal_mode(&conn)?;
+            let reader = Connection::open(path)?;
+            for conn in [&conn, &reader] {
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                conn.pragma_update(None, "synchronous", "FULL")?;
+                conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
             }
-            _ => None,
+            let mut ledger = Ledger::with_connection(path, reader, created_dir);
+            ledger.committer = Some(Committer::start(conn).map_err(Problem::Io)?);
+            Ok(ledger)
         };
-        let conn = Connection::open(path).map_err(|error| fail(error.into()))?;
-        // First of all: every later statement, the schema's included, waits
-        // for another process's lock instead of failing at once.
-        conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| fail(error.into()))?;
-        prepare_schema(&conn).map_err(fail)?;
-        // After the schema check, so a foreign database is left untouched.
-        enter_wal_mode(&conn).map_err(|error| fail(error.into()))?;
-        let reader = Connection::open(path).map_err(|error| fail(error.into()))?;
-        for conn in [&conn, &reader] {
-            conn.busy_timeout(BUSY_TIMEOUT).map_err(|error| fail(error.into()))?;
-            conn.pragma_update(None, "synchronous", "FULL").map_err(|error| fail(error.into()))?;
-            conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB).map_err(|error| fail(error.into()))?;
-        }
-        let committer = Committer::start(conn).map_err(|error| fail(Problem::Io(error)))?;
-        let mut ledger = Ledger::with_connection(path, reader, created_dir);
-        ledger.committer = Some(committer);
+        let ledger = open().map_err(|problem| LedgerError::new(path, problem))?;
         ledger.register()?;
         Ok(ledger)
     }
@@ -201,10 +198,7 @@ impl Ledger {
         let open = |uri: &Path, flags: OpenFlags| -> Result<Option<Connection>, Problem> {
             let conn = Connection::open_with_flags(uri, flags)?;
             conn.busy_timeout(BUSY_TIMEOUT)?;
-            match identify(&conn)? {
-                Kind::Empty => Ok(None),
-                kind => check_kind(kind).map(|()| Some(conn)),
-            }
+            Ok(identify(&conn)?.map(|_| conn))
         };
         let conn = match open(path, flags) {
             Err(Problem::Sqlite(error))
@@ -238,16 +232,6 @@ impl Ledger {
     /// The directory [`Ledger::open`] created for the ledger, if it did.
     pub fn created_dir(&self) -> Option<&Path> {
         self.created_dir.as_deref()
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The id of this process, as rows record it.
-    pub fn pid(&self) -> u32 {
-        self.pid
     }
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, LedgerError> {
@@ -394,17 +378,12 @@ impl LeaseStore for Ledger {
     /// ([`crate::store::LeaseStore::memory`]).
     fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
         self.with(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = ?1
-                 ORDER BY saved_at_ms DESC, key",
-            )?;
-            let rows = statement.query_map([provider_id], |row| {
+            query(conn, MEMORY, [provider_id], |row| {
                 Ok(SavedEntry {
                     entry: MemoryEntry::new(row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?),
                     saved_at: from_unix_ms(row.get(2)?),
                 })
-            })?;
-            rows.collect()
+            })
         })
     }
 
@@ -421,28 +400,17 @@ impl LeaseStore for Ledger {
         self.with(|conn| {
             let transaction = conn.unchecked_transaction()?;
             for entry in entries {
-                execute_cached(
-                    &transaction,
-                    "INSERT INTO provider_memory (provider_id, key, value, saved_at_ms) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (provider_id, key) DO UPDATE SET value = excluded.value, saved_at_ms = excluded.saved_at_ms",
-                    params![provider_id, entry.key.as_str(), entry.value.as_slice(), unix_ms(saved_at)],
-                )?;
+                let entry = (provider_id, entry.key.as_str(), entry.value.as_slice(), unix_ms(saved_at));
+                execute_cached(&transaction, SAVE_MEMORY, entry)?;
             }
-            execute_cached(
-                &transaction,
-                "DELETE FROM provider_memory WHERE provider_id = ?1 AND (saved_at_ms < ?2 OR key NOT IN
-                     (SELECT key FROM provider_memory WHERE provider_id = ?1 ORDER BY saved_at_ms DESC, key LIMIT ?3))",
-                params![provider_id, unix_ms(forget_before), keep as i64],
-            )?;
+            execute_cached(&transaction, FORGET_MEMORY, (provider_id, unix_ms(forget_before), keep as i64))?;
             transaction.commit()
         })
     }
 
     /// One row.
     fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
-        self.with(|conn| {
-            conn.prepare_cached("SELECT * FROM leases WHERE id = ?1")?.query_row([row], read_row).optional()
-        })
+        Ok(self.with(|conn| query(conn, "SELECT * FROM leases WHERE id = ?1", [row], read_row))?.pop())
     }
 
     /// The latest row recording `provider_lease_id` for this company and
@@ -453,23 +421,15 @@ impl LeaseStore for Ledger {
         company_id: &str,
         environment_id: &str,
     ) -> Result<Option<LeaseRecord>, LedgerError> {
-        self.with(|conn| {
-            conn.prepare_cached(
-                "SELECT * FROM leases WHERE provider_lease_id = ?1 AND company_id = ?2
-                   AND environment_id = ?3 ORDER BY id DESC LIMIT 1",
-            )?
-            .query_row(params![provider_lease_id, company_id, environment_id], read_row)
-            .optional()
-        })
+        let sql = "SELECT * FROM leases WHERE provider_lease_id = ?1 AND company_id = ?2
+                     AND environment_id = ?3 ORDER BY id DESC LIMIT 1";
+        let key = (provider_lease_id, company_id, environment_id);
+        Ok(self.with(|conn| query(conn, sql, key, read_row))?.pop())
     }
 
     /// Every row, oldest first.
     fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
-        self.with(|conn| {
-            let mut statement = conn.prepare("SELECT * FROM leases ORDER BY id")?;
-            let rows = statement.query_map([], read_row)?.collect::<rusqlite::Result<Vec<_>>>();
-            rows
-        })
+        self.with(|conn| query(conn, "SELECT * FROM leases ORDER BY id", [], read_row))
     }
 
     /// Rows `sweep` may act on (see [`LeaseRecord::is_left_behind`]), owned
@@ -487,26 +447,14 @@ impl LeaseStore for Ledger {
         let owners: Vec<(u32, u64)> = match whose {
             Whose::ThisHost => vec![(self.pid, self.start)],
             Whose::Gone => self
-                .with(|conn| {
-                    let mut statement = conn.prepare_cached(LIVE_OWNERS)?;
-                    let owners = statement
-                        .query_map([], |row| Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)? as u64)))?
-                        .collect::<rusqlite::Result<Vec<_>>>();
-                    owners
-                })?
+                .with(|conn| query(conn, LIVE_OWNERS, [], owner))?
                 .into_iter()
                 .filter(|&(pid, start)| !runs(pid, start))
                 .collect(),
         };
         let mut left = Vec::new();
         for (pid, start) in owners {
-            let rows = self.with(|conn| {
-                let mut statement = conn.prepare_cached(LIVE_ROWS_OF_OWNER)?;
-                let rows = statement
-                    .query_map(params![pid, start as i64], read_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>();
-                rows
-            })?;
+            let rows = self.with(|conn| query(conn, LIVE_ROWS_OF_OWNER, (pid, start as i64), read_row))?;
             left.extend(rows.into_iter().filter(LeaseRecord::is_left_behind));
         }
         left.sort_by_key(|record| record.id);
@@ -517,19 +465,12 @@ impl LeaseStore for Ledger {
     /// (at least 1); the registrations of processes that exited are removed.
     fn budget_group(&self) -> Result<usize, LedgerError> {
         self.with(|conn| {
-            let mut statement = conn.prepare("SELECT pid, pid_start FROM hosts")?;
-            let hosts = statement
-                .query_map([], |row| Ok((row.get::<_, u32>(0)?, row.get::<_, i64>(1)? as u64)))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
             let mut live = 0;
-            for (pid, start) in hosts {
+            for (pid, start) in query(conn, "SELECT pid, pid_start FROM hosts", [], owner)? {
                 if (pid, start) == (self.pid, self.start) || runs(pid, start) {
                     live += 1;
                 } else {
-                    conn.execute(
-                        "DELETE FROM hosts WHERE pid = ?1 AND pid_start = ?2",
-                        params![pid, start as i64],
-                    )?;
+                    conn.execute("DELETE FROM hosts WHERE pid = ?1 AND pid_start = ?2", (pid, start as i64))?;
                 }
             }
             Ok(live)
@@ -575,78 +516,53 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pages are cached only once read, so a small ledger costs no more.
 const PAGE_CACHE_KIB: i64 = 16 * 1024;
 
-/// What a SQLite file holds, as far as the ledger is concerned.
-#[derive(Debug, PartialEq)]
-enum Kind {
-    /// No schema at all: a new (or empty) file.
-    Empty,
-    /// A ledger of `version`.
-    Ledger { version: i64 },
-    /// A ledger written before ledgers were marked: the `leases` table alone.
-    Unmarked,
-    /// Anything else, described in a few words.
-    Foreign(String),
-}
-
-/// Reads what the file at `conn` holds, without changing it.
-fn identify(conn: &Connection) -> rusqlite::Result<Kind> {
+/// Reads what the file at `conn` holds, without changing it: the version
+/// of the ledger it is (an unmarked one, written before ledgers carried
+/// [`APPLICATION_ID`], is of version 1), `None` for a new (or empty) file.
+/// Anything else, or a ledger newer than this build, is refused.
+fn identify(conn: &Connection) -> Result<Option<i64>, Problem> {
     let application_id: i64 = conn.query_row("PRAGMA application_id", [], |row| row.get(0))?;
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-    let mut statement = conn.prepare(
+    let tables = query(
+        conn,
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        [],
+        |row| row.get::<_, String>(0),
     )?;
-    let tables =
-        statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-    if application_id == APPLICATION_ID {
-        return Ok(Kind::Ledger { version });
-    }
-    if application_id != 0 {
-        return Ok(Kind::Foreign(format!("application id {application_id:#x}")));
-    }
-    if tables.is_empty() {
-        return Ok(if version == 0 { Kind::Empty } else { Kind::Foreign(format!("user version {version}")) });
-    }
-    if tables == ["leases"] && version == 0 {
-        let mut statement = conn.prepare("SELECT name FROM pragma_table_info('leases') ORDER BY cid")?;
-        let columns =
-            statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()?;
-        if columns == UNMARKED_COLUMNS {
-            return Ok(Kind::Unmarked);
+    let foreign = match application_id {
+        APPLICATION_ID if version > SCHEMA_VERSION => return Err(Problem::Newer(version)),
+        APPLICATION_ID => return Ok(Some(version)),
+        0 if tables.is_empty() && version == 0 => return Ok(None),
+        0 if tables.is_empty() => format!("user version {version}"),
+        0 => {
+            let sql = "SELECT name FROM pragma_table_info('leases') ORDER BY cid";
+            if tables == ["leases"]
+                && version == 0
+                && query(conn, sql, [], |row| row.get::<_, String>(0))? == UNMARKED_COLUMNS
+            {
+                return Ok(Some(1));
+            }
+            let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+            let more = if tables.len() > shown.len() { ", ..." } else { "" };
+            format!("tables {}{more}", shown.join(", "))
         }
-    }
-    let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
-    let more = if tables.len() > shown.len() { ", ..." } else { "" };
-    Ok(Kind::Foreign(format!("tables {}{more}", shown.join(", "))))
+        _ => format!("application id {application_id:#x}"),
+    };
+    Err(Problem::Foreign(foreign))
 }
 
-/// Refuses a file that is not a ledger this build can read.
-fn check_kind(kind: Kind) -> Result<(), Problem> {
-    match kind {
-        Kind::Foreign(what) => Err(Problem::Foreign(what)),
-        Kind::Ledger { version } if version > SCHEMA_VERSION => Err(Problem::Newer(version)),
-        _ => Ok(()),
-    }
-}
-
-/// Checks what the file holds and creates or marks the ledger's schema, in one
-/// `IMMEDIATE` transaction: a concurrent opener waits for it, then finds the
-/// schema made.
+/// Checks what the file holds and creates, marks or migrates the ledger's
+/// schema, in one `IMMEDIATE` transaction: a concurrent opener waits for
+/// it, then finds the schema made.
 fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = (|| {
-        let kind = identify(conn)?;
-        // A new file gets the current schema; an unmarked ledger is of version 1.
-        let version = match kind {
-            Kind::Ledger { version } => version,
-            Kind::Unmarked => 1,
-            Kind::Empty | Kind::Foreign(_) => SCHEMA_VERSION,
-        };
-        let mark = matches!(kind, Kind::Empty | Kind::Unmarked);
-        check_kind(kind)?;
-        migrate(conn, version)?;
+        // A new file gets the current schema.
+        let found = identify(conn)?;
+        migrate(conn, found.unwrap_or(SCHEMA_VERSION))?;
         // Writes nothing when the tables exist.
         conn.execute_batch(SCHEMA)?;
-        if mark || version < SCHEMA_VERSION {
+        if found != Some(SCHEMA_VERSION) {
             conn.pragma_update(None, "application_id", APPLICATION_ID)?;
             conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
@@ -713,6 +629,23 @@ fn uri_escape(path: &Path) -> String {
             _ => format!("%{byte:02X}"),
         })
         .collect()
+}
+
+/// The rows `sql` selects with `params`, each read by `read`.
+fn query<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    read: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    let rows = statement.query_map(params, read)?.collect();
+    rows
+}
+
+/// A row's owner: a process and its start time.
+fn owner(row: &Row<'_>) -> rusqlite::Result<(u32, u64)> {
+    Ok((row.get(0)?, row.get::<_, i64>(1)? as u64))
 }
 
 /// A write of one statement, answering 0.
