@@ -53,25 +53,22 @@ impl ConfigFile {
                 warnings: Vec::new(),
             });
         };
-        let text_field =
-            |object: &serde_json::Map<String, Value>, key: &str| -> Result<Option<String>, String> {
-                match object.get(key) {
-                    None => Ok(None),
-                    Some(Value::String(text)) if !text.trim().is_empty() => Ok(Some(text.clone())),
-                    Some(_) => Err(format!("`{key}` must be a non-empty string")),
-                }
-            };
+        let text_field = |key: &str| match object.get(key) {
+            None => Ok(None),
+            Some(Value::String(text)) if !text.trim().is_empty() => Ok(Some(text.clone())),
+            Some(_) => Err(format!("`{key}` must be a non-empty string")),
+        };
         let warnings = object
             .keys()
             .filter(|key| !HARNESS_KEYS.contains(&key.as_str()))
             .map(|key| unknown_key_warning(key))
             .collect();
         let mut environment = Environment::new(
-            text_field(&object, "companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),
-            text_field(&object, "environmentId")?.unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
+            text_field("companyId")?.unwrap_or_else(|| DEFAULT_COMPANY.into()),
+            text_field("environmentId")?.unwrap_or_else(|| DEFAULT_ENVIRONMENT.into()),
             config,
         );
-        environment.driver_key = text_field(&object, "driverKey")?;
+        environment.driver_key = text_field("driverKey")?;
         Ok(Self { environment, warnings })
     }
 

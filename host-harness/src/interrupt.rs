@@ -61,31 +61,39 @@ pub fn say(message: std::fmt::Arguments<'_>) {
 /// calls `on_first` (from the watcher thread, while `work` goes on) and is
 /// remembered for [`requested`]; a second exits the process at once.
 pub fn watch<T>(hangup: bool, on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io::Result<T> {
-    let mut signals = match hangup {
-        true => Signals::new([SIGINT, SIGTERM, SIGHUP])?,
-        false => Signals::new([SIGINT, SIGTERM])?,
+    let signals: &[i32] = if hangup { &[SIGINT, SIGTERM, SIGHUP] } else { &[SIGINT, SIGTERM] };
+    let on_signal = |signal| {
+        if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            say(format_args!(
+                "{}: stopping: cancelling commands and cleaning up leases in flight (again to exit at once)",
+                name(Some(signal))
+            ));
+            on_first();
+        } else {
+            say(format_args!(
+                "{}: exiting at once; run `host-harness sweep` to clean up",
+                name(Some(signal))
+            ));
+            // The embedded simulator's sandboxes die with us: so do their files.
+            crate::embedded::remove_temp_dirs();
+            std::process::exit(i32::from(exit_code(signal)));
+        }
     };
+    while_watching(signals, on_signal, work)
+}
+
+/// Runs `work` while a thread of its own calls `on_signal` with each of
+/// `signals` received. The handlers are installed before `work` starts, so
+/// none of these signals ends the process meanwhile.
+pub fn while_watching<T>(
+    signals: &[i32],
+    on_signal: impl Fn(i32) + Sync,
+    work: impl FnOnce() -> T,
+) -> std::io::Result<T> {
+    let mut signals = Signals::new(signals)?;
     let handle = signals.handle();
     Ok(std::thread::scope(|scope| {
-        scope.spawn(|| {
-            for signal in signals.forever() {
-                if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-                    say(format_args!(
-                        "{}: stopping: cancelling commands and cleaning up leases in flight (again to exit at once)",
-                        name(Some(signal))
-                    ));
-                    on_first();
-                } else {
-                    say(format_args!(
-                        "{}: exiting at once; run `host-harness sweep` to clean up",
-                        name(Some(signal))
-                    ));
-                    // The embedded simulator's sandboxes die with us: so do their files.
-                    crate::embedded::remove_temp_dirs();
-                    std::process::exit(i32::from(exit_code(signal)));
-                }
-            }
-        });
+        scope.spawn(|| signals.forever().for_each(&on_signal));
         let result = work();
         handle.close();
         result

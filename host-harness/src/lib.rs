@@ -13,7 +13,6 @@
 
 pub mod config_file;
 pub mod embedded;
-pub mod hangup;
 pub mod interrupt;
 pub mod lease_file;
 pub mod lifecycle;

@@ -156,8 +156,8 @@ impl Lifecycle<'_, '_> {
         let resumed = self.step("resume", host.resume(&held)).await?;
         if resumed.expired {
             self.lease = None;
-            self.fail("resume", ProviderError::internal("the lease expired between release and resume"));
-            return Err(());
+            return self
+                .fail("resume", ProviderError::internal("the lease expired between release and resume"));
         }
         let held = HeldLease { lease: resumed, ..held };
         self.lease = Some(held.clone());
@@ -182,11 +182,8 @@ impl Lifecycle<'_, '_> {
         };
         let result = self.finish(step, "", started, outcome)?;
         if !result.success() || !result.stdout.contains(expect) {
-            self.fail(
-                step,
-                ProviderError::internal(format!("the command did not print `{expect}` and exit 0")),
-            );
-            return Err(());
+            let error = ProviderError::internal(format!("the command did not print `{expect}` and exit 0"));
+            return self.fail(step, error);
         }
         Ok(())
     }
@@ -207,7 +204,7 @@ impl Lifecycle<'_, '_> {
                 std::fs::write(dir.path().join("input/hello.txt"), SYNC_GREETING)?;
                 Ok(dir)
             })
-            .map_err(|error| {
+            .or_else(|error| {
                 self.fail("sync-in", ProviderError::internal(format!("cannot stage the input: {error}")))
             })?;
         let source = local.path().join("input").to_string_lossy().into_owned();
@@ -228,8 +225,8 @@ impl Lifecycle<'_, '_> {
             one_mapping(SyncDirection::Out, "result", PathMapping::file(source, target.to_string_lossy()));
         self.noted_step("sync-out", self.host.sync(held, params), moved).await?;
         if std::fs::read_to_string(&target).ok().as_deref() != Some(SYNC_GREETING) {
-            self.fail("sync-out", ProviderError::internal("the synced result does not match the input"));
-            return Err(());
+            return self
+                .fail("sync-out", ProviderError::internal("the synced result does not match the input"));
         }
         Ok(())
     }
@@ -261,11 +258,10 @@ impl Lifecycle<'_, '_> {
     }
 
     fn refuse_if_interrupted(&mut self, step: &'static str) -> Result<(), ()> {
-        if interrupt::requested().is_some() {
-            self.fail(step, interrupt::stopped());
-            return Err(());
+        match interrupt::requested() {
+            Some(_) => self.fail(step, interrupt::stopped()),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn finish<T>(
@@ -283,8 +279,10 @@ impl Lifecycle<'_, '_> {
         self.emit(step, Duration::ZERO, None, note);
     }
 
-    fn fail(&mut self, step: &'static str, error: ProviderError) {
+    /// Reports `step` failed with `error`; the lifecycle goes no further.
+    fn fail<T>(&mut self, step: &'static str, error: ProviderError) -> Result<T, ()> {
         self.emit(step, Duration::ZERO, Some(error), "");
+        Err(())
     }
 
     /// Destroys the lease this lifecycle still holds, if any (also after an

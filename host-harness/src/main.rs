@@ -10,7 +10,7 @@ use commands::{
     Failure, Printer,
 };
 use host_harness::{
-    hangup, interrupt,
+    interrupt,
     plugin::{find_plugin, load_hosted, Library},
 };
 use provider_host::isolation::{run_worker_if_requested, IsolationOptions, Limits};
@@ -278,18 +278,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  host-harness sweep\n  host-harness sweep --config createos.json --include-held"
     )]
-    Sweep {
-        /// Configuration whose secrets are used for leases of the same
-        /// account (else the provider's own fallback).
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        /// Also destroy leases held by the hook commands (`acquire`...).
-        #[arg(long)]
-        include_held: bool,
-        /// Remove rows that name no sandbox, once checked by hand.
-        #[arg(long)]
-        forget_unresolvable: bool,
-    },
+    Sweep(commands::ledger::SweepArgs),
     /// List the lease ledger.
     #[command(
         after_help = "Examples:\n  host-harness leases\n  host-harness leases --json | jq -r .providerLeaseId"
@@ -454,7 +443,7 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
             _ => provider_host::store::default_sqlite_path(),
         })
     });
-    let lock = || LockFile::open(&lock_path).map_err(|error| Failure::Usage(error.to_string()));
+    let lock = || LockFile::open(&lock_path).map_err(Failure::usage);
     if let Command::Providers(command) = &cli.command {
         return commands::providers::run(&providers, &mut lock()?, command, out);
     }
@@ -470,9 +459,8 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     })?;
     let plugin = match (&lock_for_swaps, &staging) {
         (Some(lock), Some(staging)) => {
-            let usage = |error: &dyn std::fmt::Display| Failure::Usage(error.to_string());
-            let staged = staging.stage(&plugin_path).map_err(|error| usage(&error))?;
-            lock.pin_of(&plugin_path, staged.sha256()).map_err(|error| usage(&error))?;
+            let staged = staging.stage(&plugin_path).map_err(Failure::usage)?;
+            lock.pin_of(&plugin_path, staged.sha256()).map_err(Failure::usage)?;
             Library::Staged(staged)
         }
         _ => Library::At(plugin_path.clone()),
@@ -509,7 +497,12 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     }
     let on_hangup = || swap_on_hangup(&session, &plugin_path, &lock_path);
     let work = || match swaps_on_hangup {
-        true => hangup::watch(on_hangup, || dispatch(cli, &session, &lock_for_swaps)),
+        // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
+        true => interrupt::while_watching(
+            &[libc::SIGHUP],
+            |_| on_hangup(),
+            || dispatch(cli, &session, &lock_for_swaps),
+        ),
         false => Ok(dispatch(cli, &session, &lock_for_swaps)),
     };
     let result = interrupt::watch(!swaps_on_hangup, || commands::stop(&session.provider), work)
@@ -590,9 +583,7 @@ fn dispatch(cli: &Cli, session: &commands::Session, lock: &Option<LockFile>) -> 
         Command::Probe(args) => hooks::probe(session, &args.config),
         Command::Exec { lease, options, command } => hooks::exec(session, lease, options, command),
         Command::Sync { lease, transfer } => hooks::sync(session, lease, transfer),
-        Command::Sweep { config, include_held, forget_unresolvable } => {
-            ledger::sweep(session, config.as_deref(), *include_held, *forget_unresolvable)
-        }
+        Command::Sweep(args) => ledger::sweep(session, args),
         _ => unreachable!("handled before opening the ledger"),
     }
 }

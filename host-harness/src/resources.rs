@@ -7,10 +7,7 @@
 //! in the process too: run it with `host-harness sim` to keep it out.
 
 use std::{
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex,
-    },
+    sync::mpsc::{self, RecvTimeoutError},
     thread::JoinHandle,
     time::Duration,
 };
@@ -50,13 +47,11 @@ pub struct ResourceFigures {
 
 /// Samples the process in a background thread until [`Monitor::finish`].
 pub struct Monitor {
-    stop: Arc<AtomicBool>,
-    figures: Arc<Mutex<ResourceFigures>>,
-    /// The sampling thread; it returns its own CPU time.
-    sampler: Option<JoinHandle<Duration>>,
+    /// Dropped to stop the sampling.
+    stop: mpsc::Sender<()>,
+    /// The sampling thread; it returns its figures and its own CPU time.
+    sampler: Option<JoinHandle<(ResourceFigures, Duration)>>,
     cpu_at_start: Duration,
-    /// The prefix of the provider's thread names.
-    provider_threads: String,
 }
 
 impl Monitor {
@@ -64,41 +59,27 @@ impl Monitor {
     /// with `provider_threads` (see [`provider_thread_prefix`]).
     pub fn start(provider_threads: &str) -> Monitor {
         let baseline = resident_bytes().unwrap_or(0);
-        let figures = Arc::new(Mutex::new(ResourceFigures {
-            baseline_rss: baseline,
-            peak_rss: baseline,
-            ..Default::default()
-        }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let sampler = {
-            let (stop, figures, prefix) =
-                (Arc::clone(&stop), Arc::clone(&figures), provider_threads.to_owned());
-            std::thread::Builder::new()
-                .name("soak-monitor".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        sample(&figures, &prefix);
-                        std::thread::sleep(SAMPLE_EVERY);
-                    }
-                    cpu_time(libc::RUSAGE_THREAD)
-                })
-                .ok()
-        };
-        Monitor {
-            stop,
-            figures,
-            sampler,
-            cpu_at_start: cpu_time(libc::RUSAGE_SELF),
-            provider_threads: provider_threads.to_owned(),
-        }
+        let mut figures =
+            ResourceFigures { baseline_rss: baseline, peak_rss: baseline, ..Default::default() };
+        let (stop, stopped) = mpsc::channel();
+        let prefix = provider_threads.to_owned();
+        // Every SAMPLE_EVERY, and once more when stopped.
+        let sampler = std::thread::Builder::new().name("soak-monitor".into()).spawn(move || {
+            sample(&mut figures, &prefix);
+            while stopped.recv_timeout(SAMPLE_EVERY) == Err(RecvTimeoutError::Timeout) {
+                sample(&mut figures, &prefix);
+            }
+            sample(&mut figures, &prefix);
+            (figures, cpu_time(libc::RUSAGE_THREAD))
+        });
+        Monitor { stop, sampler: sampler.ok(), cpu_at_start: cpu_time(libc::RUSAGE_SELF) }
     }
 
     /// Stops sampling and returns the figures.
-    pub fn finish(mut self) -> ResourceFigures {
-        self.stop.store(true, Ordering::Relaxed);
-        let monitor_cpu = self.sampler.take().and_then(|sampler| sampler.join().ok()).unwrap_or_default();
-        sample(&self.figures, &self.provider_threads);
-        let mut figures = *self.figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    pub fn finish(self) -> ResourceFigures {
+        drop(self.stop);
+        let sampled = self.sampler.and_then(|sampler| sampler.join().ok());
+        let (mut figures, monitor_cpu) = sampled.unwrap_or_default();
         figures.monitor_cpu = monitor_cpu;
         figures.cpu =
             cpu_time(libc::RUSAGE_SELF).saturating_sub(self.cpu_at_start).saturating_sub(monitor_cpu);
@@ -108,10 +89,9 @@ impl Monitor {
     }
 }
 
-fn sample(figures: &Mutex<ResourceFigures>, provider_prefix: &str) {
+fn sample(figures: &mut ResourceFigures, provider_prefix: &str) {
     let rss = resident_bytes().unwrap_or(0);
     let (threads, provider_threads) = threads(provider_prefix);
-    let mut figures = figures.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     figures.peak_rss = figures.peak_rss.max(rss);
     figures.peak_threads = figures.peak_threads.max(threads);
     figures.peak_provider_threads = figures.peak_provider_threads.max(provider_threads);

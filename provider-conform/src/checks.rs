@@ -851,37 +851,30 @@ fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
 }
 
 fn many_leases(ctx: &Ctx) -> Result<String, Verdict> {
-    let barrier = Arc::new(Barrier::new(CONCURRENT_LEASES));
-    let workers: Vec<_> = (0..CONCURRENT_LEASES)
-        .map(|index| {
-            let ctx = ctx.clone();
-            let barrier = barrier.clone();
-            std::thread::spawn(move || -> Result<(), Verdict> {
-                let token = format!("conform-token-{index}-{}", std::process::id());
-                let acquired = ctx.acquire();
-                // Every lease is held before any writes: they all exist at once.
-                barrier.wait();
-                let mut held = acquired?;
-                let wrote = ctx.sh_ok(
-                    &held.lease,
-                    &format!("printf %s {token} > .conform-token && cat .conform-token"),
-                )?;
-                let read = ctx.sh_ok(&held.lease, "cat .conform-token")?;
-                held.destroy()?;
-                if wrote != token || read != token {
-                    return Err(failed(format!(
-                        "lease {} wrote {token:?} and then saw {wrote:?} / {read:?}",
-                        held.id()
-                    )));
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    let problems: Vec<Verdict> = workers
-        .into_iter()
-        .filter_map(|worker| worker.join().unwrap_or_else(|_| Err(failed("a lease's thread panicked"))).err())
-        .collect();
+    let barrier = Barrier::new(CONCURRENT_LEASES);
+    let lease = |index: usize| -> Result<(), Verdict> {
+        let token = format!("conform-token-{index}-{}", std::process::id());
+        let acquired = ctx.acquire();
+        // Every lease is held before any writes: they all exist at once.
+        barrier.wait();
+        let mut held = acquired?;
+        let wrote =
+            ctx.sh_ok(&held.lease, &format!("printf %s {token} > .conform-token && cat .conform-token"))?;
+        let read = ctx.sh_ok(&held.lease, "cat .conform-token")?;
+        held.destroy()?;
+        if wrote != token || read != token {
+            let id = held.id();
+            return Err(failed(format!("lease {id} wrote {token:?} and then saw {wrote:?} / {read:?}")));
+        }
+        Ok(())
+    };
+    let problems: Vec<Verdict> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..CONCURRENT_LEASES).map(|index| scope.spawn(move || lease(index))).collect();
+        let joined = workers.into_iter().map(|worker| worker.join());
+        joined
+            .filter_map(|outcome| outcome.unwrap_or_else(|_| Err(failed("a lease's thread panicked"))).err())
+            .collect()
+    });
     match problems.first() {
         None => Ok(format!("{CONCURRENT_LEASES} leases at once")),
         Some(first) => Err(failed(format!(

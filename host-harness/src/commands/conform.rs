@@ -11,9 +11,7 @@ use std::{ops::ControlFlow, path::Path, sync::Arc};
 /// in `config`, or against the embedded CreateOS simulator without one.
 pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
     // In process: the checks read the library's own ABI and hooks.
-    let provider = Arc::new(
-        host_harness::plugin::load_library(library).map_err(|error| Failure::Usage(error.to_string()))?,
-    );
+    let provider = Arc::new(host_harness::plugin::load_library(library).map_err(Failure::usage)?);
     let (sim, config) = match config {
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {

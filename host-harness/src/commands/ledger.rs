@@ -12,27 +12,34 @@ use provider_host::{
 const LEASE_WIDTH: usize = 40;
 /// The widest company/environment `leases` shows.
 const ENV_WIDTH: usize = 40;
-use std::path::Path;
+use std::path::PathBuf;
+
+/// `sweep` options.
+#[derive(clap::Args)]
+pub struct SweepArgs {
+    /// Configuration whose secrets are used for leases of the same
+    /// account (else the provider's own fallback).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Also destroy leases held by the hook commands (`acquire`...).
+    #[arg(long)]
+    include_held: bool,
+    /// Remove rows that name no sandbox, once checked by hand.
+    #[arg(long)]
+    forget_unresolvable: bool,
+}
 
 /// `sweep`: destroys every lease a crashed or interrupted run left behind
 /// (held leases too with `include_held`); exit 1 if a destroy failed or a
 /// row could not be resolved.
-pub fn sweep(
-    session: &Session,
-    config: Option<&Path>,
-    include_held: bool,
-    forget_unresolvable: bool,
-) -> Result<(), Failure> {
-    let secrets = match config {
-        Some(path) => SweepSecrets::from_config(
-            &session.provider,
-            &read_config(path, &session.provider.manifest().driver_key)?,
-        ),
-        None => SweepSecrets::default(),
-    };
-    let scope = Scope::Abandoned { include_held };
-    let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), scope, &secrets)
-        .map_err(|error| Failure::Usage(error.to_string()))?;
+pub fn sweep(session: &Session, args: &SweepArgs) -> Result<(), Failure> {
+    let driver_key = session.provider.manifest().driver_key;
+    let config = args.config.as_deref().map(|path| read_config(path, &driver_key)).transpose()?;
+    let secrets =
+        config.map(|config| SweepSecrets::from_config(&session.provider, &config)).unwrap_or_default();
+    let scope = Scope::Abandoned { include_held: args.include_held };
+    let swept =
+        sweep::sweep(&session.provider, session.ledger.as_ref(), scope, &secrets).map_err(Failure::usage)?;
     // A row whose creation request never left is closed without a word:
     // nothing can exist remotely.
     for item in swept.iter().filter(|item| item.outcome != Outcome::NeverSent) {
@@ -66,9 +73,9 @@ pub fn sweep(
         )
     });
     let mut unresolvable = count(|outcome| matches!(outcome, Outcome::Unresolvable));
-    if forget_unresolvable {
+    if args.forget_unresolvable {
         for item in swept.iter().filter(|item| item.outcome == Outcome::Unresolvable) {
-            session.ledger.forget(item.record.id).map_err(|error| Failure::Usage(error.to_string()))?;
+            session.ledger.forget(item.record.id).map_err(Failure::usage)?;
         }
         unresolvable = 0;
     }
@@ -84,8 +91,7 @@ pub fn sweep(
 /// `leases`: the ledger as a table, or one JSON object per row. Reads the
 /// ledger without writing it (none yet: no rows).
 pub fn leases(ledger: &LedgerLocation, out: Printer) -> Result<(), Failure> {
-    let records =
-        provider_host::store::read_all(ledger).map_err(|error| Failure::Usage(error.to_string()))?;
+    let records = provider_host::store::read_all(ledger).map_err(Failure::usage)?;
     if out.json {
         for record in &records {
             out.value(&record.to_json(), String::new);

@@ -31,12 +31,11 @@ pub enum LockCommand {
 
 /// Runs `command`; `verify` exits 1 when a library no longer matches its pin.
 pub fn run(lock: &mut LockFile, command: &LockCommand, out: Printer) -> Result<(), Failure> {
-    let failed = |error: provider_host::pin_file::LockError| Failure::Usage(error.to_string());
     match command {
-        LockCommand::Add { path } => print(out, "pinned", &lock.add(path).map_err(failed)?),
+        LockCommand::Add { path } => print(out, "pinned", &lock.add(path).map_err(Failure::usage)?),
         LockCommand::List => lock.pins().iter().for_each(|pin| print(out, "", pin)),
         LockCommand::Verify { path: Some(path) } => {
-            print(out, "verified", lock.verify(path).map_err(failed)?)
+            print(out, "verified", lock.verify(path).map_err(Failure::usage)?)
         }
         LockCommand::Verify { path: None } => {
             let mut intact = true;

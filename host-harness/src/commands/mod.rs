@@ -48,6 +48,11 @@ impl From<ProviderError> for Failure {
 }
 
 impl Failure {
+    /// A usage failure (exit 2) saying `error`.
+    pub fn usage(error: impl std::fmt::Display) -> Failure {
+        Failure::Usage(error.to_string())
+    }
+
     /// Prints the failure and returns the exit code.
     pub fn report(self, out: Printer) -> ExitCode {
         match self {
@@ -78,16 +83,15 @@ pub fn passed(ok: bool) -> Result<(), Failure> {
 /// Opens the ledger at `location` for writing; says so on stderr when it
 /// created a SQLite ledger's directory.
 fn open_ledger(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, Failure> {
-    let usage = |error: provider_host::store::LedgerError| Failure::Usage(error.to_string());
     match location {
         LedgerLocation::Sqlite(path) => {
-            let ledger = Ledger::open(path).map_err(usage)?;
+            let ledger = Ledger::open(path).map_err(Failure::usage)?;
             if let Some(dir) = ledger.created_dir() {
                 eprintln!("created ledger directory {}", dir.display());
             }
             Ok(Box::new(ledger))
         }
-        location => store::open(location, options).map_err(usage),
+        location => store::open(location, options).map_err(Failure::usage),
     }
 }
 

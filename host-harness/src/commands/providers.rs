@@ -49,24 +49,20 @@ pub fn run(
     command: &ProvidersCommand,
     out: Printer,
 ) -> Result<(), Failure> {
-    let failed = |error: provider_host::providers::ProvidersError| Failure::Usage(error.to_string());
     match command {
         ProvidersCommand::Install { path, force } => {
-            let entry = providers.install(path, *force).map_err(failed)?;
+            let entry = providers.install(path, *force).map_err(Failure::usage)?;
             if lock.exists() {
-                lock.add(&entry.path).map_err(|error| Failure::Usage(error.to_string()))?;
+                lock.add(&entry.path).map_err(Failure::usage)?;
             }
             print(out, "installed", &entry);
             if !entry.active && !out.json {
-                println!(
-                    "{} is not active: `host-harness providers use {}` makes it so",
-                    entry.installed.spec(),
-                    entry.installed.spec()
-                );
+                let spec = entry.installed.spec();
+                println!("{spec} is not active: `host-harness providers use {spec}` makes it so");
             }
         }
         ProvidersCommand::List => {
-            let entries = providers.list().map_err(failed)?;
+            let entries = providers.list().map_err(Failure::usage)?;
             if entries.is_empty() && !out.json {
                 println!("no provider installed in {}", providers.root().display());
             }
@@ -74,11 +70,11 @@ pub fn run(
         }
         ProvidersCommand::Use { spec } => {
             versions_needed(providers, spec)?;
-            print(out, "active", &providers.use_version(spec).map_err(failed)?)
+            print(out, "active", &providers.use_version(spec).map_err(Failure::usage)?)
         }
         ProvidersCommand::Remove { spec } => {
             versions_needed(providers, spec)?;
-            print(out, "removed", &providers.remove(spec).map_err(failed)?)
+            print(out, "removed", &providers.remove(spec).map_err(Failure::usage)?)
         }
     }
     Ok(())
@@ -90,7 +86,7 @@ fn versions_needed(providers: &ProvidersDir, spec: &str) -> Result<(), Failure> 
     if spec.contains('@') {
         return Ok(());
     }
-    let entries = providers.list().map_err(|error| Failure::Usage(error.to_string()))?;
+    let entries = providers.list().map_err(Failure::usage)?;
     let versions: Vec<String> = entries
         .iter()
         .filter(|entry| entry.installed.id == spec)

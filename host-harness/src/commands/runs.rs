@@ -32,33 +32,21 @@ struct Target {
 impl Target {
     /// `rate_limited`: the embedded simulator applies CreateOS's rate limit.
     fn new(session: &Session, config: Option<&Path>, rate_limited: bool) -> Result<Target, Failure> {
-        match config {
-            Some(path) => {
-                Ok(Target { config: read_config(path, &session.provider.manifest().driver_key)?, sim: None })
-            }
-            None => {
-                let (sim, config) =
-                    embedded::offline_target(&session.provider, rate_limited).map_err(Failure::Usage)?;
-                Ok(Target { config, sim })
-            }
-        }
+        let (sim, config) = match config {
+            Some(path) => (None, read_config(path, &session.provider.manifest().driver_key)?),
+            None => embedded::offline_target(&session.provider, rate_limited).map_err(Failure::Usage)?,
+        };
+        Ok(Target { config, sim })
     }
 
-    /// Lends this run's secrets to the leases a swap hands to a new version.
-    fn lend_secrets(&self, session: &Session) {
-        session.swapper.lend_secrets(SweepSecrets::from_config(&session.provider, &self.config));
-    }
-
-    /// Sweeps the leases of earlier dead runs (their secrets: this run's,
-    /// for the same account); held leases are left alone.
+    /// Lends this run's secrets to the leases a swap hands to a new
+    /// version, and sweeps the leases of earlier dead runs (their secrets:
+    /// this run's, for the same account); held leases are left alone.
     fn sweep_orphans(&self, session: &Session) -> Result<(), Failure> {
-        let swept = sweep::sweep(
-            &session.provider,
-            session.ledger.as_ref(),
-            Scope::DeadRuns,
-            &SweepSecrets::from_config(&session.provider, &self.config),
-        )
-        .map_err(|error| Failure::Usage(error.to_string()))?;
+        let secrets = SweepSecrets::from_config(&session.provider, &self.config);
+        session.swapper.lend_secrets(secrets.clone());
+        let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), Scope::DeadRuns, &secrets)
+            .map_err(Failure::usage)?;
         let destroyed = swept.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
         if destroyed > 0 {
             tracing::warn!(destroyed, "swept leases earlier runs left behind");
@@ -75,7 +63,6 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
             println!("{}", embedded::banner(sim));
         }
     }
-    target.lend_secrets(session);
     target.sweep_orphans(session)?;
     let out = session.out;
     let host = Host::new(
@@ -205,7 +192,6 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
     if let Some(sim) = &target.sim {
         sim.add_faults(faults);
     }
-    target.lend_secrets(session);
     target.sweep_orphans(session)?;
 
     let out = session.out;
@@ -272,8 +258,7 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
         let granting =
             scope.spawn(move || budget::keep_granting(provider, ledger, first_share, &granting_stopped));
         let tally = soak::run(&session.provider, session.ledger.as_ref(), &plan, &progress);
-        drop(stop_patrol);
-        drop(stop_granting);
+        drop((stop_patrol, stop_granting));
         (tally, patrol.join().unwrap_or_default(), granting.join().unwrap_or_default())
     });
     let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
@@ -289,13 +274,12 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
     }
     for _ in 0..3 {
         let swept = sweep::sweep(&session.provider, session.ledger.as_ref(), Scope::ThisProcess, &secrets)
-            .map_err(|error| Failure::Usage(error.to_string()))?;
+            .map_err(Failure::usage)?;
         if !swept.iter().any(|item| matches!(item.outcome, Outcome::Failed(_))) {
             break;
         }
     }
-    let left_behind =
-        session.ledger.left_behind(Whose::ThisHost).map_err(|error| Failure::Usage(error.to_string()))?;
+    let left_behind = session.ledger.left_behind(Whose::ThisHost).map_err(Failure::usage)?;
     let cut_short_by_crash = left_behind
         .iter()
         .filter(|record| record.provider_lease_id.is_none())
@@ -304,18 +288,15 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
             message.is_some_and(is_worker_failure_message)
         })
         .count();
-    let unswept = left_behind.len();
     // A worker that crashed is a fault too: lifecycles it cut short are expected to fail.
-    let worker_crashed = match &session.provider {
-        HostedProvider::Isolated(provider) => provider.crashes() > 0,
-        HostedProvider::Loaded(_) | HostedProvider::Set(_) => false,
-    };
+    let worker_crashed =
+        matches!(&session.provider, HostedProvider::Isolated(provider) if provider.crashes() > 0);
     let summary = Summary {
         leases: options.leases,
         elapsed: started.elapsed(),
         tally,
         sim: target.sim.as_ref().map(embedded::figures),
-        unswept,
+        unswept: left_behind.len(),
         taken_over,
         cut_short_by_crash,
         resources,
