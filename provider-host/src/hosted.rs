@@ -87,25 +87,25 @@ impl HostedProvider {
         }
     }
 
-    /// The provider behind the enum.
-    fn inner(&self) -> &dyn HookSupport {
+    /// Runs `call` on the provider behind the enum.
+    fn with<T>(&self, call: impl FnOnce(&dyn HookSupport) -> T) -> T {
         match self {
-            HostedProvider::Loaded(provider) => provider,
+            HostedProvider::Loaded(provider) => call(provider),
             #[cfg(feature = "isolation")]
-            HostedProvider::Isolated(provider) => provider,
-            HostedProvider::Set(set) => set,
+            HostedProvider::Isolated(provider) => call(provider),
+            HostedProvider::Set(set) => call(set),
         }
     }
 }
 
 impl HookSupport for HostedProvider {
     fn supports(&self, hook: Hook) -> bool {
-        self.inner().supports(hook)
+        self.with(|provider| provider.supports(hook))
     }
 
     fn is_transport_failure(&self, error: &ProviderError) -> bool {
-        self.inner().is_transport_failure(error)
+        self.with(|provider| provider.is_transport_failure(error))
     }
 }
 
-crate::forward::forward_provider!(HostedProvider, |this| this.inner());
+crate::forward::forward_provider!(HostedProvider, with);

@@ -13,12 +13,7 @@
 //! it, so a swap adds no more than a lock hand-over to a concurrent call.
 
 use crate::loader::LoadedProvider;
-use provider_abi::{
-    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ExecuteParams, ExecuteResult,
-    HealthReport, Hook, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus, LogLevel, LogSink, Manifest,
-    MemoryEntry, ProbeReport, Provider, ReleaseReport, SetupParams, SyncParams, SyncResult, ValidationReport,
-    Workspace,
-};
+use provider_abi::{Hook, HookFuture, HookResult, LeaseParams, Manifest, Provider};
 use std::{
     fmt,
     path::PathBuf,
@@ -136,8 +131,8 @@ impl Version {
     }
 }
 
-/// An async call in flight on a version: holds the instance and counts the
-/// call until dropped.
+/// A call in flight on a version: holds the instance and counts the call
+/// until dropped.
 struct InFlight {
     version: Arc<Version>,
     provider: Arc<LoadedProvider>,
@@ -317,17 +312,8 @@ impl ProviderSet {
     /// Runs `call` on the active version, counting it in flight there until
     /// it returns.
     pub fn call<T>(&self, call: impl FnOnce(&LoadedProvider) -> T) -> T {
-        let version = {
-            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            active.in_flight.fetch_add(1, Ordering::SeqCst);
-            Arc::clone(&active)
-        };
-        let provider = version.loaded();
-        let outcome = call(&provider);
-        drop(provider);
-        version.in_flight.fetch_sub(1, Ordering::SeqCst);
-        version.drain_if_idle();
-        outcome
+        let in_flight = self.enter();
+        call(&in_flight.provider)
     }
 
     /// Starts an async hook on the active version, counting it in flight
@@ -337,18 +323,23 @@ impl ProviderSet {
         &self,
         call: impl FnOnce(&LoadedProvider) -> HookFuture<T>,
     ) -> HookFuture<T> {
-        let version = {
-            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-            active.in_flight.fetch_add(1, Ordering::SeqCst);
-            Arc::clone(&active)
-        };
-        let in_flight = InFlight { provider: version.loaded(), version };
+        let in_flight = self.enter();
         let future = call(&in_flight.provider);
         Box::pin(async move {
             let outcome = future.await;
             drop(in_flight);
             outcome
         })
+    }
+
+    /// A call in flight on the active version.
+    fn enter(&self) -> InFlight {
+        let version = {
+            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            active.in_flight.fetch_add(1, Ordering::SeqCst);
+            Arc::clone(&active)
+        };
+        InFlight { provider: version.loaded(), version }
     }
 
     /// True when the active version can answer `hook`.
@@ -360,10 +351,6 @@ impl ProviderSet {
 impl Provider for ProviderSet {
     fn manifest(&self) -> Manifest {
         self.active().manifest.clone()
-    }
-
-    fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        self.call(|provider| provider.setup(params, logs, max_level))
     }
 
     fn shutdown(&self) -> HookResult<()> {
@@ -378,73 +365,14 @@ impl Provider for ProviderSet {
         outcome
     }
 
-    fn health(&self) -> HookResult<HealthReport> {
-        self.call(|provider| provider.health())
-    }
-
-    fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
-        self.call(|provider| provider.validate_config(params))
-    }
-
-    fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
-        self.call_async(move |provider| provider.probe(params, recorder))
-    }
-
-    fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
-        self.call_async(move |provider| provider.acquire_lease(params, recorder))
-    }
-
-    fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
-        self.call_async(move |provider| provider.resume_lease(params))
-    }
-
-    fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        self.call_async(move |provider| provider.release_lease(params))
-    }
-
-    fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
-        self.call_async(move |provider| provider.destroy_lease(params))
-    }
-
-    fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
-        self.call(|provider| provider.realize_workspace(params))
-    }
-
-    fn execute(
-        &self,
-        params: ExecuteParams,
-        stdin: ByteSource,
-        output: ByteSink,
-    ) -> HookFuture<ExecuteResult> {
-        self.call_async(move |provider| provider.execute(params, stdin, output))
-    }
-
-    fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
-        self.call_async(move |provider| provider.inspect_lease(params))
-    }
-
-    fn sync_files(&self, params: SyncParams) -> HookFuture<SyncResult> {
-        self.call_async(move |provider| provider.sync_files(params))
-    }
-
-    fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
-        self.call(|provider| provider.import_unconfirmed(params))
-    }
-
-    fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
-        self.call(|provider| provider.export_memory())
-    }
-
-    fn import_memory(&self, entries: &[MemoryEntry]) -> HookResult<()> {
-        self.call(|provider| provider.import_memory(entries))
-    }
-
     /// Granted to the active version, and remembered for the versions
     /// swapped in later.
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
         self.share.store(parts_per_million, Ordering::SeqCst);
         self.call(|provider| provider.grant_request_share(parts_per_million))
     }
+
+    crate::forward::forward_provider!(@hooks call, call_async);
 }
 
 impl crate::hosted::HookSupport for ProviderSet {

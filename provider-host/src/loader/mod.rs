@@ -223,6 +223,11 @@ impl LoadedProvider {
     pub fn supports(&self, hook: Hook) -> bool {
         self.instance.supports(hook)
     }
+
+    /// Runs `call` on the provider instance (the hooks' forwarding).
+    fn with<T>(&self, call: impl FnOnce(&Instance) -> T) -> T {
+        call(&self.instance)
+    }
 }
 
 /// Opens the library and checks, in order, that it is a shared object, that
@@ -310,7 +315,7 @@ fn dl_reason(message: &str, path: &Path) -> String {
     line.rsplit_once(&format!("{shown}: ")).map(|(_, reason)| reason.to_owned()).unwrap_or(line)
 }
 
-crate::forward::forward_provider!(LoadedProvider, |this| this.instance);
+crate::forward::forward_provider!(LoadedProvider, with);
 
 #[cfg(test)]
 mod tests {
