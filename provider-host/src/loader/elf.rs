@@ -11,17 +11,17 @@ use std::{
     io::{Read, Seek, SeekFrom},
 };
 
-const PT_LOAD: u32 = 1;
-const ET_DYN: u16 = 3;
+const PT_LOAD: u64 = 1;
+const ET_DYN: u64 = 3;
 
 /// Checks that `file` (open at its start) is an ELF shared object whose
 /// headers and loadable segments lie inside the file. Returns a one-line
 /// reason otherwise.
 pub fn check_shared_object(file: &mut File) -> Result<(), String> {
     let len = file.metadata().map_err(|error| error.to_string())?.len();
-    let mut ident = [0u8; 64];
-    let read = read_up_to(file, &mut ident)?;
-    if read < 16 || &ident[..4] != b"\x7fELF" {
+    let mut ident = Vec::with_capacity(64);
+    file.by_ref().take(64).read_to_end(&mut ident).map_err(|error| error.to_string())?;
+    if ident.len() < 16 || &ident[..4] != b"\x7fELF" {
         return Err("not an ELF file".into());
     }
     let wide = match ident[4] {
@@ -34,38 +34,34 @@ pub fn check_shared_object(file: &mut File) -> Result<(), String> {
         2 => false,
         _ => return Err("unknown ELF byte order".into()),
     };
-    let header_len = if wide { 64 } else { 52 };
-    if read < header_len {
+    if ident.len() < if wide { 64 } else { 52 } {
         return Err("truncated ELF header".into());
     }
     let fields = Fields { bytes: &ident, little };
-    if fields.u16(16) != ET_DYN {
+    if fields.get(16, 2) != ET_DYN {
         return Err("not a shared object".into());
     }
-    let (phoff, shoff, phentsize, phnum, shentsize, shnum) = if wide {
-        (fields.u64(32), fields.u64(40), fields.u16(54), fields.u16(56), fields.u16(58), fields.u16(60))
-    } else {
-        let (phoff, shoff) = (u64::from(fields.u32(28)), u64::from(fields.u32(32)));
-        (phoff, shoff, fields.u16(42), fields.u16(44), fields.u16(46), fields.u16(48))
-    };
+    // Where the header keeps the two tables' offsets (a word each), then
+    // their entry sizes and counts (two bytes each).
+    let (at, word) = if wide { ([32, 40, 54, 56, 58, 60], 8) } else { ([28, 32, 42, 44, 46, 48], 4) };
+    let [phoff, shoff, phentsize, phnum, shentsize, shnum] =
+        std::array::from_fn(|i| fields.get(at[i], if i < 2 { word } else { 2 }));
     let within = |offset: u64, size: u64| offset.checked_add(size).is_some_and(|end| end <= len);
-    if !within(phoff, u64::from(phentsize) * u64::from(phnum))
-        || (shoff != 0 && !within(shoff, u64::from(shentsize) * u64::from(shnum)))
-    {
+    if !within(phoff, phentsize * phnum) || (shoff != 0 && !within(shoff, shentsize * shnum)) {
         return Err("truncated file: its header tables lie past its end".into());
     }
-    let mut table = vec![0u8; usize::from(phentsize) * usize::from(phnum)];
+    let mut table = vec![0u8; (phentsize * phnum) as usize];
     file.seek(SeekFrom::Start(phoff)).map_err(|error| error.to_string())?;
     file.read_exact(&mut table).map_err(|error| error.to_string())?;
-    for entry in table.chunks_exact(usize::from(phentsize.max(1))) {
+    for entry in table.chunks_exact(phentsize.max(1) as usize) {
         let segment = Fields { bytes: entry, little };
-        if segment.u32(0) != PT_LOAD {
+        if segment.get(0, 4) != PT_LOAD {
             continue;
         }
         let (offset, size) = if wide {
-            (segment.u64(8), segment.u64(32))
+            (segment.get(8, 8), segment.get(32, 8))
         } else {
-            (u64::from(segment.u32(4)), u64::from(segment.u32(16)))
+            (segment.get(4, 4), segment.get(16, 4))
         };
         if !within(offset, size) {
             return Err("truncated file: a loadable segment lies past its end".into());
@@ -74,51 +70,21 @@ pub fn check_shared_object(file: &mut File) -> Result<(), String> {
     Ok(())
 }
 
-fn read_up_to(file: &mut File, buffer: &mut [u8]) -> Result<usize, String> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match file.read(&mut buffer[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error.to_string()),
-        }
-    }
-    Ok(filled)
-}
-
-/// Reads fixed-width integers of the file's byte order; out-of-range reads are 0.
+/// Reads unsigned integers of the file's byte order; out-of-range reads are 0.
 struct Fields<'a> {
     bytes: &'a [u8],
     little: bool,
 }
 
 impl Fields<'_> {
-    fn array<const N: usize>(&self, at: usize) -> [u8; N] {
-        self.bytes.get(at..at + N).and_then(|slice| slice.try_into().ok()).unwrap_or([0; N])
-    }
-    fn u16(&self, at: usize) -> u16 {
-        let raw = self.array(at);
+    /// The `width`-byte integer at `at`.
+    fn get(&self, at: usize, width: usize) -> u64 {
+        let Some(bytes) = self.bytes.get(at..at + width) else { return 0 };
+        let next = |value: u64, byte: &u8| value << 8 | u64::from(*byte);
         if self.little {
-            u16::from_le_bytes(raw)
+            bytes.iter().rev().fold(0, next)
         } else {
-            u16::from_be_bytes(raw)
-        }
-    }
-    fn u32(&self, at: usize) -> u32 {
-        let raw = self.array(at);
-        if self.little {
-            u32::from_le_bytes(raw)
-        } else {
-            u32::from_be_bytes(raw)
-        }
-    }
-    fn u64(&self, at: usize) -> u64 {
-        let raw = self.array(at);
-        if self.little {
-            u64::from_le_bytes(raw)
-        } else {
-            u64::from_be_bytes(raw)
+            bytes.iter().fold(0, next)
         }
     }
 }
@@ -128,8 +94,8 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    const PT_NOTE: u32 = 4;
-    const ET_EXEC: u16 = 2;
+    const PT_NOTE: u64 = 4;
+    const ET_EXEC: u64 = 2;
 
     /// An ELF image under construction, in one class and byte order.
     struct Elf {
@@ -151,7 +117,7 @@ mod tests {
             elf.bytes[4] = if wide { 2 } else { 1 };
             elf.bytes[5] = if little { 1 } else { 2 };
             elf.bytes[6] = 1;
-            elf.put(16, 2, ET_DYN.into());
+            elf.put(16, 2, ET_DYN);
             elf
         }
 
@@ -202,15 +168,15 @@ mod tests {
         }
 
         /// Sets entry `index` of the program header table.
-        fn segment(&mut self, index: usize, kind: u32, offset: u64, size: u64) {
+        fn segment(&mut self, index: usize, kind: u64, offset: u64, size: u64) {
             let table = Fields { bytes: &self.bytes, little: self.little };
             let (phoff, phentsize) = if self.wide {
-                (table.u64(32), table.u16(54))
+                (table.get(32, 8), table.get(54, 2))
             } else {
-                (u64::from(table.u32(28)), table.u16(42))
+                (table.get(28, 4), table.get(42, 2))
             };
-            let at = (phoff + u64::from(phentsize) * index as u64) as usize;
-            self.put(at, 4, kind.into());
+            let at = (phoff + phentsize * index as u64) as usize;
+            self.put(at, 4, kind);
             let (at_offset, at_size) = if self.wide { (at + 8, at + 32) } else { (at + 4, at + 16) };
             self.put(at_offset, self.word(), offset);
             self.put(at_size, self.word(), size);
@@ -278,7 +244,7 @@ mod tests {
     fn an_executable_is_not_a_shared_object() {
         for (wide, little) in SHAPES {
             let mut elf = Elf::library(wide, little);
-            elf.put(16, 2, ET_EXEC.into());
+            elf.put(16, 2, ET_EXEC);
             assert_eq!(elf.check(), Err("not a shared object".into()), "wide {wide}, little {little}");
         }
     }
