@@ -27,9 +27,10 @@ use std::{
 
 /// Why a library could not be loaded as a provider. Every variant displays
 /// as one line naming the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LoadError {
     /// The file does not exist, cannot be read, or is not a regular file.
+    #[error("cannot load provider {}: {reason}", .path.display())]
     Unreadable {
         /// The file.
         path: PathBuf,
@@ -37,6 +38,7 @@ pub enum LoadError {
         reason: String,
     },
     /// The file is not a shared library the dynamic loader accepts.
+    #[error("cannot load provider {}: not a loadable shared library ({reason})", .path.display())]
     NotALibrary {
         /// The file.
         path: PathBuf,
@@ -44,11 +46,16 @@ pub enum LoadError {
         reason: String,
     },
     /// The library exports no provider root module.
+    #[error("cannot load provider {}: the library exports no sandbox provider root module", .path.display())]
     NotAProvider {
         /// The file.
         path: PathBuf,
     },
     /// The provider was built for another major ABI version.
+    #[error(
+        "cannot load provider {}: built against provider ABI {library}; this host loads {}.x: rebuild the provider against provider-abi {}",
+        .path.display(), .host.major, .host.major
+    )]
     IncompatibleAbi {
         /// The file.
         path: PathBuf,
@@ -59,6 +66,7 @@ pub enum LoadError {
     },
     /// The provider's types do not match this host's (a corrupt or
     /// mislabelled build).
+    #[error("cannot load provider {}: its ABI types do not match this host's ({detail})", .path.display())]
     LayoutMismatch {
         /// The file.
         path: PathBuf,
@@ -67,6 +75,10 @@ pub enum LoadError {
     },
     /// The library's module hands over a function or table that lies outside
     /// the library itself (a forged or corrupt module).
+    #[error(
+        "cannot load provider {}: its {what} points outside the library (a forged or corrupt provider module)",
+        .path.display()
+    )]
     ForeignPointer {
         /// The file.
         path: PathBuf,
@@ -76,6 +88,7 @@ pub enum LoadError {
     /// The object the dynamic loader mapped is not the file that was checked
     /// (the file was replaced between the check and the load, or the path
     /// was loaded from another file earlier in this process).
+    #[error("cannot load provider {}: the object loaded is not the file that was checked: {reason}", .path.display())]
     NotTheCheckedFile {
         /// The file that was checked.
         path: PathBuf,
@@ -83,6 +96,7 @@ pub enum LoadError {
         reason: String,
     },
     /// The provider failed to start (an error or panic in its constructor).
+    #[error("cannot load provider {}: it failed to start: {error}", .path.display())]
     ProviderFailed {
         /// The file.
         path: PathBuf,
@@ -91,72 +105,21 @@ pub enum LoadError {
     },
 }
 
-impl fmt::Display for LoadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LoadError::Unreadable { path, reason } => {
-                write!(f, "cannot load provider {}: {reason}", path.display())
-            }
-            LoadError::NotALibrary { path, reason } => write!(
-                f,
-                "cannot load provider {}: not a loadable shared library ({reason})",
-                path.display()
-            ),
-            LoadError::NotAProvider { path } => write!(
-                f,
-                "cannot load provider {}: the library exports no sandbox provider root module",
-                path.display()
-            ),
-            LoadError::IncompatibleAbi { path, library, host } => write!(
-                f,
-                "cannot load provider {}: built against provider ABI {library}; this host loads {}.x: rebuild the provider against provider-abi {}",
-                path.display(),
-                host.major,
-                host.major
-            ),
-            LoadError::LayoutMismatch { path, detail } => write!(
-                f,
-                "cannot load provider {}: its ABI types do not match this host's ({detail})",
-                path.display()
-            ),
-            LoadError::ForeignPointer { path, what } => write!(
-                f,
-                "cannot load provider {}: its {what} points outside the library (a forged or corrupt provider module)",
-                path.display()
-            ),
-            LoadError::NotTheCheckedFile { path, reason } => write!(
-                f,
-                "cannot load provider {}: the object loaded is not the file that was checked: {reason}",
-                path.display()
-            ),
-            LoadError::ProviderFailed { path, error } => write!(
-                f,
-                "cannot load provider {}: it failed to start: {error}",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
-
 impl LoadError {
     /// The same error naming `path` as the file: a host that loads a
     /// private copy of a library names the library it was given.
-    pub fn naming(self, path: &Path) -> LoadError {
-        let path = path.to_path_buf();
-        match self {
-            LoadError::Unreadable { reason, .. } => LoadError::Unreadable { path, reason },
-            LoadError::NotALibrary { reason, .. } => LoadError::NotALibrary { path, reason },
-            LoadError::NotAProvider { .. } => LoadError::NotAProvider { path },
-            LoadError::IncompatibleAbi { library, host, .. } => {
-                LoadError::IncompatibleAbi { path, library, host }
-            }
-            LoadError::LayoutMismatch { detail, .. } => LoadError::LayoutMismatch { path, detail },
-            LoadError::ForeignPointer { what, .. } => LoadError::ForeignPointer { path, what },
-            LoadError::NotTheCheckedFile { reason, .. } => LoadError::NotTheCheckedFile { path, reason },
-            LoadError::ProviderFailed { error, .. } => LoadError::ProviderFailed { path, error },
+    pub fn naming(mut self, named: &Path) -> LoadError {
+        match &mut self {
+            LoadError::Unreadable { path, .. }
+            | LoadError::NotALibrary { path, .. }
+            | LoadError::NotAProvider { path }
+            | LoadError::IncompatibleAbi { path, .. }
+            | LoadError::LayoutMismatch { path, .. }
+            | LoadError::ForeignPointer { path, .. }
+            | LoadError::NotTheCheckedFile { path, .. }
+            | LoadError::ProviderFailed { path, .. } => *path = named.to_path_buf(),
         }
+        self
     }
 }
 
