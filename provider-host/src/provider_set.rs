@@ -15,7 +15,6 @@
 use crate::loader::LoadedProvider;
 use provider_abi::{Hook, HookFuture, HookResult, LeaseParams, Manifest, Provider};
 use std::{
-    fmt,
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering},
@@ -153,9 +152,10 @@ fn shut_down(provider: &LoadedProvider, version: &str) {
 }
 
 /// Why a swap was refused; the active version stays in place.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SwapError {
     /// The new library is another provider.
+    #[error("cannot swap provider `{active}` for a library of provider `{offered}`")]
     OtherProvider {
         /// The active provider's id.
         active: String,
@@ -163,26 +163,12 @@ pub enum SwapError {
         offered: String,
     },
     /// The set already retains as many versions as it may.
+    #[error("cannot swap: {limit} versions are retained with calls still in flight")]
     TooManyVersions {
         /// The bound.
         limit: usize,
     },
 }
-
-impl fmt::Display for SwapError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SwapError::OtherProvider { active, offered } => {
-                write!(f, "cannot swap provider `{active}` for a library of provider `{offered}`")
-            }
-            SwapError::TooManyVersions { limit } => {
-                write!(f, "cannot swap: {limit} versions are retained with calls still in flight")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SwapError {}
 
 /// What one swap did.
 #[derive(Debug, Clone, PartialEq)]

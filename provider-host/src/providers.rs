@@ -22,7 +22,7 @@ use provider_abi::Provider;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::{
-    fmt, fs, io,
+    fs, io,
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
 };
@@ -62,11 +62,15 @@ pub struct Entry {
 }
 
 /// Why a providers-directory operation failed; one line each.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ProvidersError {
     /// The library failed the checks a load makes.
+    #[error("{0}")]
     NotAProvider(String),
     /// This version is installed already, from a library with another hash.
+    #[error(
+        "{spec} is already installed from another library (installed sha256 {installed}, this one {offered}); use --force to replace it"
+    )]
     HashMismatch {
         /// `id@version`.
         spec: String,
@@ -76,12 +80,16 @@ pub enum ProvidersError {
         offered: String,
     },
     /// No such installed version.
+    #[error("{0} is not installed (see `host-harness providers list`)")]
     NotInstalled(String),
     /// The active version cannot be removed.
+    #[error("{0} is the active version; make another active first (`providers use ID@VERSION`)")]
     Active(String),
     /// `ID@VERSION` was malformed.
+    #[error("`{0}` is not ID@VERSION")]
     BadSpec(String),
     /// The directory could not be read or written.
+    #[error("cannot {doing}: {error}")]
     Io {
         /// What was being done.
         doing: String,
@@ -89,28 +97,6 @@ pub enum ProvidersError {
         error: io::Error,
     },
 }
-
-impl fmt::Display for ProvidersError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProvidersError::NotAProvider(reason) => f.write_str(reason),
-            ProvidersError::HashMismatch { spec, installed, offered } => write!(
-                f,
-                "{spec} is already installed from another library (installed sha256 {installed}, this one {offered}); use --force to replace it"
-            ),
-            ProvidersError::NotInstalled(spec) => {
-                write!(f, "{spec} is not installed (see `host-harness providers list`)")
-            }
-            ProvidersError::Active(spec) => {
-                write!(f, "{spec} is the active version; make another active first (`providers use ID@VERSION`)")
-            }
-            ProvidersError::BadSpec(spec) => write!(f, "`{spec}` is not ID@VERSION"),
-            ProvidersError::Io { doing, error } => write!(f, "cannot {doing}: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for ProvidersError {}
 
 fn io(doing: impl Into<String>) -> impl FnOnce(io::Error) -> ProvidersError {
     let doing = doing.into();

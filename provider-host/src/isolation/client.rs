@@ -14,7 +14,6 @@ use provider_abi::{
 };
 use serde::{de::DeserializeOwned, Serialize};
 use std::{
-    fmt,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -77,16 +76,9 @@ impl Default for IsolationOptions {
 }
 
 /// Why an isolated provider could not start; displays as one line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct IsolationError(pub(super) String);
-
-impl fmt::Display for IsolationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for IsolationError {}
 
 /// A provider library served by worker processes, behind the [`Provider`]
 /// trait: a segmentation fault, abort, stack overflow or runaway allocation
