@@ -2,6 +2,7 @@
 //! worker process, restarted after a crash.
 
 use super::{
+    lock,
     process::{cancelled, CallControl, CallIo, Failure, Setup, Shared, WorkerProcess},
     protocol::{from_bytes, to_bytes},
     spawn::Limits,
@@ -17,7 +18,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex,
     },
     time::Duration,
 };
@@ -349,10 +350,6 @@ impl Drop for IsolatedProvider {
             worker.close();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn worker_error(message: String) -> ProviderError {

@@ -13,14 +13,13 @@
 //! name how it ended.
 
 use super::{
-    fd_pass,
+    fd_pass, lock,
     protocol::{self, ToHost, ToWorker, MAX_STDIN_CHUNK},
-    spawn::{self, SpawnSpec},
-    IsolationError, IsolationOptions, WORKER_ARGUMENT,
+    spawn, IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
 use provider_abi::{
-    ByteSink, ByteSource, CreationRecorder, Hook, HookResult, LogField, LogLevel, LogRecord, LogSink,
-    Manifest, SetupParams,
+    ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookResult, LogField, LogLevel, LogRecord,
+    LogSink, Manifest, ProviderError, SetupParams,
 };
 use serde_json::Value;
 use std::{
@@ -28,10 +27,10 @@ use std::{
     io::{self, BufReader, Write},
     os::unix::{net::UnixStream, process::ExitStatusExt},
     path::Path,
-    process::{Child, ExitStatus},
+    process::{Child, Command, ExitStatus},
     sync::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        mpsc, Arc, Condvar, Mutex, MutexGuard, RwLock,
+        mpsc, Arc, Condvar, Mutex, PoisonError, RwLock,
     },
     time::{Duration, Instant},
 };
@@ -165,12 +164,12 @@ impl WorkerProcess {
             IsolationError(format!("cannot start the provider worker {}: {error}", program.display()))
         };
         let (host_end, worker_end) = UnixStream::pair().map_err(failed)?;
-        let mut args = vec![WORKER_ARGUMENT.into(), library.as_os_str().to_owned()];
+        let mut command = Command::new(&program);
+        command.arg(WORKER_ARGUMENT).arg(library);
         if let Some(sha256) = &options.library_sha256 {
-            args.extend(["--sha256".into(), sha256.into()]);
+            command.args(["--sha256", sha256]);
         }
-        let spec = SpawnSpec { program: program.clone(), args, limits: options.limits.clone() };
-        let mut child = spawn::spawn(&spec, worker_end).map_err(failed)?;
+        let mut child = spawn::spawn(command, &options.limits, worker_end).map_err(failed)?;
         let pid = child.id();
         match handshake(&host_end, options.deadline, setup) {
             Ok(Ok(manifest)) => {
@@ -304,7 +303,7 @@ impl WorkerProcess {
         until: Instant,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
-        let mut pump: Option<StdinPump> = None;
+        let mut pump = None;
         let mut first = true;
         loop {
             let received = socket.receive(until, deadline, first);
@@ -316,26 +315,19 @@ impl WorkerProcess {
                     }
                 }
                 Ok(Some(ToHost::StdinWanted(wanted))) => {
-                    let wanted = wanted.min(MAX_STDIN_CHUNK);
                     if let (None, Some(source)) = (&pump, io.stdin.take()) {
-                        match StdinPump::start(source, &socket.writer) {
-                            Ok(started) => pump = Some(started),
-                            Err(error) => {
-                                let error = provider_abi::ProviderError::internal(format!(
-                                    "cannot start a thread for the command's standard input: {error}"
-                                ));
-                                let _ = socket.writer.send_in_call(&ToWorker::Stdin(Err(error)));
-                                continue;
-                            }
-                        }
+                        pump = Some(stdin_pump(source, &socket.writer));
                     }
-                    match &pump {
-                        Some(pump) => pump.want(wanted),
+                    let answer = match &pump {
+                        Some(Ok(requests)) => {
+                            let _ = requests.send(wanted.min(MAX_STDIN_CHUNK));
+                            continue;
+                        }
+                        Some(Err(error)) => Err(error.clone()),
                         // No source: the input is empty.
-                        None => {
-                            let _ = socket.writer.send_in_call(&ToWorker::Stdin(Ok(Vec::new())));
-                        }
-                    }
+                        None => Ok(Vec::new()),
+                    };
+                    let _ = socket.writer.send_in_call(&ToWorker::Stdin(answer));
                 }
                 Ok(Some(moment @ (ToHost::Sending | ToHost::Created(_)))) => {
                     let answer = match (io.recorder.as_mut(), moment) {
@@ -375,13 +367,8 @@ impl WorkerProcess {
 
     /// Waits until the control reader reaped the worker; how it ended.
     fn death(&self) -> String {
-        let mut state = lock(&self.state);
-        loop {
-            if let Some(how) = &state.died {
-                return how.clone();
-            }
-            state = self.ended.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
+        let state = self.ended.wait_while(lock(&self.state), |state| state.died.is_none());
+        state.unwrap_or_else(PoisonError::into_inner).died.clone().unwrap_or_default()
     }
 
     /// Kills the worker (`because`: why, for the calls still in flight);
@@ -561,48 +548,33 @@ impl SocketWriter {
 
 /// Reads `execute`'s standard input on a thread of the call's own, a chunk
 /// per request of the worker, so that a source that blocks (a terminal, a
-/// pipe) never holds up the output. It ends when the call does (after the
-/// read it is blocked in, if any).
-struct StdinPump {
-    requests: mpsc::Sender<u32>,
-}
-
-impl StdinPump {
-    fn start(mut source: ByteSource, writer: &Arc<SocketWriter>) -> io::Result<StdinPump> {
-        let (requests, wanted) = mpsc::channel::<u32>();
-        let writer = Arc::clone(writer);
-        let pump = move || {
-            for count in wanted {
-                let mut chunk = vec![0; count as usize];
-                let answer = source.read(&mut chunk).map(|read| {
-                    chunk.truncate(read);
-                    chunk
-                });
-                if writer.send_in_call(&ToWorker::Stdin(answer)).is_err() {
-                    return;
-                }
+/// pipe) never holds up the output. Returns where to ask it for at most so
+/// many more bytes (the pump answers the worker). It ends when the call
+/// does (after the read it is blocked in, if any).
+fn stdin_pump(mut source: ByteSource, writer: &Arc<SocketWriter>) -> HookResult<mpsc::Sender<u32>> {
+    let (requests, wanted) = mpsc::channel::<u32>();
+    let writer = Arc::clone(writer);
+    let pump = move || {
+        for count in wanted {
+            let mut chunk = vec![0; count as usize];
+            let answer = source.read(&mut chunk).map(|read| {
+                chunk.truncate(read);
+                chunk
+            });
+            if writer.send_in_call(&ToWorker::Stdin(answer)).is_err() {
+                return;
             }
-        };
-        std::thread::Builder::new().name("provider-stdin".into()).spawn(pump)?;
-        Ok(StdinPump { requests })
-    }
-
-    /// Asks for at most `count` more bytes (the pump answers the worker).
-    fn want(&self, count: u32) {
-        let _ = self.requests.send(count);
-    }
+        }
+    };
+    std::thread::Builder::new().name("provider-stdin".into()).spawn(pump).map_err(|error| {
+        ProviderError::internal(format!("cannot start a thread for the command's standard input: {error}"))
+    })?;
+    Ok(requests)
 }
 
 /// The error of a call cancelled before it was sent.
-pub(super) fn cancelled(hook: Hook) -> provider_abi::ProviderError {
-    provider_abi::ProviderError::new(
-        provider_abi::ErrorKind::CANCELLED,
-        format!("The host cancelled the `{hook}` call."),
-    )
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+pub(super) fn cancelled(hook: Hook) -> ProviderError {
+    ProviderError::new(ErrorKind::CANCELLED, format!("The host cancelled the `{hook}` call."))
 }
 
 /// Reads the worker's hello, sends it the environment and `setup`, and

@@ -14,10 +14,8 @@
 //! by one spawner thread that lives as long as the process.
 
 use std::{
-    ffi::OsString,
     io,
     os::{fd::AsRawFd, unix::net::UnixStream, unix::process::CommandExt},
-    path::PathBuf,
     process::{Child, Command, Stdio},
     sync::{mpsc, Mutex, OnceLock},
 };
@@ -47,56 +45,36 @@ impl Default for Limits {
     }
 }
 
-/// How to start one worker.
-#[derive(Debug, Clone)]
-pub struct SpawnSpec {
-    /// The program (one whose `main` calls
-    /// [`run_worker_if_requested`](super::run_worker_if_requested)).
-    pub program: PathBuf,
-    /// Its arguments (`__worker LIBRARY`).
-    pub args: Vec<OsString>,
-    /// Resource limits.
-    pub limits: Limits,
-}
-
-struct Job {
-    spec: SpawnSpec,
-    socket: UnixStream,
-    reply: mpsc::Sender<io::Result<Child>>,
-}
-
-/// Starts a worker with `socket` as its file descriptor 3.
-pub fn spawn(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
+/// Starts `command` (a worker: a program whose `main` calls
+/// [`run_worker_if_requested`](super::run_worker_if_requested), and its
+/// arguments) with `socket` as its file descriptor 3, under `limits`.
+pub fn spawn(command: Command, limits: &Limits, socket: UnixStream) -> io::Result<Child> {
+    type Job = Box<dyn FnOnce() + Send>;
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (jobs, incoming) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("provider-worker-spawner".into())
-            .spawn(move || {
-                for job in incoming {
-                    let _ = job.reply.send(spawn_here(&job.spec, job.socket));
-                }
-            })
+            .spawn(move || incoming.into_iter().for_each(|job| job()))
             .expect("start the worker spawner thread");
         Mutex::new(jobs)
     });
     let (reply, answer) = mpsc::channel();
-    let job = Job { spec: spec.clone(), socket, reply };
-    spawner
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .send(job)
-        .map_err(|_| io::Error::other("the worker spawner thread is gone"))?;
-    answer.recv().map_err(|_| io::Error::other("the worker spawner thread is gone"))?
+    let limits = limits.clone();
+    let job: Job = Box::new(move || {
+        let _ = reply.send(spawn_here(command, limits, socket));
+    });
+    let sent = super::lock(spawner).send(job);
+    sent.ok()
+        .and_then(|()| answer.recv().ok())
+        .ok_or_else(|| io::Error::other("the worker spawner thread is gone"))?
 }
 
-fn spawn_here(spec: &SpawnSpec, socket: UnixStream) -> io::Result<Child> {
+fn spawn_here(mut command: Command, limits: Limits, socket: UnixStream) -> io::Result<Child> {
     let stderr = std::io::stderr();
     let stdout: Stdio = std::os::fd::AsFd::as_fd(&stderr).try_clone_to_owned()?.into();
-    let mut command = Command::new(&spec.program);
-    command.args(&spec.args).env_clear().stdin(Stdio::null()).stdout(stdout).stderr(Stdio::inherit());
+    command.env_clear().stdin(Stdio::null()).stdout(stdout).stderr(Stdio::inherit());
     let fd = socket.as_raw_fd();
-    let limits = spec.limits.clone();
     // SAFETY: async-signal-safe calls only (prctl, getppid, setpgid, dup2,
     // fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
     let parent = unsafe { libc::getpid() };

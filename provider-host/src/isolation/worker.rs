@@ -11,15 +11,16 @@
 //! provider's log events go back on the control socket.
 
 use super::{
-    fd_pass,
+    fd_pass, lock,
+    process::cancelled,
     protocol::{self, from_bytes, to_bytes, LogEvent, ToHost, ToWorker, MAX_STDIN_CHUNK},
     spawn::WORKER_FD,
 };
 use crate::{loader::LoadedProvider, staging::load_expecting};
 use futures_util::future::{self, Either};
 use provider_abi::{
-    ready, unsupported, ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookFuture, HookResult,
-    Lease, LogLevel, LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
+    ready, unsupported, ByteSink, ByteSource, CreationRecorder, Hook, HookFuture, HookResult, Lease,
+    LogLevel, LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
 };
 use serde::Serialize;
 use std::{
@@ -317,7 +318,7 @@ fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiv
         Either::Left((result, _)) => result,
         Either::Right((_, future)) => {
             drop(future);
-            Err(ProviderError::new(ErrorKind::CANCELLED, format!("The host cancelled the `{hook}` call.")))
+            Err(cancelled(hook))
         }
     }
 }
@@ -427,8 +428,4 @@ impl Writer {
         protocol::encode_into(message, frame)?;
         socket.write_all(frame)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
