@@ -481,12 +481,9 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         };
         return commands::shut_down(&provider, result);
     }
-    if let Some(lease) = lease_args(&cli.command) {
-        if lease.config.config == std::path::Path::new("-") && lease.lease == std::path::Path::new("-") {
-            return Err(Failure::Usage(
-                "--config - and --lease - cannot both read stdin; give one of them as a file".into(),
-            ));
-        }
+    if both_from_stdin(&cli.command) {
+        let both = "--config - and --lease - cannot both read stdin; give one of them as a file";
+        return Err(Failure::Usage(both.into()));
     }
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
     let mut session = commands::Session::open(&plugin, isolation.as_ref(), &global.ledger(), &store, out)?;
@@ -495,14 +492,12 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
     if swaps_on_hangup {
         session = session.swappable();
     }
-    let on_hangup = || swap_on_hangup(&session, &plugin_path, &lock_path);
     let work = || match swaps_on_hangup {
         // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
-        true => interrupt::while_watching(
-            &[libc::SIGHUP],
-            |_| on_hangup(),
-            || dispatch(cli, &session, &lock_for_swaps),
-        ),
+        true => {
+            let on_hangup = |_| swap_on_hangup(&session, &plugin_path, &lock_path);
+            interrupt::while_watching(&[libc::SIGHUP], on_hangup, || dispatch(cli, &session, &lock_for_swaps))
+        }
         false => Ok(dispatch(cli, &session, &lock_for_swaps)),
     };
     let result = interrupt::watch(!swaps_on_hangup, || commands::stop(&session.provider), work)
@@ -539,13 +534,15 @@ impl Global {
     }
 }
 
-/// The `--config FILE --lease FILE` pair of a command that takes one.
-fn lease_args(command: &Command) -> Option<&LeaseArgs> {
-    match command {
-        Command::Resume(lease) | Command::Destroy(lease) => Some(lease),
-        Command::Release { lease, .. } | Command::Exec { lease, .. } => Some(lease),
-        _ => None,
-    }
+/// Whether the `--config FILE --lease FILE` pair of a command that takes
+/// one would read stdin twice.
+fn both_from_stdin(command: &Command) -> bool {
+    let lease = match command {
+        Command::Resume(lease) | Command::Destroy(lease) => lease,
+        Command::Release { lease, .. } | Command::Exec { lease, .. } => lease,
+        _ => return false,
+    };
+    lease.config.config == Path::new("-") && lease.lease == Path::new("-")
 }
 
 /// SIGHUP: swaps the provider to the library at `library` (the plugin

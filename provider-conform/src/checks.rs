@@ -36,8 +36,7 @@ use provider_host::{environment::Environment, loader::LoadedProvider, wait};
 use serde_json::Value;
 use std::{
     ops::ControlFlow,
-    panic::PanicHookInfo,
-    sync::{mpsc, Arc, Barrier, Mutex},
+    sync::{mpsc, Arc, Barrier, Mutex, Once},
     time::{Duration, Instant},
 };
 
@@ -149,16 +148,12 @@ pub fn run(
 ) -> Report {
     let env = environment.params(&provider.manifest().driver_key);
     let ctx = Ctx { provider, env };
-    let _quiet = QuietPanics::install();
+    quiet_deliberate_panics();
     let mut checks = Vec::with_capacity(CHECKS.len());
     for check in CHECKS {
         let started = Instant::now();
-        let verdict = bounded(CHECK_BOUND, {
-            let ctx = ctx.clone();
-            let run = check.run;
-            move || run(&ctx)
-        });
-        let verdict = match verdict {
+        let (ctx, run) = (ctx.clone(), check.run);
+        let verdict = match bounded(CHECK_BOUND, move || run(&ctx)) {
             Some(Ok(note)) => Verdict::Passed(note),
             Some(Err(verdict)) => verdict,
             None => Verdict::Failed(format!("the check did not finish within {} s", CHECK_BOUND.as_secs())),
@@ -179,33 +174,18 @@ pub fn run(
 /// `sink-panic` panic with; the panic hook keeps it off stderr.
 const DELIBERATE_PANIC: &str = "conform: the host's closure panics on purpose";
 
-type PanicHook = Box<dyn Fn(&PanicHookInfo<'_>) + Sync + Send + 'static>;
-
-/// Keeps conform's deliberate panics off stderr while it runs; every other
-/// panic goes to the hook installed before (libtest's, in a test).
-struct QuietPanics {
-    previous: Arc<PanicHook>,
-}
-
-impl QuietPanics {
-    fn install() -> QuietPanics {
-        let previous: Arc<PanicHook> = Arc::new(std::panic::take_hook());
-        let passed = Arc::clone(&previous);
+/// Keeps conform's deliberate panics off stderr from the first run on; every
+/// other panic goes to the hook installed before (libtest's, in a test).
+fn quiet_deliberate_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if info.payload().downcast_ref::<&str>() != Some(&DELIBERATE_PANIC) {
-                passed(info);
+                previous(info);
             }
         }));
-        QuietPanics { previous }
-    }
-}
-
-impl Drop for QuietPanics {
-    fn drop(&mut self) {
-        // Back to the hook installed before the run.
-        let previous = Arc::clone(&self.previous);
-        std::panic::set_hook(Box::new(move |info| previous(info)));
-    }
+    });
 }
 
 /// Runs `call` on a thread of its own, waiting at most `limit` for it;
@@ -815,19 +795,14 @@ fi";
 fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
     let started = Instant::now();
-    let (result, streamed) = {
-        let ctx2 = ctx.clone();
-        let lease = held.lease.clone();
-        bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
-            ctx2.sh(&lease, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS))
-        })
-        .ok_or_else(|| {
-            failed(format!(
-                "execute with a {COMMAND_TIMEOUT_MS} ms timeout had not returned {} s later",
-                TIMEOUT_SLACK.as_secs()
-            ))
-        })?
-    };
+    let (ctx2, lease) = (ctx.clone(), held.lease.clone());
+    let (result, streamed) = bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
+        ctx2.sh(&lease, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS))
+    })
+    .ok_or_else(|| {
+        let slack = TIMEOUT_SLACK.as_secs();
+        failed(format!("execute with a {COMMAND_TIMEOUT_MS} ms timeout had not returned {slack} s later"))
+    })?;
     let elapsed = started.elapsed();
     let result = result.map_err(hook_failed("execute of a command that outlives its timeout"))?;
     if !result.timed_out || result.exit_code.is_some() {

@@ -20,7 +20,12 @@ use provider_host::{
     store::Whose,
     sweep::{self, Outcome, Scope, SweepSecrets},
 };
-use std::{io::IsTerminal, path::Path, path::PathBuf, time::Instant};
+use std::{
+    io::IsTerminal,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Instant,
+};
 
 /// The environment of a run: an external API, or a simulator embedded in
 /// this process (kept alive by holding it).
@@ -154,20 +159,18 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
     // the library the run started with. Each is checked before the first
     // lifecycle.
     let mut swap_turns = options.swap_to.clone();
-    if let (Some(set), 1) = (swap_set, swap_turns.len()) {
-        swap_turns.push(set.active().path().to_path_buf());
-    }
     if let Some(set) = swap_set {
         for library in &options.swap_to {
-            session
-                .swapper
-                .check(set, library, lock)
-                .map_err(|reason| Failure::Usage(format!("--swap-to {}: {reason}", library.display())))?;
+            let refused = |reason| Failure::Usage(format!("--swap-to {}: {reason}", library.display()));
+            session.swapper.check(set, library, lock).map_err(refused)?;
+        }
+        if swap_turns.len() == 1 {
+            swap_turns.push(set.active().path().to_path_buf());
         }
     }
     let faults = embedded::fault_profile(&options.faults, options.seed).map_err(Failure::Usage)?;
     let faults_injected = !faults.is_empty();
-    if options.config.is_some() && !faults.is_empty() {
+    if options.config.is_some() && faults_injected {
         return Err(Failure::Usage("--faults applies to the embedded simulator only (drop --config)".into()));
     }
     if options.config.is_some() && options.requests_per_minute.is_some() {
@@ -203,7 +206,7 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
         );
         bar
     });
-    let failures = std::sync::atomic::AtomicUsize::new(0);
+    let failures = AtomicUsize::new(0);
     let progress = |finished: &Finished| {
         if let Some(set) = swap_set.filter(|_| finished.done.is_multiple_of(options.swap_every)) {
             let turn = finished.done / options.swap_every - 1;
@@ -211,11 +214,11 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
             session.swapper.swap("--swap-to", set, library, lock, session.ledger.as_ref());
         }
         if !finished.ok {
-            failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            failures.fetch_add(1, Ordering::Relaxed);
         }
         match &bar {
             Some(bar) => {
-                bar.set_message(format!("{} failed", failures.load(std::sync::atomic::Ordering::Relaxed)));
+                bar.set_message(format!("{} failed", failures.load(Ordering::Relaxed)));
                 bar.inc(1);
             }
             None => out.value(
