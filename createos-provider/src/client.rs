@@ -129,19 +129,14 @@ pub fn is_valid_id(id: &str) -> bool {
 }
 
 pub(crate) fn check_id(id: &str, what: &str) -> Result<(), Error> {
-    if is_valid_id(id) {
-        Ok(())
-    } else {
-        Err(Error::invalid_input(format!("CreateOS {what} ID is invalid.")))
-    }
+    is_valid_id(id)
+        .then_some(())
+        .ok_or_else(|| Error::invalid_input(format!("CreateOS {what} ID is invalid.")))
 }
 
 fn check_file_path(path: &str) -> Result<(), Error> {
-    if path.is_empty() || path.contains('\0') {
-        Err(Error::invalid_input("CreateOS file path is invalid."))
-    } else {
-        Ok(())
-    }
+    let valid = !path.is_empty() && !path.contains('\0');
+    valid.then_some(()).ok_or_else(|| Error::invalid_input("CreateOS file path is invalid."))
 }
 
 /// Builds the HTTP client the provider uses: rustls, no redirects.
@@ -691,11 +686,9 @@ pub fn parse_retry_after(value: Option<&str>) -> Duration {
 /// (and its unread body) is dropped.
 fn check_status(resp: Response, label: &'static str, ok_statuses: &[StatusCode]) -> Result<Response, Error> {
     let status = resp.status();
-    if status.is_success() || ok_statuses.contains(&status) {
-        Ok(resp)
-    } else {
-        drop(resp);
-        Err(Error::Api(label, status.as_u16()))
+    match status.is_success() || ok_statuses.contains(&status) {
+        true => Ok(resp),
+        false => Err(Error::Api(label, status.as_u16())),
     }
 }
 

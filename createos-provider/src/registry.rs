@@ -158,22 +158,12 @@ impl Registry {
     /// Cancels every command on the lease and waits until each has finished
     /// its own cleanup (its process tree terminated, or marked unconfirmed).
     pub async fn stop_commands(&self, scope: &LeaseScope) {
-        let waiting: Vec<watch::Receiver<bool>> = {
-            let state = self.lock();
-            state
-                .active
-                .get(scope)
-                .map(|commands| {
-                    commands
-                        .iter()
-                        .map(|command| {
-                            command.cancel.cancel();
-                            command.done.clone()
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let waiting: Vec<watch::Receiver<bool>> = (self.lock().active.get(scope).into_iter().flatten())
+            .map(|command| {
+                command.cancel.cancel();
+                command.done.clone()
+            })
+            .collect();
         for mut done in waiting {
             // An error means the guard is gone, which is also "finished".
             let _ = done.wait_for(|finished| *finished).await;

@@ -114,12 +114,8 @@ pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
 /// stays inside; returns its target.
 fn check_host_link(path: &Path, segments: &[String]) -> Result<String, Error> {
     let target = fs::read_link(path).map_err(Error::host_read)?;
-    let target = target.to_str().ok_or(Error::PathEscapes)?.to_owned();
-    if link_stays_inside(segments, &target) {
-        Ok(target)
-    } else {
-        Err(Error::PathEscapes)
-    }
+    let target = target.to_str().filter(|target| link_stays_inside(segments, target));
+    target.map(str::to_owned).ok_or(Error::PathEscapes)
 }
 
 /// Writes the walked `entries` of `root` as a tar archive into `out`:

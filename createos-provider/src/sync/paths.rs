@@ -28,20 +28,16 @@ pub fn sandbox_path(path: &str) -> Result<String, Error> {
     let segments: Vec<&str> =
         path.split('/').filter(|segment| !segment.is_empty() && *segment != ".").collect();
     let normalised = format!("/{}", segments.join("/"));
-    if normalised == REMOTE_CWD || normalised.starts_with(&format!("{REMOTE_CWD}/")) {
-        Ok(normalised)
-    } else {
-        Err(Error::PathEscapes)
-    }
+    let inside = normalised == REMOTE_CWD || normalised.starts_with(&format!("{REMOTE_CWD}/"));
+    inside.then_some(normalised).ok_or(Error::PathEscapes)
 }
 
 /// Checks a host path: absolute and without NUL.
 pub fn host_path(path: &str) -> Result<PathBuf, Error> {
-    if path.starts_with('/') && !path.contains('\0') {
-        Ok(PathBuf::from(path))
-    } else {
-        Err(Error::invalid_input("CreateOS transfer requires an absolute host path."))
-    }
+    let absolute = path.starts_with('/') && !path.contains('\0');
+    absolute
+        .then(|| PathBuf::from(path))
+        .ok_or_else(|| Error::invalid_input("CreateOS transfer requires an absolute host path."))
 }
 
 /// Checks a requested mode: 0..=0o777.
