@@ -152,10 +152,7 @@ pub fn sweep(
     scope: Scope,
     secrets: &SweepSecrets,
 ) -> Result<Vec<Swept>, LedgerError> {
-    let whose = match scope {
-        Scope::Abandoned { .. } | Scope::DeadRuns | Scope::Unreturned => Whose::Gone,
-        Scope::ThisProcess => Whose::ThisHost,
-    };
+    let whose = if scope == Scope::ThisProcess { Whose::ThisHost } else { Whose::Gone };
     let mut records: Vec<LeaseRecord> =
         ledger.left_behind(whose)?.into_iter().filter(|record| scope.covers(record)).collect();
     if whose == Whose::Gone {

@@ -348,13 +348,13 @@ pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn
         #[cfg(feature = "sqlite")]
         LedgerLocation::Sqlite(path) => Ok(Box::new(Ledger::open(path)?)),
         #[cfg(not(feature = "sqlite"))]
-        LedgerLocation::Sqlite(_) => Err(no_sqlite()),
+        LedgerLocation::Sqlite(_) => Err(missing("ledger.sqlite3", "SQLite", "sqlite")),
         #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => Ok(Box::new(PgLedger::open(url, options)?)),
         #[cfg(not(feature = "postgres"))]
         LedgerLocation::Postgres(_) => {
             let _ = options;
-            Err(no_postgres())
+            Err(missing("postgres://..", "PostgreSQL", "postgres"))
         }
     }
 }
@@ -364,16 +364,15 @@ pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn
 pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerError> {
     match location {
         #[cfg(feature = "sqlite")]
-        LedgerLocation::Sqlite(path) => match Ledger::open_read_only(path)? {
-            Some(ledger) => ledger.list(),
-            None => Ok(Vec::new()),
-        },
+        LedgerLocation::Sqlite(path) => {
+            Ledger::open_read_only(path)?.map_or(Ok(Vec::new()), |ledger| ledger.list())
+        }
         #[cfg(not(feature = "sqlite"))]
-        LedgerLocation::Sqlite(_) => Err(no_sqlite()),
+        LedgerLocation::Sqlite(_) => Err(missing("ledger.sqlite3", "SQLite", "sqlite")),
         #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => self::postgres::read_all(url),
         #[cfg(not(feature = "postgres"))]
-        LedgerLocation::Postgres(_) => Err(no_postgres()),
+        LedgerLocation::Postgres(_) => Err(missing("postgres://..", "PostgreSQL", "postgres")),
     }
 }
 
@@ -387,20 +386,12 @@ pub fn default_sqlite_path() -> PathBuf {
     state.join("host-harness").join("ledger.sqlite3")
 }
 
-/// A SQLite location in a build without the `sqlite` feature.
-#[cfg(not(feature = "sqlite"))]
-fn no_sqlite() -> LedgerError {
+/// A location (shown as `location`) of a store this build lacks: its
+/// `feature` is off.
+#[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+fn missing(location: &str, store: &str, feature: &str) -> LedgerError {
     LedgerError::other(
-        "ledger.sqlite3",
-        "this build has no SQLite ledger (provider-host's `sqlite` feature is off)",
-    )
-}
-
-/// A PostgreSQL location in a build without the `postgres` feature.
-#[cfg(not(feature = "postgres"))]
-fn no_postgres() -> LedgerError {
-    LedgerError::other(
-        "postgres://..",
-        "this build has no PostgreSQL ledger (provider-host's `postgres` feature is off)",
+        location,
+        format!("this build has no {store} ledger (provider-host's `{feature}` feature is off)"),
     )
 }

@@ -64,6 +64,10 @@ const ADDED_TABLES: &[&str] = &[
     )",
 ];
 
+/// Whether the database holds the ledger's migrations, and a `leases` table
+/// (without the migrations, another application's).
+const TABLES: &str = "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL";
+
 /// The advisory lock migrations hold ("HHLg", as the SQLite ledger's application id).
 const MIGRATION_LOCK: i64 = 0x4848_4c67;
 
@@ -142,23 +146,21 @@ fn config(url: &str) -> Result<postgres::Config, Problem> {
 fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-    let tracked: bool = tx.query_one("SELECT to_regclass('ledger_migrations') IS NOT NULL", &[])?.get(0);
-    if !tracked {
-        let foreign: bool = tx.query_one("SELECT to_regclass('leases') IS NOT NULL", &[])?.get(0);
-        if foreign {
-            return Err(Problem::ForeignDatabase);
-        }
-        tx.batch_execute(
+    let tables = tx.query_one(TABLES, &[])?;
+    match (tables.get(0), tables.get(1)) {
+        (false, true) => return Err(Problem::ForeignDatabase),
+        (false, false) => tx.batch_execute(
             "CREATE TABLE ledger_migrations (
                 version    INTEGER PRIMARY KEY,
                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
             )",
-        )?;
+        )?,
+        (true, _) => {}
     }
     let applied: i32 = tx.query_one("SELECT coalesce(max(version), 0) FROM ledger_migrations", &[])?.get(0);
     let known = MIGRATIONS.last().map_or(0, |(version, _)| *version);
     if applied > known {
-        return Err(Problem::NewerMigration(applied, known));
+        return Err(Problem::Newer { what: "migration", found: applied.into(), known: known.into() });
     }
     for (version, sql) in MIGRATIONS.iter().filter(|(version, _)| *version > applied) {
         tx.batch_execute(sql)?;
@@ -223,14 +225,8 @@ impl PgLedger {
 
     /// A second handle on the same pool and host (for the heartbeat thread).
     fn handle(&self) -> PgLedger {
-        PgLedger {
-            pool: self.pool.clone(),
-            location: self.location.clone(),
-            host_id: self.host_id.clone(),
-            pid: self.pid,
-            expiry: self.expiry,
-            heartbeat: None,
-        }
+        let (pool, location, host_id) = (self.pool.clone(), self.location.clone(), self.host_id.clone());
+        PgLedger { pool, location, host_id, heartbeat: None, ..*self }
     }
 
     /// This host's id, as its rows and the `hosts` table name it.
@@ -568,8 +564,7 @@ fn off_async_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
     let read = || -> Result<Vec<LeaseRecord>, Problem> {
         let mut client = config(url)?.connect(NoTls)?;
-        let tables = "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL";
-        let row = client.query_one(tables, &[])?;
+        let row = client.query_one(TABLES, &[])?;
         match (row.get(0), row.get(1)) {
             (false, false) => Ok(Vec::new()),
             (false, true) => Err(Problem::ForeignDatabase),

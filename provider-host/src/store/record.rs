@@ -2,8 +2,6 @@
 //! ([`LeaseRecord`]: its [`LeaseState`], [`Owner`] and [`LeaseEnv`]), whose
 //! rows a host lists ([`Whose`]) and the store's error ([`LedgerError`]).
 
-#[cfg(feature = "sqlite")]
-use super::sqlite::SCHEMA_VERSION;
 use provider_abi::Lease;
 use serde::Serialize;
 use serde_json::Value;
@@ -255,9 +253,9 @@ pub(crate) enum Problem {
         "a SQLite database of another application ({0}); refusing to add the lease ledger's tables to it"
     )]
     Foreign(String),
-    #[cfg(feature = "sqlite")]
-    #[error("written by a newer host-harness (ledger schema version {0}, this one knows {SCHEMA_VERSION})")]
-    Newer(i64),
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    #[error("written by a newer host-harness (ledger {what} {found}, this one knows {known})")]
+    Newer { what: &'static str, found: i64, known: i64 },
     #[cfg(feature = "postgres")]
     #[error("{}", super::postgres::describe(.0))]
     Postgres(#[from] postgres::Error),
@@ -267,9 +265,6 @@ pub(crate) enum Problem {
     #[cfg(feature = "postgres")]
     #[error("a database of another application (a `leases` table without the ledger's migrations); refusing to change it")]
     ForeignDatabase,
-    #[cfg(feature = "postgres")]
-    #[error("written by a newer host-harness (ledger migration {0}, this one knows {1})")]
-    NewerMigration(i32, i32),
     #[error("the ledger is closed")]
     Closed,
     #[cfg(feature = "postgres")]

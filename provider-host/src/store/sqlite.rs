@@ -59,7 +59,7 @@ const APPLICATION_ID: i64 = 0x4848_4c67;
 /// The version of [`SCHEMA`] (`PRAGMA user_version`); a ledger of a newer
 /// version is refused rather than misread, one of an older version is
 /// brought to this one by [`MIGRATIONS`] when opened for writing.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The statements that bring a ledger of the version before each to that
 /// version, in order: (version, SQL).
@@ -176,7 +176,11 @@ impl Ledger {
             Ok(ledger)
         };
         let ledger = open().map_err(|problem| LedgerError::new(path, problem))?;
-        ledger.register()?;
+        // Registers this process as a host of the ledger (for `budget_group`).
+        let host = (ledger.pid, ledger.start as i64);
+        ledger.with(|conn| {
+            conn.execute("INSERT OR IGNORE INTO hosts (pid, pid_start) VALUES (?1, ?2)", host)
+        })?;
         Ok(ledger)
     }
 
@@ -239,30 +243,17 @@ impl Ledger {
         f(&conn).map_err(|source| LedgerError::new(&self.path, source))
     }
 
-    /// Registers this process as a host of the ledger (for
-    /// [`Ledger::budget_group`]).
-    fn register(&self) -> Result<(), LedgerError> {
-        self.with(|conn| {
-            conn.execute(
-                "INSERT OR IGNORE INTO hosts (pid, pid_start) VALUES (?1, ?2)",
-                params![self.pid, self.start as i64],
-            )
-            .map(drop)
-        })
-    }
-
     /// Sends `write` to the committer, `waiting` as its caller does; `done`
     /// gets its outcome. A ledger opened read-only runs it at once, and it
     /// fails as a write to a read-only database does.
     fn send(&self, write: Write, done: Done, waiting: Waiting) {
-        let path = self.path.clone();
-        let answer: group_commit::Answer =
-            Box::new(move |outcome| done(outcome.map_err(|error| LedgerError::new(&path, error))));
         let write = self.statements(write);
-        match &self.committer {
-            Some(committer) => committer.send(write, answer, waiting),
-            None => answer(write(&self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))),
-        }
+        let Some(committer) = &self.committer else { return done(self.with(write)) };
+        let path = self.path.clone();
+        let answer = move |outcome: rusqlite::Result<i64>| {
+            done(outcome.map_err(|error| LedgerError::new(&path, error)))
+        };
+        committer.send(write, Box::new(answer), waiting)
     }
 
     /// The statements of `write`, for the committer: the new row's id for
@@ -530,7 +521,9 @@ fn identify(conn: &Connection) -> Result<Option<i64>, Problem> {
         |row| row.get::<_, String>(0),
     )?;
     let foreign = match application_id {
-        APPLICATION_ID if version > SCHEMA_VERSION => return Err(Problem::Newer(version)),
+        APPLICATION_ID if version > SCHEMA_VERSION => {
+            return Err(Problem::Newer { what: "schema version", found: version, known: SCHEMA_VERSION })
+        }
         APPLICATION_ID => return Ok(Some(version)),
         0 if tables.is_empty() && version == 0 => return Ok(None),
         0 if tables.is_empty() => format!("user version {version}"),
