@@ -23,6 +23,7 @@ use axum::routing::get;
 use createos_provider::client::{build_http_client, CallOptions, CreateosClient};
 use createos_provider::config::Secret;
 use createos_provider::pacer::{Pacer, Priority};
+use createos_provider::transition::Lifecycle;
 use tokio::time::Instant;
 use url::Url;
 

@@ -57,6 +57,7 @@ use crate::config::{ProviderConfig, Secret};
 use crate::error::{op, Error};
 use crate::gate::RequestGate;
 use crate::pacer::{key_fingerprint, Pacer, Priority};
+use crate::transition::Lifecycle;
 use provider_abi::CreationRecorder;
 
 /// `Retry-After` assumed when a 429 has none.
@@ -263,21 +264,6 @@ impl CreateosClient {
         reply_id(&data, "id", label)
     }
 
-    /// `GET /sandboxes/{id}`; the reply must echo `id`.
-    pub async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
-        check_id(id, "sandbox")?;
-        let url = self.url(&["sandboxes", id]);
-        let data = self
-            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || self.http.get(url.clone()))
-            .await?;
-        match (data.get("id").and_then(Value::as_str), data.get("status").and_then(Value::as_str)) {
-            (Some(echo), Some(status)) if echo == id => {
-                Ok(SandboxState { id: id.to_string(), status: status.to_string() })
-            }
-            _ => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
-        }
-    }
-
     /// `DELETE /sandboxes/{id}`; 404 counts as already gone. An `id` in the
     /// reply, if any, must echo the request.
     pub async fn delete_sandbox(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
@@ -293,17 +279,6 @@ impl CreateosClient {
             Some(Value::String(_)) | None => Ok(()),
             Some(_) => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
         }
-    }
-
-    /// `POST /sandboxes/{id}/pause`. Accepted is not done: poll. A 409 is
-    /// returned as an `Api` error for the caller to reconcile.
-    pub async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
-        self.lifecycle_post(id, "pause", opts).await
-    }
-
-    /// `POST /sandboxes/{id}/resume`. Same rules as [`Self::pause`].
-    pub async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
-        self.lifecycle_post(id, "resume", opts).await
     }
 
     async fn lifecycle_post(&self, id: &str, action: &str, opts: CallOptions) -> Result<(), Error> {
@@ -637,6 +612,35 @@ impl CreateosClient {
             }
             retries += 1;
         }
+    }
+}
+
+/// The sandbox calls of a transition, sent to CreateOS.
+impl Lifecycle for CreateosClient {
+    /// `GET /sandboxes/{id}`; the reply must echo `id`.
+    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
+        check_id(id, "sandbox")?;
+        let url = self.url(&["sandboxes", id]);
+        let data = self
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || self.http.get(url.clone()))
+            .await?;
+        match (data.get("id").and_then(Value::as_str), data.get("status").and_then(Value::as_str)) {
+            (Some(echo), Some(status)) if echo == id => {
+                Ok(SandboxState { id: id.to_string(), status: status.to_string() })
+            }
+            _ => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
+        }
+    }
+
+    /// `POST /sandboxes/{id}/pause`. Accepted is not done: poll. A 409 is
+    /// returned as an `Api` error for the caller to reconcile.
+    async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+        self.lifecycle_post(id, "pause", opts).await
+    }
+
+    /// `POST /sandboxes/{id}/resume`. Same rules as [`Self::pause`].
+    async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+        self.lifecycle_post(id, "resume", opts).await
     }
 }
 

@@ -16,7 +16,6 @@ use provider_abi::{
 };
 use serde_json::json;
 use std::{
-    future::Future,
     sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
@@ -369,22 +368,18 @@ struct SubmitRecorder<'a> {
 }
 
 impl Lifecycle for SubmitRecorder<'_> {
-    fn get_sandbox(
-        &self,
-        id: &str,
-        opts: CallOptions,
-    ) -> impl Future<Output = Result<SandboxState, Error>> + Send {
-        self.client.get_sandbox(id, opts)
+    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
+        self.client.get_sandbox(id, opts).await
     }
 
-    fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
+    async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
         self.submitted.store(true, Ordering::SeqCst);
-        self.client.pause(id, opts)
+        self.client.pause(id, opts).await
     }
 
-    fn resume(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
+    async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
         self.submitted.store(true, Ordering::SeqCst);
-        self.client.resume(id, opts)
+        self.client.resume(id, opts).await
     }
 }
 

@@ -15,12 +15,9 @@ use provider_abi::{
     abi_stable::std_types::{RSlice, RStr},
     LogField, LogLevel, LogRecord, LogSink,
 };
-use std::{
-    fmt::Write,
-    sync::{
-        atomic::{AtomicU8, Ordering},
-        Once, RwLock,
-    },
+use std::sync::{
+    atomic::{AtomicU8, Ordering},
+    Once, RwLock,
 };
 use tracing::{field::Field, level_filters::LevelFilter, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::{layer::Context, prelude::*, Layer};
@@ -107,20 +104,21 @@ struct Fields {
     fields: Vec<(&'static str, String)>,
 }
 
+impl Fields {
+    fn put(&mut self, field: &Field, text: String) {
+        match field.name() {
+            "message" => self.message.push_str(&text),
+            name => self.fields.push((name, text)),
+        }
+    }
+}
+
 impl tracing::field::Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            self.fields.push((field.name(), value.to_owned()));
-        }
+        self.put(field, value.to_owned());
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            self.fields.push((field.name(), format!("{value:?}")));
-        }
+        self.put(field, format!("{value:?}"));
     }
 }

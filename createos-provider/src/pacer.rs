@@ -463,8 +463,7 @@ impl Pacer {
     /// The process-wide budget for (`origin`, key). If the limit differs from
     /// the one the budget was created with, the latest configuration wins.
     pub fn shared(origin: &str, key_fingerprint: u64, requests_per_minute: u32) -> Arc<Pacer> {
-        let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
-        let pacer = map
+        let pacer = (registry().lock().unwrap_or_else(|e| e.into_inner()))
             .entry((origin.to_string(), key_fingerprint))
             .or_insert_with(|| {
                 let pacer = Pacer::new(requests_per_minute);
@@ -472,7 +471,6 @@ impl Pacer {
                 Arc::new(pacer)
             })
             .clone();
-        drop(map);
         pacer.set_limit(requests_per_minute);
         pacer
     }

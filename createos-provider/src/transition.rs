@@ -87,7 +87,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::client::{CallOptions, CreateosClient, SandboxState};
+use crate::client::{CallOptions, SandboxState};
 pub use crate::error::SandboxTarget as Desired;
 use crate::error::{op, Error};
 use crate::pacer::Priority;
@@ -236,12 +236,9 @@ impl Estimates {
         }
         if all.len() >= ORIGINS {
             all.retain(|_, estimates| Arc::strong_count(estimates) > 1);
-            if all.len() >= ORIGINS {
-                let evict = all.keys().next().cloned();
-                if let Some(evict) = evict {
-                    all.remove(&evict);
-                }
-            }
+        }
+        if let Some(evict) = all.keys().next().cloned().filter(|_| all.len() >= ORIGINS) {
+            all.remove(&evict);
         }
         all.entry(origin.to_string()).or_default().clone()
     }
@@ -395,7 +392,8 @@ impl PhaseRun {
     }
 }
 
-/// The sandbox calls a transition needs (implemented by [`CreateosClient`];
+/// The sandbox calls a transition needs (implemented by
+/// [`crate::client::CreateosClient`];
 /// a trait so the state machine can be tested on simulated time).
 pub trait Lifecycle {
     /// `GET /sandboxes/{id}`.
@@ -408,24 +406,6 @@ pub trait Lifecycle {
     fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send;
     /// `POST /sandboxes/{id}/resume`.
     fn resume(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send;
-}
-
-impl Lifecycle for CreateosClient {
-    fn get_sandbox(
-        &self,
-        id: &str,
-        opts: CallOptions,
-    ) -> impl Future<Output = Result<SandboxState, Error>> + Send {
-        CreateosClient::get_sandbox(self, id, opts)
-    }
-
-    fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
-        CreateosClient::pause(self, id, opts)
-    }
-
-    fn resume(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
-        CreateosClient::resume(self, id, opts)
-    }
 }
 
 /// Drives sandbox `id` to `desired` before `deadline`, with requests at
