@@ -40,13 +40,10 @@ pub fn restore(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
         return 0;
     }
     let id = provider.manifest().id.to_string();
-    let saved = match store.memory(&id) {
-        Ok(saved) => saved,
-        Err(error) => {
-            tracing::warn!(provider = %id, "cannot read the provider's memory: {error}");
-            return 0;
-        }
-    };
+    let saved = store
+        .memory(&id)
+        .inspect_err(|error| tracing::warn!(provider = %id, "cannot read the provider's memory: {error}"))
+        .unwrap_or_default();
     import(
         provider,
         &id,
@@ -66,13 +63,10 @@ pub fn save(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
     }
     let now = SystemTime::now();
     let forget_before = now.checked_sub(MAX_AGE).unwrap_or(SystemTime::UNIX_EPOCH);
-    match store.save_memory(&id, &entries, now, forget_before, MAX_ENTRIES) {
-        Ok(()) => entries.len(),
-        Err(error) => {
-            tracing::warn!(provider = %id, "cannot save the provider's memory: {error}");
-            0
-        }
-    }
+    store
+        .save_memory(&id, &entries, now, forget_before, MAX_ENTRIES)
+        .inspect_err(|error| tracing::warn!(provider = %id, "cannot save the provider's memory: {error}"))
+        .map_or(0, |()| entries.len())
 }
 
 /// Hands what `from` learnt to `to` (a newly active version of the same
@@ -92,13 +86,10 @@ fn import(provider: &dyn HookSupport, id: &str, entries: Vec<MemoryEntry>, refus
     if entries.is_empty() {
         return 0;
     }
-    match provider.import_memory(&entries) {
-        Ok(()) => entries.len(),
-        Err(error) => {
-            tracing::warn!(provider = %id, kind = %error.kind, "{refused}: {error}");
-            0
-        }
-    }
+    provider
+        .import_memory(&entries)
+        .inspect_err(|error| tracing::warn!(provider = %id, kind = %error.kind, "{refused}: {error}"))
+        .map_or(0, |()| entries.len())
 }
 
 /// `provider`'s export, `None` when it has no such hook, failed or exported
@@ -107,13 +98,12 @@ fn export(provider: &dyn HookSupport, id: &str) -> Option<Vec<MemoryEntry>> {
     if !provider.supports(Hook::ExportMemory) {
         return None;
     }
-    let entries = match provider.export_memory() {
-        Ok(entries) => entries,
-        Err(error) => {
-            tracing::warn!(provider = %id, kind = %error.kind, "the provider did not export its memory: {error}");
-            return None;
-        }
-    };
+    let entries = provider
+        .export_memory()
+        .inspect_err(|error| {
+            tracing::warn!(provider = %id, kind = %error.kind, "the provider did not export its memory: {error}")
+        })
+        .ok()?;
     let size: usize = entries.iter().map(MemoryEntry::size).sum();
     if size > MEMORY_LIMIT {
         tracing::warn!(provider = %id, bytes = size, limit = MEMORY_LIMIT, "the provider's memory is over the limit: not kept");
