@@ -275,26 +275,22 @@ pub fn percentile(values: &[Duration], p: f64) -> Duration {
 impl Summary {
     /// The broken invariants, empty when all held.
     pub fn broken(&self) -> Vec<String> {
-        let mut broken = Vec::new();
-        if let Some(sim) = &self.sim {
-            if sim.leaked.len() > self.cut_short_by_crash {
-                broken.push(format!("{} sandboxes leaked", sim.leaked.len() - self.cut_short_by_crash));
-            }
-        }
-        if self.tally.unconfirmed_reused > 0 {
-            broken.push(format!("{} unconfirmed leases reused", self.tally.unconfirmed_reused));
-        }
-        if self.tally.secrets_seen > 0 {
-            broken.push(format!(
-                "a secret of the configuration appeared {} times in output",
-                self.tally.secrets_seen
-            ));
-        }
-        if self.tally.panics > 0 {
-            broken.push(format!("{} panics", self.tally.panics));
-        }
-        let failed: usize = self.tally.failed.values().sum();
-        if self.tally.succeeded == 0 && self.leases > 0 {
+        let tally = &self.tally;
+        let leaked =
+            self.sim.as_ref().map_or(0, |sim| sim.leaked.len().saturating_sub(self.cut_short_by_crash));
+        let counted = [
+            (leaked, format!("{leaked} sandboxes leaked")),
+            (tally.unconfirmed_reused, format!("{} unconfirmed leases reused", tally.unconfirmed_reused)),
+            (
+                tally.secrets_seen,
+                format!("a secret of the configuration appeared {} times in output", tally.secrets_seen),
+            ),
+            (tally.panics, format!("{} panics", tally.panics)),
+        ];
+        let mut broken: Vec<String> =
+            counted.into_iter().filter(|(count, _)| *count > 0).map(|(_, problem)| problem).collect();
+        let failed: usize = tally.failed.values().sum();
+        if tally.succeeded == 0 && self.leases > 0 {
             broken.push("no lifecycle succeeded".to_owned());
         } else if failed > 0 && !self.faults_injected {
             broken.push(format!("{failed} lifecycles failed without a fault profile"));
