@@ -486,12 +486,11 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         return Err(Failure::Usage(both.into()));
     }
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
-    let mut session = commands::Session::open(&plugin, isolation.as_ref(), &global.ledger(), &store, out)?;
     // The daemon-like commands swap the provider on SIGHUP.
     let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
-    if swaps_on_hangup {
-        session = session.swappable();
-    }
+    let ledger = global.ledger();
+    let session =
+        commands::Session::open(&plugin, isolation.as_ref(), swaps_on_hangup, &ledger, &store, out)?;
     let work = || match swaps_on_hangup {
         // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
         true => {

@@ -32,16 +32,16 @@ pub enum LockCommand {
 /// Runs `command`; `verify` exits 1 when a library no longer matches its pin.
 pub fn run(lock: &mut LockFile, command: &LockCommand, out: Printer) -> Result<(), Failure> {
     match command {
-        LockCommand::Add { path } => print(out, "pinned", &lock.add(path).map_err(Failure::usage)?),
+        LockCommand::Add { path } => print(out, "pinned: ", &lock.add(path).map_err(Failure::usage)?),
         LockCommand::List => lock.pins().iter().for_each(|pin| print(out, "", pin)),
         LockCommand::Verify { path: Some(path) } => {
-            print(out, "verified", lock.verify(path).map_err(Failure::usage)?)
+            print(out, "verified: ", lock.verify(path).map_err(Failure::usage)?)
         }
         LockCommand::Verify { path: None } => {
             let mut intact = true;
             for pin in lock.pins() {
                 match lock.verify(Path::new(&pin.path)) {
-                    Ok(_) => print(out, "verified", pin),
+                    Ok(_) => print(out, "verified: ", pin),
                     Err(error) => {
                         intact = false;
                         let message = error.to_string();
@@ -55,11 +55,11 @@ pub fn run(lock: &mut LockFile, command: &LockCommand, out: Printer) -> Result<(
     Ok(())
 }
 
+/// Prints one line, `what` (`installed: `, or nothing) before it, or its JSON.
 fn print(out: Printer, what: &str, pin: &Pin) {
     let value =
         json!({"id": pin.id, "version": pin.version, "abi": pin.abi, "sha256": pin.sha256, "path": pin.path});
     out.value(&value, || {
-        let prefix = if what.is_empty() { String::new() } else { format!("{what}: ") };
-        format!("{prefix}{}@{} ABI {} sha256 {} {}", pin.id, pin.version, pin.abi, pin.sha256, pin.path)
+        format!("{what}{}@{} ABI {} sha256 {} {}", pin.id, pin.version, pin.abi, pin.sha256, pin.path)
     });
 }

@@ -135,25 +135,23 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads the provider, opens the ledger and hands the provider what it
-    /// learnt in earlier processes (its memory, kept in the ledger).
+    /// Loads the provider (swappable when `swappable`), opens the ledger and
+    /// hands the provider what it learnt in earlier processes (its memory,
+    /// kept in the ledger).
     pub fn open(
         library: &Library,
         isolation: Option<&IsolationOptions>,
+        swappable: bool,
         ledger: &LedgerLocation,
         options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
         let provider = load_hosted(library, isolation).map_err(Failure::Usage)?;
+        // In process, a provider set; a worker-process provider stays as it is.
+        let provider = if swappable { provider.swappable() } else { provider };
         let ledger = open_ledger(ledger, options)?;
         memory::restore(&provider, &*ledger);
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
-    }
-
-    /// The same session with its provider swappable (in process: a
-    /// provider set; a worker-process provider stays as it is).
-    pub fn swappable(self) -> Session {
-        Session { provider: self.provider.swappable(), ..self }
     }
 
     /// Saves what the provider learnt into the ledger, for the next

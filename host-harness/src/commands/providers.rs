@@ -55,7 +55,7 @@ pub fn run(
             if lock.exists() {
                 lock.add(&entry.path).map_err(Failure::usage)?;
             }
-            print(out, "installed", &entry);
+            print(out, "installed: ", &entry);
             if !entry.active && !out.json {
                 let spec = entry.installed.spec();
                 println!("{spec} is not active: `host-harness providers use {spec}` makes it so");
@@ -70,11 +70,11 @@ pub fn run(
         }
         ProvidersCommand::Use { spec } => {
             versions_needed(providers, spec)?;
-            print(out, "active", &providers.use_version(spec).map_err(Failure::usage)?)
+            print(out, "active: ", &providers.use_version(spec).map_err(Failure::usage)?)
         }
         ProvidersCommand::Remove { spec } => {
             versions_needed(providers, spec)?;
-            print(out, "removed", &providers.remove(spec).map_err(Failure::usage)?)
+            print(out, "removed: ", &providers.remove(spec).map_err(Failure::usage)?)
         }
     }
     Ok(())
@@ -99,6 +99,7 @@ fn versions_needed(providers: &ProvidersDir, spec: &str) -> Result<(), Failure> 
     }))
 }
 
+/// Prints one line, `what` (`installed: `, or nothing) before it, or its JSON.
 fn print(out: Printer, what: &str, entry: &Entry) {
     let installed = &entry.installed;
     let value = json!({
@@ -111,9 +112,8 @@ fn print(out: Printer, what: &str, entry: &Entry) {
     });
     out.value(&value, || {
         let marker = if entry.active { "*" } else { " " };
-        let prefix = if what.is_empty() { String::new() } else { format!("{what}: ") };
         format!(
-            "{prefix}{marker} {:<24} ABI {:<5} sha256 {}  {}",
+            "{what}{marker} {:<24} ABI {:<5} sha256 {}  {}",
             installed.spec(),
             installed.abi,
             &installed.sha256[..16.min(installed.sha256.len())],
