@@ -177,16 +177,14 @@ impl ProvidersDir {
         fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).map_err(io("copy the library"))?;
         let record = serde_json::to_vec_pretty(&installed).expect("serialisable");
         fs::write(staging.path().join("installed.json"), record).map_err(io("write installed.json"))?;
-        if version_dir.exists() {
-            // --force: move the old version aside, put the new one in place.
-            let old = staging.path().with_extension("replaced");
-            fs::rename(&version_dir, &old).map_err(io(format!("replace {}", version_dir.display())))?;
-            fs::rename(staging.keep(), &version_dir)
-                .map_err(io(format!("install {}", version_dir.display())))?;
+        // --force: move the old version aside, put the new one in place.
+        let old = version_dir.exists().then(|| staging.path().with_extension("replaced"));
+        if let Some(old) = &old {
+            fs::rename(&version_dir, old).map_err(io(format!("replace {}", version_dir.display())))?;
+        }
+        fs::rename(staging.keep(), &version_dir).map_err(io(format!("install {}", version_dir.display())))?;
+        if let Some(old) = old {
             fs::remove_dir_all(&old).map_err(io(format!("remove {}", old.display())))?;
-        } else {
-            fs::rename(staging.keep(), &version_dir)
-                .map_err(io(format!("install {}", version_dir.display())))?;
         }
         if self.active_spec()?.is_none() {
             self.write_active(&installed.spec())?;

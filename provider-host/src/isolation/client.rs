@@ -161,7 +161,7 @@ impl IsolatedProvider {
     /// `export_memory` and `import_memory` (what a worker learns stays in
     /// that worker, and workers come and go within one host process).
     pub fn supports(&self, hook: Hook) -> bool {
-        self.inner.supports(hook)
+        self.inner.manifest.hooks.iter().any(|name| name.as_str() == hook.name())
     }
 
     /// Workers started to serve the hooks that create nothing (1 + restarts).
@@ -239,10 +239,6 @@ impl Drop for CancelOnDrop {
 }
 
 impl Inner {
-    fn supports(&self, hook: Hook) -> bool {
-        self.manifest.hooks.iter().any(|name| name.as_str() == hook.name())
-    }
-
     /// Starts a worker with the current setup; refuses one whose library
     /// changed on disk.
     fn open_worker(&self) -> HookResult<Arc<WorkerProcess>> {

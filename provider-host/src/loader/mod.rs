@@ -201,16 +201,21 @@ impl LoadedProvider {
 fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
     let path = checked.path().to_path_buf();
     let path = path.as_path();
+    let not_a_provider = || LoadError::NotAProvider { path: path.to_path_buf() };
+    let mismatch = |detail: &dyn fmt::Display| LoadError::LayoutMismatch {
+        path: path.to_path_buf(),
+        detail: first_line(detail),
+    };
     #[cfg(target_os = "linux")]
     elf::check_shared_object(checked.file_mut())
         .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
     checked.check_not_loaded_from_another_file()?;
     let header = lib_header_from_path(path).map_err(|error| match error {
-        LibraryError::GetSymbolError { .. } => LoadError::NotAProvider { path: path.to_path_buf() },
+        LibraryError::GetSymbolError { .. } => not_a_provider(),
         LibraryError::OpenError { err, .. } => {
             LoadError::NotALibrary { path: path.to_path_buf(), reason: dl_reason(&err.to_string(), path) }
         }
-        other => LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&other) },
+        other => mismatch(&other),
     })?;
     let image = LoadedImage::containing((header as *const LibHeader).cast()).ok_or_else(|| {
         LoadError::ForeignPointer { path: path.to_path_buf(), what: "library header".into() }
@@ -218,11 +223,9 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
     checked.check_mapped(image)?;
     let consts = header.root_mod_consts();
     if consts.base_name().as_str() != ProviderModuleRef::BASE_NAME {
-        return Err(LoadError::NotAProvider { path: path.to_path_buf() });
+        return Err(not_a_provider());
     }
-    let version = VersionNumber::new(header.version_strings()).map_err(|error| {
-        LoadError::LayoutMismatch { path: path.to_path_buf(), detail: first_line(&error) }
-    })?;
+    let version = VersionNumber::new(header.version_strings()).map_err(|error| mismatch(&error))?;
     if version.major != u32::from(ABI_VERSION.major) {
         return Err(LoadError::IncompatibleAbi {
             path: path.to_path_buf(),
@@ -230,10 +233,6 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
             host: ABI_VERSION,
         });
     }
-    let mismatch = |detail: &dyn fmt::Display| LoadError::LayoutMismatch {
-        path: path.to_path_buf(),
-        detail: first_line(detail),
-    };
     let module = if version.minor < u32::from(ABI_VERSION.minor) {
         // abi_stable checks a module with the host's definitions as the
         // expected layout, and refuses a host table with more fields than
