@@ -30,7 +30,6 @@ pub struct Version {
     path: PathBuf,
     in_flight: AtomicUsize,
     retired: AtomicBool,
-    drained: AtomicBool,
 }
 
 impl Version {
@@ -41,7 +40,6 @@ impl Version {
             provider: Mutex::new(Some(Arc::new(provider))),
             in_flight: AtomicUsize::new(0),
             retired: AtomicBool::new(false),
-            drained: AtomicBool::new(false),
         }
     }
 
@@ -72,7 +70,7 @@ impl Version {
 
     /// True once the retired version has no call in flight and was shut down.
     pub fn is_drained(&self) -> bool {
-        self.drained.load(Ordering::SeqCst)
+        self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none()
     }
 
     fn loaded(&self) -> Arc<LoadedProvider> {
@@ -109,12 +107,10 @@ impl Version {
         }
     }
 
-    /// Shuts a retired version down once nothing runs on it, exactly once.
+    /// Shuts a retired version down once nothing runs on it, exactly once
+    /// (whoever takes its instance).
     fn drain_if_idle(&self) {
         if !self.is_retired() || self.in_flight() > 0 {
-            return;
-        }
-        if self.drained.compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             return;
         }
         let provider = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
@@ -339,16 +335,15 @@ impl Provider for ProviderSet {
         self.active().manifest.clone()
     }
 
+    /// Shuts every version not drained yet down; the first failure.
     fn shutdown(&self) -> HookResult<()> {
-        let mut outcome = Ok(());
-        for version in self.versions().iter().filter(|version| !version.is_drained()) {
-            if let Some(provider) =
-                version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_ref()
-            {
-                outcome = outcome.and(provider.shutdown());
-            }
-        }
-        outcome
+        self.versions()
+            .iter()
+            .filter_map(|version| {
+                version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+            })
+            .map(|provider| provider.shutdown())
+            .fold(Ok(()), Result::and)
     }
 
     /// Granted to the active version, and remembered for the versions
