@@ -250,21 +250,13 @@ impl ProvidersDir {
     }
 
     fn read_installed(&self, version_dir: &Path) -> Result<Option<Installed>, ProvidersError> {
-        let record = version_dir.join("installed.json");
-        match fs::read(&record) {
-            Ok(bytes) => Ok(serde_json::from_slice(&bytes).ok()),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(io(format!("read {}", record.display()))(error)),
-        }
+        let bytes = read_if_exists(&version_dir.join("installed.json"), |path| fs::read(path))?;
+        Ok(bytes.and_then(|bytes| serde_json::from_slice(&bytes).ok()))
     }
 
     fn active_spec(&self) -> Result<Option<String>, ProvidersError> {
-        let path = self.root.join("active");
-        match fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|spec| !spec.is_empty())),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(io(format!("read {}", path.display()))(error)),
-        }
+        let text = read_if_exists(&self.root.join("active"), |path| fs::read_to_string(path))?;
+        Ok(text.map(|text| text.trim().to_owned()).filter(|spec| !spec.is_empty()))
     }
 
     fn write_active(&self, spec: &str) -> Result<(), ProvidersError> {
@@ -298,17 +290,25 @@ fn check_component(text: &str) -> Result<(), ProvidersError> {
 
 /// The sub-folders of `dir` (none when it does not exist), hidden ones skipped.
 fn read_dirs(dir: &Path) -> Result<Vec<PathBuf>, ProvidersError> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(io(format!("read {}", dir.display()))(error)),
-    };
+    let Some(entries) = read_if_exists(dir, |dir| fs::read_dir(dir))? else { return Ok(Vec::new()) };
     Ok(entries
         .flatten()
         .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()))
         .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
         .map(|entry| entry.path())
         .collect())
+}
+
+/// What `read` reads at `path`; `None` when nothing is there.
+fn read_if_exists<T>(
+    path: &Path,
+    read: impl FnOnce(&Path) -> io::Result<T>,
+) -> Result<Option<T>, ProvidersError> {
+    match read(path) {
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(io(format!("read {}", path.display()))(error)),
+    }
 }
 
 /// SHA-256 of `bytes`, lowercase hex.

@@ -134,19 +134,14 @@ fn regular(path: &Path, metadata: &Metadata) -> Result<(), LoadError> {
 
 /// What a file that is not a regular file is, in a few words.
 pub(crate) fn describe(kind: FileType) -> &'static str {
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_socket() {
-        "a socket"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else {
-        "a special file"
-    }
+    let kinds = [
+        (kind.is_dir(), "a directory"),
+        (kind.is_fifo(), "a FIFO"),
+        (kind.is_socket(), "a socket"),
+        (kind.is_char_device(), "a character device"),
+        (kind.is_block_device(), "a block device"),
+    ];
+    kinds.into_iter().find_map(|(is, what)| is.then_some(what)).unwrap_or("a special file")
 }
 
 #[cfg(test)]
