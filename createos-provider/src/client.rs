@@ -658,9 +658,9 @@ fn file_body(source: &Path) -> reqwest::Body {
     }
 }
 
-/// Maps a transport error of `label` (see [`Error::from_transport`]) after
-/// logging its kind, never its text: that includes the URL (file paths in
-/// queries).
+/// Maps a transport error of `label` to a `Timeout` or `Connection` error
+/// after logging its kind, never its text: that includes the URL (file
+/// paths in queries).
 fn transport(label: &'static str) -> impl Fn(reqwest::Error) -> Error {
     move |err| {
         tracing::debug!(
@@ -669,7 +669,10 @@ fn transport(label: &'static str) -> impl Fn(reqwest::Error) -> Error {
             connect = err.is_connect(),
             "CreateOS transport error"
         );
-        Error::from_transport(label, &err)
+        match err.is_timeout() {
+            true => Error::Timeout(label),
+            false => Error::Connection(label),
+        }
     }
 }
 

@@ -303,16 +303,6 @@ impl Error {
         Error::DidNotReach { desired, state: state.into() }
     }
 
-    /// Maps a transport error without looking at its text: the text of a
-    /// reqwest error includes the URL (and may include query values).
-    pub fn from_transport(operation: &'static str, err: &reqwest::Error) -> Self {
-        if err.is_timeout() {
-            Error::Timeout(operation)
-        } else {
-            Error::Connection(operation)
-        }
-    }
-
     /// An HTTP 404 from CreateOS (the resource does not exist).
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Api(_, 404))

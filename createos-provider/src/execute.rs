@@ -59,7 +59,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use provider_abi::{ByteSink, ByteSource, ExecuteParams, ExecuteResult, OutputStream};
 use serde_json::json;
 use tokio::time::Instant;
@@ -404,12 +404,8 @@ impl Run<'_> {
             }
         };
         if cancelled {
-            return if self.terminate(&pid).await {
-                Err(Error::Cancelled)
-            } else {
-                self.registry.mark_unconfirmed(&self.lease.scope);
-                Err(Error::CommandCleanupUnconfirmed)
-            };
+            self.terminate(&pid).await?;
+            return Err(Error::Cancelled);
         }
 
         let mut decoder = OutputDecoder::new();
@@ -418,10 +414,7 @@ impl Run<'_> {
             Ok(exit) => return Ok(self.result(Some(&pid), Some(exit), false, decoder.finish())),
             Err(stop) => stop,
         };
-        if !self.terminate(&pid).await {
-            self.registry.mark_unconfirmed(&self.lease.scope);
-            return Err(Error::CommandCleanupUnconfirmed);
-        }
+        self.terminate(&pid).await?;
         match stop {
             Stop::Deadline => Ok(self.result(Some(&pid), None, true, decoder.finish())),
             Stop::Cancelled => Err(Error::Cancelled),
@@ -460,29 +453,26 @@ impl Run<'_> {
                         reconnects = self.reconnects,
                         "CreateOS output stream reconnects"
                     );
-                    self.race(async {
-                        tokio::time::sleep(RECONNECT_DELAY).await;
-                        Ok(())
-                    })
-                    .await?;
+                    self.race(tokio::time::sleep(RECONNECT_DELAY).map(Ok)).await?;
                 }
                 Err(stop) => return Err(stop),
             }
         }
     }
 
-    /// Terminates the process tree under a fresh deadline; true when
-    /// CreateOS confirmed the whole tree is gone.
-    async fn terminate(&self, pid: &str) -> bool {
+    /// Terminates the process tree under a fresh deadline: `Ok` when
+    /// CreateOS confirmed the whole tree is gone, else the lease is marked
+    /// unconfirmed and the error says so.
+    async fn terminate(&self, pid: &str) -> Result<(), Error> {
         let deadline = Instant::now() + CLEANUP_TIMEOUT;
         for attempt in 1..=KILL_ATTEMPTS {
             let options = CallOptions::new(deadline, Priority::Cleanup);
             match self.client.kill_process(self.sandbox(), pid, KILL_GRACE_MS, options).await {
-                Ok(true) => return true,
+                Ok(true) => return Ok(()),
                 Ok(false) => {}
                 // A refusal will not change; anything else (5xx, a lost or
                 // malformed reply, a timeout) may: DELETE is idempotent.
-                Err(error) if is_refusal(&error) && error.http_status() != Some(429) => return false,
+                Err(error) if is_refusal(&error) && error.http_status() != Some(429) => break,
                 Err(_) => {}
             }
             if attempt == KILL_ATTEMPTS || Instant::now() + RECONNECT_DELAY >= deadline {
@@ -490,7 +480,8 @@ impl Run<'_> {
             }
             tokio::time::sleep(RECONNECT_DELAY).await;
         }
-        false
+        self.registry.mark_unconfirmed(&self.lease.scope);
+        Err(Error::CommandCleanupUnconfirmed)
     }
 
     fn result(

@@ -35,7 +35,7 @@
 //!   [`Error::OutputEvicted`], anything else [`Error::OutputStreamError`].
 //! - Malformed JSON, a non-object, an unknown `type`, a data frame with a
 //!   missing or ill-typed field, an unknown stream or invalid base64, a gap:
-//!   [`Error::protocol`]`(output connection)`. After an error the decoder
+//!   [`Error::Protocol`]`(output connection)`. After an error the decoder
 //!   must not be fed again (the command is over).
 //! - Base64 is the standard alphabet; padding is optional.
 //! - Nothing is decoded as the bytes arrive: each stream keeps its last
