@@ -41,7 +41,7 @@ pub const ABSENT: &str =
 /// harness configuration pointing at it (lease reuse on, so release pauses;
 /// the API in this process, so its leases are gone with it).
 #[cfg(feature = "embedded-sim")]
-fn start_offline(rate_limited: bool) -> Result<(Simulator, Environment), String> {
+fn start_offline(rate_limited: bool) -> Result<(Option<Simulator>, Environment), String> {
     let sim_config = createos_sim::SimConfig {
         rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
@@ -50,11 +50,11 @@ fn start_offline(rate_limited: bool) -> Result<(Simulator, Environment), String>
         .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
     let mut config = harness_environment(sim.provider_config(true));
     config.api_in_process = true;
-    Ok((sim, config))
+    Ok((Some(sim), config))
 }
 
 #[cfg(not(feature = "embedded-sim"))]
-fn start_offline(_rate_limited: bool) -> Result<(Simulator, Environment), String> {
+fn start_offline(_rate_limited: bool) -> Result<(Option<Simulator>, Environment), String> {
     Err(ABSENT.to_owned())
 }
 
@@ -93,8 +93,7 @@ pub fn offline_target<P: Provider + ?Sized>(
 ) -> Result<(Option<Simulator>, Environment), String> {
     let manifest = provider.manifest();
     if manifest.driver_key.as_str() == SERVES_DRIVER_KEY {
-        let (sim, config) = start_offline(rate_limited)?;
-        return Ok((Some(sim), config));
+        return start_offline(rate_limited);
     }
     let config = harness_environment(serde_json::json!({}));
     let report = provider.validate_config(&config.params(&manifest.driver_key)).map_err(|error| {

@@ -288,9 +288,8 @@ impl Lifecycle<'_, '_> {
     /// Destroys the lease this lifecycle still holds, if any (also after an
     /// interruption: clean-up is what an interruption asks for).
     async fn clean_up(&mut self) {
-        let Some(held) = self.lease.take() else { return };
+        let Some(held) = self.lease.clone() else { return };
         let host = self.host;
-        self.lease = Some(held.clone());
         let started = Instant::now();
         let outcome = Box::pin(host.destroy(&held)).await;
         let _ = self.finish("destroy", "clean-up after a failed step", started, outcome);

@@ -549,18 +549,11 @@ fn both_from_stdin(command: &Command) -> bool {
 fn swap_on_hangup(session: &commands::Session, library: &Path, lock_path: &Path) {
     const CAUSE: &str = "SIGHUP";
     let Some(set) = session.provider.provider_set() else {
-        eprintln!("{CAUSE}: swap refused: the provider runs in a worker process (--isolate); the active version stays");
-        return;
+        return eprintln!("{CAUSE}: swap refused: the provider runs in a worker process (--isolate); the active version stays");
     };
-    let lock = match lock_path.exists() {
-        true => match LockFile::open(lock_path) {
-            Ok(lock) => Some(lock),
-            Err(error) => {
-                eprintln!("{CAUSE}: swap refused: {error}; the active version stays");
-                return;
-            }
-        },
-        false => None,
+    let lock = match lock_path.exists().then(|| LockFile::open(lock_path)).transpose() {
+        Ok(lock) => lock,
+        Err(error) => return eprintln!("{CAUSE}: swap refused: {error}; the active version stays"),
     };
     session.swapper.swap(CAUSE, set, library, lock.as_ref(), session.ledger.as_ref());
 }

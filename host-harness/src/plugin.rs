@@ -50,16 +50,10 @@ pub const PLUGIN_VARIABLE: &str = "HOST_HARNESS_PLUGIN";
 /// Finds the provider library by the search order, or says in one line where
 /// it looked and how to put one there.
 pub fn find_plugin(flag: Option<&Path>, providers: &ProvidersDir) -> Result<PathBuf, String> {
-    let named = flag.map(Path::to_path_buf);
     let variable = || std::env::var_os(PLUGIN_VARIABLE).filter(|value| !value.is_empty()).map(PathBuf::from);
     let beside = default_plugin_path();
-    if let Some(path) = named.or_else(variable).or_else(|| providers.active_library()) {
-        return Ok(path);
-    }
-    if beside.exists() {
-        return Ok(beside);
-    }
-    Err(format!(
+    let found = flag.map(Path::to_path_buf).or_else(variable).or_else(|| providers.active_library());
+    found.or_else(|| beside.exists().then(|| beside.clone())).ok_or_else(|| format!(
         "no provider found (searched --plugin, ${PLUGIN_VARIABLE}, the providers directory {} and {}): build one with `cargo build --locked --release -p {}`, then `host-harness providers install target/release/{}`",
         providers.root().display(),
         beside.display(),
@@ -105,7 +99,11 @@ pub fn load_library(library: &Library) -> Result<LoadedProvider, LoadError> {
 /// wants (errors only when it wants none: they are dropped here).
 pub fn set_up(provider: &dyn HookSupport) -> HookResult<()> {
     let level = crate::provider_log::host_max_level().unwrap_or(LogLevel::Error);
-    provider.setup(&setup_params(), crate::provider_log::sink(), level)
+    let host = SetupParams {
+        host_name: env!("CARGO_PKG_NAME").into(),
+        host_version: env!("CARGO_PKG_VERSION").into(),
+    };
+    provider.setup(&host, crate::provider_log::sink(), level)
 }
 
 /// Loads `library` and runs `setup`: in this process, or with `isolation`
@@ -130,9 +128,4 @@ pub fn load_hosted(
     .map_err(|error| error.to_string())?;
     set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
     Ok(HostedProvider::Isolated(provider))
-}
-
-/// What this host tells a provider's `setup` about itself.
-fn setup_params() -> SetupParams {
-    SetupParams { host_name: env!("CARGO_PKG_NAME").into(), host_version: env!("CARGO_PKG_VERSION").into() }
 }

@@ -1,6 +1,6 @@
 //! Turning hook results into JSON (for `--json`) and human-readable lines.
 
-use provider_abi::{HealthReport, Manifest, ProviderError, ValidationReport};
+use provider_abi::{Manifest, ProviderError, ValidationReport};
 use serde_json::{json, Value};
 
 /// Parses a JSON text field of a hook result, keeping it as a string if it is
@@ -20,11 +20,6 @@ pub fn manifest(manifest: &Manifest) -> Value {
         "hooks": manifest.hooks.iter().map(|hook| hook.as_str()).collect::<Vec<_>>(),
         "configSchema": json_field(&manifest.config_schema_json),
     })
-}
-
-/// A health report as JSON.
-pub fn health(report: &HealthReport) -> Value {
-    json!({"status": report.status.as_str(), "message": report.message.as_str()})
 }
 
 /// A validation report as JSON.

@@ -302,22 +302,23 @@ impl Summary {
         (duration.as_secs_f64() * 1e4).round() / 10.0
     }
 
+    /// Each step's calls, and its p50 and p99 latency in milliseconds.
+    fn latencies(&self) -> impl Iterator<Item = (&'static str, usize, f64, f64)> + '_ {
+        self.tally.latencies.iter().map(|(step, values)| {
+            (
+                *step,
+                values.len(),
+                Self::millis(percentile(values, 50.0)),
+                Self::millis(percentile(values, 99.0)),
+            )
+        })
+    }
+
     /// The summary as JSON.
     pub fn to_json(&self) -> Value {
         let latency: BTreeMap<_, _> = self
-            .tally
-            .latencies
-            .iter()
-            .map(|(step, values)| {
-                (
-                    *step,
-                    json!({
-                        "count": values.len(),
-                        "p50Ms": Self::millis(percentile(values, 50.0)),
-                        "p99Ms": Self::millis(percentile(values, 99.0)),
-                    }),
-                )
-            })
+            .latencies()
+            .map(|(step, count, p50, p99)| (step, json!({"count": count, "p50Ms": p50, "p99Ms": p99})))
             .collect();
         json!({
             "summary": true,
@@ -398,13 +399,8 @@ impl Summary {
         lines.push(format!("API requests: {}", na(self.sim.as_ref().map(|sim| sim.requests))));
         lines.push(format!("429 answers:  {}", na(self.sim.as_ref().map(|sim| sim.rate_limited))));
         lines.push("latency per hook (p50 / p99):".into());
-        for (step, values) in &tally.latencies {
-            lines.push(format!(
-                "  {step:<14} {:>9.1} ms / {:>9.1} ms  ({} calls)",
-                Self::millis(percentile(values, 50.0)),
-                Self::millis(percentile(values, 99.0)),
-                values.len()
-            ));
+        for (step, count, p50, p99) in self.latencies() {
+            lines.push(format!("  {step:<14} {p50:>9.1} ms / {p99:>9.1} ms  ({count} calls)"));
         }
         match &self.sim {
             Some(sim) => lines.push(format!(

@@ -16,26 +16,21 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
         Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
         None => {
             let (sim, mut config) = embedded::offline_target(&*provider, false).map_err(Failure::Usage)?;
-            if let Some(sim) = &sim {
+            if sim.is_some() {
                 // The simulator's rate limit is off: 32 leases at once would
                 // otherwise wait a minute for the budget, not on the provider.
                 embedded::set_request_budget(&mut config, embedded::UNLIMITED_REQUEST_BUDGET);
-                if !out.json {
-                    println!("{}", embedded::banner(sim));
-                }
             }
             (sim, config)
         }
     };
     let manifest = provider.manifest();
     if !out.json {
-        println!(
-            "checking {} {} (ABI {}) from {}",
-            manifest.id,
-            manifest.version,
-            provider.library_abi(),
-            provider.path().display()
-        );
+        if let Some(sim) = &sim {
+            println!("{}", embedded::banner(sim));
+        }
+        let (id, version, abi) = (&manifest.id, &manifest.version, provider.library_abi());
+        println!("checking {id} {version} (ABI {abi}) from {}", provider.path().display());
     }
     // The first SIGINT or SIGTERM shuts the provider down (cancelling the
     // commands in flight); the check under way then fails and destroys its

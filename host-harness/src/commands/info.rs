@@ -40,7 +40,8 @@ pub fn inspect(provider: &HostedProvider, out: Printer, signature: &Signature) -
 /// Calls `health`.
 pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
     let report = provider.health()?;
-    out.value(&render::health(&report), || format!("{}: {}", report.status, report.message));
+    let json = json!({"status": report.status.as_str(), "message": report.message.as_str()});
+    out.value(&json, || format!("{}: {}", report.status, report.message));
     Ok(())
 }
 

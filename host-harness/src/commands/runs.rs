@@ -63,10 +63,8 @@ impl Target {
 /// `lifecycle`: one whole lifecycle, each step printed.
 pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
     let target = Target::new(session, config, true)?;
-    if let Some(sim) = &target.sim {
-        if !session.out.json {
-            println!("{}", embedded::banner(sim));
-        }
+    if let Some(sim) = target.sim.as_ref().filter(|_| !session.out.json) {
+        println!("{}", embedded::banner(sim));
     }
     target.sweep_orphans(session)?;
     let out = session.out;
