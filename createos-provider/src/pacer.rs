@@ -316,14 +316,9 @@ impl State {
             }
         };
         // A pending raise may let the head start sooner: look again then.
-        let budget = match (budget, self.raise) {
-            (Some(at), Some((raise, _))) => Some(at.min(raise)),
-            (budget, _) => budget,
-        };
-        let at = match (budget, self.paused_until) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        let budget = budget.map(|at| self.raise.map_or(at, |(raise, _)| at.min(raise)));
+        // `None < Some(_)`: a pause, if any, delays whatever the budget says.
+        let at = budget.max(self.paused_until);
         (at, free && at.is_none_or(|t| t <= now))
     }
 
@@ -564,7 +559,7 @@ impl Pacer {
     /// A pause never shortens an earlier one.
     pub fn pause_until(&self, until: Instant) {
         let mut state = self.lock();
-        state.paused_until = Some(state.paused_until.map_or(until, |p| p.max(until)));
+        state.paused_until = state.paused_until.max(Some(until));
         // Waiters re-check when they wake; a longer pause needs no wake-up.
     }
 
