@@ -22,8 +22,6 @@ use crate::memory::SavedEntry;
 use provider_abi::{Lease, MemoryEntry, ProviderError};
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use record::{lease_id, stored_error, Problem};
-#[cfg(feature = "sqlite")]
-pub(crate) use record::{process, runs};
 pub use record::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Whose};
 #[cfg(feature = "sqlite")]
 use sqlite::Ledger;

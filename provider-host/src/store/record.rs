@@ -175,18 +175,7 @@ pub struct LeaseRecord {
     pub(crate) owner_start: u64,
 }
 
-/// True while process `pid`, started at `start`, is running on this machine.
-pub(crate) fn runs(pid: u32, start: u64) -> bool {
-    process::start_time(pid) == Some(start)
-}
-
 impl LeaseRecord {
-    /// True while the process that wrote the row is running (on this
-    /// machine: meaningful for SQLite rows).
-    pub fn owner_is_running(&self) -> bool {
-        runs(self.pid, self.owner_start)
-    }
-
     /// True for a row `sweep` may act on once its owner is gone: every row
     /// not destroyed, since something may remain remotely. Which of them a
     /// sweep does act on is its scope's choice ([`crate::sweep::Scope`]): a
@@ -316,19 +305,4 @@ pub enum Whose {
     /// Hosts that are gone: their process exited (SQLite), or their
     /// heartbeat expired (PostgreSQL).
     Gone,
-}
-
-/// Which process owns a row: a pid plus its start time, so a reused pid is
-/// not mistaken for the owner.
-pub(crate) mod process {
-    /// The start time (clock ticks since boot) of process `pid`, if it runs.
-    pub fn start_time(pid: u32) -> Option<u64> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // Field 22, counted after the parenthesised command name (which may hold spaces).
-        let after_name = &stat[stat.rfind(')')? + 1..];
-        let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
-        // A zombie has exited: its leases are no longer in use.
-        let state = after_name.split_whitespace().next()?;
-        (state != "Z").then_some(start)
-    }
 }

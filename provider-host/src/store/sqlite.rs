@@ -23,9 +23,8 @@ use crate::{
     group_commit::{self, Committer, Waiting},
     memory::SavedEntry,
     store::{
-        from_unix_ms, lease_id, process, runs, stored_error, unix_ms, CommitCounts, Done, LeaseEnv,
-        LeaseRecord, LeaseState, LeaseStore, LedgerError, Owner, Problem, Whose, Write, FORGET_MEMORY,
-        MEMORY, SAVE_MEMORY,
+        from_unix_ms, lease_id, stored_error, unix_ms, CommitCounts, Done, LeaseEnv, LeaseRecord, LeaseState,
+        LeaseStore, LedgerError, Owner, Problem, Whose, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
     },
 };
 use provider_abi::MemoryEntry;
@@ -228,7 +227,7 @@ impl Ledger {
             conn: Mutex::new(conn),
             committer: None,
             pid,
-            start: process::start_time(pid).unwrap_or(0),
+            start: start_time(pid).unwrap_or(0),
             created_dir,
         }
     }
@@ -476,16 +475,15 @@ impl LeaseStore for Ledger {
     fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
         let won = self.with(|conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+            let sql = format!(
+                "UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW}
+                 WHERE id = ?1 AND pid = ?4 AND pid_start = ?5"
+            );
             let mut won = Vec::new();
-            for record in records.iter().filter(|record| !record.owner_is_running()) {
-                let changed = tx.execute(
-                    &format!(
-                        "UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW}
-                         WHERE id = ?1 AND pid = ?4 AND pid_start = ?5"
-                    ),
-                    params![record.id, self.pid, self.start as i64, record.pid, record.owner_start as i64],
-                )?;
-                if changed == 1 {
+            for record in records.iter().filter(|record| !runs(record.pid, record.owner_start)) {
+                let owners =
+                    params![record.id, self.pid, self.start as i64, record.pid, record.owner_start as i64];
+                if tx.execute(&sql, owners)? == 1 {
                     won.push(record.id);
                 }
             }
@@ -622,6 +620,24 @@ fn uri_escape(path: &Path) -> String {
             _ => format!("%{byte:02X}"),
         })
         .collect()
+}
+
+/// True while process `pid`, started at `start`, is running on this
+/// machine: a pid plus its start time name a row's owner, so a reused pid
+/// is not mistaken for it.
+fn runs(pid: u32, start: u64) -> bool {
+    start_time(pid) == Some(start)
+}
+
+/// The start time (clock ticks since boot) of process `pid`, if it runs.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22, counted after the parenthesised command name (which may hold spaces).
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let start = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    // A zombie has exited: its leases are no longer in use.
+    let state = after_name.split_whitespace().next()?;
+    (state != "Z").then_some(start)
 }
 
 /// The rows `sql` selects with `params`, each read by `read`.
