@@ -256,8 +256,10 @@ impl dyn LeaseStore + '_ {
     }
 }
 
-/// What a provider remembered, newest first: the statement both stores run
-/// (SQLite reads PostgreSQL's `$N` parameters too).
+/// What a provider remembered, newest first: the statement both stores run.
+/// SQLite reads PostgreSQL's `$N` parameters too, but numbers them by first
+/// appearance (`$1` is a name to it), so in these three statements `$1`,
+/// `$2`, ... must first appear in that order.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) const MEMORY: &str = "SELECT key, value, saved_at_ms FROM provider_memory WHERE provider_id = $1
     ORDER BY saved_at_ms DESC, key";
