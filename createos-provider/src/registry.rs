@@ -46,18 +46,6 @@ pub struct Registry {
     state: Arc<Mutex<State>>,
 }
 
-/// Marks a lease as closing until dropped.
-pub struct ClosingGuard {
-    registry: Registry,
-    scope: LeaseScope,
-}
-
-impl Drop for ClosingGuard {
-    fn drop(&mut self) {
-        self.registry.lock().closing.remove(&self.scope);
-    }
-}
-
 /// A command registered on a lease; dropping it tells release it finished.
 pub struct CommandGuard {
     registry: Registry,
@@ -102,12 +90,16 @@ impl Registry {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Marks the lease closing, or returns `None` if it already is.
-    pub fn begin_closing(&self, scope: &LeaseScope) -> Option<ClosingGuard> {
-        self.lock()
-            .closing
-            .insert(scope.clone())
-            .then(|| ClosingGuard { registry: self.clone(), scope: scope.clone() })
+    /// Marks the lease closing until the returned guard is dropped, or
+    /// returns `None` if it already is.
+    pub fn begin_closing(&self, scope: &LeaseScope) -> Option<impl Sized> {
+        let (registry, scope) = (self.clone(), scope.clone());
+        let inserted = self.lock().closing.insert(scope.clone());
+        inserted.then(|| {
+            scopeguard::guard((), move |()| {
+                registry.lock().closing.remove(&scope);
+            })
+        })
     }
 
     /// Why the lease refuses new work, if it does.
