@@ -393,11 +393,7 @@ fn main() -> ExitCode {
 
 fn init_logging(verbose: u8, format: LogFormat) {
     use std::io::IsTerminal;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
+    let default = ["warn", "info", "debug"][usize::from(verbose.min(2))];
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);

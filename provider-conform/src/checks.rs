@@ -432,19 +432,11 @@ impl Ctx {
 fn manifest(ctx: &Ctx) -> Result<String, Verdict> {
     let manifest = ctx.provider.manifest();
     let abi = ctx.provider.library_abi();
-    let mut problems = Vec::new();
-    for (field, value) in
-        [("id", &manifest.id), ("version", &manifest.version), ("driver key", &manifest.driver_key)]
-    {
-        if value.trim().is_empty() {
-            problems.push(format!("the {field} is empty"));
-        }
-    }
-    for hook in Hook::ALL.into_iter().filter(|hook| !hook.is_optional()) {
-        if !ctx.provider.supports(hook) {
-            problems.push(format!("lacks the required `{hook}` hook"));
-        }
-    }
+    let fields = [("id", &manifest.id), ("version", &manifest.version), ("driver key", &manifest.driver_key)];
+    let empty = fields.into_iter().filter(|(_, value)| value.trim().is_empty());
+    let mut problems: Vec<String> = empty.map(|(field, _)| format!("the {field} is empty")).collect();
+    let missing = Hook::ALL.into_iter().filter(|hook| !hook.is_optional() && !ctx.provider.supports(*hook));
+    problems.extend(missing.map(|hook| format!("lacks the required `{hook}` hook")));
     match serde_json::from_str::<Value>(&manifest.config_schema_json) {
         Ok(Value::Object(_)) => {}
         _ => problems.push("the configuration schema is not a JSON object".into()),
@@ -468,12 +460,9 @@ fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
     let report = bounded(VALIDATE_BOUND, move || provider.validate_config(&env))
         .ok_or_else(|| failed(format!("validate_config of an empty configuration did not answer within {} s (does it wait on the network?)", VALIDATE_BOUND.as_secs())))?
         .map_err(hook_failed("validate_config of an empty configuration"))?;
-    let elapsed = started.elapsed();
+    let ms = started.elapsed().as_secs_f64() * 1e3;
     if report.ok {
-        return Ok(format!(
-            "an empty configuration is valid for this provider ({:.1} ms)",
-            elapsed.as_secs_f64() * 1e3
-        ));
+        return Ok(format!("an empty configuration is valid for this provider ({ms:.1} ms)"));
     }
     if report.errors.is_empty() {
         return Err(failed("validate_config rejected an empty configuration without naming a problem"));
@@ -481,7 +470,7 @@ fn validate_empty(ctx: &Ctx) -> Result<String, Verdict> {
     if let Some(bad) = report.errors.iter().find(|error| error.trim().is_empty() || error.contains('\n')) {
         return Err(failed(format!("a problem is not one line: {:?}", bad.as_str())));
     }
-    Ok(format!("{} problem(s) in {:.1} ms", report.errors.len(), elapsed.as_secs_f64() * 1e3))
+    Ok(format!("{} problem(s) in {ms:.1} ms", report.errors.len()))
 }
 
 fn validate_given(ctx: &Ctx) -> Result<String, Verdict> {
