@@ -196,7 +196,7 @@ impl IsolatedProvider {
     /// Runs a synchronous hook on the calling thread.
     fn call_now<T: DeserializeOwned>(&self, hook: Hook, params: impl Serialize) -> HookResult<T> {
         let params = self.encode(hook, params)?;
-        from_bytes(&self.inner.call(hook, &params, &mut CallIo::default(), None)?)
+        from_bytes(&self.inner.call(hook, &params, &mut CallIo::default())?)
     }
 
     /// Runs a hook that returns a future on a thread of its own. Dropping
@@ -211,12 +211,11 @@ impl IsolatedProvider {
             Ok(params) => params,
             Err(error) => return ready(Err(error)),
         };
-        let (inner, control) = (Arc::clone(&self.inner), Arc::new(CallControl::default()));
+        let (inner, control) = (Arc::clone(&self.inner), Arc::clone(&io.control));
         let (sender, receiver) = tokio::sync::oneshot::channel();
-        let running = Arc::clone(&control);
         let spawned = std::thread::Builder::new().name("provider-call".into()).spawn(move || {
             // Dropped (cancelled) futures no longer listen.
-            let _ = sender.send(inner.call(hook, &params, &mut io, Some(&running)));
+            let _ = sender.send(inner.call(hook, &params, &mut io));
         });
         if let Err(error) = spawned {
             return ready(Err(worker_error(format!("cannot start a thread for the `{hook}` hook: {error}"))));
@@ -272,7 +271,7 @@ impl Inner {
         for lease in &unconfirmed {
             let hook = Hook::ImportUnconfirmed;
             worker
-                .call(hook, &to_bytes(lease)?, &mut CallIo::default(), None, self.options.deadline)
+                .call(hook, &to_bytes(lease)?, &mut CallIo::default(), self.options.deadline)
                 .map_err(|failure| failure_error(worker.pid, failure, hook))??;
         }
         *main = Some(Arc::clone(&worker));
@@ -307,20 +306,14 @@ impl Inner {
     /// Runs `hook` on its worker (a creation worker for a creating hook),
     /// its output, input and recorded moments crossing through `io` as they
     /// come. A worker found dead before the call was sent is replaced once.
-    fn call(
-        &self,
-        hook: Hook,
-        params: &[u8],
-        io: &mut CallIo,
-        control: Option<&CallControl>,
-    ) -> HookResult<Vec<u8>> {
+    fn call(&self, hook: Hook, params: &[u8], io: &mut CallIo) -> HookResult<Vec<u8>> {
         let creating = matches!(hook, Hook::AcquireLease | Hook::Probe);
         let deadline = self.options.deadline.max(io.deadline);
         let mut attempts = 0;
         loop {
             attempts += 1;
             let worker = if creating { self.creation_worker()? } else { self.main_worker()? };
-            let outcome = worker.call(hook, params, io, control, deadline);
+            let outcome = worker.call(hook, params, io, deadline);
             if creating {
                 worker.creations.fetch_sub(1, Ordering::SeqCst);
             }
@@ -352,17 +345,13 @@ fn worker_error(message: String) -> ProviderError {
     ProviderError::internal(message).with_http(None, Some(WORKER_OPERATION))
 }
 
-/// The one line a call gets when its worker ended under it.
-fn crash_error(pid: u32, how: &str, hook: Hook) -> ProviderError {
-    worker_error(format!(
-        "{WORKER_FAILURE_PREFIX}{pid}) {how} during the `{hook}` hook; the next call starts a new worker."
-    ))
-}
-
-/// The one line a call gets when its worker failed it.
+/// The one line a call gets when its worker failed it (ended under it,
+/// was killed past its deadline, or could not be reached).
 fn failure_error(pid: u32, failure: Failure, hook: Hook) -> ProviderError {
     match failure {
-        Failure::NotSent(how) | Failure::Died(how) => crash_error(pid, &how, hook),
+        Failure::NotSent(how) | Failure::Died(how) => worker_error(format!(
+            "{WORKER_FAILURE_PREFIX}{pid}) {how} during the `{hook}` hook; the next call starts a new worker."
+        )),
         Failure::Local(line) => worker_error(line),
         Failure::Deadline(deadline) => worker_error(format!(
             "{WORKER_FAILURE_PREFIX}{pid}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker."
@@ -387,8 +376,7 @@ impl Provider for IsolatedProvider {
     fn shutdown(&self) -> HookResult<()> {
         let creators: Vec<_> = lock(&self.inner.creators).iter().filter(|w| !w.is_dead()).cloned().collect();
         for worker in creators {
-            let _ =
-                worker.call(Hook::Shutdown, &[], &mut CallIo::default(), None, self.inner.options.deadline);
+            let _ = worker.call(Hook::Shutdown, &[], &mut CallIo::default(), self.inner.options.deadline);
         }
         self.call_now(Hook::Shutdown, ())
     }
@@ -444,7 +432,7 @@ impl Provider for IsolatedProvider {
     ) -> HookFuture<ExecuteResult> {
         let timeout = params.timeout_ms.into_option().map(Duration::from_millis);
         let deadline = timeout.map_or(Duration::ZERO, |timeout| timeout + Duration::from_secs(60));
-        let io = CallIo { output: Some(output), stdin: Some(stdin), recorder: None, deadline };
+        let io = CallIo { output: Some(output), stdin: Some(stdin), deadline, ..CallIo::default() };
         self.call_later(Hook::Execute, params, io)
     }
 

@@ -50,9 +50,11 @@ pub(super) type Setup = Option<(SetupParams, LogLevel)>;
 
 /// What a call hands the worker besides its parameters, and what it
 /// answers with: `execute`'s output sink and input source, a creating
-/// hook's recorder; and the least deadline it gets.
+/// hook's recorder; the least deadline it gets; what cancels it.
 #[derive(Default)]
 pub(super) struct CallIo {
+    /// Lets another thread cancel the call.
+    pub control: Arc<CallControl>,
     /// The call's deadline is at least this (`execute`'s own timeout).
     pub deadline: Duration,
     /// Where `execute`'s output goes.
@@ -218,14 +220,13 @@ impl WorkerProcess {
 
     /// Runs `hook` with `params` (their postcard) on this worker within
     /// `deadline`, delivering output, standard input and the recorder's
-    /// moments through `io` as they come; `control`, when given, may cancel
+    /// moments through `io` as they come; `io.control` may cancel
     /// it. The reply is the postcard of the hook's value.
     pub fn call(
         &self,
         hook: Hook,
         params: &[u8],
         io: &mut CallIo,
-        control: Option<&CallControl>,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
         let number = self.next_call.fetch_add(1, Ordering::Relaxed);
@@ -236,7 +237,7 @@ impl WorkerProcess {
             }
             state.in_flight.insert(number, hook);
         }
-        let outcome = self.exchange(hook, params, io, control, deadline);
+        let outcome = self.exchange(hook, params, io, deadline);
         lock(&self.state).in_flight.remove(&number);
         outcome
     }
@@ -246,7 +247,6 @@ impl WorkerProcess {
         hook: Hook,
         params: &[u8],
         io: &mut CallIo,
-        control: Option<&CallControl>,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
         let until = Instant::now() + deadline;
@@ -267,11 +267,7 @@ impl WorkerProcess {
             }
         };
         let call = ToWorker::Call(hook.name().into(), params.into());
-        let sent = match control {
-            Some(control) => control.send_call(&socket.writer, &call),
-            None => socket.writer.send_call(&call).map(|()| true),
-        };
-        match sent {
+        match io.control.send_call(&socket.writer, &call) {
             Ok(true) => {}
             Ok(false) => {
                 lock(&self.idle).push(socket);
@@ -284,9 +280,7 @@ impl WorkerProcess {
         }
         let outcome = self.follow(hook, io, &mut socket, until, deadline);
         socket.writer.end_call();
-        if let Some(control) = control {
-            control.finished();
-        }
+        io.control.finished();
         if outcome.is_ok() {
             lock(&self.idle).push(socket);
         }

@@ -213,24 +213,24 @@ impl Worker {
         while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
             match message {
                 ToWorker::Call(hook, params) => {
-                    let (routes, inputs) = Routes::new();
+                    let (routes, inputs) = routes();
                     current = Some(routes);
                     if jobs.send((hook.into_owned(), params.into_owned(), inputs)).is_err() {
                         return;
                     }
                 }
                 ToWorker::Recorded(answer) => {
-                    if let Some(waiting) = current.as_ref().and_then(|routes| lock(&routes.recorded).take()) {
+                    if let Some(waiting) = current.as_ref().and_then(|(recorded, ..)| lock(recorded).take()) {
                         let _ = waiting.send(answer);
                     }
                 }
                 ToWorker::Stdin(chunk) => {
-                    if let Some(routes) = &current {
-                        let _ = routes.stdin.send(chunk);
+                    if let Some((_, stdin, _)) = &current {
+                        let _ = stdin.send(chunk);
                     }
                 }
                 ToWorker::Cancel => {
-                    if let Some(cancel) = current.as_mut().and_then(|routes| routes.cancel.take()) {
+                    if let Some(cancel) = current.as_mut().and_then(|(.., cancel)| cancel.take()) {
                         let _ = cancel.send(());
                     }
                 }
@@ -266,7 +266,7 @@ impl Worker {
         let Some(hook) = Hook::from_name(name) else {
             return Err(ProviderError::internal(format!("The provider worker knows no `{name}` hook.")));
         };
-        let Inputs { recorded, stdin, cancel } = inputs;
+        let (recorded, stdin, cancel) = inputs;
         let recorder = || CreationRecorder::new(Forward { writer: Arc::clone(writer), answer: recorded });
         let future = match hook {
             Hook::Setup => {
@@ -323,35 +323,24 @@ fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiv
     }
 }
 
-/// What the frames of the running call deliver, on the reader's side.
-struct Routes {
-    /// The answer the recorder waits for, once it sent a moment.
-    recorded: Answer,
-    /// Standard input, as the host sends it.
-    stdin: mpsc::Sender<HookResult<Vec<u8>>>,
-    /// Cancels the call; taken by the first cancellation.
-    cancel: Option<oneshot::Sender<()>>,
-}
+/// What the frames of the running call deliver, on the reader's side: the
+/// answer the recorder waits for once it sent a moment, standard input as
+/// the host sends it, and the cancellation (taken by the first).
+type Routes = (Answer, mpsc::Sender<HookResult<Vec<u8>>>, Option<oneshot::Sender<()>>);
 
 /// The same, on the running call's side.
-struct Inputs {
-    recorded: Answer,
-    stdin: mpsc::Receiver<HookResult<Vec<u8>>>,
-    cancel: oneshot::Receiver<()>,
-}
+type Inputs = (Answer, mpsc::Receiver<HookResult<Vec<u8>>>, oneshot::Receiver<()>);
 
 /// Where the host's answer to a recorded moment goes: one moment is
 /// outstanding at a time (the provider awaits each).
 type Answer = Arc<Mutex<Option<oneshot::Sender<HookResult<()>>>>>;
 
-impl Routes {
-    fn new() -> (Routes, Inputs) {
-        let recorded = Answer::default();
-        let (stdin, chunks) = mpsc::channel();
-        let (cancel, cancelled) = oneshot::channel();
-        let inputs = Inputs { recorded: Arc::clone(&recorded), stdin: chunks, cancel: cancelled };
-        (Routes { recorded, stdin, cancel: Some(cancel) }, inputs)
-    }
+/// A call's routes and inputs, connected.
+fn routes() -> (Routes, Inputs) {
+    let recorded = Answer::default();
+    let (stdin, chunks) = mpsc::channel();
+    let (cancel, cancelled) = oneshot::channel();
+    ((Arc::clone(&recorded), stdin, Some(cancel)), (recorded, chunks, cancelled))
 }
 
 /// The worker's recorder: each moment crosses to the host, and the hook
