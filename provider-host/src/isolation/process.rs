@@ -87,7 +87,7 @@ impl CallControl {
         if state.cancelled {
             return Ok(false);
         }
-        writer.send_call(call)?;
+        writer.send(call)?;
         state.writer = Some(Arc::clone(writer));
         Ok(true)
     }
@@ -98,7 +98,7 @@ impl CallControl {
         let mut state = lock(&self.state);
         state.cancelled = true;
         if let Some(writer) = state.writer.take() {
-            let _ = writer.send_in_call(&ToWorker::Cancel);
+            let _ = writer.send(&ToWorker::Cancel);
         }
     }
 
@@ -156,12 +156,9 @@ impl WorkerProcess {
         setup: &Setup,
         shared: &Arc<Shared>,
     ) -> Result<Arc<WorkerProcess>, IsolationError> {
-        let program = match &options.program {
-            Some(program) => program.clone(),
-            None => std::env::current_exe().map_err(|error| {
-                IsolationError(format!("cannot find this program to start a provider worker: {error}"))
-            })?,
-        };
+        let program = options.program.clone().map_or_else(std::env::current_exe, Ok).map_err(|error| {
+            IsolationError(format!("cannot find this program to start a provider worker: {error}"))
+        })?;
         let failed = |error: io::Error| {
             IsolationError(format!("cannot start the provider worker {}: {error}", program.display()))
         };
@@ -321,7 +318,7 @@ impl WorkerProcess {
                         // No source: the input is empty.
                         None => Ok(Vec::new()),
                     };
-                    let _ = socket.writer.send_in_call(&ToWorker::Stdin(answer));
+                    let _ = socket.writer.send(&ToWorker::Stdin(answer));
                 }
                 Ok(Some(moment @ (ToHost::Sending | ToHost::Created(_)))) => {
                     let answer = match (io.recorder.as_mut(), moment) {
@@ -332,7 +329,7 @@ impl WorkerProcess {
                         (Some(recorder), _) => pollster::block_on(recorder.sending()),
                     };
                     // A failed send means the worker died: its end comes next.
-                    let _ = socket.writer.send_in_call(&ToWorker::Recorded(answer));
+                    let _ = socket.writer.send(&ToWorker::Recorded(answer));
                 }
                 Ok(Some(ToHost::Reply(result))) => return Ok(result),
                 Ok(Some(_)) => {
@@ -516,18 +513,12 @@ impl SocketWriter {
         SocketWriter { state: Mutex::new(WriterState { socket, frame: Vec::new(), in_call: false }) }
     }
 
-    fn send_call(&self, call: &ToWorker<'_>) -> io::Result<()> {
+    /// Sends `message`: a call opens the socket's call; anything else is
+    /// about the call in flight, and is not sent once it ended.
+    fn send(&self, message: &ToWorker<'_>) -> io::Result<()> {
         let mut state = lock(&self.state);
         let state = &mut *state;
-        state.in_call = true;
-        protocol::encode_into(call, &mut state.frame)?;
-        state.socket.write_all(&state.frame)
-    }
-
-    /// Sends `message` about the call in flight; nothing once it ended.
-    fn send_in_call(&self, message: &ToWorker<'_>) -> io::Result<()> {
-        let mut state = lock(&self.state);
-        let state = &mut *state;
+        state.in_call |= matches!(message, ToWorker::Call(..));
         if !state.in_call {
             return Ok(());
         }
@@ -555,7 +546,7 @@ fn stdin_pump(mut source: ByteSource, writer: &Arc<SocketWriter>) -> HookResult<
                 chunk.truncate(read);
                 chunk
             });
-            if writer.send_in_call(&ToWorker::Stdin(answer)).is_err() {
+            if writer.send(&ToWorker::Stdin(answer)).is_err() {
                 return;
             }
         }
@@ -573,21 +564,23 @@ pub(super) fn cancelled(hook: Hook) -> ProviderError {
 
 /// Reads the worker's hello, sends it the environment and `setup`, and
 /// reads `setup`'s outcome; `Ok(Err(line))` when the worker refused.
-fn handshake(socket: &UnixStream, deadline: Duration, setup: &Setup) -> io::Result<Result<Manifest, String>> {
+fn handshake(
+    mut socket: &UnixStream,
+    deadline: Duration,
+    setup: &Setup,
+) -> io::Result<Result<Manifest, String>> {
     socket.set_read_timeout(Some(deadline))?;
-    let mut reader = socket;
-    let mut writer = socket;
     let mut buffer = Vec::new();
     let unexpected = || io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message");
     let ended = || io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its connection");
-    let manifest = match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
+    let manifest = match protocol::read::<ToHost>(&mut socket, &mut buffer)?.ok_or_else(ended)? {
         ToHost::Hello(Ok(manifest)) => manifest,
         ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
         _ => return Err(unexpected()),
     };
     let start = ToWorker::Start { env: environment_for(&manifest), setup: setup.clone() };
-    protocol::write(&mut writer, &start)?;
-    match protocol::read::<ToHost>(&mut reader, &mut buffer)?.ok_or_else(ended)? {
+    protocol::write(&mut socket, &start)?;
+    match protocol::read::<ToHost>(&mut socket, &mut buffer)?.ok_or_else(ended)? {
         ToHost::Ready(Ok(())) => Ok(Ok(manifest)),
         ToHost::Ready(Err(error)) => Ok(Err(format!("the provider failed to start: {error}"))),
         _ => Err(unexpected()),
