@@ -314,11 +314,7 @@ impl Run<'_> {
                     self.client.remove_file(self.sandbox(), &path, "stdin", CLEANUP_TIMEOUT).await;
                     return result;
                 }
-                Err(Stop::Deadline) => {
-                    return Ok(self.result(None, None, true, OutputDecoder::new().finish()))
-                }
-                Err(Stop::Cancelled) => return Err(Error::Cancelled),
-                Err(Stop::Failed(error)) => return Err(error),
+                Err(stop) => return self.stopped(stop, None, OutputDecoder::new().finish()),
             }
         }
         self.run_staged(plain, None, emit).await
@@ -343,9 +339,7 @@ impl Run<'_> {
         };
         let admission = match staged {
             Ok(admission) => admission,
-            Err(Stop::Deadline) => return Ok(self.result(None, None, true, OutputDecoder::new().finish())),
-            Err(Stop::Cancelled) => return Err(Error::Cancelled),
-            Err(Stop::Failed(error)) => return Err(error),
+            Err(stop) => return self.stopped(stop, None, OutputDecoder::new().finish()),
         };
 
         // From here on, a future dropped before its cleanup leaves a process
@@ -415,8 +409,14 @@ impl Run<'_> {
             Err(stop) => stop,
         };
         self.terminate(&pid).await?;
+        self.stopped(stop, Some(&pid), decoder.finish())
+    }
+
+    /// What a command that stopped before its exit returns: at the deadline,
+    /// a timed-out result with the output so far; else the error.
+    fn stopped(&self, stop: Stop, pid: Option<&str>, output: DecodedOutput) -> Result<ExecuteResult, Error> {
         match stop {
-            Stop::Deadline => Ok(self.result(Some(&pid), None, true, decoder.finish())),
+            Stop::Deadline => Ok(self.result(pid, None, true, output)),
             Stop::Cancelled => Err(Error::Cancelled),
             Stop::Failed(error) => Err(error),
         }

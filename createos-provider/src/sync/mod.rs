@@ -75,20 +75,17 @@ pub async fn sync(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Erro
         cancel: guard.cancel.clone(),
         timeout: Duration::from_millis(lease.config.timeout_ms),
     };
-    let mut results = Vec::with_capacity(operations.len());
-    let mut outcome = Ok(());
-    for operation in &operations {
-        match transfer.operation(operation).await {
-            Ok(result) => results.push(result),
-            Err(error) => {
-                outcome = Err(error);
-                break;
-            }
+    let outcome = async {
+        let mut results = Vec::with_capacity(operations.len());
+        for operation in &operations {
+            results.push(transfer.operation(operation).await?);
         }
+        Ok(SyncResult { operations: results.into() })
     }
+    .await;
     // Only now, with every scratch file removed, may a waiting release go on.
     drop(guard);
-    outcome.map(|()| SyncResult { operations: results.into() })
+    outcome
 }
 
 struct Transfer<'a> {
