@@ -6,13 +6,9 @@ use super::{Failure, Printer};
 /// of `--token-bucket BURST` requests at CreateOS's 300 a minute, else
 /// CreateOS's own.
 pub fn rate_limit(no_rate_limit: bool, token_bucket: Option<u32>) -> Option<createos_sim::RateLimit> {
-    match (no_rate_limit, token_bucket) {
-        (true, _) => None,
-        (false, None) => Some(createos_sim::RateLimit::createos_default()),
-        (false, Some(burst)) => {
-            Some(createos_sim::RateLimit::token_bucket(300, std::time::Duration::from_secs(60), burst))
-        }
-    }
+    use createos_sim::RateLimit;
+    let bucket = |burst| RateLimit::token_bucket(300, std::time::Duration::from_secs(60), burst);
+    (!no_rate_limit).then(|| token_bucket.map_or_else(RateLimit::createos_default, bucket))
 }
 
 /// Serves the simulator on `listen` until SIGINT or SIGTERM, after printing
