@@ -138,6 +138,11 @@ pub fn storable_config(provider: &dyn HookSupport, env: &EnvironmentParams, conf
     SecretFields::of(&provider.manifest()).strip(normalized.as_ref().unwrap_or(config))
 }
 
+/// The error of a lease the ledger knows as unconfirmed.
+fn unconfirmed() -> ProviderError {
+    ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE)
+}
+
 fn ledger_error(error: LedgerError) -> ProviderError {
     ProviderError::internal(format!("cannot record the lease: {error}"))
 }
@@ -340,6 +345,13 @@ impl<'a> Host<'a> {
         self.ledger.committed(write).await.map(drop).map_err(ledger_error)
     }
 
+    /// Records `lease` on row `row`, now `active`.
+    async fn record_lease(&self, row: i64, hook: &str, lease: &Lease) -> HookResult<()> {
+        let write =
+            Write::SetLease { row, state: LeaseState::Active, hook: hook.into(), lease: lease.clone() };
+        self.ledger.committed(write).await.map(drop).map_err(ledger_error)
+    }
+
     /// The row of a creating hook about to be called, `acquiring`: queued,
     /// not awaited until durable. Nothing exists remotely until the provider
     /// reports its creation request leaving, and that report's write (or,
@@ -449,13 +461,7 @@ impl<'a> Host<'a> {
             Ok(lease) => {
                 // Dropped before the lease reaches the caller, it is destroyed.
                 let unclaimed = Unclaimed::new(self.provider, self.ledger, row, self.params(&lease));
-                let write = Write::SetLease {
-                    row,
-                    state: LeaseState::Active,
-                    hook: hook.into(),
-                    lease: lease.clone(),
-                };
-                self.ledger.committed(write).await.map_err(ledger_error)?;
+                self.record_lease(row, hook, &lease).await?;
                 unclaimed.handed_over();
                 Ok(HeldLease::new(row, lease))
             }
@@ -522,12 +528,6 @@ impl<'a> Host<'a> {
         }
     }
 
-    /// After a hook that changes no state failed with `error`: see
-    /// [`Host::undo_if_refused`].
-    fn forget_if_refused(&self, held: &HeldLease, error: ProviderError) -> ProviderError {
-        self.undo_if_refused(held, None, error)
-    }
-
     /// After a hook failed with `error`: a call the provider refused before
     /// any request changes nothing. A lease the ledger first saw in this call
     /// leaves no row; a row the ledger knew goes back to `before` (as it was
@@ -554,6 +554,24 @@ impl<'a> Host<'a> {
         error
     }
 
+    /// After `hook` failed with `error`: undone as [`Host::undo_if_refused`]
+    /// says when the provider refused it before any request, else recorded
+    /// on the row, which goes to `state`.
+    async fn failed<T>(
+        &self,
+        held: &HeldLease,
+        before: Option<LeaseRecord>,
+        hook: &str,
+        state: LeaseState,
+        error: ProviderError,
+    ) -> HookResult<T> {
+        if refused_before_any_request(&error) {
+            return Err(self.undo_if_refused(held, before.as_ref(), error));
+        }
+        self.record(held.row, state, hook, Some(&error)).await?;
+        Err(error)
+    }
+
     /// Removes row `row`, written for a call the provider refused before any request.
     fn forget_refused(&self, row: i64) {
         if let Err(ledger) = self.ledger.forget(row) {
@@ -564,10 +582,6 @@ impl<'a> Host<'a> {
     /// Row `held.row` as it stands.
     fn row(&self, held: &HeldLease) -> HookResult<Option<LeaseRecord>> {
         self.ledger.get(held.row).map_err(ledger_error)
-    }
-
-    fn state(&self, held: &HeldLease) -> HookResult<Option<LeaseState>> {
-        Ok(self.row(held)?.map(|record| record.state))
     }
 
     /// The release rule for a lease that must not be reused: log, destroy.
@@ -616,26 +630,14 @@ impl<'a> Host<'a> {
                 Ok(lease)
             }
             Ok(lease) => {
-                let write = Write::SetLease {
-                    row: held.row,
-                    state: LeaseState::Active,
-                    hook: hook.into(),
-                    lease: lease.clone(),
-                };
-                self.ledger.committed(write).await.map_err(ledger_error)?;
+                self.record_lease(held.row, hook, &lease).await?;
                 Ok(lease)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
                 self.poisoned_by(held, hook, &error, "resuming it").await?;
                 Ok(gone)
             }
-            Err(error) if refused_before_any_request(&error) => {
-                Err(self.undo_if_refused(held, before.as_ref(), error))
-            }
-            Err(error) => {
-                self.record(held.row, LeaseState::Active, hook, Some(&error)).await?;
-                Err(error)
-            }
+            Err(error) => self.failed(held, before, hook, LeaseState::Active, error).await,
         }
     }
 
@@ -646,8 +648,7 @@ impl<'a> Host<'a> {
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
             self.destroy_poisoned(held, "releasing it for reuse").await?;
-            let cause = ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE);
-            return Ok(Released::DestroyedInstead(cause));
+            return Ok(Released::DestroyedInstead(unconfirmed()));
         }
         self.record(held.row, LeaseState::Releasing, hook, None).await?;
         match self.provider.release_lease(self.params(&held.lease)).await.map(|report| report.kept) {
@@ -663,13 +664,7 @@ impl<'a> Host<'a> {
                 self.poisoned_by(held, hook, &error, "releasing it for reuse").await?;
                 Ok(Released::DestroyedInstead(error))
             }
-            Err(error) if refused_before_any_request(&error) => {
-                Err(self.undo_if_refused(held, before.as_ref(), error))
-            }
-            Err(error) => {
-                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error)).await?;
-                Err(error)
-            }
+            Err(error) => self.failed(held, before, hook, LeaseState::CleanupFailed, error).await,
         }
     }
 
@@ -682,13 +677,7 @@ impl<'a> Host<'a> {
         self.record(held.row, LeaseState::Destroying, hook, None).await?;
         match self.provider.destroy_lease(self.params(&held.lease)).await {
             Ok(()) => self.record(held.row, LeaseState::Destroyed, hook, None).await,
-            Err(error) if refused_before_any_request(&error) => {
-                Err(self.undo_if_refused(held, before.as_ref(), error))
-            }
-            Err(error) => {
-                self.record(held.row, LeaseState::CleanupFailed, hook, Some(&error)).await?;
-                Err(error)
-            }
+            Err(error) => self.failed(held, before, hook, LeaseState::CleanupFailed, error).await,
         }
     }
 
@@ -715,7 +704,7 @@ impl<'a> Host<'a> {
     pub fn realize(&self, held: &HeldLease) -> HookResult<Workspace> {
         self.provider
             .realize_workspace(&self.params(&held.lease))
-            .map_err(|error| self.forget_if_refused(held, error))
+            .map_err(|error| self.undo_if_refused(held, None, error))
     }
 
     /// `execute` in the lease: the command's standard input pulled from
@@ -743,10 +732,8 @@ impl<'a> Host<'a> {
     /// Refuses, before any call, a lease the ledger knows as unconfirmed:
     /// a command or a sync must not run where processes may still be running.
     fn refuse_if_unconfirmed(&self, held: &HeldLease) -> HookResult<()> {
-        match self.state(held)? {
-            Some(LeaseState::Unconfirmed) => {
-                Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE))
-            }
+        match self.row(held)? {
+            Some(record) if record.state == LeaseState::Unconfirmed => Err(unconfirmed()),
             _ => Ok(()),
         }
     }
@@ -758,7 +745,7 @@ impl<'a> Host<'a> {
         lease: &LeaseParams,
         outcome: HookResult<ExecuteResult>,
     ) -> HookResult<ExecuteResult> {
-        let outcome = outcome.map_err(|error| self.forget_if_refused(held, error));
+        let outcome = outcome.map_err(|error| self.undo_if_refused(held, None, error));
         if let Err(error) = &outcome {
             // A worker that died under the command took its cleanup with it:
             // the command's processes may still run. So may a process whose
@@ -816,6 +803,6 @@ impl<'a> Host<'a> {
         self.refuse_if_unconfirmed(held)?;
         let params = transfer.into_params(self.params(&held.lease));
         let outcome = self.provider.sync_files(params).await;
-        outcome.map(TransferOutcome::from).map_err(|error| self.forget_if_refused(held, error))
+        outcome.map(TransferOutcome::from).map_err(|error| self.undo_if_refused(held, None, error))
     }
 }
