@@ -324,20 +324,13 @@ impl Inner {
             };
         }
     }
-
-    /// Every live worker.
-    fn workers(&self) -> Vec<Arc<WorkerProcess>> {
-        let main = lock(&self.main).clone().into_iter();
-        main.chain(lock(&self.creators).iter().cloned()).filter(|worker| !worker.is_dead()).collect()
-    }
 }
 
 impl Drop for IsolatedProvider {
     /// Closes every worker's control socket: each exits when it reads the end.
     fn drop(&mut self) {
-        for worker in self.inner.workers() {
-            worker.close();
-        }
+        let main = lock(&self.inner.main).clone();
+        main.iter().chain(lock(&self.inner.creators).iter()).for_each(|worker| worker.close());
     }
 }
 

@@ -136,14 +136,9 @@ impl Worker {
             Some(sha256) => load_expecting(library, sha256),
             None => LoadedProvider::load(library),
         };
-        let provider = match loaded {
-            Ok(provider) => provider,
-            Err(error) => {
-                protocol::write(&mut writer, &ToHost::Hello(Err(error.to_string())))?;
-                return Ok(None);
-            }
-        };
-        protocol::write(&mut writer, &ToHost::Hello(Ok(provider.manifest())))?;
+        let hello = loaded.as_ref().map(|provider| provider.manifest()).map_err(|error| error.to_string());
+        protocol::write(&mut writer, &ToHost::Hello(hello))?;
+        let Ok(provider) = loaded else { return Ok(None) };
         let mut buffer = Vec::new();
         let Some(ToWorker::Start { env, setup }) =
             protocol::read::<ToWorker<'static>>(&mut &control, &mut buffer)?
