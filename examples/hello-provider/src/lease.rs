@@ -110,6 +110,17 @@ struct LeaseState {
     running: HashMap<u64, Sender<crate::process::Event>>,
 }
 
+impl LeaseState {
+    /// Refuses a lease that is closing or unconfirmed.
+    fn check_usable(&self) -> Result<(), ProviderError> {
+        match self {
+            LeaseState { closing: true, .. } => Err(in_progress()),
+            LeaseState { unconfirmed: true, .. } => Err(unconfirmed()),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The per-lease state of every lease this provider instance has seen.
 ///
 /// Hooks may run on many host threads at once, so all of it sits behind one
@@ -131,14 +142,7 @@ impl Leases {
 
     /// Refuses a lease that is closing or unconfirmed (resume, execute).
     pub fn check_usable(&self, id: &str) -> Result<(), ProviderError> {
-        let state = self.lock();
-        match state.0.get(id) {
-            Some(lease) if lease.closing => Err(in_progress()),
-            Some(lease) if lease.unconfirmed => {
-                Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED))
-            }
-            _ => Ok(()),
-        }
+        self.lock().0.get(id).map_or(Ok(()), LeaseState::check_usable)
     }
 
     /// True when the lease's cleanup is unconfirmed.
@@ -171,12 +175,7 @@ impl Leases {
         let mut state = self.lock();
         let (leases, next) = &mut *state;
         let lease = leases.entry(id.to_owned()).or_default();
-        if lease.closing {
-            return Err(in_progress());
-        }
-        if lease.unconfirmed {
-            return Err(ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED));
-        }
+        lease.check_usable()?;
         *next += 1;
         lease.running.insert(*next, cancel);
         Ok(CommandGuard { leases: Arc::clone(self), id: id.to_owned(), number: *next })
@@ -229,6 +228,11 @@ impl Leases {
                 self.changed.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
         }
     }
+}
+
+/// The error of a lease whose cleanup is unconfirmed.
+pub fn unconfirmed() -> ProviderError {
+    ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED)
 }
 
 fn in_progress() -> ProviderError {

@@ -15,7 +15,7 @@
 
 use crate::{
     config::{Config, SCHEMA},
-    lease::{LeaseDir, Leases},
+    lease::{unconfirmed, LeaseDir, Leases},
     process::{self, Ended, Event, Spec, GRACE, KILL_BOUND},
     sync,
 };
@@ -60,8 +60,13 @@ fn invalid(message: String) -> ProviderError {
     ProviderError::new(ErrorKind::INVALID_INPUT, message)
 }
 
-fn unconfirmed() -> ProviderError {
-    ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, crate::lease::UNCONFIRMED)
+/// `result`, a deletion's, with "not found" counting as done: deleting is
+/// idempotent.
+fn gone(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        done => done,
+    }
 }
 
 fn exists(path: &Path) -> HookResult<bool> {
@@ -82,10 +87,7 @@ impl Unrecorded {
 
     /// Deletes the directory now, saying whether that worked.
     fn delete(mut self) -> io::Result<()> {
-        match self.0.take().map(std::fs::remove_dir_all) {
-            Some(Err(error)) if error.kind() != io::ErrorKind::NotFound => Err(error),
-            _ => Ok(()),
-        }
+        self.0.take().map_or(Ok(()), |dir| gone(std::fs::remove_dir_all(dir)))
     }
 }
 
@@ -149,11 +151,7 @@ impl HelloProvider {
     /// Deletes the lease directory. Gone already is success: destroy must be
     /// idempotent. Clears the unconfirmed flag only once it is really gone.
     fn delete(&self, lease: &LeaseDir) -> HookResult<()> {
-        match std::fs::remove_dir_all(&lease.dir) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(io_error("lease deletion", error)),
-        }
+        gone(std::fs::remove_dir_all(&lease.dir)).map_err(|error| io_error("lease deletion", error))?;
         self.leases.clear_unconfirmed(&lease.id);
         Ok(())
     }
@@ -254,25 +252,17 @@ impl HelloProvider {
         // The release rule: a lease whose cleanup is unconfirmed is never
         // handed out for reuse (nor one that is being released right now).
         self.leases.check_usable(&lease.id)?;
-        if !exists(&lease.workspace())? {
-            // Gone: expired, not an error. The host acquires a new lease.
-            return Ok(Lease {
-                provider_lease_id: None.into(),
-                metadata_json: params.metadata_json.clone(),
-                expires_at: None.into(),
-                expired: true,
-            });
-        }
-        match std::fs::remove_file(lease.released_marker()) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-            Err(error) => return Err(io_error("lease resume", error)),
+        // Gone: expired, not an error (and no id). The host acquires a new lease.
+        let expired = !exists(&lease.workspace())?;
+        if !expired {
+            gone(std::fs::remove_file(lease.released_marker()))
+                .map_err(|error| io_error("lease resume", error))?;
         }
         Ok(Lease {
-            provider_lease_id: params.provider_lease_id.clone(),
+            provider_lease_id: if expired { None.into() } else { params.provider_lease_id.clone() },
             metadata_json: params.metadata_json.clone(),
             expires_at: None.into(),
-            expired: false,
+            expired,
         })
     }
 
@@ -411,19 +401,15 @@ impl Provider for HelloProvider {
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
         // Problems with the configuration are a *report*, not an error: the
         // hook worked. It sends nothing and touches nothing.
-        Ok(match Config::parse(&params.config_json) {
-            Ok((config, warnings)) => ValidationReport {
-                ok: true,
-                normalized_config_json: Some(config.normalized().to_string().into()).into(),
-                errors: Default::default(),
-                warnings: warnings.into_iter().map(Into::into).collect(),
-            },
-            Err(problems) => ValidationReport {
-                ok: false,
-                normalized_config_json: None.into(),
-                errors: problems.errors.into_iter().map(Into::into).collect(),
-                warnings: problems.warnings.into_iter().map(Into::into).collect(),
-            },
+        let (config, errors, warnings) = match Config::parse(&params.config_json) {
+            Ok((config, warnings)) => (Some(config), Vec::new(), warnings),
+            Err(problems) => (None, problems.errors, problems.warnings),
+        };
+        Ok(ValidationReport {
+            ok: config.is_some(),
+            normalized_config_json: config.map(|config| config.normalized().to_string().into()).into(),
+            errors: errors.into_iter().map(Into::into).collect(),
+            warnings: warnings.into_iter().map(Into::into).collect(),
         })
     }
 
