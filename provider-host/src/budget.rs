@@ -59,24 +59,19 @@ pub fn grant(provider: &dyn HookSupport, store: &dyn LeaseStore) -> Option<u32> 
     if !provider.supports(Hook::GrantRequestShare) {
         return None;
     }
-    let hosts = match store.budget_group() {
-        Ok(hosts) => hosts,
-        Err(error) => {
-            tracing::warn!(%error, "cannot count the hosts sharing the request budget");
-            return None;
-        }
-    };
+    let hosts = store
+        .budget_group()
+        .inspect_err(|error| tracing::warn!(%error, "cannot count the hosts sharing the request budget"))
+        .ok()?;
     let share = share_of(hosts);
-    match provider.grant_request_share(share) {
-        Ok(()) => {
-            tracing::debug!(hosts, share, "request share granted");
-            Some(share)
-        }
-        Err(error) => {
-            tracing::warn!(kind = %error.kind, "the provider did not take its request share");
-            None
-        }
-    }
+    provider
+        .grant_request_share(share)
+        .inspect_err(
+            |error| tracing::warn!(kind = %error.kind, "the provider did not take its request share"),
+        )
+        .ok()?;
+    tracing::debug!(hosts, share, "request share granted");
+    Some(share)
 }
 
 /// Grants the share once, then again every [`SHARE_INTERVAL`] until `stop`
@@ -88,13 +83,11 @@ pub fn keep_granting(
     first: Option<u32>,
     stop: &Receiver<()>,
 ) -> Option<Granted> {
-    let mut granted = first.map(|share| Granted { first: share, lowest: share, last: share });
+    let start = |share| Granted { first: share, lowest: share, last: share };
+    let mut granted = first.map(start);
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(SHARE_INTERVAL) {
         if let Some(share) = grant(provider, store) {
-            match &mut granted {
-                Some(granted) => granted.record(share),
-                None => granted = Some(Granted { first: share, lowest: share, last: share }),
-            }
+            granted.get_or_insert_with(|| start(share)).record(share);
         }
     }
     granted

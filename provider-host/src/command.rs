@@ -3,7 +3,7 @@
 //! The host turns them into the provider's FFI types
 //! ([`ExecuteParams`], [`ExecuteResult`]) at the boundary.
 
-use provider_abi::{EnvVar, ExecuteParams, ExecuteResult, LeaseParams};
+use provider_abi::{abi_stable::std_types::ROption, EnvVar, ExecuteParams, ExecuteResult, LeaseParams};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -78,12 +78,14 @@ impl RemoteCommand {
                 .into_iter()
                 .map(|(name, value)| EnvVar { name: name.into(), value: value.into() })
                 .collect(),
-            timeout_ms: self
-                .timeout
-                .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-                .into(),
+            timeout_ms: millis(self.timeout),
         }
     }
+}
+
+/// A deadline in the provider's milliseconds; beyond `u64` milliseconds, `u64::MAX`.
+pub(crate) fn millis(timeout: Option<Duration>) -> ROption<u64> {
+    timeout.map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)).into()
 }
 
 /// How a command ended.

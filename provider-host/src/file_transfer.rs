@@ -151,10 +151,7 @@ impl PostUpload {
         PostUploadCommand {
             command: self.command.into(),
             cwd: self.cwd.map(Into::into).into(),
-            timeout_ms: self
-                .timeout
-                .map(|timeout| u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
-                .into(),
+            timeout_ms: crate::command::millis(self.timeout),
         }
     }
 }
