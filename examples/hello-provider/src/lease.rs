@@ -198,8 +198,9 @@ impl Leases {
     /// outlive the bound leave their lease unconfirmed; returns false then.
     pub fn cancel_and_wait(&self, id: Option<&str>, bound: Duration) -> bool {
         let deadline = Instant::now() + bound;
+        let wanted = |lease_id: &String| id.is_none_or(|id| id == lease_id);
         let mut state = self.lock();
-        for (_, lease) in state.0.iter().filter(|(lease_id, _)| id.is_none_or(|id| id == lease_id.as_str())) {
+        for (_, lease) in state.0.iter().filter(|(lease_id, _)| wanted(lease_id)) {
             for cancel in lease.running.values() {
                 // A command that already finished dropped its receiver: fine.
                 let _ = cancel.send(crate::process::Event::Cancel);
@@ -209,9 +210,7 @@ impl Leases {
             let busy: Vec<String> = state
                 .0
                 .iter()
-                .filter(|(lease_id, lease)| {
-                    !lease.running.is_empty() && id.is_none_or(|id| id == lease_id.as_str())
-                })
+                .filter(|(lease_id, lease)| !lease.running.is_empty() && wanted(lease_id))
                 .map(|(lease_id, _)| lease_id.clone())
                 .collect();
             if busy.is_empty() {

@@ -116,13 +116,10 @@ pub fn run(
         let ended = Arc::clone(&ended);
         std::thread::spawn(move || feed_stdin(stdin, pipe, &ended));
     }
-    for (stream, pipe) in [
-        (OutputStream::Stdout, child.stdout.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>)),
-        (OutputStream::Stderr, child.stderr.take().map(|pipe| Box::new(pipe) as Box<dyn Read + Send>)),
-    ] {
-        let sender = sender.clone();
-        std::thread::spawn(move || read_pipe(stream, pipe, &sender));
-    }
+    let (stdout, stderr, out_sender, err_sender) =
+        (child.stdout.take(), child.stderr.take(), sender.clone(), sender.clone());
+    std::thread::spawn(move || read_pipe(OutputStream::Stdout, stdout, &out_sender));
+    std::thread::spawn(move || read_pipe(OutputStream::Stderr, stderr, &err_sender));
     std::thread::spawn(move || {
         let event = child.wait().map_or(Event::WaitFailed, Event::Exited);
         let _ = sender.send(event);
@@ -209,7 +206,7 @@ fn feed_stdin(mut stdin: ByteSource, mut pipe: std::process::ChildStdin, ended: 
     }
 }
 
-fn read_pipe(stream: OutputStream, pipe: Option<Box<dyn Read + Send>>, sender: &Sender<Event>) {
+fn read_pipe(stream: OutputStream, pipe: Option<impl Read>, sender: &Sender<Event>) {
     if let Some(mut pipe) = pipe {
         let mut buffer = vec![0; 64 * 1024];
         // Errors other than interruption end the stream like EOF does.
