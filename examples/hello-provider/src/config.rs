@@ -37,54 +37,42 @@ pub struct Problems {
     pub warnings: Vec<String>,
 }
 
+/// Notes the problem `message` and returns `value`, which stands in for the
+/// bad one so that the checks go on.
+fn problem<T>(errors: &mut Vec<String>, message: impl Into<String>, value: T) -> T {
+    errors.push(message.into());
+    value
+}
+
 impl Config {
     /// Parses `text`, collecting *every* problem rather than stopping at the
     /// first: `validate_config` must report them all at once.
     pub fn parse(text: &str) -> Result<(Config, Vec<String>), Problems> {
         let mut problems = Problems::default();
+        let errors = &mut problems.errors;
         let object = match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(object)) => object,
-            Ok(_) => {
-                problems.errors.push("The configuration must be a JSON object.".into());
-                Map::new()
-            }
-            Err(_) => {
-                problems.errors.push("The configuration is not valid JSON.".into());
-                Map::new()
-            }
+            Ok(_) => problem(errors, "The configuration must be a JSON object.", Map::new()),
+            Err(_) => problem(errors, "The configuration is not valid JSON.", Map::new()),
         };
         let root = match object.get("root") {
             Some(Value::String(root)) if root.starts_with('/') => Some(PathBuf::from(root)),
-            Some(_) => {
-                problems.errors.push("`root` must be an absolute directory path.".into());
-                None
-            }
-            None => {
-                problems
-                    .errors
-                    .push("`root` is required: the directory lease directories are made in.".into());
-                None
-            }
+            Some(_) => problem(errors, "`root` must be an absolute directory path.", None),
+            None => problem(errors, "`root` is required: the directory lease directories are made in.", None),
         };
         let reuse_lease = match object.get("reuseLease") {
             None => true,
             Some(Value::Bool(reuse)) => *reuse,
-            Some(_) => {
-                problems.errors.push("`reuseLease` must be true or false.".into());
-                true
-            }
+            Some(_) => problem(errors, "`reuseLease` must be true or false.", true),
         };
         let timeout_ms = match object.get("timeoutMs") {
             None => DEFAULT_TIMEOUT_MS,
-            Some(value) => match value.as_u64().filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms)) {
-                Some(ms) => ms,
-                None => {
-                    problems
-                        .errors
-                        .push(format!("`timeoutMs` must be an integer from 1 to {MAX_TIMEOUT_MS}."));
-                    DEFAULT_TIMEOUT_MS
-                }
-            },
+            Some(value) => {
+                value.as_u64().filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms)).unwrap_or_else(|| {
+                    let message = format!("`timeoutMs` must be an integer from 1 to {MAX_TIMEOUT_MS}.");
+                    problem(errors, message, DEFAULT_TIMEOUT_MS)
+                })
+            }
         };
         for key in object.keys().filter(|key| !["root", "reuseLease", "timeoutMs"].contains(&key.as_str())) {
             problems.warnings.push(format!("Unknown configuration key `{key}` is ignored."));
