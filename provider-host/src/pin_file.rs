@@ -197,17 +197,6 @@ pub enum Signature {
     },
 }
 
-impl Signature {
-    /// `unsigned`, `verified` or `untrusted`.
-    pub fn status(&self) -> &'static str {
-        match self {
-            Signature::Unsigned => "unsigned",
-            Signature::Verified { .. } => "verified",
-            Signature::Untrusted { .. } => "untrusted",
-        }
-    }
-}
-
 /// Checks `library` against its detached minisign signature, if any, with
 /// the public keys (base64, as `minisign -G` prints them) the user trusts.
 pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
