@@ -4,7 +4,7 @@
 //! A library is opened once, the way a load opens it
 //! ([`crate::loader::open_library`]: non-blocking, regular files only), and
 //! its bytes are copied from that open file into a directory only this
-//! process's user can enter, and the copy is hashed. The copy is named by
+//! process's user can enter, hashing them on the way. The copy is named by
 //! the hash and made read-only; the pin check, the load (here or in a worker
 //! process, told the hash to check) and an install all use the copy, so a
 //! file renamed over the library's path, or a symbolic link retargeted,
@@ -14,8 +14,8 @@
 use crate::loader::{open_library, LoadError, LoadedProvider};
 use sha2::{Digest, Sha256};
 use std::{
-    fs::Permissions,
-    io::{self, Read, Seek},
+    fs::{File, Permissions},
+    io::{self, Read, Write},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
 };
@@ -41,19 +41,17 @@ impl Staging {
         Ok(Staging { dir: tempfile::Builder::new().prefix("host-harness-libraries-").tempdir()? })
     }
 
-    /// Copies the library at `library` into the staging directory and
-    /// hashes the copy, once per build. Errors are one line naming
+    /// Copies the library at `library` into the staging directory, hashing
+    /// exactly the bytes copied, once per build. Errors are one line naming
     /// `library`.
     pub fn stage(&self, library: &Path) -> Result<Staged, LoadError> {
-        let (source, mut file) = open_library(library)?;
+        let (source, file) = open_library(library)?;
         let unreadable = |error: io::Error| LoadError::Unreadable {
             path: source.clone(),
             reason: format!("cannot copy it: {error}"),
         };
         let mut incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(unreadable)?;
-        io::copy(&mut file, incoming.as_file_mut()).map_err(unreadable)?;
-        incoming.as_file_mut().rewind().map_err(unreadable)?;
-        let sha256 = sha256_of(incoming.as_file()).map_err(unreadable)?;
+        let sha256 = copy_hashing(file, incoming.as_file_mut()).map_err(unreadable)?;
         let name = source.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let copy = self.dir.path().join(format!("{sha256}-{name}"));
         if !copy.exists() {
@@ -109,13 +107,27 @@ pub fn load_expecting(copy: &Path, sha256: &str) -> Result<LoadedProvider, LoadE
 /// opens it and read in 64 KiB pieces.
 pub fn library_sha256(library: &Path) -> Result<String, LoadError> {
     let (path, file) = open_library(library)?;
-    sha256_of(&file).map_err(|error| LoadError::Unreadable { path, reason: error.to_string() })
+    copy_hashing(file, &mut io::sink())
+        .map_err(|error| LoadError::Unreadable { path, reason: error.to_string() })
 }
 
-/// SHA-256 of what `from` reads to its end in 64 KiB pieces, lowercase hex.
-fn sha256_of(from: impl Read) -> io::Result<String> {
+/// Copies `from` into `to` in 64 KiB pieces and returns the SHA-256 of the
+/// bytes copied.
+fn copy_hashing(mut from: File, to: &mut impl Write) -> io::Result<String> {
     let mut hasher = Sha256::new();
-    io::copy(&mut io::BufReader::with_capacity(64 << 10, from), &mut hasher)?;
+    let mut buffer = vec![0; 64 * 1024];
+    loop {
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => {
+                hasher.update(&buffer[..read]);
+                to.write_all(&buffer[..read])?;
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    to.flush()?;
     Ok(format!("{:x}", hasher.finalize()))
 }
 
