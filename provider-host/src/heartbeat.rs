@@ -11,8 +11,7 @@ use std::{
 /// The renewing thread; dropping it stops the renewals (and waits for the
 /// thread).
 pub struct Heartbeat {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    running: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 impl Heartbeat {
@@ -34,14 +33,14 @@ impl Heartbeat {
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
         })?;
-        Ok(Heartbeat { stop: Some(stop), thread: Some(thread) })
+        Ok(Heartbeat { running: Some((stop, thread)) })
     }
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
+        if let Some((stop, thread)) = self.running.take() {
+            drop(stop);
             let _ = thread.join();
         }
     }

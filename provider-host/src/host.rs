@@ -50,8 +50,8 @@ pub const UNCONFIRMED_MESSAGE: &str =
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
-    provider: &'a dyn HookSupport,
-    ledger: &'a dyn LeaseStore,
+    pub(crate) provider: &'a dyn HookSupport,
+    pub(crate) ledger: &'a dyn LeaseStore,
     env: EnvironmentParams,
     lease_env: LeaseEnv,
     owner: Owner,
@@ -309,16 +309,6 @@ impl<'a> Host<'a> {
         Host { provider, ledger, env, lease_env, owner, run_id: run_id.to_owned() }
     }
 
-    /// The provider.
-    pub fn provider(&self) -> &'a dyn HookSupport {
-        self.provider
-    }
-
-    /// The ledger.
-    pub fn ledger(&self) -> &'a dyn LeaseStore {
-        self.ledger
-    }
-
     /// The hook parameters of this environment.
     pub fn env(&self) -> &EnvironmentParams {
         &self.env
@@ -460,7 +450,7 @@ impl<'a> Host<'a> {
         match outcome {
             Ok(lease) => {
                 // Dropped before the lease reaches the caller, it is destroyed.
-                let unclaimed = Unclaimed::new(self.provider, self.ledger, row, self.params(&lease));
+                let unclaimed = Unclaimed::new(self, row, self.params(&lease));
                 self.record_lease(row, hook, &lease).await?;
                 unclaimed.handed_over();
                 Ok(HeldLease::new(row, lease))
@@ -503,15 +493,10 @@ impl<'a> Host<'a> {
     /// Holds a lease acquired by an earlier run: its latest ledger row, taken
     /// over by this process, or a new row when the ledger never saw it.
     pub fn hold(&self, lease: Lease) -> HookResult<HeldLease> {
-        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
-        let known = match &id {
-            Some(id) => self
-                .ledger
-                .find(id, &self.lease_env.company_id, &self.lease_env.environment_id)
-                .map_err(ledger_error)?,
-            None => None,
-        };
-        match known {
+        let (company, environment) = (&self.lease_env.company_id, &self.lease_env.environment_id);
+        let id = lease.provider_lease_id.as_ref().into_option();
+        let known = id.map(|id| self.ledger.find(id, company, environment)).transpose();
+        match known.map_err(ledger_error)?.flatten() {
             Some(record) => {
                 self.ledger.adopt(record.id).map_err(ledger_error)?;
                 Ok(HeldLease::new(record.id, lease))

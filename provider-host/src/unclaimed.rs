@@ -9,6 +9,7 @@
 //! destroy failed.
 
 use crate::{
+    host::Host,
     hosted::HookSupport,
     store::LeaseState,
     store::{LeaseStore, Write},
@@ -24,14 +25,9 @@ pub(crate) struct Unclaimed<'a> {
 }
 
 impl<'a> Unclaimed<'a> {
-    /// Guards the lease of `params`, recorded on ledger row `row`.
-    pub(crate) fn new(
-        provider: &'a dyn HookSupport,
-        ledger: &'a dyn LeaseStore,
-        row: i64,
-        params: LeaseParams,
-    ) -> Self {
-        Unclaimed { provider, ledger, row, lease: Some(params) }
+    /// Guards the lease of `params`, recorded on `host`'s ledger row `row`.
+    pub(crate) fn new(host: &Host<'a>, row: i64, params: LeaseParams) -> Self {
+        Unclaimed { provider: host.provider, ledger: host.ledger, row, lease: Some(params) }
     }
 
     /// The lease reached its caller: nothing to destroy.
