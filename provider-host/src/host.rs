@@ -281,14 +281,6 @@ impl Drop for UnsentIfAbandoned<'_> {
 /// at a time.
 type Chunk = Box<(OutputStream, Vec<u8>)>;
 
-/// Sends a command's output chunks over a channel to the host's future.
-fn channel_sink() -> (ByteSink, mpsc::UnboundedReceiver<Chunk>) {
-    let (sender, chunks) = mpsc::unbounded_channel::<Chunk>();
-    let sink =
-        ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
-    (sink, chunks)
-}
-
 impl<'a> Host<'a> {
     /// A host acting for `config`, recording leases as `owner`'s with `run_id`.
     pub fn new(
@@ -708,7 +700,10 @@ impl<'a> Host<'a> {
     ) -> HookResult<CommandOutcome> {
         self.refuse_if_unconfirmed(held)?;
         let lease = self.params(&held.lease);
-        let (sink, chunks) = channel_sink();
+        // The output chunks go over a channel to this future.
+        let (sender, chunks) = mpsc::unbounded_channel::<Chunk>();
+        let sink =
+            ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
         let call = self.provider.execute(command.into_params(lease.clone()), stdin, sink);
         let outcome = serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await;
         self.after_execute(held, &lease, outcome).await.map(CommandOutcome::from)

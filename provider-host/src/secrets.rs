@@ -103,29 +103,25 @@ impl SecretFields {
 /// Removes the user information and query of every URL string in `value`.
 fn strip_url_credentials(value: &mut Value) {
     match value {
-        Value::String(text) => {
-            if let Some(clean) = without_credentials(text) {
-                *text = clean;
-            }
-        }
+        Value::String(text) => strip_credentials(text),
         Value::Array(items) => items.iter_mut().for_each(strip_url_credentials),
         Value::Object(object) => object.values_mut().for_each(strip_url_credentials),
         _ => {}
     }
 }
 
-/// `text` without its user information and query, when it is a URL that
-/// carries either; `None` otherwise (the text is kept as it is).
-fn without_credentials(text: &str) -> Option<String> {
-    let mut url = url::Url::parse(text).ok().filter(|url| !url.cannot_be_a_base())?;
+/// Removes the user information and query of `text` when it is a URL that
+/// carries either; any other text is kept as it is.
+fn strip_credentials(text: &mut String) {
+    let Some(mut url) = url::Url::parse(text).ok().filter(|url| !url.cannot_be_a_base()) else { return };
     if url.username().is_empty() && url.password().is_none() && url.query().is_none() {
-        return None;
+        return;
     }
     // Neither fails on a URL that can be a base.
     let _ = url.set_username("");
     let _ = url.set_password(None);
     url.set_query(None);
-    Some(url.into())
+    *text = url.into();
 }
 
 /// True when `a` and `b` agree on every property of `scope`, or are equal
