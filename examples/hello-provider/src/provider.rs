@@ -345,17 +345,12 @@ impl HelloProvider {
         };
         let prepared = Prepared { lease: lease.clone(), spec };
         let ran = self.run(&prepared, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
-        match ran.exit_code.into_option() {
-            Some(0) => Ok(()),
-            code => Err(ProviderError::new(
-                ErrorKind::API,
-                match code {
-                    Some(code) => format!("Hello post-upload command failed with exit code {code}."),
-                    None => "Hello post-upload command failed (timed out or killed).".to_owned(),
-                },
-            )
-            .with_http(None, Some("post-upload command"))),
-        }
+        let message = match ran.exit_code.into_option() {
+            Some(0) => return Ok(()),
+            Some(code) => format!("Hello post-upload command failed with exit code {code}."),
+            None => "Hello post-upload command failed (timed out or killed).".to_owned(),
+        };
+        Err(ProviderError::new(ErrorKind::API, message).with_http(None, Some("post-upload command")))
     }
 }
 
