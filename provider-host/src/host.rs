@@ -561,25 +561,23 @@ impl<'a> Host<'a> {
         self.ledger.get(held.row).map_err(ledger_error)
     }
 
-    /// The release rule for a lease that must not be reused: log, destroy.
-    async fn destroy_poisoned(&self, held: &HeldLease, instead_of: &str) -> HookResult<()> {
+    /// The release rule for a lease that must not be reused: marked
+    /// unconfirmed when `hook` just found so (`found`, with its error), then
+    /// logged and destroyed.
+    async fn destroy_poisoned(
+        &self,
+        held: &HeldLease,
+        found: Option<(&str, &ProviderError)>,
+        instead_of: &str,
+    ) -> HookResult<()> {
+        if let Some((hook, error)) = found {
+            self.record(held.row, LeaseState::Unconfirmed, hook, Some(error)).await?;
+        }
         tracing::warn!(
             lease = held.id().unwrap_or("-"),
             "lease cleanup is unconfirmed; destroying it instead of {instead_of}"
         );
         self.destroy(held).await
-    }
-
-    /// Marks the lease unconfirmed (after `error`) and destroys it.
-    async fn poisoned_by(
-        &self,
-        held: &HeldLease,
-        hook: &str,
-        error: &ProviderError,
-        instead_of: &str,
-    ) -> HookResult<()> {
-        self.record(held.row, LeaseState::Unconfirmed, hook, Some(error)).await?;
-        self.destroy_poisoned(held, instead_of).await
     }
 
     /// `resume_lease`. A lease the ledger knows as unconfirmed (or that the
@@ -590,7 +588,7 @@ impl<'a> Host<'a> {
         let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, "resuming it").await?;
+            self.destroy_poisoned(held, None, "resuming it").await?;
             return Ok(gone);
         }
         // Recorded as active before the call: a resume cut short may leave it running.
@@ -611,7 +609,7 @@ impl<'a> Host<'a> {
                 Ok(lease)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(held, hook, &error, "resuming it").await?;
+                self.destroy_poisoned(held, Some((hook, &error)), "resuming it").await?;
                 Ok(gone)
             }
             Err(error) => self.failed(held, before, hook, LeaseState::Active, error).await,
@@ -624,7 +622,7 @@ impl<'a> Host<'a> {
         let hook = Hook::ReleaseLease.name();
         let before = self.row(held)?;
         if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, "releasing it for reuse").await?;
+            self.destroy_poisoned(held, None, "releasing it for reuse").await?;
             return Ok(Released::DestroyedInstead(unconfirmed()));
         }
         self.record(held.row, LeaseState::Releasing, hook, None).await?;
@@ -638,7 +636,7 @@ impl<'a> Host<'a> {
                 Ok(Released::Deleted)
             }
             Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.poisoned_by(held, hook, &error, "releasing it for reuse").await?;
+                self.destroy_poisoned(held, Some((hook, &error)), "releasing it for reuse").await?;
                 Ok(Released::DestroyedInstead(error))
             }
             Err(error) => self.failed(held, before, hook, LeaseState::CleanupFailed, error).await,
