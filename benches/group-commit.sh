@@ -15,13 +15,7 @@ cd "$(dirname "$0")/.."
 source benches/sim-lib.sh
 lifecycles=${1:-1000}
 in_flight=${2:-100}
-if [ -z "${HARNESS:-}" ]; then
-    cargo build --release -q -p host-harness -p createos-provider
-    HARNESS=./target/release/host-harness
-fi
-work=$(mktemp -d)
-sim=
-trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+prepare_soak
 
 # soak [TRACE]: one soak against a fresh simulator; prints its summary line.
 soak() {

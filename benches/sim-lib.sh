@@ -2,6 +2,19 @@
 # in a process of its own, rate limit off, and a harness configuration
 # pointing at it.
 #
+# prepare_soak: sets HARNESS (unless the caller gave one, the release
+# harness and provider library, built now) and work (a scratch directory,
+# removed at exit after the simulator is stopped).
+prepare_soak() {
+    if [ -z "${HARNESS:-}" ]; then
+        cargo build --release -q -p host-harness -p createos-provider
+        HARNESS=./target/release/host-harness
+    fi
+    work=$(mktemp -d)
+    sim=
+    trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+}
+#
 # start_sim HARNESS WORK: starts `HARNESS sim` (its JSON lines in
 # WORK/sim.json, its pid in $sim), waits for its first line, and writes
 # WORK/config.json for it (hooks get a 30-minute timeout, the request budget

@@ -14,13 +14,7 @@ cd "$(dirname "$0")/.."
 source benches/sim-lib.sh
 lifecycles=${1:-500}
 in_flight=${2:-100}
-if [ -z "${HARNESS:-}" ]; then
-    cargo build --release -q -p host-harness -p createos-provider
-    HARNESS=./target/release/host-harness
-fi
-work=$(mktemp -d)
-sim=
-trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+prepare_soak
 
 start_sim "$HARNESS" "$work"
 strace -f -c -e trace=connect,socket -o "$work/strace.txt" -- \

@@ -35,13 +35,7 @@ cd "$(dirname "$0")/.."
 source benches/sim-lib.sh
 lifecycles=${1:-1000}
 in_flight=${2:-100}
-if [ -z "${HARNESS:-}" ]; then
-    cargo build --release -q -p host-harness -p createos-provider
-    HARNESS=./target/release/host-harness
-fi
-work=$(mktemp -d)
-sim=
-trap '[ -n "$sim" ] && kill "$sim" 2>/dev/null; rm -rf "$work"' EXIT
+prepare_soak
 
 start_sim "$HARNESS" "$work"
 perf record -q -g -F 999 -o "$work/perf.data" -- \
