@@ -329,6 +329,32 @@ mod tests {
         assert_eq!(committer.counts(), CommitCounts { commits: 5, writes: 5 });
     }
 
+    /// Writes that arrive while a transaction runs join it: one commit
+    /// (one `fsync`) for all of them, each answered after it.
+    #[test]
+    fn writes_that_arrive_while_a_transaction_runs_share_its_commit() {
+        let (_dir, committer) = committer();
+        let (gate, opened) = mpsc::sync_channel::<()>(1);
+        let held: Write = Box::new(move |conn: &Connection| {
+            opened.recv().unwrap();
+            conn.execute("INSERT INTO t (v) VALUES (0)", [])?;
+            Ok(conn.last_insert_rowid())
+        });
+        let answers: Vec<_> = std::iter::once(held)
+            .chain((1..=10).map(insert))
+            .map(|write| {
+                let (sender, answer) = mpsc::sync_channel(1);
+                committer.send(write, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Task);
+                answer
+            })
+            .collect();
+        gate.send(()).unwrap();
+        for answer in answers {
+            answer.recv().unwrap().unwrap();
+        }
+        assert_eq!(committer.counts(), CommitCounts { commits: 1, writes: 11 });
+    }
+
     /// A queued write is answered once it ran; a write sent after that
     /// answer commits with it or after it.
     #[test]
