@@ -3,7 +3,7 @@
 
 use super::{
     lock,
-    process::{cancelled, CallControl, CallIo, Failure, Setup, Shared, WorkerProcess},
+    process::{cancelled, CallIo, Setup, Shared, WorkerProcess},
     protocol::{from_bytes, to_bytes},
     spawn::Limits,
 };
@@ -28,7 +28,7 @@ use std::{
 pub const WORKER_OPERATION: &str = "provider worker";
 
 /// How the message of every error a worker's death gives begins.
-pub const WORKER_FAILURE_PREFIX: &str = "The provider worker (pid ";
+pub(super) const WORKER_FAILURE_PREFIX: &str = "The provider worker (pid ";
 
 /// True for the error of a call whose worker died or was killed under it:
 /// what the hook did before is unknown (a command it ran may still run).
@@ -220,20 +220,12 @@ impl IsolatedProvider {
         if let Err(error) = spawned {
             return ready(Err(worker_error(format!("cannot start a thread for the `{hook}` hook: {error}"))));
         }
-        let cancel_on_drop = CancelOnDrop(control);
+        // Cancels the call when the future is dropped (a no-op once the call ended).
+        let cancel_on_drop = scopeguard::guard(control, |control| control.cancel());
         Box::pin(async move {
             let _cancel_on_drop = cancel_on_drop;
             from_bytes(&receiver.await.unwrap_or_else(|_| Err(cancelled(hook)))?)
         })
-    }
-}
-
-/// Cancels its call when dropped (a no-op once the call ended).
-struct CancelOnDrop(Arc<CallControl>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.cancel();
     }
 }
 
@@ -272,7 +264,7 @@ impl Inner {
             let hook = Hook::ImportUnconfirmed;
             worker
                 .call(hook, &to_bytes(lease)?, &mut CallIo::default(), self.options.deadline)
-                .map_err(|failure| failure_error(worker.pid, failure, hook))??;
+                .map_err(|failure| failure.error)??;
         }
         *main = Some(Arc::clone(&worker));
         Ok(worker)
@@ -318,9 +310,8 @@ impl Inner {
                 worker.creations.fetch_sub(1, Ordering::SeqCst);
             }
             return match outcome {
-                Ok(result) => result,
-                Err(Failure::NotSent(_)) if attempts < 2 => continue,
-                Err(failure) => Err(failure_error(worker.pid, failure, hook)),
+                Err(failure) if failure.retry && attempts < 2 => continue,
+                outcome => outcome.map_err(|failure| failure.error)?,
             };
         }
     }
@@ -334,22 +325,9 @@ impl Drop for IsolatedProvider {
     }
 }
 
-fn worker_error(message: String) -> ProviderError {
+/// An error of the way to the provider (operation label [`WORKER_OPERATION`]).
+pub(super) fn worker_error(message: String) -> ProviderError {
     ProviderError::internal(message).with_http(None, Some(WORKER_OPERATION))
-}
-
-/// The one line a call gets when its worker failed it (ended under it,
-/// was killed past its deadline, or could not be reached).
-fn failure_error(pid: u32, failure: Failure, hook: Hook) -> ProviderError {
-    match failure {
-        Failure::NotSent(how) | Failure::Died(how) => worker_error(format!(
-            "{WORKER_FAILURE_PREFIX}{pid}) {how} during the `{hook}` hook; the next call starts a new worker."
-        )),
-        Failure::Local(line) => worker_error(line),
-        Failure::Deadline(deadline) => worker_error(format!(
-            "{WORKER_FAILURE_PREFIX}{pid}) was killed: the `{hook}` hook passed its deadline of {deadline:?}; the next call starts a new worker."
-        )),
-    }
 }
 
 impl Provider for IsolatedProvider {

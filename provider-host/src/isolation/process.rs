@@ -13,8 +13,9 @@
 //! name how it ended.
 
 use super::{
+    client::{worker_error, WORKER_FAILURE_PREFIX},
     fd_pass, lock,
-    protocol::{self, ToHost, ToWorker, MAX_STDIN_CHUNK},
+    protocol::{self, ToHost, ToWorker, Writer, MAX_STDIN_CHUNK},
     spawn, IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
 use provider_abi::{
@@ -23,8 +24,8 @@ use provider_abi::{
 };
 use serde_json::Value;
 use std::{
-    collections::HashMap,
-    io::{self, BufReader, Write},
+    collections::BTreeSet,
+    io::{self, BufReader},
     os::unix::{net::UnixStream, process::ExitStatusExt},
     path::Path,
     process::{Child, Command, ExitStatus},
@@ -65,8 +66,11 @@ pub(super) struct CallIo {
     pub recorder: Option<CreationRecorder>,
 }
 
-/// Lets another thread cancel a call: the call's future, dropped, tells
-/// the worker to drop the hook's.
+/// A call's way to its worker while it runs, for the threads besides the
+/// caller's: the call's future, dropped, cancels it; its standard-input
+/// pump answers on it. Nothing is sent before the call nor after its
+/// reply, so a late answer or cancellation never reaches the next call on
+/// the same socket.
 #[derive(Default)]
 pub(super) struct CallControl {
     state: Mutex<ControlState>,
@@ -76,13 +80,13 @@ pub(super) struct CallControl {
 struct ControlState {
     cancelled: bool,
     /// The socket the call went out on, while it runs.
-    writer: Option<Arc<SocketWriter>>,
+    writer: Option<Arc<Writer>>,
 }
 
 impl CallControl {
     /// Sends `call` on `writer` unless the call was cancelled first
     /// (`Ok(false)`): a cancellation is sent after its call, never before.
-    fn send_call(&self, writer: &Arc<SocketWriter>, call: &ToWorker<'_>) -> io::Result<bool> {
+    fn open(&self, writer: &Arc<Writer>, call: &ToWorker<'_>) -> io::Result<bool> {
         let mut state = lock(&self.state);
         if state.cancelled {
             return Ok(false);
@@ -92,14 +96,16 @@ impl CallControl {
         Ok(true)
     }
 
+    /// Sends `message` about the call while it runs; nothing once it ended.
+    fn send(&self, message: &ToWorker<'_>) -> io::Result<()> {
+        lock(&self.state).writer.as_ref().map_or(Ok(()), |writer| writer.send(message))
+    }
+
     /// Cancels the call: not sent when it was not yet; the worker drops the
     /// hook's future when it runs; nothing once it ended.
     pub fn cancel(&self) {
-        let mut state = lock(&self.state);
-        state.cancelled = true;
-        if let Some(writer) = state.writer.take() {
-            let _ = writer.send(&ToWorker::Cancel);
-        }
+        lock(&self.state).cancelled = true;
+        let _ = self.send(&ToWorker::Cancel);
     }
 
     fn finished(&self) {
@@ -107,22 +113,19 @@ impl CallControl {
     }
 }
 
-/// Why a call has no reply.
-pub(super) enum Failure {
+/// Why a call has no reply: the error it gets (one line naming the worker,
+/// how it failed and the hook).
+pub(super) struct Failure {
     /// The worker was dead before the call was sent: another worker may take it.
-    NotSent(String),
-    /// The worker ended (how) while the call was in flight.
-    Died(String),
-    /// The call passed its deadline; the worker was killed.
-    Deadline(Duration),
-    /// This process could not reach the worker (out of file descriptors).
-    Local(String),
+    pub retry: bool,
+    /// The call's error.
+    pub error: ProviderError,
 }
 
 #[derive(Default)]
 struct State {
-    /// Calls in flight, by number: their hook.
-    in_flight: HashMap<u64, Hook>,
+    /// The hooks of the calls in flight.
+    in_flight: Vec<Hook>,
     /// How the worker ended, once the control reader reaped it.
     died: Option<String>,
     /// Why the host killed it, when it did.
@@ -145,7 +148,6 @@ pub(super) struct WorkerProcess {
     /// Creating calls in flight on it (a creation worker serves one at a
     /// time, unless the bound on creation workers is reached).
     pub creations: AtomicUsize,
-    next_call: AtomicU64,
 }
 
 impl WorkerProcess {
@@ -185,7 +187,6 @@ impl WorkerProcess {
                     dead: AtomicBool::new(false),
                     closing: AtomicBool::new(false),
                     creations: AtomicUsize::new(0),
-                    next_call: AtomicU64::new(0),
                 });
                 let watched = Arc::clone(&worker);
                 let shared = Arc::clone(shared);
@@ -226,16 +227,17 @@ impl WorkerProcess {
         io: &mut CallIo,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
-        let number = self.next_call.fetch_add(1, Ordering::Relaxed);
         {
             let mut state = lock(&self.state);
             if let Some(how) = &state.died {
-                return Err(Failure::NotSent(how.clone()));
+                return Err(self.failure(true, format!("{how} during the `{hook}` hook")));
             }
-            state.in_flight.insert(number, hook);
+            state.in_flight.push(hook);
         }
         let outcome = self.exchange(hook, params, io, deadline);
-        lock(&self.state).in_flight.remove(&number);
+        let mut state = lock(&self.state);
+        let at = state.in_flight.iter().position(|running| *running == hook);
+        at.map(|at| state.in_flight.swap_remove(at));
         outcome
     }
 
@@ -252,31 +254,25 @@ impl WorkerProcess {
             None => {
                 let (mine, theirs) = UnixStream::pair()
                     .and_then(|(mine, theirs)| Ok((CallSocket::new(mine)?, theirs)))
-                    .map_err(|error| {
-                        Failure::Local(format!("cannot open a socket to the provider worker: {error}"))
+                    .map_err(|error| Failure {
+                        retry: false,
+                        error: worker_error(format!("cannot open a socket to the provider worker: {error}")),
                     })?;
-                if fd_pass::send_socket(&self.control, &theirs).is_err() {
-                    // The worker is gone (or going; killed, so its end comes).
-                    self.kill(None);
-                    return Err(Failure::NotSent(self.death()));
-                }
+                // A failure means the worker is gone (or going; killed, so its end comes).
+                fd_pass::send_socket(&self.control, &theirs).map_err(|_| self.end(hook, None, true))?;
                 mine
             }
         };
         let call = ToWorker::Call(hook.name().into(), params.into());
-        match io.control.send_call(&socket.writer, &call) {
+        match io.control.open(&socket.writer, &call) {
             Ok(true) => {}
             Ok(false) => {
                 lock(&self.idle).push(socket);
                 return Ok(Err(cancelled(hook)));
             }
-            Err(_) => {
-                self.kill(None);
-                return Err(Failure::NotSent(self.death()));
-            }
+            Err(_) => return Err(self.end(hook, None, true)),
         }
         let outcome = self.follow(hook, io, &mut socket, until, deadline);
-        socket.writer.end_call();
         io.control.finished();
         if outcome.is_ok() {
             lock(&self.idle).push(socket);
@@ -307,7 +303,7 @@ impl WorkerProcess {
                 }
                 Ok(Some(ToHost::StdinWanted(wanted))) => {
                     if let (None, Some(source)) = (&pump, io.stdin.take()) {
-                        pump = Some(stdin_pump(source, &socket.writer));
+                        pump = Some(stdin_pump(source, &io.control));
                     }
                     let answer = match &pump {
                         Some(Ok(requests)) => {
@@ -318,7 +314,7 @@ impl WorkerProcess {
                         // No source: the input is empty.
                         None => Ok(Vec::new()),
                     };
-                    let _ = socket.writer.send(&ToWorker::Stdin(answer));
+                    let _ = io.control.send(&ToWorker::Stdin(answer));
                 }
                 Ok(Some(moment @ (ToHost::Sending | ToHost::Created(_)))) => {
                     let answer = match (io.recorder.as_mut(), moment) {
@@ -329,31 +325,42 @@ impl WorkerProcess {
                         (Some(recorder), _) => pollster::block_on(recorder.sending()),
                     };
                     // A failed send means the worker died: its end comes next.
-                    let _ = socket.writer.send(&ToWorker::Recorded(answer));
+                    let _ = io.control.send(&ToWorker::Recorded(answer));
                 }
                 Ok(Some(ToHost::Reply(result))) => return Ok(result),
-                Ok(Some(_)) => {
-                    self.kill(Some("broke the protocol".into()));
-                    return Err(Failure::Died(self.death()));
-                }
                 Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                     let how =
                         format!("was killed when the `{hook}` hook passed its deadline of {deadline:?}");
-                    self.kill(Some(how));
-                    return Err(Failure::Deadline(deadline));
+                    self.kill(Some(&how));
+                    let why = format!("was killed: the `{hook}` hook passed its deadline of {deadline:?}");
+                    return Err(self.failure(false, why));
                 }
-                Err(error) if error.kind() == io::ErrorKind::InvalidData => {
-                    self.kill(Some("broke the protocol".into()));
-                    return Err(Failure::Died(self.death()));
-                }
-                // The end of the socket: the worker ended (or closed it,
-                // which it never does while alive: it is killed).
-                Ok(None) | Err(_) => {
-                    self.kill(None);
-                    return Err(Failure::Died(self.death()));
+                // Another message, or the end of the socket: the worker
+                // ended (or closed it, which it never does while alive: it
+                // is killed).
+                other => {
+                    let broke = match other {
+                        Ok(message) => message.is_some(),
+                        Err(error) => error.kind() == io::ErrorKind::InvalidData,
+                    };
+                    return Err(self.end(hook, broke.then_some("broke the protocol"), false));
                 }
             }
         }
+    }
+
+    /// Kills the worker (`because`: why, if it misbehaved) and waits until
+    /// it was reaped: the failure of the `hook` call (`retry`: not sent).
+    fn end(&self, hook: Hook, because: Option<&str>, retry: bool) -> Failure {
+        self.kill(because);
+        self.failure(retry, format!("{} during the `{hook}` hook", self.death()))
+    }
+
+    /// The failure of a call whose worker `what` (died how, and when).
+    fn failure(&self, retry: bool, what: String) -> Failure {
+        let message =
+            format!("{WORKER_FAILURE_PREFIX}{}) {what}; the next call starts a new worker.", self.pid);
+        Failure { retry, error: worker_error(message) }
     }
 
     /// Waits until the control reader reaped the worker; how it ended.
@@ -364,10 +371,10 @@ impl WorkerProcess {
 
     /// Kills the worker (`because`: why, for the calls still in flight);
     /// calls from now on go to a new one.
-    pub fn kill(&self, because: Option<String>) {
+    pub fn kill(&self, because: Option<&str>) {
         self.dead.store(true, Ordering::SeqCst);
         if let Some(because) = because {
-            lock(&self.state).killed_because.get_or_insert(because);
+            lock(&self.state).killed_because.get_or_insert_with(|| because.to_owned());
         }
         let _ = lock(&self.child).kill();
     }
@@ -404,13 +411,12 @@ impl WorkerProcess {
                     }
                 }
                 Ok(Some(_)) => break Some("sent a message out of turn"),
-                Ok(None) => break None,
                 Err(error) if error.kind() == io::ErrorKind::InvalidData => break Some("broke the protocol"),
-                Err(_) => break None,
+                Ok(None) | Err(_) => break None,
             }
         };
         if ended.is_some() {
-            self.kill(ended.map(str::to_owned));
+            self.kill(ended);
         }
         let status = self.reap();
         self.dead.store(true, Ordering::SeqCst);
@@ -420,7 +426,7 @@ impl WorkerProcess {
             .clone()
             .unwrap_or_else(|| status.map(describe).unwrap_or_else(|| "ended".into()));
         state.died = Some(how.clone());
-        let in_flight: Vec<Hook> = state.in_flight.values().copied().collect();
+        let in_flight = std::mem::take(&mut state.in_flight);
         drop(state);
         self.ended.notify_all();
         lock(&self.idle).clear();
@@ -459,7 +465,7 @@ impl WorkerProcess {
 /// One call socket on the host's side, with the buffers its frames reuse.
 struct CallSocket {
     reader: BufReader<UnixStream>,
-    writer: Arc<SocketWriter>,
+    writer: Arc<Writer>,
     buffer: Vec<u8>,
     /// The read timeout set on the socket now.
     timeout: Option<Duration>,
@@ -468,12 +474,7 @@ struct CallSocket {
 impl CallSocket {
     fn new(socket: UnixStream) -> io::Result<CallSocket> {
         let reader = BufReader::new(socket.try_clone()?);
-        Ok(CallSocket {
-            reader,
-            writer: Arc::new(SocketWriter::new(socket)),
-            buffer: Vec::new(),
-            timeout: None,
-        })
+        Ok(CallSocket { reader, writer: Arc::new(Writer::new(socket)), buffer: Vec::new(), timeout: None })
     }
 
     /// The next frame, waiting until `until` at most. The first read of a
@@ -493,52 +494,14 @@ impl CallSocket {
     }
 }
 
-/// A call socket's writing side, shared by the calling thread, the call's
-/// standard-input pump and whoever cancels it. Between a call's reply and
-/// the next call nothing but a call is written, so a late answer or
-/// cancellation never reaches the next call.
-struct SocketWriter {
-    state: Mutex<WriterState>,
-}
-
-struct WriterState {
-    socket: UnixStream,
-    frame: Vec<u8>,
-    /// True from a call's frame until its reply was read.
-    in_call: bool,
-}
-
-impl SocketWriter {
-    fn new(socket: UnixStream) -> SocketWriter {
-        SocketWriter { state: Mutex::new(WriterState { socket, frame: Vec::new(), in_call: false }) }
-    }
-
-    /// Sends `message`: a call opens the socket's call; anything else is
-    /// about the call in flight, and is not sent once it ended.
-    fn send(&self, message: &ToWorker<'_>) -> io::Result<()> {
-        let mut state = lock(&self.state);
-        let state = &mut *state;
-        state.in_call |= matches!(message, ToWorker::Call(..));
-        if !state.in_call {
-            return Ok(());
-        }
-        protocol::encode_into(message, &mut state.frame)?;
-        state.socket.write_all(&state.frame)
-    }
-
-    fn end_call(&self) {
-        lock(&self.state).in_call = false;
-    }
-}
-
 /// Reads `execute`'s standard input on a thread of the call's own, a chunk
 /// per request of the worker, so that a source that blocks (a terminal, a
 /// pipe) never holds up the output. Returns where to ask it for at most so
 /// many more bytes (the pump answers the worker). It ends when the call
 /// does (after the read it is blocked in, if any).
-fn stdin_pump(mut source: ByteSource, writer: &Arc<SocketWriter>) -> HookResult<mpsc::Sender<u32>> {
+fn stdin_pump(mut source: ByteSource, control: &Arc<CallControl>) -> HookResult<mpsc::Sender<u32>> {
     let (requests, wanted) = mpsc::channel::<u32>();
-    let writer = Arc::clone(writer);
+    let control = Arc::clone(control);
     let pump = move || {
         for count in wanted {
             let mut chunk = vec![0; count as usize];
@@ -546,7 +509,7 @@ fn stdin_pump(mut source: ByteSource, writer: &Arc<SocketWriter>) -> HookResult<
                 chunk.truncate(read);
                 chunk
             });
-            if writer.send(&ToWorker::Stdin(answer)).is_err() {
+            if control.send(&ToWorker::Stdin(answer)).is_err() {
                 return;
             }
         }
@@ -592,17 +555,15 @@ fn handshake(
 /// host's value, when set. The host knows no key of the configuration.
 pub fn environment_for(manifest: &Manifest) -> Vec<(String, String)> {
     let schema: Value = serde_json::from_str(&manifest.config_schema_json).unwrap_or_default();
-    let mut names: Vec<String> = Vec::new();
-    for property in schema["properties"].as_object().into_iter().flat_map(|properties| properties.values()) {
-        match &property["x-env"] {
-            Value::String(name) => names.push(name.clone()),
-            Value::Array(list) => names.extend(list.iter().filter_map(Value::as_str).map(str::to_owned)),
-            _ => {}
-        }
-    }
-    names.sort();
-    names.dedup();
-    names.into_iter().filter_map(|name| std::env::var(&name).ok().map(|value| (name, value))).collect()
+    let properties = schema["properties"].as_object().into_iter().flat_map(|properties| properties.values());
+    let names: BTreeSet<&str> = properties
+        .flat_map(|property| match &property["x-env"] {
+            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
+            name => name.as_str().into_iter().collect::<Vec<_>>(),
+        })
+        .collect();
+    let value = |name: &str| std::env::var(name).ok().map(|value| (name.to_owned(), value));
+    names.into_iter().filter_map(value).collect()
 }
 /// How a worker ended, in words: `was killed by signal SIGSEGV
 /// (segmentation fault)`, `exited with status 3`.

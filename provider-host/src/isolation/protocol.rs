@@ -31,11 +31,14 @@
 //!
 //! The host closing the control socket ends the worker.
 
+use super::lock;
 use provider_abi::{Lease, LogLevel, Manifest, OutputStream, ProviderError, SetupParams};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::{
     borrow::Cow,
     io::{self, Read, Write},
+    os::unix::net::UnixStream,
+    sync::Mutex,
 };
 
 /// The largest frame either side accepts.
@@ -133,7 +136,7 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProviderError>
 
 /// Encodes `message` as one frame (length prefix included) into `frame`,
 /// replacing what it held (its allocation is reused).
-pub fn encode_into<T: Serialize>(message: &T, frame: &mut Vec<u8>) -> io::Result<()> {
+fn encode_into<T: Serialize>(message: &T, frame: &mut Vec<u8>) -> io::Result<()> {
     frame.clear();
     frame.extend_from_slice(&[0; 4]);
     let taken = std::mem::take(frame);
@@ -146,16 +149,30 @@ pub fn encode_into<T: Serialize>(message: &T, frame: &mut Vec<u8>) -> io::Result
     Ok(())
 }
 
-/// Encodes `message` as one frame (length prefix included).
-pub fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
-    let mut frame = Vec::with_capacity(64);
-    encode_into(message, &mut frame)?;
-    Ok(frame)
-}
-
 /// Writes `message` as one frame, in one `write_all`.
 pub fn write<T: Serialize>(output: &mut impl Write, message: &T) -> io::Result<()> {
-    output.write_all(&encode(message)?)
+    let mut frame = Vec::with_capacity(64);
+    encode_into(message, &mut frame)?;
+    output.write_all(&frame)
+}
+
+/// A socket's writing side, shared by the threads that write on it: each
+/// frame is written whole, through one reused buffer.
+pub struct Writer(Mutex<(UnixStream, Vec<u8>)>);
+
+impl Writer {
+    /// Writes on `socket`.
+    pub fn new(socket: UnixStream) -> Writer {
+        Writer(Mutex::new((socket, Vec::new())))
+    }
+
+    /// Writes `message` as one frame.
+    pub fn send<T: Serialize>(&self, message: &T) -> io::Result<()> {
+        let mut state = lock(&self.0);
+        let (socket, frame) = &mut *state;
+        encode_into(message, frame)?;
+        socket.write_all(frame)
+    }
 }
 
 /// Reads one frame into `buffer` and decodes it; `Ok(None)` at a clean end
@@ -184,6 +201,12 @@ fn invalid(error: postcard::Error) -> io::Error {
 mod tests {
     use super::*;
     use provider_abi::{LeaseParams, SyncParams};
+
+    fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
+        let mut frame = Vec::new();
+        write(&mut frame, message)?;
+        Ok(frame)
+    }
 
     #[test]
     fn frames_round_trip_borrowed_calls_into_owned_ones() {

@@ -17,7 +17,7 @@ use std::{
     io,
     os::{fd::AsRawFd, unix::net::UnixStream, unix::process::CommandExt},
     process::{Child, Command, Stdio},
-    sync::{mpsc, Mutex, OnceLock},
+    sync::{mpsc, OnceLock},
 };
 
 /// The file descriptor the worker finds its socket on.
@@ -50,22 +50,23 @@ impl Default for Limits {
 /// arguments) with `socket` as its file descriptor 3, under `limits`.
 pub fn spawn(command: Command, limits: &Limits, socket: UnixStream) -> io::Result<Child> {
     type Job = Box<dyn FnOnce() + Send>;
-    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
     let spawner = SPAWNER.get_or_init(|| {
         let (jobs, incoming) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("provider-worker-spawner".into())
             .spawn(move || incoming.into_iter().for_each(|job| job()))
             .expect("start the worker spawner thread");
-        Mutex::new(jobs)
+        jobs
     });
     let (reply, answer) = mpsc::channel();
     let limits = limits.clone();
     let job: Job = Box::new(move || {
         let _ = reply.send(spawn_here(command, limits, socket));
     });
-    let sent = super::lock(spawner).send(job);
-    sent.ok()
+    spawner
+        .send(job)
+        .ok()
         .and_then(|()| answer.recv().ok())
         .ok_or_else(|| io::Error::other("the worker spawner thread is gone"))?
 }

@@ -13,7 +13,7 @@
 use super::{
     fd_pass, lock,
     process::cancelled,
-    protocol::{self, from_bytes, to_bytes, LogEvent, ToHost, ToWorker, MAX_STDIN_CHUNK},
+    protocol::{self, from_bytes, to_bytes, LogEvent, ToHost, ToWorker, Writer, MAX_STDIN_CHUNK},
     spawn::WORKER_FD,
 };
 use crate::{loader::LoadedProvider, staging::load_expecting};
@@ -24,7 +24,7 @@ use provider_abi::{
 };
 use serde::Serialize;
 use std::{
-    io::{self, BufReader, Write},
+    io::{self, BufReader},
     os::{fd::FromRawFd, unix::net::UnixStream},
     path::{Path, PathBuf},
     sync::{mpsc, Arc, Mutex},
@@ -120,7 +120,7 @@ fn serve_worker(library: &Path, sha256: Option<&str>) -> i32 {
 struct Worker {
     provider: LoadedProvider,
     /// The control socket's writing side: log events.
-    control: Arc<Mutex<UnixStream>>,
+    control: Arc<Writer>,
 }
 
 impl Worker {
@@ -131,13 +131,13 @@ impl Worker {
         sha256: Option<&str>,
         control: UnixStream,
     ) -> io::Result<Option<(Arc<Worker>, UnixStream)>> {
-        let mut writer = control.try_clone()?;
+        let writer = Writer::new(control.try_clone()?);
         let loaded = match sha256 {
             Some(sha256) => load_expecting(library, sha256),
             None => LoadedProvider::load(library),
         };
         let hello = loaded.as_ref().map(|provider| provider.manifest()).map_err(|error| error.to_string());
-        protocol::write(&mut writer, &ToHost::Hello(hello))?;
+        writer.send(&ToHost::Hello(hello))?;
         let Ok(provider) = loaded else { return Ok(None) };
         let mut buffer = Vec::new();
         let Some(ToWorker::Start { env, setup }) =
@@ -150,12 +150,12 @@ impl Worker {
             // (the provider's `std::env::var`) take the same lock.
             std::env::set_var(name, value);
         }
-        let worker = Arc::new(Worker { provider, control: Arc::new(Mutex::new(writer)) });
+        let worker = Arc::new(Worker { provider, control: Arc::new(writer) });
         let ready = match setup {
             Some((params, level)) => worker.setup(&params, level),
             None => Ok(()),
         };
-        protocol::write(&mut *lock(&worker.control), &ToHost::Ready(ready))?;
+        worker.control.send(&ToHost::Ready(ready))?;
         Ok(Some((worker, control)))
     }
 
@@ -245,9 +245,7 @@ impl Worker {
                 fields: record.fields.iter().map(|f| (f.name.to_string(), f.value.to_string())).collect(),
             };
             // A host that went away ends the worker through the control socket.
-            if let Ok(frame) = protocol::encode(&ToHost::Log(event)) {
-                let _ = lock(&control).write_all(&frame);
-            }
+            let _ = control.send(&ToHost::Log(event));
         });
         self.provider.setup(params, sink, level)
     }
@@ -393,23 +391,4 @@ fn stdin_source(writer: Arc<Writer>, chunks: mpsc::Receiver<HookResult<Vec<u8>>>
         at += count;
         Ok(count)
     })
-}
-
-/// One call socket's writing side, shared by the runner, the provider's
-/// output and input threads and the recorder; each frame is written whole.
-struct Writer {
-    state: Mutex<(UnixStream, Vec<u8>)>,
-}
-
-impl Writer {
-    fn new(socket: UnixStream) -> Writer {
-        Writer { state: Mutex::new((socket, Vec::new())) }
-    }
-
-    fn send(&self, message: &ToHost) -> io::Result<()> {
-        let mut state = lock(&self.state);
-        let (socket, frame) = &mut *state;
-        protocol::encode_into(message, frame)?;
-        socket.write_all(frame)
-    }
 }
