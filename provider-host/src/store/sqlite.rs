@@ -67,27 +67,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, "ALTER TABLE leases RENAME COLUMN embedded_sim TO api_in_process"),
 ];
 
-/// The columns of the `leases` table of version 1, to recognise a ledger
-/// written before ledgers carried [`APPLICATION_ID`] (which is version 1).
-const UNMARKED_COLUMNS: [&str; 17] = [
-    "id",
-    "owner",
-    "run_id",
-    "state",
-    "provider_lease_id",
-    "metadata_json",
-    "driver_key",
-    "company_id",
-    "environment_id",
-    "config_json",
-    "embedded_sim",
-    "last_hook",
-    "last_error_json",
-    "pid",
-    "pid_start",
-    "created_at",
-    "updated_at",
-];
+/// The columns of the `leases` table of version 1, in order, to recognise
+/// a ledger written before ledgers carried [`APPLICATION_ID`] (which is
+/// version 1).
+const UNMARKED_COLUMNS: &str = "id owner run_id state provider_lease_id metadata_json driver_key company_id \
+    environment_id config_json embedded_sim last_hook last_error_json pid pid_start created_at updated_at";
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS leases (
@@ -210,10 +194,10 @@ impl Ledger {
                     Some(rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly)
                 ) =>
             {
-                let mut uri = std::ffi::OsString::from("file:");
-                uri.push(uri_escape(path));
-                uri.push("?immutable=1");
-                open(Path::new(&uri), flags | OpenFlags::SQLITE_OPEN_URI)
+                // A `file:` URI (percent-encoded) holds only absolute paths.
+                let absolute = std::path::absolute(path).map_err(|error| fail(Problem::Io(error)))?;
+                let uri = url::Url::from_file_path(absolute).expect("an absolute path");
+                open(Path::new(&format!("{uri}?immutable=1")), flags | OpenFlags::SQLITE_OPEN_URI)
             }
             other => other,
         };
@@ -529,7 +513,7 @@ fn identify(conn: &Connection) -> Result<Option<i64>, Problem> {
             let sql = "SELECT name FROM pragma_table_info('leases') ORDER BY cid";
             if tables == ["leases"]
                 && version == 0
-                && query(conn, sql, [], |row| row.get::<_, String>(0))? == UNMARKED_COLUMNS
+                && query(conn, sql, [], |row| row.get::<_, String>(0))?.join(" ") == UNMARKED_COLUMNS
             {
                 return Ok(Some(1));
             }
@@ -543,38 +527,23 @@ fn identify(conn: &Connection) -> Result<Option<i64>, Problem> {
 }
 
 /// Checks what the file holds and creates, marks or migrates the ledger's
-/// schema, in one `IMMEDIATE` transaction: a concurrent opener waits for
-/// it, then finds the schema made.
+/// schema, in one `IMMEDIATE` transaction (rolled back unless it commits):
+/// a concurrent opener waits for it, then finds the schema made.
 fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| {
-        // A new file gets the current schema.
-        let found = identify(conn)?;
-        migrate(conn, found.unwrap_or(SCHEMA_VERSION))?;
-        // Writes nothing when the tables exist.
-        conn.execute_batch(SCHEMA)?;
-        if found != Some(SCHEMA_VERSION) {
-            conn.pragma_update(None, "application_id", APPLICATION_ID)?;
-            conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        }
-        Ok::<_, Problem>(())
-    })();
-    match result {
-        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
-        Err(problem) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(problem)
-        }
+    let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
+    // A new file gets the current schema; an older one, the [`MIGRATIONS`]
+    // newer than its version.
+    let found = identify(&tx)?;
+    for (_, sql) in MIGRATIONS.iter().filter(|(to, _)| *to > found.unwrap_or(SCHEMA_VERSION)) {
+        tx.execute_batch(sql)?;
     }
-}
-
-/// Applies the [`MIGRATIONS`] newer than `version` (the ledger's), inside
-/// the caller's transaction.
-fn migrate(conn: &Connection, version: i64) -> rusqlite::Result<()> {
-    for (_, sql) in MIGRATIONS.iter().filter(|(to, _)| *to > version) {
-        conn.execute_batch(sql)?;
+    // Writes nothing when the tables exist.
+    tx.execute_batch(SCHEMA)?;
+    if found != Some(SCHEMA_VERSION) {
+        tx.pragma_update(None, "application_id", APPLICATION_ID)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     }
-    Ok(())
+    Ok(tx.commit()?)
 }
 
 /// Puts the database in WAL mode, waiting as long as [`BUSY_TIMEOUT`] for the
@@ -605,21 +574,6 @@ fn enter_wal_mode(conn: &Connection) -> rusqlite::Result<()> {
         }
     }
     unreachable!("the loop returns")
-}
-
-/// `path` escaped for a SQLite `file:` URI (every byte but unreserved ones
-/// and `/` as `%XX`).
-fn uri_escape(path: &Path) -> String {
-    path.as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .map(|&byte| match byte {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
 }
 
 /// True while process `pid`, started at `start`, is running on this
