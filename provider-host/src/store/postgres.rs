@@ -79,8 +79,8 @@ const COLUMNS: &str = "l.id, l.owner, l.run_id, l.state, l.provider_lease_id, l.
     to_char(l.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') AS updated_at";
 
 /// The rows not destroyed of hosts whose heartbeat expired (read through
-/// `leases_live_owners`).
-const LIVE_ROWS_OF_GONE_HOSTS: &str = "FROM leases l WHERE l.state <> 'destroyed' AND NOT EXISTS
+/// `leases_live_owners`), of `leases l`.
+const LIVE_ROWS_OF_GONE_HOSTS: &str = "WHERE l.state <> 'destroyed' AND NOT EXISTS
        (SELECT 1 FROM hosts h WHERE h.host_id = l.host_id AND h.expires_at >= now())
      ORDER BY l.id";
 
@@ -106,28 +106,24 @@ pub struct PgLedger {
 /// driver would refuse is redacted too.
 pub fn redacted(url: &str) -> String {
     let (head, query) = url.split_once('?').map_or((url, None), |(head, query)| (head, Some(query)));
-    let head = match head.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
-            match authority.rsplit_once('@') {
-                Some((credentials, host)) if credentials.contains(':') => {
-                    let user = credentials.split(':').next().unwrap_or("");
-                    format!("{scheme}://{user}:***@{host}{path}")
-                }
-                _ => head.to_owned(),
-            }
-        }
-        None => head.to_owned(),
-    };
-    let Some(query) = query else { return head };
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some((key, _)) if key == "password" => format!("{key}=***"),
-            _ => pair.to_owned(),
-        })
-        .collect();
-    format!("{head}?{}", query.join("&"))
+    // In the authority (from `://` to the next `/`), what follows the first
+    // `:` of the user part (up to the last `@`).
+    let password = head.find("://").map(|at| at + 3).and_then(|start| {
+        let (credentials, _) = head[start..].split('/').next()?.rsplit_once('@')?;
+        Some(start + credentials.find(':')? + 1..start + credentials.len())
+    });
+    let mut shown = head.to_owned();
+    if let Some(password) = password {
+        shown.replace_range(password, "***");
+    }
+    if let Some(query) = query {
+        let pairs: Vec<&str> = query
+            .split('&')
+            .map(|pair| if pair.starts_with("password=") { "password=***" } else { pair })
+            .collect();
+        shown = format!("{shown}?{}", pairs.join("&"));
+    }
+    shown
 }
 
 /// The connection settings of `url`, with a connect timeout unless it sets one.
@@ -288,8 +284,10 @@ impl PgLedger {
         }
     }
 
-    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<LeaseRecord>, LedgerError> {
-        let rows = self.with(|client| client.query(sql, params))?;
+    /// The rows of `leases l` that `clause` (`WHERE`, `ORDER BY`...) selects.
+    fn select(&self, clause: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let rows =
+            self.with(|client| client.query(&format!("SELECT {COLUMNS} FROM leases l {clause}"), params))?;
         Ok(rows.iter().map(read_row).collect())
     }
 }
@@ -473,7 +471,7 @@ impl LeaseStore for PgLedger {
     }
 
     fn get(&self, row: i64) -> Result<Option<LeaseRecord>, LedgerError> {
-        Ok(self.query(&format!("SELECT {COLUMNS} FROM leases l WHERE l.id = $1"), &[&row])?.pop())
+        Ok(self.select("WHERE l.id = $1", &[&row])?.pop())
     }
 
     fn find(
@@ -482,28 +480,19 @@ impl LeaseStore for PgLedger {
         company_id: &str,
         environment_id: &str,
     ) -> Result<Option<LeaseRecord>, LedgerError> {
-        Ok(self
-            .query(
-                &format!(
-                    "SELECT {COLUMNS} FROM leases l WHERE l.provider_lease_id = $1 AND l.company_id = $2
-                       AND l.environment_id = $3 ORDER BY l.id DESC LIMIT 1"
-                ),
-                &[&provider_lease_id, &company_id, &environment_id],
-            )?
-            .pop())
+        let latest = "WHERE l.provider_lease_id = $1 AND l.company_id = $2 AND l.environment_id = $3
+            ORDER BY l.id DESC LIMIT 1";
+        Ok(self.select(latest, &[&provider_lease_id, &company_id, &environment_id])?.pop())
     }
 
     fn list(&self) -> Result<Vec<LeaseRecord>, LedgerError> {
-        self.query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])
+        self.select("ORDER BY l.id", &[])
     }
 
     fn left_behind(&self, whose: Whose) -> Result<Vec<LeaseRecord>, LedgerError> {
         let rows = match whose {
-            Whose::ThisHost => self.query(
-                &format!("SELECT {COLUMNS} FROM leases l WHERE l.host_id = $1 ORDER BY l.id"),
-                &[&self.host_id],
-            )?,
-            Whose::Gone => self.query(&format!("SELECT {COLUMNS} {LIVE_ROWS_OF_GONE_HOSTS}"), &[])?,
+            Whose::ThisHost => self.select("WHERE l.host_id = $1 ORDER BY l.id", &[&self.host_id])?,
+            Whose::Gone => self.select(LIVE_ROWS_OF_GONE_HOSTS, &[])?,
         };
         Ok(rows.into_iter().filter(LeaseRecord::is_left_behind).collect())
     }
@@ -532,7 +521,9 @@ impl LeaseStore for PgLedger {
              FROM claimed WHERE l.id = claimed.id
              RETURNING {COLUMNS}"
         );
-        let mut taken = self.query(&sql, &[&self.host_id, &ids, &owners, &(self.pid as i32)])?;
+        let taken =
+            self.with(|client| client.query(&sql, &[&self.host_id, &ids, &owners, &(self.pid as i32)]))?;
+        let mut taken: Vec<LeaseRecord> = taken.iter().map(read_row).collect();
         taken.sort_by_key(|record| record.id);
         // Gone hosts that own no row any more are forgotten.
         self.with(|client| {
@@ -596,7 +587,8 @@ mod tests {
             .with(|client| {
                 let mut tx = client.transaction()?;
                 tx.batch_execute("SET LOCAL enable_seqscan = off")?;
-                let rows = tx.query(&format!("EXPLAIN SELECT l.id {LIVE_ROWS_OF_GONE_HOSTS}"), &[])?;
+                let rows =
+                    tx.query(&format!("EXPLAIN SELECT l.id FROM leases l {LIVE_ROWS_OF_GONE_HOSTS}"), &[])?;
                 Ok(rows.iter().map(|row| row.get(0)).collect())
             })
             .unwrap();
