@@ -110,7 +110,7 @@ pub struct Global {
     /// With a PostgreSQL ledger: how long this host's heartbeat lasts
     /// unrenewed (renewed every third of it) before a surviving host takes
     /// over its leases, e.g. 30s.
-    #[arg(long, global = true, help_heading = HEADING_LEDGER, value_name = "DURATION", default_value = "30s", value_parser = parse_expiry)]
+    #[arg(long, global = true, help_heading = HEADING_LEDGER, value_name = "DURATION", default_value = "30s", value_parser = commands::duration_at_least(Duration::from_secs(1), "heartbeat expiry", "30s or 2m"))]
     heartbeat_expiry: Duration,
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true, help_heading = HEADING_OUTPUT)]
@@ -509,16 +509,6 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         }
         None => result,
     }
-}
-
-/// `--heartbeat-expiry`: a duration of at least a second.
-fn parse_expiry(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text)
-        .map_err(|error| format!("`{text}` is not a duration like 30s or 2m ({error})"))?;
-    if duration < Duration::from_secs(1) {
-        return Err("the heartbeat expiry must be at least 1s".into());
-    }
-    Ok(duration)
 }
 
 impl Global {

@@ -112,7 +112,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DIR")]
     cwd: Option<String>,
     /// Deadline of the command, e.g. 30s, 2m, 1h30m (default: the configuration's).
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    #[arg(long, value_name = "DURATION", value_parser = super::duration_at_least(Duration::from_millis(1), "timeout", "30s, 2m or 1h30m"))]
     timeout: Option<Duration>,
 }
 
@@ -128,16 +128,6 @@ pub fn parse_env(text: &str) -> Result<(String, String), String> {
         return Err(format!("`{name}` is not a variable name: names must match ^[A-Za-z_][A-Za-z0-9_]*$"));
     }
     Ok((name.to_owned(), value.to_owned()))
-}
-
-/// Parses `--timeout DURATION` (`30s`, `2m`, `1h30m`, `500ms`).
-pub fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text)
-        .map_err(|error| format!("`{text}` is not a duration like 30s, 2m or 1h30m ({error})"))?;
-    if duration.as_millis() == 0 {
-        return Err("the timeout must be at least 1ms".into());
-    }
-    Ok(duration)
 }
 
 /// Bytes of the command's input read before its provider call, to tell an

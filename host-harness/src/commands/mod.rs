@@ -29,7 +29,7 @@ use provider_host::{
     store::{self, sqlite::Ledger, LeaseStore, LedgerLocation, StoreOptions},
 };
 use serde_json::Value;
-use std::{io::Write, path::Path, process::ExitCode};
+use std::{io::Write, path::Path, process::ExitCode, time::Duration};
 
 /// How a command failed; maps to the exit code.
 pub enum Failure {
@@ -77,6 +77,23 @@ pub fn passed(ok: bool) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::Hook(None))
+    }
+}
+
+/// The parser of a duration flag (`30s`, `2m`, `1h30m`, `500ms`) of at
+/// least `min`: a text that is no duration is refused naming `examples`, a
+/// shorter one naming the flag's value, `what`.
+pub fn duration_at_least(
+    min: Duration,
+    what: &'static str,
+    examples: &'static str,
+) -> impl Fn(&str) -> Result<Duration, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let duration = humantime::parse_duration(text)
+            .map_err(|error| format!("`{text}` is not a duration like {examples} ({error})"))?;
+        (duration >= min)
+            .then_some(duration)
+            .ok_or_else(|| format!("the {what} must be at least {}", humantime::format_duration(min)))
     }
 }
 
