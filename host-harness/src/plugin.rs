@@ -4,7 +4,7 @@
 //! of the providers directory ([`provider_host::providers`]); the CreateOS provider
 //! next to the binary (where `cargo build` leaves it).
 
-use provider_abi::{HookResult, LogLevel, SetupParams};
+use provider_abi::{LogLevel, SetupParams};
 use provider_host::{
     hosted::{HookSupport, HostedProvider},
     providers::ProvidersDir,
@@ -32,14 +32,6 @@ impl Library {
         match self {
             Library::At(path) => path,
             Library::Staged(staged) => staged.source(),
-        }
-    }
-
-    /// Loads it in this process (without `setup`); errors name [`Library::path`].
-    pub fn load(&self) -> Result<LoadedProvider, LoadError> {
-        match self {
-            Library::At(path) => LoadedProvider::load(path),
-            Library::Staged(staged) => staged.load(),
         }
     }
 }
@@ -88,22 +80,27 @@ pub fn load_provider(path: Option<&Path>) -> Result<LoadedProvider, LoadError> {
 
 /// Loads `library` in this process and runs `setup` (see [`set_up`]).
 pub fn load_library(library: &Library) -> Result<LoadedProvider, LoadError> {
-    let provider = library.load()?;
-    set_up(&provider)
-        .map_err(|error| LoadError::ProviderFailed { path: library.path().to_path_buf(), error })?;
+    let provider = match library {
+        Library::At(path) => LoadedProvider::load(path)?,
+        Library::Staged(staged) => staged.load()?,
+    };
+    set_up(&provider, library.path())?;
     Ok(provider)
 }
 
 /// Runs the provider's `setup` with the log sink that re-emits its events
 /// into the host's subscriber, up to the most verbose level the subscriber
-/// wants (errors only when it wants none: they are dropped here).
-pub fn set_up(provider: &dyn HookSupport) -> HookResult<()> {
+/// wants (errors only when it wants none: they are dropped here); a failure
+/// names the library at `path`.
+pub fn set_up(provider: &dyn HookSupport, path: &Path) -> Result<(), LoadError> {
     let level = crate::provider_log::host_max_level().unwrap_or(LogLevel::Error);
     let host = SetupParams {
         host_name: env!("CARGO_PKG_NAME").into(),
         host_version: env!("CARGO_PKG_VERSION").into(),
     };
-    provider.setup(&host, crate::provider_log::sink(), level)
+    provider
+        .setup(&host, crate::provider_log::sink(), level)
+        .map_err(|error| LoadError::ProviderFailed { path: path.to_path_buf(), error })
 }
 
 /// Loads `library` and runs `setup`: in this process, or with `isolation`
@@ -113,7 +110,6 @@ pub fn load_hosted(
     library: &Library,
     isolation: Option<&IsolationOptions>,
 ) -> Result<HostedProvider, String> {
-    let path = library.path().to_path_buf();
     let Some(options) = isolation else {
         return load_library(library).map(HostedProvider::Loaded).map_err(|error| error.to_string());
     };
@@ -126,6 +122,6 @@ pub fn load_hosted(
         }
     }
     .map_err(|error| error.to_string())?;
-    set_up(&provider).map_err(|error| LoadError::ProviderFailed { path, error }.to_string())?;
+    set_up(&provider, library.path()).map_err(|error| error.to_string())?;
     Ok(HostedProvider::Isolated(provider))
 }
