@@ -10,7 +10,7 @@
 
 use provider_abi::{ErrorKind, ProviderError};
 use signal_hook::{
-    consts::{SIGHUP, SIGINT, SIGPIPE, SIGTERM},
+    consts::{SIGHUP, SIGINT, SIGTERM},
     iterator::Signals,
 };
 use std::{
@@ -39,15 +39,9 @@ pub fn exit_code(signal: i32) -> u8 {
     u8::try_from(128 + signal).unwrap_or(128)
 }
 
-/// `SIGINT`, `SIGTERM`, `SIGHUP`, `SIGPIPE`, or `a signal`.
+/// The signal's name (`SIGINT`, `SIGTERM`...), or `a signal`.
 pub fn name(signal: Option<i32>) -> &'static str {
-    match signal {
-        Some(SIGINT) => "SIGINT",
-        Some(SIGTERM) => "SIGTERM",
-        Some(SIGHUP) => "SIGHUP",
-        Some(SIGPIPE) => "SIGPIPE",
-        _ => "a signal",
-    }
+    signal.and_then(signal_hook::low_level::signal_name).unwrap_or("a signal")
 }
 
 /// Writes `message` as a line to stderr, ignoring a stderr that is gone
