@@ -2,7 +2,7 @@
 //! `provider-conform` suite), one line per check and a summary; exit 1 when
 //! a check failed.
 
-use super::{read_config, Failure, Printer};
+use super::{runs::Target, Failure, Printer};
 use host_harness::{embedded, interrupt, plugin::Library};
 use provider_abi::Provider;
 use std::{ops::ControlFlow, path::Path, sync::Arc};
@@ -12,18 +12,10 @@ use std::{ops::ControlFlow, path::Path, sync::Arc};
 pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(), Failure> {
     // In process: the checks read the library's own ABI and hooks.
     let provider = Arc::new(host_harness::plugin::load_library(library).map_err(Failure::usage)?);
-    let (sim, config) = match config {
-        Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
-        None => {
-            let (sim, mut config) = embedded::offline_target(&*provider, false).map_err(Failure::Usage)?;
-            if sim.is_some() {
-                // The simulator's rate limit is off: 32 leases at once would
-                // otherwise wait a minute for the budget, not on the provider.
-                embedded::set_request_budget(&mut config, embedded::UNLIMITED_REQUEST_BUDGET);
-            }
-            (sim, config)
-        }
-    };
+    // The simulator's rate limit is off: 32 leases at once would otherwise
+    // wait a minute for the budget, not on the provider.
+    let unlimited = Some(embedded::UNLIMITED_REQUEST_BUDGET);
+    let Target { sim, config } = Target::new(&*provider, config, false, unlimited)?;
     let manifest = provider.manifest();
     if !out.json {
         if let Some(sim) = &sim {

@@ -29,18 +29,29 @@ use std::{
 
 /// The environment of a run: an external API, or a simulator embedded in
 /// this process (kept alive by holding it).
-struct Target {
-    config: Environment,
-    sim: Option<embedded::Simulator>,
+pub struct Target {
+    pub config: Environment,
+    pub sim: Option<embedded::Simulator>,
 }
 
 impl Target {
-    /// `rate_limited`: the embedded simulator applies CreateOS's rate limit.
-    fn new(session: &Session, config: Option<&Path>, rate_limited: bool) -> Result<Target, Failure> {
-        let (sim, config) = match config {
-            Some(path) => (None, read_config(path, &session.provider.manifest().driver_key)?),
-            None => embedded::offline_target(&session.provider, rate_limited).map_err(Failure::Usage)?,
+    /// The configuration at `config`, else `provider`'s offline target:
+    /// the embedded simulator applies CreateOS's rate limit when
+    /// `rate_limited`, and its provider gets the request budget `budget`
+    /// (requests a minute) when one is given.
+    pub fn new(
+        provider: &(impl Provider + ?Sized),
+        config: Option<&Path>,
+        rate_limited: bool,
+        budget: Option<u32>,
+    ) -> Result<Target, Failure> {
+        let (sim, mut config) = match config {
+            Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
+            None => embedded::offline_target(provider, rate_limited).map_err(Failure::Usage)?,
         };
+        if let Some(budget) = budget.filter(|_| sim.is_some()) {
+            embedded::set_request_budget(&mut config, budget);
+        }
         Ok(Target { config, sim })
     }
 
@@ -62,7 +73,7 @@ impl Target {
 
 /// `lifecycle`: one whole lifecycle, each step printed.
 pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure> {
-    let target = Target::new(session, config, true)?;
+    let target = Target::new(&session.provider, config, true, None)?;
     if let Some(sim) = target.sim.as_ref().filter(|_| !session.out.json) {
         println!("{}", embedded::banner(sim));
     }
@@ -176,15 +187,10 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
             "--requests-per-minute sets the embedded simulator's budget only: with --config, the provider's configuration says its budget".into(),
         ));
     }
-    let mut target = Target::new(session, options.config.as_deref(), !options.no_rate_limit)?;
-    if target.sim.is_some() {
-        let budget = options
-            .requests_per_minute
-            .or(options.no_rate_limit.then_some(embedded::UNLIMITED_REQUEST_BUDGET));
-        if let Some(budget) = budget {
-            embedded::set_request_budget(&mut target.config, budget);
-        }
-    } else if options.requests_per_minute.is_some() {
+    let budget =
+        options.requests_per_minute.or(options.no_rate_limit.then_some(embedded::UNLIMITED_REQUEST_BUDGET));
+    let target = Target::new(&session.provider, options.config.as_deref(), !options.no_rate_limit, budget)?;
+    if target.sim.is_none() && options.requests_per_minute.is_some() {
         return Err(Failure::Usage(format!(
             "--requests-per-minute sets the embedded simulator's budget only, and provider `{}` runs without it: give its budget in its configuration (--config FILE)",
             session.provider.manifest().id
