@@ -8,7 +8,6 @@
 
 use std::{
     sync::mpsc::{self, RecvTimeoutError},
-    thread::JoinHandle,
     time::Duration,
 };
 
@@ -45,48 +44,26 @@ pub struct ResourceFigures {
     pub monitor_cpu: Duration,
 }
 
-/// Samples the process in a background thread until [`Monitor::finish`].
-pub struct Monitor {
-    /// Dropped to stop the sampling.
-    stop: mpsc::Sender<()>,
-    /// The sampling thread; it returns its figures and its own CPU time.
-    sampler: Option<JoinHandle<(ResourceFigures, Duration)>>,
-    cpu_at_start: Duration,
-}
-
-impl Monitor {
-    /// Starts sampling; the provider's threads are those whose names begin
-    /// with `provider_threads` (see [`provider_thread_prefix`]).
-    pub fn start(provider_threads: &str) -> Monitor {
-        let baseline = resident_bytes().unwrap_or(0);
-        let mut figures =
-            ResourceFigures { baseline_rss: baseline, peak_rss: baseline, ..Default::default() };
-        let (stop, stopped) = mpsc::channel();
-        let prefix = provider_threads.to_owned();
-        // Every SAMPLE_EVERY, and once more when stopped.
-        let sampler = std::thread::Builder::new().name("soak-monitor".into()).spawn(move || {
-            sample(&mut figures, &prefix);
-            while stopped.recv_timeout(SAMPLE_EVERY) == Err(RecvTimeoutError::Timeout) {
-                sample(&mut figures, &prefix);
-            }
-            sample(&mut figures, &prefix);
-            (figures, cpu_time(libc::RUSAGE_THREAD))
-        });
-        Monitor { stop, sampler: sampler.ok(), cpu_at_start: cpu_time(libc::RUSAGE_SELF) }
+/// Samples the process every [`SAMPLE_EVERY`] (on the calling thread, a
+/// thread of its own) until `stop` is signalled or its sender dropped, and
+/// returns the figures; the provider's threads are those whose names begin
+/// with `provider_threads` (see [`provider_thread_prefix`]).
+pub fn monitor(provider_threads: &str, stop: &mpsc::Receiver<()>) -> ResourceFigures {
+    let cpu_at_start = cpu_time(libc::RUSAGE_SELF);
+    let baseline = resident_bytes().unwrap_or(0);
+    let mut figures = ResourceFigures { baseline_rss: baseline, peak_rss: baseline, ..Default::default() };
+    // Every SAMPLE_EVERY, and once more when stopped.
+    sample(&mut figures, provider_threads);
+    while stop.recv_timeout(SAMPLE_EVERY) == Err(RecvTimeoutError::Timeout) {
+        sample(&mut figures, provider_threads);
     }
-
-    /// Stops sampling and returns the figures.
-    pub fn finish(self) -> ResourceFigures {
-        drop(self.stop);
-        let sampled = self.sampler.and_then(|sampler| sampler.join().ok());
-        let (mut figures, monitor_cpu) = sampled.unwrap_or_default();
-        figures.monitor_cpu = monitor_cpu;
-        figures.cpu =
-            cpu_time(libc::RUSAGE_SELF).saturating_sub(self.cpu_at_start).saturating_sub(monitor_cpu);
-        // The kernel's own high-water mark catches peaks between samples.
-        figures.peak_rss = figures.peak_rss.max(status_kib("VmHWM:").map_or(0, |kib| kib * 1024));
-        figures
-    }
+    sample(&mut figures, provider_threads);
+    figures.monitor_cpu = cpu_time(libc::RUSAGE_THREAD);
+    figures.cpu =
+        cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu_at_start).saturating_sub(figures.monitor_cpu);
+    // The kernel's own high-water mark catches peaks between samples.
+    figures.peak_rss = figures.peak_rss.max(status_kib("VmHWM:").map_or(0, |kib| kib * 1024));
+    figures
 }
 
 fn sample(figures: &mut ResourceFigures, provider_prefix: &str) {
@@ -142,10 +119,12 @@ mod tests {
 
     #[test]
     fn a_monitored_run_sees_memory_threads_and_cpu() {
-        let monitor = Monitor::start(&provider_thread_prefix("test"));
+        let (stop, stopped) = mpsc::channel();
+        let monitor = std::thread::spawn(move || monitor(&provider_thread_prefix("test"), &stopped));
         let busy: u64 = (0..2_000_000u64).fold(0, |sum, n| sum.wrapping_add(n * n));
         std::hint::black_box(busy);
-        let figures = monitor.finish();
+        drop(stop);
+        let figures = monitor.join().unwrap();
         assert!(figures.baseline_rss > 0 && figures.peak_rss >= figures.baseline_rss);
         assert!(figures.peak_threads >= 2, "the test thread and the monitor");
         assert!(figures.cpu > Duration::ZERO);

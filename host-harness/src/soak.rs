@@ -28,16 +28,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// What a soak needs besides the provider and the ledger.
-pub struct SoakPlan<'a> {
-    /// The environment every lifecycle runs in.
-    pub config: &'a Environment,
-    /// Number of lifecycles.
-    pub leases: usize,
-    /// Lifecycles in flight at once.
-    pub concurrency: usize,
-}
-
 /// One finished lifecycle, for progress output.
 #[derive(Debug, Clone)]
 pub struct Finished {
@@ -145,19 +135,21 @@ impl Reporter for Watcher<'_> {
     }
 }
 
-/// Runs `plan.leases` lifecycles, `plan.concurrency` at a time; `progress`
-/// is called after each. They all run on this thread, each lifecycle a
-/// future awaiting the provider's hooks.
+/// Runs `leases` lifecycles in `config`, `concurrency` at a time;
+/// `progress` is called after each. They all run on this thread, each
+/// lifecycle a future awaiting the provider's hooks.
 pub fn run(
     provider: &dyn HookSupport,
     ledger: &dyn LeaseStore,
-    plan: &SoakPlan<'_>,
+    config: &Environment,
+    leases: usize,
+    concurrency: usize,
     progress: &(dyn Fn(&Finished) + Sync),
 ) -> Tally {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let done = AtomicUsize::new(0);
     // The configuration's secrets, by the provider's own schema.
-    let secrets = SecretFields::of(&provider.manifest()).values(&plan.config.config);
+    let secrets = SecretFields::of(&provider.manifest()).values(&config.config);
     // The provider's log lines are output too.
     let scan_logs = {
         let owned: Vec<String> = secrets.iter().map(|secret| (*secret).to_owned()).collect();
@@ -173,7 +165,7 @@ pub fn run(
         let (tally, done, secrets) = (&tally, &done, &secrets);
         async move {
             let run_id = format!("soak-{index}");
-            let host = Host::new(provider, ledger, plan.config, Owner::Lifecycle, &run_id);
+            let host = Host::new(provider, ledger, config, Owner::Lifecycle, &run_id);
             let mut watcher = Watcher { ledger, secrets, tally, first_error: None, unconfirmed_known: false };
             let started = Instant::now();
             let ok = lifecycle::run_with(&host, &mut watcher, false).await;
@@ -184,14 +176,14 @@ pub fn run(
     };
     // No new lifecycle after an interruption.
     let still_wanted = || crate::interrupt::requested().is_none();
-    let in_flight = plan.concurrency.clamp(1, plan.leases.max(1));
+    let in_flight = concurrency.clamp(1, leases.max(1));
     use futures_util::StreamExt;
     // The lifecycles are futures polled on this thread alone, woken by the
     // provider's runtime; no async runtime of the host's is entered, so
     // blocking code the host calls meanwhile (the PostgreSQL driver runs its
     // own) stays usable.
     provider_host::wait(
-        futures_util::stream::iter(0..plan.leases)
+        futures_util::stream::iter(0..leases)
             .take_while(|_| std::future::ready(still_wanted()))
             .for_each_concurrent(in_flight, lifecycle),
     );

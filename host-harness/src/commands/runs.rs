@@ -5,8 +5,8 @@ use super::{read_config, Failure, Printer, Session};
 use host_harness::{
     embedded,
     lifecycle::{self, StepReport},
-    render,
-    soak::{self, Finished, SoakPlan, Summary},
+    render, resources,
+    soak::{self, Finished, Summary},
 };
 use provider_abi::Provider;
 use provider_host::isolation::is_worker_failure_message;
@@ -248,29 +248,32 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
         }
     };
     let started = Instant::now();
-    let plan = SoakPlan { config: &target.config, leases: options.leases, concurrency: options.concurrency };
-    let provider_threads = host_harness::resources::provider_thread_prefix(&session.provider.manifest().id);
-    let monitor = host_harness::resources::Monitor::start(&provider_threads);
+    let provider_threads = resources::provider_thread_prefix(&session.provider.manifest().id);
     let secrets = SweepSecrets::from_config(&session.provider, &target.config);
     // The provider's share of the request budget, with this host counted,
     // before its first request; then again every second, as hosts come and go.
     let first_share = budget::grant(&session.provider, session.ledger.as_ref());
     // Meanwhile, the leases of hosts that are gone (killed, or their
-    // heartbeat expired) are taken over and destroyed.
+    // heartbeat expired) are taken over and destroyed, and the process's
+    // resources sampled.
     let (stop_patrol, patrol_stopped) = std::sync::mpsc::channel::<()>();
     let (stop_granting, granting_stopped) = std::sync::mpsc::channel::<()>();
-    let (tally, patrolled, request_share) = std::thread::scope(|scope| {
+    let (stop_monitor, monitor_stopped) = std::sync::mpsc::channel::<()>();
+    let (tally, patrolled, request_share, resources) = std::thread::scope(|scope| {
         let (provider, ledger, secrets) = (&session.provider, session.ledger.as_ref(), &secrets);
+        let prefix = &provider_threads;
+        let monitor = scope.spawn(move || resources::monitor(prefix, &monitor_stopped));
         let patrol = scope.spawn(move || sweep::patrol(provider, ledger, secrets, &patrol_stopped));
         let granting =
             scope.spawn(move || budget::keep_granting(provider, ledger, first_share, &granting_stopped));
-        let tally = soak::run(&session.provider, session.ledger.as_ref(), &plan, &progress);
-        drop((stop_patrol, stop_granting));
-        (tally, patrol.join().unwrap_or_default(), granting.join().unwrap_or_default())
+        let (leases, concurrency) = (options.leases, options.concurrency);
+        let tally = soak::run(provider, ledger, &target.config, leases, concurrency, &progress);
+        drop((stop_patrol, stop_granting, stop_monitor));
+        let (patrolled, share) = (patrol.join().unwrap_or_default(), granting.join().unwrap_or_default());
+        (tally, patrolled, share, monitor.join().unwrap_or_default())
     });
     let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
     let ledger_commits = session.ledger.commit_counts();
-    let resources = monitor.finish();
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
