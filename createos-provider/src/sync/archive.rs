@@ -149,9 +149,10 @@ pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<(),
                     return Err(changed());
                 }
                 header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-                let mut exact = ExactReader { inner: file.take(meta.len()), left: meta.len() };
-                builder.append_data(&mut header, entry.relative(), &mut exact).map_err(Error::host_read)?;
-                if exact.left != 0 {
+                // What is left of the take tells a file that shrank.
+                let mut data = file.take(meta.len());
+                builder.append_data(&mut header, entry.relative(), &mut data).map_err(Error::host_read)?;
+                if data.limit() != 0 {
                     return Err(changed());
                 }
             }
@@ -168,20 +169,6 @@ pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<(),
         }
     }
     builder.into_inner().and_then(|mut writer| io::Write::flush(&mut writer)).map_err(Error::host_read)
-}
-
-/// Counts what is left of a `Take`, so a file that shrank is noticed.
-struct ExactReader<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for ExactReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let read = self.inner.read(buf)?;
-        self.left -= read as u64;
-        Ok(read)
-    }
 }
 
 /// What a validated archive holds.
