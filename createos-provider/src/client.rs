@@ -102,17 +102,6 @@ impl CallOptions {
     }
 }
 
-/// `GET /sandboxes/{id}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxState {
-    /// The sandbox ID (equal to the one asked for).
-    pub id: String,
-    /// Its state as CreateOS names it (`creating`, `running`, `pausing`,
-    /// `paused`, `resuming`, `error`, `destroyed`, `failed`, or one this
-    /// provider does not know).
-    pub status: String,
-}
-
 /// The result of `POST /sandboxes/{id}/exec`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct ExecResult {
@@ -618,16 +607,14 @@ impl CreateosClient {
 /// The sandbox calls of a transition, sent to CreateOS.
 impl Lifecycle for CreateosClient {
     /// `GET /sandboxes/{id}`; the reply must echo `id`.
-    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
+    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<String, Error> {
         check_id(id, "sandbox")?;
         let url = self.url(&["sandboxes", id]);
         let data = self
             .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || self.http.get(url.clone()))
             .await?;
         match (data.get("id").and_then(Value::as_str), data.get("status").and_then(Value::as_str)) {
-            (Some(echo), Some(status)) if echo == id => {
-                Ok(SandboxState { id: id.to_string(), status: status.to_string() })
-            }
+            (Some(echo), Some(status)) if echo == id => Ok(status.to_string()),
             _ => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
         }
     }
@@ -946,8 +933,7 @@ mod tests {
             assert_eq!(err.to_string(), "CreateOS returned a malformed sandbox lifecycle response.");
         }
         mock.push(ok(json!({"id": "sbx_1", "status": "paused"})));
-        let state = client.get_sandbox("sbx_1", opts()).await.unwrap();
-        assert_eq!(state.status, "paused");
+        assert_eq!(client.get_sandbox("sbx_1", opts()).await.unwrap(), "paused");
         mock.push(ok(json!({"id": "../x"})));
         let err = client.create_sandbox("s-1vcpu-1gb", None, None, opts(), &mut discard()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::PROTOCOL);
@@ -1210,7 +1196,7 @@ mod tests {
         }
         server.replies.add_permits(8);
         for call in calls {
-            assert_eq!(call.await.unwrap().unwrap().status, "running");
+            assert_eq!(call.await.unwrap().unwrap(), "running");
         }
         assert_eq!(server.arrived.load(SeqCst), 8);
         assert_eq!(server.peak.load(SeqCst), 3, "at most the gate's bound awaits a reply at once");

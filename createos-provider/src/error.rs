@@ -51,12 +51,6 @@ impl SandboxTarget {
     }
 }
 
-impl std::fmt::Display for SandboxTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A provider error. `Display` is the user-facing one-line message. The
 /// `&'static str` of a variant is its fixed operation label ([`op`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,7 +133,7 @@ pub enum Error {
     Api(&'static str, u16),
     /// A sandbox transition ended in a state (a CreateOS state name) from
     /// which the desired one cannot be reached.
-    #[error("CreateOS sandbox did not reach {desired}.")]
+    #[error("CreateOS sandbox did not reach {}.", .desired.as_str())]
     DidNotReach {
         /// The desired state.
         desired: SandboxTarget,
@@ -298,11 +292,6 @@ impl Error {
         Error::Internal(one_line(message.into()))
     }
 
-    /// "CreateOS sandbox did not reach `<desired>`."
-    pub fn did_not_reach(desired: SandboxTarget, state: impl Into<String>) -> Self {
-        Error::DidNotReach { desired, state: state.into() }
-    }
-
     /// An HTTP 404 from CreateOS (the resource does not exist).
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Api(_, 404))
@@ -323,14 +312,6 @@ impl Error {
     /// or the host refused to record that it was leaving).
     pub fn is_not_sent(&self) -> bool {
         matches!(self, Error::NotSent(_) | Error::HostRefused(_))
-    }
-
-    /// The sandbox state a failed transition last saw.
-    pub fn sandbox_state(&self) -> Option<&str> {
-        match self {
-            Error::DidNotReach { state, .. } => Some(state),
-            _ => None,
-        }
     }
 
     /// Transient failures: 5xx, 429, connection errors. Never an expiry.
@@ -414,14 +395,14 @@ mod tests {
                 None,
             ),
             (
-                Error::did_not_reach(SandboxTarget::Running, "failed"),
+                Error::DidNotReach { desired: SandboxTarget::Running, state: "failed".into() },
                 "CreateOS sandbox did not reach running.",
                 ErrorKind::API,
                 None,
                 Some("sandbox lifecycle"),
             ),
             (
-                Error::did_not_reach(SandboxTarget::Paused, "error"),
+                Error::DidNotReach { desired: SandboxTarget::Paused, state: "error".into() },
                 "CreateOS sandbox did not reach paused.",
                 ErrorKind::API,
                 None,
@@ -504,10 +485,12 @@ mod tests {
     fn helpers() {
         assert!(Error::Api(op::SANDBOX_LIFECYCLE, 404).is_not_found());
         assert!(!Error::Api(op::SANDBOX_LIFECYCLE, 410).is_not_found());
-        assert!(Error::did_not_reach(SandboxTarget::Running, "destroyed").is_terminal_state());
-        assert!(Error::did_not_reach(SandboxTarget::Running, "failed").is_terminal_state());
-        assert!(!Error::did_not_reach(SandboxTarget::Running, "error").is_terminal_state());
-        assert_eq!(Error::did_not_reach(SandboxTarget::Paused, "error").sandbox_state(), Some("error"));
+        assert!(Error::DidNotReach { desired: SandboxTarget::Running, state: "destroyed".into() }
+            .is_terminal_state());
+        assert!(Error::DidNotReach { desired: SandboxTarget::Running, state: "failed".into() }
+            .is_terminal_state());
+        assert!(!Error::DidNotReach { desired: SandboxTarget::Running, state: "error".into() }
+            .is_terminal_state());
         assert!(Error::Api(op::SANDBOX_LIFECYCLE, 502).is_transient());
         assert!(Error::Connection(op::SANDBOX_LIFECYCLE).is_transient());
         assert!(!Error::Api(op::SANDBOX_LIFECYCLE, 404).is_transient());

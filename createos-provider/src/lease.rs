@@ -2,7 +2,7 @@
 //! inspect, exactly as `createos-api.md` ("Lease semantics") describes.
 
 use crate::{
-    client::{CallOptions, CreateosClient, SandboxState},
+    client::{CallOptions, CreateosClient},
     config::ProviderConfig,
     error::{op, Error, ErrorKind},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
@@ -368,7 +368,7 @@ struct SubmitRecorder<'a> {
 }
 
 impl Lifecycle for SubmitRecorder<'_> {
-    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<SandboxState, Error> {
+    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<String, Error> {
         self.client.get_sandbox(id, opts).await
     }
 
@@ -410,7 +410,7 @@ pub async fn inspect(ctx: &Context, params: &LeaseParams) -> Result<LeaseStatus,
     let client = ctx.client(&lease.config)?;
     let options = CallOptions::new(deadline(&lease.config), Priority::InFlight);
     match client.get_sandbox(&lease.sandbox_id, options).await {
-        Ok(state) => Ok(LeaseStatus { exists: true, state: state.status.into(), unconfirmed }),
+        Ok(state) => Ok(LeaseStatus { exists: true, state: state.into(), unconfirmed }),
         Err(error) if error.is_not_found() => {
             Ok(LeaseStatus { exists: false, state: "".into(), unconfirmed })
         }

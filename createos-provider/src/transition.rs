@@ -13,7 +13,7 @@
 //! - `Ok(())`: the sandbox is in the desired state;
 //! - [`Error::is_not_found`]: the sandbox does not exist (404);
 //! - [`Error::is_terminal_state`]: it ended `destroyed` or `failed` (for
-//!   resume: the lease expired); [`Error::sandbox_state`] gives the state;
+//!   resume: the lease expired); `DidNotReach` names the state;
 //! - anything else (5xx, connection, timeout): transient, never an expiry.
 //!
 //! # Poll schedule: learnt per API origin and phase
@@ -87,7 +87,7 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
-use crate::client::{CallOptions, SandboxState};
+use crate::client::CallOptions;
 pub use crate::error::SandboxTarget as Desired;
 use crate::error::{op, Error};
 use crate::pacer::Priority;
@@ -222,11 +222,6 @@ pub struct Estimates {
 }
 
 impl Estimates {
-    /// Empty estimates (polls like the reference until it learns).
-    pub fn new() -> Estimates {
-        Estimates::default()
-    }
-
     /// The process-wide estimates of API `origin`. At most [`ORIGINS`] are
     /// kept; beyond that unused ones are forgotten.
     pub fn shared(origin: &str) -> Arc<Estimates> {
@@ -309,11 +304,6 @@ pub fn shared_all() -> Vec<(String, Arc<Estimates>)> {
     all.iter().map(|(origin, estimates)| (origin.clone(), Arc::clone(estimates))).collect()
 }
 
-/// How many origins' estimates are kept.
-pub fn shared_origins() -> usize {
-    shared_registry().lock().unwrap_or_else(|e| e.into_inner()).len()
-}
-
 /// The offset of poll `n` (0-based) of a phase from its start, given the
 /// first wait (`None`: no history, the reference's cadence).
 pub fn poll_offset(first: Option<Duration>, n: usize) -> Duration {
@@ -329,7 +319,7 @@ pub fn poll_offset(first: Option<Duration>, n: usize) -> Duration {
 /// phase's polls and detection delay. (What the unit tests and the lease
 /// economics benchmark compare against the reference.)
 pub fn model(durations: impl IntoIterator<Item = Duration>) -> Vec<(usize, Duration)> {
-    let estimates = Estimates::new();
+    let estimates = Estimates::default();
     durations
         .into_iter()
         .map(|d| {
@@ -396,12 +386,10 @@ impl PhaseRun {
 /// [`crate::client::CreateosClient`];
 /// a trait so the state machine can be tested on simulated time).
 pub trait Lifecycle {
-    /// `GET /sandboxes/{id}`.
-    fn get_sandbox(
-        &self,
-        id: &str,
-        opts: CallOptions,
-    ) -> impl Future<Output = Result<SandboxState, Error>> + Send;
+    /// `GET /sandboxes/{id}`: the sandbox's state as CreateOS names it
+    /// (`creating`, `running`, `pausing`, `paused`, `resuming`, `error`,
+    /// `destroyed`, `failed`, or one this provider does not know).
+    fn get_sandbox(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<String, Error>> + Send;
     /// `POST /sandboxes/{id}/pause`.
     fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send;
     /// `POST /sandboxes/{id}/resume`.
@@ -480,7 +468,7 @@ async fn drive<C: Lifecycle>(
     let mut phase: Option<(PhaseRun, Instant)> = started;
     loop {
         let sent = Instant::now();
-        let status = client.get_sandbox(id, opts).await?.status;
+        let status = client.get_sandbox(id, opts).await?;
         let replied = Instant::now();
         if let Some(seen) = Phase::from_name(&status) {
             match &mut phase {
@@ -512,7 +500,7 @@ async fn drive<C: Lifecycle>(
             Desired::Running => (matches!(status.as_str(), "paused" | "error"), Phase::Resuming),
         };
         if submitted || !submittable {
-            return Err(Error::did_not_reach(desired, status));
+            return Err(Error::DidNotReach { desired, state: status });
         }
         submitted = true;
         let submit = match desired {
@@ -599,11 +587,7 @@ mod tests {
     }
 
     impl Lifecycle for Fake {
-        fn get_sandbox(
-            &self,
-            id: &str,
-            _opts: CallOptions,
-        ) -> impl Future<Output = Result<SandboxState, Error>> + Send {
+        fn get_sandbox(&self, _: &str, _: CallOptions) -> impl Future<Output = Result<String, Error>> + Send {
             let now = self.now_ms();
             self.log.lock().unwrap().push(format!("get@{now}"));
             let result = match &self.get_error {
@@ -611,7 +595,7 @@ mod tests {
                 None => {
                     let timeline = self.timeline.lock().unwrap();
                     let status = timeline.iter().rev().find(|(t, _)| *t <= now).unwrap().1;
-                    Ok(SandboxState { id: id.to_string(), status: status.to_string() })
+                    Ok(status.to_string())
                 }
             };
             std::future::ready(result)
@@ -637,7 +621,7 @@ mod tests {
             desired,
             fake.t0 + Duration::from_secs(60),
             Priority::InFlight,
-            &Estimates::new(),
+            &Estimates::default(),
         )
         .await
     }
@@ -783,8 +767,12 @@ mod tests {
             match (&result, expected) {
                 (Ok(()), Ok(())) => {}
                 (Err(e), Err(state)) => {
-                    assert_eq!(e.to_string(), format!("CreateOS sandbox did not reach {desired}."), "{name}");
-                    assert_eq!(e.sandbox_state(), Some(state), "{name}");
+                    assert_eq!(
+                        e.to_string(),
+                        format!("CreateOS sandbox did not reach {}.", desired.as_str()),
+                        "{name}"
+                    );
+                    assert!(matches!(e, Error::DidNotReach { state: seen, .. } if seen == state), "{name}");
                     assert_eq!(e.kind(), ErrorKind::API, "{name}");
                     assert_eq!(e.is_terminal_state(), state == "destroyed" || state == "failed", "{name}");
                 }
@@ -813,9 +801,10 @@ mod tests {
     async fn the_deadline_bounds_the_transition() {
         let fake = Fake::new(vec![(0, "creating")]);
         let deadline = fake.t0 + Duration::from_millis(1_000);
-        let err = transition(&fake, "sbx", Desired::Running, deadline, Priority::InFlight, &Estimates::new())
-            .await
-            .unwrap_err();
+        let err =
+            transition(&fake, "sbx", Desired::Running, deadline, Priority::InFlight, &Estimates::default())
+                .await
+                .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::TIMEOUT);
         assert_eq!(err.to_string(), "CreateOS sandbox lifecycle timed out.");
         assert_eq!(Instant::now(), deadline);
@@ -839,7 +828,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_history_polls_like_the_reference() {
         for d in (1..=5_000).step_by(37).chain([250, 500, 1_000, 30_000]) {
-            let estimates = Estimates::new();
+            let estimates = Estimates::default();
             let (polls, delay) = pause_taking(&estimates, d).await;
             assert_eq!(polls, reference_polls(d), "{d} ms");
             assert_eq!(delay.as_millis() as u64, reference_polls(d) as u64 * REFERENCE_POLL_MS - d);
@@ -862,7 +851,7 @@ mod tests {
         let cases =
             [(100, 1.3, 2, 25.0), (1_000, 2.0, 4, 40.0), (3_300, 2.5, 6, 40.0), (10_000, 3.5, 8, 50.0)];
         for (d, mean_polls, max_polls, mean_delay) in cases {
-            let estimates = Estimates::new();
+            let estimates = Estimates::default();
             let mut phases = Vec::new();
             for _ in 0..65 {
                 phases.push(pause_taking(&estimates, d).await);
@@ -888,7 +877,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_estimate_follows_a_change_of_duration() {
-        let estimates = Estimates::new();
+        let estimates = Estimates::default();
         for (d, settle) in [(2_000, 5), (500, 8), (2_000, 3), (500, 8)] {
             let mut phases = Vec::new();
             for _ in 0..20 {
@@ -925,7 +914,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_created_sandbox_is_first_polled_by_its_work_at_the_schedule() {
-        let estimates = Estimates::new();
+        let estimates = Estimates::default();
         let deadline = |fake: &Fake| fake.t0 + Duration::from_secs(60);
         let estimates = &estimates;
         async fn created(
@@ -973,7 +962,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn phases_are_timed_only_from_a_known_start() {
-        let estimates = Estimates::new();
+        let estimates = Estimates::default();
         // `creating` at the first read: timed from it.
         let fake = Fake::new(vec![(0, "creating"), (300, "running")]);
         let deadline = fake.t0 + Duration::from_secs(60);
@@ -1026,7 +1015,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_deadline_bounds_a_learnt_schedule() {
-        let estimates = Estimates::new();
+        let estimates = Estimates::default();
         pause_taking(&estimates, 5_000).await;
         let fake = Fake::new(vec![(0, "running")]).on_submit(Ok(()), vec![(0, "pausing")]);
         let deadline = fake.t0 + Duration::from_millis(3_000);
@@ -1040,7 +1029,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn memory_is_bounded() {
-        let estimates = Estimates::new();
+        let estimates = Estimates::default();
         for d in 0..100 {
             pause_taking(&estimates, 100 + d * 7).await;
             assert!(estimates.samples(Phase::Pausing) <= SAMPLES);
@@ -1050,7 +1039,7 @@ mod tests {
             (0..ORIGINS / 2).map(|i| Estimates::shared(&format!("https://held-{i}.test"))).collect();
         for i in 0..10 * ORIGINS {
             Estimates::shared(&format!("https://transient-{i}.test"));
-            assert!(shared_origins() <= ORIGINS);
+            assert!(shared_all().len() <= ORIGINS);
         }
         // Held estimates are kept while there is room.
         for (i, estimates) in held.iter().enumerate() {
