@@ -141,16 +141,6 @@ async fn execute_to(
     let spec =
         ScriptSpec { cwd: &cwd, command: params.command.as_str(), args: &args, env: &env, stdin_path: None };
     let plain = script::render(&spec)?;
-    // The script reading a staged file, used once the input proves
-    // non-empty: only then may its longer redirection make it too long.
-    let staged = match stdin {
-        Some(source) => {
-            let path = format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4());
-            let script = script::render(&ScriptSpec { stdin_path: Some(&path), ..spec });
-            Some(StagedStdin { source, script, path })
-        }
-        None => None,
-    };
     let client = ctx.client(&lease.config)?;
     let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
     let mut run = Run {
@@ -161,38 +151,25 @@ async fn execute_to(
         deadline: Instant::now() + timeout,
         reconnects: 0,
     };
-    let result = run.run(&plain, staged, emit).await;
+    let result = run.run(spec, &plain, stdin, emit).await;
     // Only now, with the tree terminated (or the lease marked unconfirmed)
     // and the stdin file removed, may a waiting release go on.
     drop(guard);
     result
 }
 
-/// A command's standard input, with the script that reads it from the file
-/// it is staged to (or why that script cannot run).
-struct StagedStdin {
-    source: ByteSource,
-    script: Result<String, Error>,
-    path: String,
-}
-
 /// A piece of standard input read from the host.
 type Piece = Result<Bytes, std::io::Error>;
-
-/// Standard input being read from the host, its first piece in hand.
-struct Pulled {
-    first: Bytes,
-    rest: tokio::sync::mpsc::Receiver<Piece>,
-}
 
 /// Starts reading `source` on a thread of its own (a read may block on a
 /// pipe or a terminal) in [`STREAM_CHUNK`]-byte pieces, at most
 /// [`STDIN_PIECES_AHEAD`] ahead of the upload, and waits for the first
 /// piece: `None` when the input is empty (nothing is staged, the command
-/// reads `/dev/null`). Once the pieces are dropped (the upload ended,
-/// failed or was cancelled) the thread stops after the read under way and
-/// drops the source.
-async fn pull(mut source: ByteSource) -> Result<Option<Pulled>, Error> {
+/// reads `/dev/null`), else a request body streaming the input (a read error
+/// fails the body, so the upload). Once the body is dropped (the upload
+/// ended, failed or was cancelled) the thread stops after the read under way
+/// and drops the source.
+async fn pull(mut source: ByteSource) -> Result<Option<reqwest::Body>, Error> {
     let (sender, mut receiver) = tokio::sync::mpsc::channel::<Piece>(STDIN_PIECES_AHEAD);
     let reader = move || {
         let mut buffer = vec![0; STREAM_CHUNK];
@@ -211,21 +188,14 @@ async fn pull(mut source: ByteSource) -> Result<Option<Pulled>, Error> {
     std::thread::Builder::new().name("createos-stdin".into()).spawn(reader).map_err(|_| {
         Error::internal("The CreateOS provider cannot start a thread to read the command's standard input.")
     })?;
-    match receiver.recv().await {
-        None => Ok(None),
-        Some(Ok(first)) => Ok(Some(Pulled { first, rest: receiver })),
-        Some(Err(error)) => Err(Error::internal(error.to_string())),
-    }
-}
-
-/// A request body streaming the pulled input; a read error fails the body,
-/// so the upload.
-fn pulled_body(pulled: Pulled) -> reqwest::Body {
-    let first = futures_util::stream::once(std::future::ready(Ok::<_, std::io::Error>(pulled.first)));
-    let rest = futures_util::stream::unfold(pulled.rest, |mut receiver| async move {
+    let first = match receiver.recv().await {
+        None => return Ok(None),
+        Some(piece) => piece.map_err(|error| Error::internal(error.to_string()))?,
+    };
+    let rest = futures_util::stream::unfold(receiver, |mut receiver| async move {
         receiver.recv().await.map(|piece| (piece, receiver))
     });
-    reqwest::Body::wrap_stream(first.chain(rest))
+    Ok(Some(reqwest::Body::wrap_stream(futures_util::stream::iter([Ok(first)]).chain(rest))))
 }
 
 /// The command's timeout: the call's, else the configuration's.
@@ -297,20 +267,27 @@ impl Run<'_> {
         }
     }
 
+    /// Runs the command of `spec`, whose `plain` script reads `/dev/null`,
+    /// its input staged first when `stdin` proves non-empty.
     async fn run(
         &mut self,
+        spec: ScriptSpec<'_>,
         plain: &str,
-        stdin: Option<StagedStdin>,
+        stdin: Option<ByteSource>,
         emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         if self.cancel.is_cancelled() {
             return Err(Error::Cancelled);
         }
-        if let Some(StagedStdin { source, script, path }) = stdin {
+        if let Some(source) = stdin {
             match self.race(pull(source)).await {
                 Ok(None) => {}
-                Ok(Some(pulled)) => {
-                    let result = self.run_staged(&script?, Some((pulled, &path)), emit).await;
+                Ok(Some(body)) => {
+                    // Only now, with input to stage, may the script's longer
+                    // redirection make it too long.
+                    let path = format!("{STDIN_PATH_PREFIX}{}", uuid::Uuid::new_v4());
+                    let script = script::render(&ScriptSpec { stdin_path: Some(&path), ..spec })?;
+                    let result = self.run_staged(&script, Some((body, &path)), emit).await;
                     self.client.remove_file(self.sandbox(), &path, "stdin", CLEANUP_TIMEOUT).await;
                     return result;
                 }
@@ -323,16 +300,16 @@ impl Run<'_> {
     async fn run_staged(
         &mut self,
         script: &str,
-        stdin: Option<(Pulled, &str)>,
+        stdin: Option<(reqwest::Body, &str)>,
         emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
         let admitted = self.race(crate::lease::admit(self.client, &self.lease.config)).await;
         let staged = match (admitted, stdin) {
-            (Ok(admission), Some((pulled, path))) => {
+            (Ok(admission), Some((body, path))) => {
                 let options = self.options(Priority::InFlight);
-                let upload = self.client.put_file_stream(self.sandbox(), path, pulled_body(pulled), options);
+                let upload = self.client.put_file_stream(self.sandbox(), path, body, options);
                 self.race(upload).await.map(|()| admission)
             }
             (admitted, _) => admitted,
