@@ -103,6 +103,16 @@ pub use provider_abi::{
     ProviderError, SetupParams, SyncDirection,
 };
 
+/// Locks `mutex`, taking it over from a thread that panicked with it.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads `lock`, taking it over from a thread that panicked with it.
+pub(crate) fn read<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs a host future to its end on the calling thread: the one adapter a
 /// blocking caller needs (every hook that waits on the network is `async`).
 /// The provider runs its network work on its own runtime, so this needs none.

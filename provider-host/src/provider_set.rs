@@ -12,7 +12,7 @@
 //! lock only to clone the `Arc`, a swap holds the write lock only to replace
 //! it, so a swap adds no more than a lock hand-over to a concurrent call.
 
-use crate::loader::LoadedProvider;
+use crate::{loader::LoadedProvider, lock, read};
 use provider_abi::{Hook, HookFuture, HookResult, LeaseParams, Manifest, Provider};
 use std::{
     path::PathBuf,
@@ -70,12 +70,15 @@ impl Version {
 
     /// True once the retired version has no call in flight and was shut down.
     pub fn is_drained(&self) -> bool {
-        self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none()
+        lock(&self.provider).is_none()
     }
 
     fn loaded(&self) -> Arc<LoadedProvider> {
-        let guard = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        Arc::clone(guard.as_ref().expect("a version is dropped only once drained, after its last call"))
+        Arc::clone(
+            lock(&self.provider)
+                .as_ref()
+                .expect("a version is dropped only once drained, after its last call"),
+        )
     }
 
     /// Hands `leases` to this version as unconfirmed; returns how many it took.
@@ -113,8 +116,7 @@ impl Version {
         if !self.is_retired() || self.in_flight() > 0 {
             return;
         }
-        let provider = self.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        let Some(provider) = provider else { return };
+        let Some(provider) = lock(&self.provider).take() else { return };
         // Off the path of the call that drained it, which returns at once;
         // in place only when no thread can be started.
         let (background, version) = (Arc::clone(&provider), self.manifest.version.to_string());
@@ -220,7 +222,7 @@ impl ProviderSet {
 
     /// The active version.
     pub fn active(&self) -> Arc<Version> {
-        Arc::clone(&self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner()))
+        Arc::clone(&read(&self.active))
     }
 
     /// How many swaps happened.
@@ -230,7 +232,7 @@ impl ProviderSet {
 
     /// The versions still retained (the active one and those draining).
     pub fn versions(&self) -> Vec<Arc<Version>> {
-        self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        lock(&self.retained).clone()
     }
 
     /// Makes `next` the active version: new calls go to it at once, calls
@@ -253,7 +255,7 @@ impl ProviderSet {
         unconfirmed: &[LeaseParams],
     ) -> Result<SwapReport, SwapError> {
         let next = Arc::new(Version::new(next));
-        let mut retained = self.retained.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut retained = lock(&self.retained);
         retained.retain(|version| !version.is_drained());
         let current = self.active();
         if next.manifest.id != current.manifest.id {
@@ -317,7 +319,7 @@ impl ProviderSet {
     /// A call in flight on the active version.
     fn enter(&self) -> InFlight {
         let version = {
-            let active = self.active.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let active = read(&self.active);
             active.in_flight.fetch_add(1, Ordering::SeqCst);
             Arc::clone(&active)
         };
@@ -339,9 +341,7 @@ impl Provider for ProviderSet {
     fn shutdown(&self) -> HookResult<()> {
         self.versions()
             .iter()
-            .filter_map(|version| {
-                version.provider.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
-            })
+            .filter_map(|version| lock(&version.provider).clone())
             .map(|provider| provider.shutdown())
             .fold(Ok(()), Result::and)
     }

@@ -3,7 +3,7 @@
 
 use super::{
     lock,
-    process::{cancelled, CallIo, Setup, Shared, WorkerProcess},
+    process::{cancelled, CallIo, Shared, WorkerProcess},
     protocol::{from_bytes, to_bytes},
     spawn::Limits,
 };
@@ -116,7 +116,6 @@ struct Inner {
     library: PathBuf,
     options: IsolationOptions,
     manifest: Manifest,
-    setup: Mutex<Setup>,
     main: Mutex<Option<Arc<WorkerProcess>>>,
     creators: Mutex<Vec<Arc<WorkerProcess>>>,
     started: AtomicU64,
@@ -132,7 +131,7 @@ impl IsolatedProvider {
         let library = library.as_ref();
         let library = std::path::absolute(library).unwrap_or_else(|_| library.to_path_buf());
         let shared = Arc::new(Shared::default());
-        let worker = WorkerProcess::open(&library, &options, &None, &shared)?;
+        let worker = WorkerProcess::open(&library, &options, &shared)?;
         let mut manifest = worker.manifest.clone();
         let local = [Hook::GrantRequestShare, Hook::ExportMemory, Hook::ImportMemory];
         manifest.hooks.retain(|name| local.iter().all(|hook| name.as_str() != hook.name()));
@@ -140,7 +139,6 @@ impl IsolatedProvider {
             library,
             options,
             manifest,
-            setup: Mutex::new(None),
             main: Mutex::new(Some(worker)),
             creators: Mutex::new(Vec::new()),
             started: AtomicU64::new(1),
@@ -233,8 +231,7 @@ impl Inner {
     /// Starts a worker with the current setup; refuses one whose library
     /// changed on disk.
     fn open_worker(&self) -> HookResult<Arc<WorkerProcess>> {
-        let setup = lock(&self.setup).clone();
-        let worker = WorkerProcess::open(&self.library, &self.options, &setup, &self.shared)
+        let worker = WorkerProcess::open(&self.library, &self.options, &self.shared)
             .map_err(|error| worker_error(error.to_string()))?;
         let (loaded, manifest) = (&worker.manifest, &self.manifest);
         if (&loaded.id, &loaded.version) != (&manifest.id, &manifest.version) {
@@ -338,8 +335,8 @@ impl Provider for IsolatedProvider {
     /// Runs `setup` on the worker, and on every worker started later: their
     /// events come back to the host and go to `logs`.
     fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        *self.inner.shared.logs.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(logs);
-        *lock(&self.inner.setup) = Some((params.clone(), max_level));
+        *self.inner.shared.setup.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+            Some((params.clone(), max_level, logs));
         self.call_now(Hook::Setup, (params, max_level))
     }
 

@@ -55,16 +55,16 @@ pub fn receive_socket(control: &UnixStream) -> io::Result<Option<UnixStream>> {
         if message.bytes == 0 {
             return Ok(None);
         }
-        for cmsg in message.cmsgs().map_err(io::Error::from)? {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                if let Some(&fd) = fds.first() {
-                    // SAFETY: the kernel just installed `fd` in this process
-                    // for this message; nothing else owns it.
-                    return Ok(Some(unsafe { UnixStream::from_raw_fd(fd) }));
-                }
-            }
-        }
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "a control message without a socket"));
+        let fd = message.cmsgs().map_err(io::Error::from)?.find_map(|cmsg| match cmsg {
+            ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
+            _ => None,
+        });
+        let fd = fd.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "a control message without a socket")
+        })?;
+        // SAFETY: the kernel just installed `fd` in this process for this
+        // message; nothing else owns it.
+        return Ok(Some(unsafe { UnixStream::from_raw_fd(fd) }));
     }
 }
 

@@ -51,7 +51,4 @@ pub use client::{
 pub use spawn::Limits;
 pub use worker::{run_worker_if_requested, WORKER_ARGUMENT};
 
-/// Locks `mutex`, taking it over from a thread that panicked with it.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::{lock, read};

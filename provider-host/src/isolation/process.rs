@@ -16,8 +16,9 @@ use super::{
     client::{worker_error, WORKER_FAILURE_PREFIX},
     fd_pass, lock,
     protocol::{self, ToHost, ToWorker, Writer, MAX_STDIN_CHUNK},
-    spawn, IsolationError, IsolationOptions, WORKER_ARGUMENT,
+    read, spawn, IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
+use nix::sys::signal::Signal;
 use provider_abi::{
     ByteSink, ByteSource, CreationRecorder, ErrorKind, Hook, HookResult, LogField, LogLevel, LogRecord,
     LogSink, Manifest, ProviderError, SetupParams,
@@ -41,13 +42,11 @@ use std::{
 pub(super) struct Shared {
     /// Workers that died or were killed without being asked to stop.
     pub crashes: AtomicU64,
-    /// Where the provider's log events go (`setup`).
-    pub logs: RwLock<Option<LogSink>>,
+    /// The host's `setup` parameters and log level, once it called `setup`
+    /// (replayed into every worker it starts), and where the provider's log
+    /// events go.
+    pub setup: RwLock<Option<(SetupParams, LogLevel, LogSink)>>,
 }
-
-/// What the host replays into every worker it starts: its `setup`
-/// parameters and log level, once it called `setup`.
-pub(super) type Setup = Option<(SetupParams, LogLevel)>;
 
 /// What a call hands the worker besides its parameters, and what it
 /// answers with: `execute`'s output sink and input source, a creating
@@ -155,7 +154,6 @@ impl WorkerProcess {
     pub fn open(
         library: &Path,
         options: &IsolationOptions,
-        setup: &Setup,
         shared: &Arc<Shared>,
     ) -> Result<Arc<WorkerProcess>, IsolationError> {
         let program = options.program.clone().map_or_else(std::env::current_exe, Ok).map_err(|error| {
@@ -172,6 +170,7 @@ impl WorkerProcess {
         }
         let mut child = spawn::spawn(command, &options.limits, worker_end).map_err(failed)?;
         let pid = child.id();
+        let setup = read(&shared.setup).as_ref().map(|(params, level, _)| (params.clone(), *level));
         match handshake(&host_end, options.deadline, setup) {
             Ok(Ok(manifest)) => {
                 host_end.set_read_timeout(None).map_err(failed)?;
@@ -227,6 +226,7 @@ impl WorkerProcess {
         io: &mut CallIo,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
+        let until = Instant::now() + deadline;
         {
             let mut state = lock(&self.state);
             if let Some(how) = &state.died {
@@ -234,21 +234,12 @@ impl WorkerProcess {
             }
             state.in_flight.push(hook);
         }
-        let outcome = self.exchange(hook, params, io, deadline);
-        let mut state = lock(&self.state);
-        let at = state.in_flight.iter().position(|running| *running == hook);
-        at.map(|at| state.in_flight.swap_remove(at));
-        outcome
-    }
-
-    fn exchange(
-        &self,
-        hook: Hook,
-        params: &[u8],
-        io: &mut CallIo,
-        deadline: Duration,
-    ) -> Result<HookResult<Vec<u8>>, Failure> {
-        let until = Instant::now() + deadline;
+        let _in_flight = scopeguard::guard((), |()| {
+            let mut state = lock(&self.state);
+            if let Some(at) = state.in_flight.iter().position(|running| *running == hook) {
+                state.in_flight.swap_remove(at);
+            }
+        });
         let mut socket = match lock(&self.idle).pop() {
             Some(socket) => socket,
             None => {
@@ -393,7 +384,7 @@ impl WorkerProcess {
         let ended = loop {
             match protocol::read::<ToHost>(&mut reader, &mut buffer) {
                 Ok(Some(ToHost::Log(event))) => {
-                    if let Some(sink) = *shared.logs.read().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+                    if let Some((.., sink)) = &*read(&shared.setup) {
                         let fields: Vec<LogField<'_>> = event
                             .fields
                             .iter()
@@ -530,7 +521,7 @@ pub(super) fn cancelled(hook: Hook) -> ProviderError {
 fn handshake(
     mut socket: &UnixStream,
     deadline: Duration,
-    setup: &Setup,
+    setup: Option<(SetupParams, LogLevel)>,
 ) -> io::Result<Result<Manifest, String>> {
     socket.set_read_timeout(Some(deadline))?;
     let mut buffer = Vec::new();
@@ -541,7 +532,7 @@ fn handshake(
         ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
         _ => return Err(unexpected()),
     };
-    let start = ToWorker::Start { env: environment_for(&manifest), setup: setup.clone() };
+    let start = ToWorker::Start { env: environment_for(&manifest), setup };
     protocol::write(&mut socket, &start)?;
     match protocol::read::<ToHost>(&mut socket, &mut buffer)?.ok_or_else(ended)? {
         ToHost::Ready(Ok(())) => Ok(Ok(manifest)),
@@ -569,22 +560,18 @@ pub fn environment_for(manifest: &Manifest) -> Vec<(String, String)> {
 /// (segmentation fault)`, `exited with status 3`.
 fn describe(status: ExitStatus) -> String {
     if let Some(signal) = status.signal() {
-        let name = match signal {
-            libc::SIGSEGV => "SIGSEGV (segmentation fault)",
-            libc::SIGABRT => "SIGABRT (abort)",
-            libc::SIGKILL => "SIGKILL",
-            libc::SIGBUS => "SIGBUS (bus error)",
-            libc::SIGILL => "SIGILL (illegal instruction)",
-            libc::SIGFPE => "SIGFPE (arithmetic fault)",
-            libc::SIGXCPU => "SIGXCPU (CPU time limit)",
-            libc::SIGTERM => "SIGTERM",
-            libc::SIGINT => "SIGINT",
-            libc::SIGPIPE => "SIGPIPE",
-            libc::SIGTRAP => "SIGTRAP",
-            libc::SIGSYS => "SIGSYS",
-            other => return format!("was killed by signal {other}"),
+        let name =
+            Signal::try_from(signal).map_or_else(|_| signal.to_string(), |name| name.as_str().to_owned());
+        let cause = match signal {
+            libc::SIGSEGV => " (segmentation fault)",
+            libc::SIGABRT => " (abort)",
+            libc::SIGBUS => " (bus error)",
+            libc::SIGILL => " (illegal instruction)",
+            libc::SIGFPE => " (arithmetic fault)",
+            libc::SIGXCPU => " (CPU time limit)",
+            _ => "",
         };
-        return format!("was killed by signal {name}");
+        return format!("was killed by signal {name}{cause}");
     }
     match status.code() {
         Some(0) => "exited".to_owned(),

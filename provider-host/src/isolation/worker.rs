@@ -54,14 +54,10 @@ pub fn run_worker_if_requested() {
     if args.next().is_none_or(|first| first != WORKER_ARGUMENT) {
         return;
     }
-    let code = match worker_arguments(args) {
-        Ok((library, sha256)) => serve_worker(&library, sha256.as_deref()),
-        Err(lacking) => {
-            eprintln!("provider worker: {lacking}");
-            2
-        }
-    };
-    std::process::exit(code);
+    if let Err(lacking) = serve_worker(args) {
+        eprintln!("provider worker: {lacking}");
+    }
+    std::process::exit(2);
 }
 
 /// The library and the SHA-256 it must have, from the arguments after
@@ -85,35 +81,27 @@ fn worker_arguments(
     Ok((PathBuf::from(library), sha256))
 }
 
-/// Runs the worker: serves the provider library at `library` on the control
+/// Runs the worker: serves the provider library `args` name on the control
 /// socket at file descriptor 3 (see [`super::spawn`]), loading it only if
-/// its SHA-256 is `sha256` when given. Returns the exit status: 0 when the
-/// host closed the socket; 2 when the library cannot be loaded or the
-/// socket is missing.
-fn serve_worker(library: &Path, sha256: Option<&str>) -> i32 {
+/// its SHA-256 is the one given, and exits (status 0) when the host closed
+/// the socket. Returns when the library cannot be loaded (the hello told
+/// the host why), or what is wrong with the arguments or the socket.
+fn serve_worker(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), String> {
+    let (library, sha256) = worker_arguments(args)?;
     // SAFETY: fstat on a descriptor number only reads its status.
     let mut status = unsafe { std::mem::zeroed::<libc::stat>() };
     if unsafe { libc::fstat(WORKER_FD, &mut status) } != 0 || status.st_mode & libc::S_IFMT != libc::S_IFSOCK
     {
-        eprintln!(
-            "provider worker: no control socket on file descriptor {WORKER_FD}; a worker is started by its host, which isolates the provider, not by hand"
-        );
-        return 2;
+        return Err(format!(
+            "no control socket on file descriptor {WORKER_FD}; a worker is started by its host, which isolates the provider, not by hand"
+        ));
     }
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
     // this process alone; nothing else in the process owns it.
     let control = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
-    match Worker::start(library, sha256, control) {
-        Ok(Some((worker, control))) => {
-            worker.serve(control);
-            0
-        }
-        // The host got the load error in the hello and reports it.
-        Ok(None) => 2,
-        Err(error) => {
-            eprintln!("provider worker: {error}");
-            2
-        }
+    match Worker::start(&library, sha256.as_deref(), control).map_err(|error| error.to_string())? {
+        Some((worker, control)) => worker.serve(control),
+        None => Ok(()),
     }
 }
 
@@ -161,7 +149,7 @@ impl Worker {
 
     /// Serves every call socket the host hands over until it closes the
     /// control socket (or it breaks).
-    fn serve(self: Arc<Self>, control: UnixStream) {
+    fn serve(self: Arc<Self>, control: UnixStream) -> ! {
         while let Ok(Some(socket)) = fd_pass::receive_socket(&control) {
             let worker = Arc::clone(&self);
             let started = std::thread::Builder::new()

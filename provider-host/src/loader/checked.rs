@@ -21,7 +21,7 @@ use std::{
     fs::{File, FileType, Metadata, OpenOptions},
     os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
-    sync::{LazyLock, Mutex, PoisonError},
+    sync::{LazyLock, Mutex},
 };
 
 /// Opens the provider library at `given` the way a load does: resolved to
@@ -83,7 +83,7 @@ impl CheckedFile {
     /// Refuses the path if this process already loaded it from another file
     /// (the dynamic loader would hand back that one).
     pub(crate) fn check_not_loaded_from_another_file(&self) -> Result<(), LoadError> {
-        let loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
+        let loaded = crate::lock(&LOADED);
         match loaded.get(&self.path) {
             None => Ok(()),
             Some(Some(id)) if *id == self.id => Ok(()),
@@ -108,7 +108,7 @@ impl CheckedFile {
             None => Err(self.mismatch("cannot tell which file the dynamic loader mapped")),
         };
         let known = outcome.is_ok().then_some(self.id);
-        LOADED.lock().unwrap_or_else(PoisonError::into_inner).insert(self.path.clone(), known);
+        crate::lock(&LOADED).insert(self.path.clone(), known);
         outcome
     }
 
