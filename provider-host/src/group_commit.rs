@@ -192,14 +192,10 @@ impl<'c> Batch<'c> {
     /// Runs `job`'s write in the transaction (it must be open: not `ended`).
     fn add(&mut self, Job { write, answer, waiting }: Job) {
         let outcome = in_savepoint(self.conn, write);
-        if let Err(error) = &outcome {
-            if self.conn.is_autocommit() {
-                // The error ended the transaction (SQLite does so on an I/O
-                // error or a full disk): the writes before it are gone too.
-                self.ended = Some(duplicate(error));
-                fail_all(self.done.drain(..).map(|(answer, _)| answer), error);
-                return answer(Err(duplicate(error)));
-            }
+        if let (Err(error), true) = (&outcome, self.conn.is_autocommit()) {
+            // The error ended the transaction (SQLite does so on an I/O
+            // error or a full disk): the writes before it are gone too.
+            self.ended = Some(duplicate(error));
         }
         self.blocking |= waiting == Waiting::Thread;
         let answer = match waiting {
@@ -216,10 +212,11 @@ impl<'c> Batch<'c> {
     /// Commits, and answers each write. Returns the error that leaves the
     /// committer broken: a failed transaction that named rows.
     fn commit(self, counters: &Counters) -> Option<rusqlite::Error> {
-        if let Some(error) = &self.ended {
-            return self.named.then(|| broken_by(error));
-        }
-        if let Err(error) = self.conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])) {
+        let committed = match self.ended {
+            Some(error) => Err(error),
+            None => self.conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])),
+        };
+        if let Err(error) = committed {
             let _ = self.conn.execute_batch("ROLLBACK");
             fail_all(self.done.into_iter().map(|(answer, _)| answer), &error);
             return self.named.then(|| broken_by(&error));
