@@ -5,7 +5,7 @@
 //! (ledger records before and after, the fallback for unconfirmed leases);
 //! [`store`] is what it records into, with [`store::sqlite`] the embedded
 //! default and [`store::postgres`] a fleet's, whose hosts keep a
-//! [`heartbeat`]; [`sweep`](mod@sweep) destroys what a crashed run left; [`hosted`] holds any
+//! heartbeat; [`sweep`](mod@sweep) destroys what a crashed run left; [`hosted`] holds any
 //! provider (loaded, or in worker processes: [`isolation`]);
 //! [`provider_set`] keeps versions side by side with hot swap and drain;
 //! [`unconfirmed_handover`] tells a newly active version which leases it must refuse
@@ -58,7 +58,6 @@ pub mod file_transfer;
 mod forward;
 #[cfg(feature = "sqlite")]
 mod group_commit;
-pub mod heartbeat;
 pub mod host;
 pub mod hosted;
 #[cfg(feature = "isolation")]

@@ -4,8 +4,9 @@
 //! Every write is its own autocommitted statement, so it is durable
 //! (`synchronous_commit` on, the server's default) before it returns, and so
 //! before the hook it guards. A host registers a row in `hosts` when it opens
-//! the ledger and renews its expiry on a background thread
-//! ([`crate::heartbeat`]); a host whose expiry passed (it was killed, or lost
+//! the ledger and renews its expiry on a background thread every third of
+//! it (so it stays alive through two failed renewals in a row); a host
+//! whose expiry passed (it was killed, or lost
 //! the database for longer than the expiry) is gone, and its rows are taken
 //! over by a survivor with `SELECT ... FOR UPDATE SKIP LOCKED` and a check
 //! that each row's owner is still the gone host: one survivor gets each row.
@@ -20,7 +21,6 @@
 //! whose migrations are newer than this build's, is refused untouched.
 
 use crate::{
-    heartbeat::Heartbeat,
     memory::SavedEntry,
     store::{
         from_unix_ms, lease_id, stored_error, unix_ms, LeaseStore, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
@@ -31,7 +31,11 @@ use postgres::{types::ToSql, NoTls, Row};
 use provider_abi::MemoryEntry;
 use r2d2_postgres::{r2d2, PostgresConnectionManager};
 use serde_json::Value;
-use std::time::{Duration, SystemTime};
+use std::{
+    sync::mpsc::{self, RecvTimeoutError},
+    thread::JoinHandle,
+    time::{Duration, SystemTime},
+};
 
 /// The migrations, in order: (version, SQL).
 const MIGRATIONS: &[(i32, &str)] = &[
@@ -98,7 +102,9 @@ pub struct PgLedger {
     host_id: String,
     pid: u32,
     expiry: Duration,
-    heartbeat: Option<Heartbeat>,
+    /// The thread renewing this host's heartbeat, and the sender whose drop
+    /// stops it.
+    heartbeat: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
 }
 
 /// `url` as shown in messages: its password (in the user part or a
@@ -212,9 +218,21 @@ impl PgLedger {
             };
             ledger.beat()?;
             let renewer = ledger.handle();
-            let heartbeat = Heartbeat::start(ledger.expiry, move || renewer.beat())
+            let (stop, stopped) = mpsc::channel::<()>();
+            let every = ledger.expiry / 3;
+            let beating = move || {
+                // A failed renewal is logged and retried at the next beat.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                    if let Err(error) = renewer.beat() {
+                        tracing::warn!(%error, "cannot renew this host's heartbeat");
+                    }
+                }
+            };
+            let thread = std::thread::Builder::new()
+                .name("ledger-heartbeat".into())
+                .spawn(beating)
                 .map_err(|error| LedgerError::at(&ledger.location, Problem::Io(error)))?;
-            ledger.heartbeat = Some(heartbeat);
+            ledger.heartbeat = Some((stop, thread));
             Ok(ledger)
         })
     }
@@ -297,8 +315,9 @@ impl Drop for PgLedger {
     /// and its row expires now (or goes, when it owns no lease), so the rows
     /// it left are a survivor's without waiting for the expiry.
     fn drop(&mut self) {
-        if let Some(heartbeat) = self.heartbeat.take() {
-            drop(heartbeat);
+        if let Some((stop, thread)) = self.heartbeat.take() {
+            drop(stop);
+            let _ = thread.join();
             self.expire_now();
         }
         // Closing the connections blocks on the driver's runtime too.
