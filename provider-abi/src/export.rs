@@ -99,6 +99,8 @@ pub(crate) enum Place {
     Hook(Hook),
     /// Inside the provider's constructor (`Default`) or its `Drop`.
     Constructor,
+    /// Inside the host's write-ahead recorder or its future.
+    Recorder,
 }
 
 impl fmt::Display for Place {
@@ -106,9 +108,14 @@ impl fmt::Display for Place {
         match self {
             Place::Hook(hook) => write!(f, "the `{hook}` hook"),
             Place::Constructor => f.write_str("its constructor"),
+            Place::Recorder => f.write_str("the recorder"),
         }
     }
 }
+
+/// What a panic in the host's recorder becomes: the host's panic text stays
+/// on the host side.
+pub(crate) const RECORDER_PANICKED: &str = "The host panicked while recording a created lease.";
 
 /// Runs a hook, turning a panic into an `internal` error.
 ///
@@ -125,12 +132,21 @@ fn guard_at<T>(place: Place, call: impl FnOnce() -> HookResult<T>) -> FfiResult<
     }
 }
 
-/// The `internal` error for a panic caught at `place`; drops the payload
-/// under [`drop_panic_payload`].
+/// The `internal` error for a panic caught at `place` (naming the panic's
+/// first line, except the host's); drops the payload under
+/// [`drop_panic_payload`].
 pub(crate) fn caught_panic(place: Place, payload: Box<dyn Any + Send>) -> ProviderError {
-    let error = panic_error(place, payload.as_ref());
+    let detail = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload");
+    let first_line: String = detail.lines().next().unwrap_or_default().chars().take(200).collect();
     drop_panic_payload(payload);
-    error
+    match place {
+        Place::Recorder => ProviderError::internal(RECORDER_PANICKED),
+        place => ProviderError::internal(format!("The provider panicked in {place}: {first_line}")),
+    }
 }
 
 /// Drops a caught panic payload without letting a second panic escape: a
@@ -142,14 +158,11 @@ pub fn drop_panic_payload(payload: Box<dyn Any + Send>) {
     }
 }
 
-fn panic_error(place: Place, payload: &(dyn Any + Send)) -> ProviderError {
-    let detail = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("non-string panic payload");
-    let first_line: String = detail.lines().next().unwrap_or_default().chars().take(200).collect();
-    ProviderError::internal(format!("The provider panicked in {place}: {first_line}"))
+/// Runs `call`, catching a panic: `None` then, its payload dropped under
+/// [`drop_panic_payload`]. What every callback and drop that crosses the
+/// boundary runs under.
+pub(crate) fn quietly<T>(call: impl FnOnce() -> T) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(call)).map_err(drop_panic_payload).ok()
 }
 
 fn instance<'a, P>(this: InstancePtr) -> &'a P {
@@ -171,9 +184,7 @@ extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
     // SAFETY: as in `instance`; `Instance::drop` is the only caller and runs
     // once per instance, so the box is reclaimed exactly once.
     let owned = unsafe { Box::from_raw(this.0.cast_mut().cast::<P>()) };
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(owned))) {
-        drop_panic_payload(payload);
-    }
+    quietly(move || drop(owned));
 }
 
 /// Generates one `extern "C"` shim per synchronous hook, each forwarding to

@@ -4,8 +4,9 @@
 
 use crate::{
     error::HookResult,
+    export::Place,
     file_sync::{SyncParams, SyncResult},
-    future::{ready, HookFuture, Imported},
+    future::{imported, ready, HookFuture},
     log::{LogLevel, LogSink},
     memory::MemoryEntry,
     module::*,
@@ -42,16 +43,16 @@ impl Instance {
     pub unsafe fn new(module: ProviderModuleRef) -> HookResult<Self> {
         let instance = Result::from((module.new_instance())())?;
         let hooks = module.hooks();
-        let mut provider = Self { instance, module, hooks, manifest: empty_manifest() };
-        let mut manifest = Result::from((hooks.manifest())(instance))?;
+        // An instance whose manifest fails is dropped before the error returns.
+        let mut manifest =
+            Result::from((hooks.manifest())(instance)).inspect_err(|_| (module.drop_instance())(instance))?;
         manifest.abi_version = module.abi_version();
         manifest.hooks = Hook::ALL
             .into_iter()
             .filter(|&hook| hooks.has(hook))
             .map(|hook| RString::from(hook.name()))
             .collect();
-        provider.manifest = manifest;
-        Ok(provider)
+        Ok(Self { instance, module, hooks, manifest })
     }
 
     /// The ABI version the library was built for.
@@ -65,18 +66,6 @@ impl Instance {
     }
 }
 
-fn empty_manifest() -> Manifest {
-    Manifest {
-        id: Default::default(),
-        version: Default::default(),
-        display_name: Default::default(),
-        driver_key: Default::default(),
-        abi_version: crate::ABI_VERSION,
-        hooks: Default::default(),
-        config_schema_json: Default::default(),
-    }
-}
-
 impl Drop for Instance {
     fn drop(&mut self) {
         // Runs once per instance, after every `&self` call has returned; the
@@ -86,8 +75,8 @@ impl Drop for Instance {
 }
 
 /// A hook's future as the host awaits it.
-fn imported<T: Send + 'static>(hook: Hook, future: FfiHookFuture<T>) -> HookFuture<T> {
-    Box::pin(Imported::new(hook, future))
+fn awaited<T: Send + 'static>(hook: Hook, future: FfiHookFuture<T>) -> HookFuture<T> {
+    imported(Place::Hook(hook), future)
 }
 
 /// The future of an optional hook: its call, or `unsupported` without one.
@@ -97,7 +86,7 @@ fn optional<F, T: Send + 'static>(
     call: impl FnOnce(F) -> FfiHookFuture<T>,
 ) -> HookFuture<T> {
     match function {
-        Some(function) => imported(hook, call(function)),
+        Some(function) => awaited(hook, call(function)),
         None => ready(Err(unsupported(hook))),
     }
 }
@@ -128,19 +117,19 @@ impl Provider for Instance {
     }
 
     fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
-        imported(Hook::AcquireLease, (self.hooks.acquire_lease())(self.instance, &params, recorder))
+        awaited(Hook::AcquireLease, (self.hooks.acquire_lease())(self.instance, &params, recorder))
     }
 
     fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
-        imported(Hook::ResumeLease, (self.hooks.resume_lease())(self.instance, &params))
+        awaited(Hook::ResumeLease, (self.hooks.resume_lease())(self.instance, &params))
     }
 
     fn release_lease(&self, params: LeaseParams) -> HookFuture<ReleaseReport> {
-        imported(Hook::ReleaseLease, (self.hooks.release_lease())(self.instance, &params))
+        awaited(Hook::ReleaseLease, (self.hooks.release_lease())(self.instance, &params))
     }
 
     fn destroy_lease(&self, params: LeaseParams) -> HookFuture<()> {
-        imported(Hook::DestroyLease, (self.hooks.destroy_lease())(self.instance, &params))
+        awaited(Hook::DestroyLease, (self.hooks.destroy_lease())(self.instance, &params))
     }
 
     fn realize_workspace(&self, params: &LeaseParams) -> HookResult<Workspace> {
@@ -153,7 +142,7 @@ impl Provider for Instance {
         stdin: ByteSource,
         output: ByteSink,
     ) -> HookFuture<ExecuteResult> {
-        imported(Hook::Execute, (self.hooks.execute())(self.instance, &params, stdin, output))
+        awaited(Hook::Execute, (self.hooks.execute())(self.instance, &params, stdin, output))
     }
 
     fn inspect_lease(&self, params: LeaseParams) -> HookFuture<LeaseStatus> {
@@ -165,30 +154,22 @@ impl Provider for Instance {
     }
 
     fn import_unconfirmed(&self, params: &LeaseParams) -> HookResult<()> {
-        match self.hooks.import_unconfirmed() {
-            Some(import) => import(self.instance, params).into(),
-            None => Err(unsupported(Hook::ImportUnconfirmed)),
-        }
+        let import = self.hooks.import_unconfirmed().ok_or_else(|| unsupported(Hook::ImportUnconfirmed))?;
+        import(self.instance, params).into()
     }
 
     fn grant_request_share(&self, parts_per_million: u32) -> HookResult<()> {
-        match self.hooks.grant_request_share() {
-            Some(grant) => grant(self.instance, parts_per_million).into(),
-            None => Err(unsupported(Hook::GrantRequestShare)),
-        }
+        let grant = self.hooks.grant_request_share().ok_or_else(|| unsupported(Hook::GrantRequestShare))?;
+        grant(self.instance, parts_per_million).into()
     }
 
     fn export_memory(&self) -> HookResult<Vec<MemoryEntry>> {
-        match self.hooks.export_memory().flatten() {
-            Some(export) => HookResult::from(export(self.instance)).map(Vec::from),
-            None => Err(unsupported(Hook::ExportMemory)),
-        }
+        let export = self.hooks.export_memory().flatten().ok_or_else(|| unsupported(Hook::ExportMemory))?;
+        HookResult::from(export(self.instance)).map(Vec::from)
     }
 
     fn import_memory(&self, entries: &[MemoryEntry]) -> HookResult<()> {
-        match self.hooks.import_memory().flatten() {
-            Some(import) => import(self.instance, RSlice::from_slice(entries)).into(),
-            None => Err(unsupported(Hook::ImportMemory)),
-        }
+        let import = self.hooks.import_memory().flatten().ok_or_else(|| unsupported(Hook::ImportMemory))?;
+        import(self.instance, RSlice::from_slice(entries)).into()
     }
 }

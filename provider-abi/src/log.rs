@@ -7,14 +7,12 @@
 //! (level, target, message and fields as text), and the host re-emits it into
 //! its own subscriber. Levels the host does not want are never formatted.
 
+use crate::export::quietly;
 use abi_stable::{
     std_types::{RSlice, RStr},
     StableAbi,
 };
-use std::{
-    ffi::c_void,
-    panic::{catch_unwind, AssertUnwindSafe},
-};
+use std::ffi::c_void;
 
 /// A log level, most severe first (`Error < Trace` in verbosity order).
 #[repr(u8)]
@@ -102,9 +100,7 @@ impl LogSink {
         {
             // SAFETY: `context` is the leaked `&'static F` made by `new`.
             let callback = unsafe { &*context.cast::<F>() };
-            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(record))) {
-                crate::export::drop_panic_payload(payload);
-            }
+            quietly(|| callback(record));
         }
         let leaked: &'static F = Box::leak(Box::new(callback));
         Self { context: (leaked as *const F).cast(), log: trampoline::<F> }

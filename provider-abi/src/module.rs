@@ -28,8 +28,9 @@
 //!    the new version); bump `ABI_VERSION` and the crate's minor version.
 //! 2. Add its trait method to `Provider` with a default answering
 //!    `unsupported`.
-//! 3. Add its export shim in `export.rs` (and list it in
-//!    [`ProviderModuleRef::code_addresses`]).
+//! 3. Add its export shim in `export.rs` (and its arm in
+//!    `HookTableRef::address`, which [`ProviderModuleRef::code_addresses`]
+//!    reads).
 //! 4. Forward it in `Instance` (the loaded library's `Provider` impl) and in
 //!    the host's wrappers, which the compiler lists (each implements
 //!    `Provider`).
@@ -147,18 +148,33 @@ impl RootModule for ProviderModuleRef {
 }
 
 impl HookTableRef {
+    /// The address of `hook`'s function; `None` when the table lacks it.
+    pub(crate) fn address(self, hook: Hook) -> Option<*const c_void> {
+        match hook {
+            Hook::Manifest => Some(self.manifest() as _),
+            Hook::Setup => Some(self.setup() as _),
+            Hook::Shutdown => Some(self.shutdown() as _),
+            Hook::Health => Some(self.health() as _),
+            Hook::ValidateConfig => Some(self.validate_config() as _),
+            Hook::Probe => self.probe().map(|f| f as _),
+            Hook::AcquireLease => Some(self.acquire_lease() as _),
+            Hook::ResumeLease => Some(self.resume_lease() as _),
+            Hook::ReleaseLease => Some(self.release_lease() as _),
+            Hook::DestroyLease => Some(self.destroy_lease() as _),
+            Hook::RealizeWorkspace => Some(self.realize_workspace() as _),
+            Hook::Execute => Some(self.execute() as _),
+            Hook::InspectLease => self.inspect_lease().map(|f| f as _),
+            Hook::SyncFiles => self.sync_files().map(|f| f as _),
+            Hook::ImportUnconfirmed => self.import_unconfirmed().map(|f| f as _),
+            Hook::GrantRequestShare => self.grant_request_share().map(|f| f as _),
+            Hook::ExportMemory => self.export_memory().flatten().map(|f| f as _),
+            Hook::ImportMemory => self.import_memory().flatten().map(|f| f as _),
+        }
+    }
+
     /// True when the library's table has `hook`.
     pub(crate) fn has(self, hook: Hook) -> bool {
-        match hook {
-            Hook::Probe => self.probe().is_some(),
-            Hook::InspectLease => self.inspect_lease().is_some(),
-            Hook::SyncFiles => self.sync_files().is_some(),
-            Hook::ImportUnconfirmed => self.import_unconfirmed().is_some(),
-            Hook::GrantRequestShare => self.grant_request_share().is_some(),
-            Hook::ExportMemory => self.export_memory().flatten().is_some(),
-            Hook::ImportMemory => self.import_memory().flatten().is_some(),
-            _ => true,
-        }
+        self.address(hook).is_some()
     }
 }
 
@@ -170,32 +186,15 @@ impl ProviderModuleRef {
     /// is checked, not where they are.
     pub fn code_addresses(self) -> Vec<(&'static str, *const c_void)> {
         let hooks = self.hooks();
-        let optional = [
-            ("probe hook", hooks.probe().map(|f| f as *const c_void)),
-            ("inspect_lease hook", hooks.inspect_lease().map(|f| f as *const c_void)),
-            ("sync_files hook", hooks.sync_files().map(|f| f as *const c_void)),
-            ("import_unconfirmed hook", hooks.import_unconfirmed().map(|f| f as *const c_void)),
-            ("grant_request_share hook", hooks.grant_request_share().map(|f| f as *const c_void)),
-            ("export_memory hook", hooks.export_memory().flatten().map(|f| f as *const c_void)),
-            ("import_memory hook", hooks.import_memory().flatten().map(|f| f as *const c_void)),
-        ];
-        let mut addresses = vec![
+        // The required hooks in table order, then the optional ones present.
+        let mut order = Hook::ALL;
+        order.sort_by_key(|hook| hook.is_optional());
+        let present = order.into_iter().filter_map(|hook| Some((hook.function(), hooks.address(hook)?)));
+        let module = [
             ("root module constructor", self.new_instance() as *const c_void),
             ("root module destructor", self.drop_instance() as *const c_void),
-            ("manifest hook", hooks.manifest() as *const c_void),
-            ("setup hook", hooks.setup() as *const c_void),
-            ("shutdown hook", hooks.shutdown() as *const c_void),
-            ("health hook", hooks.health() as *const c_void),
-            ("validate_config hook", hooks.validate_config() as *const c_void),
-            ("acquire_lease hook", hooks.acquire_lease() as *const c_void),
-            ("resume_lease hook", hooks.resume_lease() as *const c_void),
-            ("release_lease hook", hooks.release_lease() as *const c_void),
-            ("destroy_lease hook", hooks.destroy_lease() as *const c_void),
-            ("realize_workspace hook", hooks.realize_workspace() as *const c_void),
-            ("execute hook", hooks.execute() as *const c_void),
         ];
-        addresses.extend(optional.into_iter().filter_map(|(what, address)| Some((what, address?))));
-        addresses
+        module.into_iter().chain(present).collect()
     }
 
     /// The ABI version the library was built for.

@@ -4,15 +4,13 @@
 
 use crate::{
     error::ProviderError,
-    future::{guarded, ready, HookFuture, Imported, Origin, RECORDER_PANICKED},
+    export::{quietly, Place, RECORDER_PANICKED},
+    future::{guarded, imported, ready, HookFuture},
     module::FfiHookFuture,
     types::Lease,
 };
 use abi_stable::StableAbi;
-use std::{
-    ffi::c_void,
-    panic::{catch_unwind, AssertUnwindSafe},
-};
+use std::ffi::c_void;
 
 /// What the host does at each moment a creating hook reports.
 pub trait RecordCreation: Send + 'static {
@@ -74,7 +72,7 @@ impl CreationRecorder {
             // `drop_context`; both calls take `&mut self`, so no other
             // reference to it is live.
             let callback = unsafe { &mut *context.cast::<R>() };
-            guarded(Origin::Recorder, caught(|| callback.sending()))
+            guarded(Place::Recorder, caught(|| callback.sending()))
         }
         unsafe extern "C" fn record_lease<R: RecordCreation>(
             context: *mut c_void,
@@ -82,7 +80,7 @@ impl CreationRecorder {
         ) -> FfiHookFuture<()> {
             // SAFETY: as in `sending`.
             let callback = unsafe { &mut *context.cast::<R>() };
-            guarded(Origin::Recorder, caught(|| callback.created(lease)))
+            guarded(Place::Recorder, caught(|| callback.created(lease)))
         }
         Self {
             context: Box::into_raw(Box::new(callback)).cast(),
@@ -103,8 +101,7 @@ impl CreationRecorder {
     /// nothing and fail with it).
     pub fn sending(&mut self) -> HookFuture<()> {
         // SAFETY: `context` and `sending` were paired by `new` (private fields).
-        let future = unsafe { (self.sending)(self.context) };
-        Box::pin(Imported::recorded(future))
+        imported(Place::Recorder, unsafe { (self.sending)(self.context) })
     }
 
     /// Hands `lease` to the host; the future is ready once the host recorded
@@ -113,20 +110,13 @@ impl CreationRecorder {
         // SAFETY: `context` and `record_lease` were paired by `new` (private
         // fields), and `lease` outlives the call (the host's callback clones
         // what its future keeps).
-        let future = unsafe { (self.record_lease)(self.context, lease) };
-        Box::pin(Imported::recorded(future))
+        imported(Place::Recorder, unsafe { (self.record_lease)(self.context, lease) })
     }
 }
 
 /// Makes the host's future, turning a panic while making it into an error.
 fn caught(make: impl FnOnce() -> HookFuture<()>) -> HookFuture<()> {
-    match catch_unwind(AssertUnwindSafe(make)) {
-        Ok(future) => future,
-        Err(payload) => {
-            crate::export::drop_panic_payload(payload);
-            ready(Err(ProviderError::internal(RECORDER_PANICKED)))
-        }
-    }
+    quietly(make).unwrap_or_else(|| ready(Err(ProviderError::internal(RECORDER_PANICKED))))
 }
 
 impl Drop for CreationRecorder {

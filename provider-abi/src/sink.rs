@@ -1,10 +1,8 @@
 //! The byte sink `execute` streams a command's output to while it runs.
 
+use crate::export::quietly;
 use abi_stable::{std_types::RSlice, StableAbi};
-use std::{
-    ffi::c_void,
-    panic::{catch_unwind, AssertUnwindSafe},
-};
+use std::ffi::c_void;
 
 /// Which stream a chunk came from.
 #[repr(u8)]
@@ -86,9 +84,7 @@ where
 {
     // SAFETY: as the caller promises.
     let callback = unsafe { &mut *context.cast::<F>() };
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| callback(stream, chunk.as_slice()))) {
-        crate::export::drop_panic_payload(payload);
-    }
+    quietly(|| callback(stream, chunk.as_slice()));
 }
 
 /// Drops the `Box<F>` an owned callback leaked as its context (the sink's,
@@ -100,9 +96,7 @@ where
 pub(crate) unsafe extern "C" fn drop_boxed<F>(context: *mut c_void) {
     // SAFETY: the caller's contract.
     let callback = unsafe { Box::from_raw(context.cast::<F>()) };
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(move || drop(callback))) {
-        crate::export::drop_panic_payload(payload);
-    }
+    quietly(move || drop(callback));
 }
 
 impl Drop for ByteSink {

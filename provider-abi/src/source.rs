@@ -2,16 +2,15 @@
 //! standard input from, piece by piece, so that input of any size crosses
 //! the boundary in bounded memory.
 
-use crate::error::{HookResult, ProviderError};
+use crate::{
+    error::{HookResult, ProviderError},
+    export::quietly,
+};
 use abi_stable::{
     std_types::{RResult, RSliceMut},
     StableAbi,
 };
-use std::{
-    ffi::c_void,
-    io::Read,
-    panic::{catch_unwind, AssertUnwindSafe},
-};
+use std::{ffi::c_void, io::Read};
 
 /// What a panic in the host's source becomes: the host's panic text stays on
 /// the host side.
@@ -62,16 +61,13 @@ impl ByteSource {
             let callback = unsafe { &mut *context.cast::<F>() };
             let mut buffer = buffer;
             let capacity = buffer.len();
-            match catch_unwind(AssertUnwindSafe(|| callback(buffer.as_mut_slice()))) {
-                Ok(Ok(written)) if written <= capacity => RResult::ROk(written),
-                Ok(Ok(_)) => {
+            match quietly(|| callback(buffer.as_mut_slice())) {
+                Some(Ok(written)) if written <= capacity => RResult::ROk(written),
+                Some(Ok(_)) => {
                     RResult::RErr(ProviderError::internal("The host's input source overstated a read."))
                 }
-                Ok(Err(error)) => RResult::RErr(error),
-                Err(payload) => {
-                    crate::export::drop_panic_payload(payload);
-                    RResult::RErr(ProviderError::internal(SOURCE_PANICKED))
-                }
+                Some(Err(error)) => RResult::RErr(error),
+                None => RResult::RErr(ProviderError::internal(SOURCE_PANICKED)),
             }
         }
         Self {

@@ -59,6 +59,14 @@ macro_rules! hooks {
                 }
             }
 
+            /// What the hook's function is called where a host checks it
+            /// (`execute hook`).
+            pub(crate) const fn function(self) -> &'static str {
+                match self {
+                    $(Hook::$hook => concat!($name, " hook"),)*
+                }
+            }
+
             /// The ABI version whose table first has the hook.
             pub const fn since(self) -> AbiVersion {
                 match self {
