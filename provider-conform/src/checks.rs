@@ -238,14 +238,6 @@ struct Journal {
     panics: bool,
 }
 
-impl Journal {
-    /// A recorder for one creation and the moments it will hold.
-    fn recorder(panics: bool) -> (CreationRecorder, Arc<Mutex<Vec<Moment>>>) {
-        let moments = Arc::new(Mutex::new(Vec::new()));
-        (CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics }), moments)
-    }
-}
-
 impl RecordCreation for Journal {
     fn sending(&mut self) -> HookFuture<()> {
         locked(&self.moments).push(Moment::Sending);
@@ -328,7 +320,8 @@ impl Ctx {
             run_id: "conform".into(),
             requested_expires_at: None.into(),
         };
-        let (recorder, moments) = Journal::recorder(panics);
+        let moments = Arc::new(Mutex::new(Vec::new()));
+        let recorder = CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics });
         let outcome = wait(self.provider.acquire_lease(params, recorder));
         let moments = locked(&moments).clone();
         (outcome, moments)
@@ -367,19 +360,6 @@ impl Ctx {
         Ok(held)
     }
 
-    /// Runs `/bin/sh -c script` in `lease`, collecting what it streams.
-    fn sh(
-        &self,
-        lease: &Lease,
-        script: &str,
-        timeout_ms: Option<u64>,
-    ) -> (HookResult<ExecuteResult>, Streamed) {
-        let streamed = Arc::new(Mutex::new(Streamed::default()));
-        let result = self.shell(self.params(lease), script, timeout_ms, collecting(&streamed));
-        let streamed = locked(&streamed).clone();
-        (result, streamed)
-    }
-
     /// Runs `/bin/sh -c script` in the lease of `lease`, its output going to `sink`.
     fn shell(
         &self,
@@ -400,8 +380,9 @@ impl Ctx {
 
     /// Runs `script` in `lease` and expects exit code 0; returns its stdout.
     fn sh_ok(&self, lease: &Lease, script: &str) -> Result<String, Verdict> {
-        let (result, _) = self.sh(lease, script, None);
-        let result = result.map_err(hook_failed("execute"))?;
+        let result = self
+            .shell(self.params(lease), script, None, ByteSink::discard())
+            .map_err(hook_failed("execute"))?;
         match result.exit_code.into_option() {
             Some(0) => Ok(result.stdout.to_string()),
             code => Err(failed(format!(
@@ -539,30 +520,27 @@ fn lifecycle(ctx: &Ctx) -> Result<String, Verdict> {
 fn streaming_execute(ctx: &Ctx, lease: &Lease) -> Result<(), Verdict> {
     let (seen_sender, seen) = mpsc::channel();
     let streamed = Arc::new(Mutex::new(Streamed::default()));
-    let worker = {
-        let ctx = ctx.clone();
-        let lease = lease.clone();
-        let streamed = streamed.clone();
-        std::thread::spawn(move || {
-            let mut signalled = false;
-            let collect = ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
-                let mut streamed = locked(&streamed);
-                streamed.push((stream, chunk.to_vec()));
-                if !signalled && text(&streamed, OutputStream::Stdout).contains("conform-out\n") {
-                    signalled = true;
-                    let _ = seen_sender.send(());
-                }
-            });
-            ctx.shell(ctx.params(&lease), &streaming_script(), Some(30_000), collect)
+    let collect = {
+        let streamed = Arc::clone(&streamed);
+        ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
+            let mut streamed = locked(&streamed);
+            streamed.push((stream, chunk.to_vec()));
+            if text(&streamed, OutputStream::Stdout).contains("conform-out\n") {
+                let _ = seen_sender.send(());
+            }
         })
     };
-    // Only once the first line arrived does the second command let the
-    // first one finish: output that arrives only at the end never gets here.
-    let released = match seen.recv_timeout(WAIT) {
-        Ok(()) => Some(ctx.sh(lease, ": > .conform-go", Some(30_000)).0),
-        Err(_) => None,
-    };
-    let result = worker.join().map_err(|_| failed("execute panicked in the host"))?;
+    let (result, released) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| ctx.shell(ctx.params(lease), &streaming_script(), Some(30_000), collect));
+        // Only once the first line arrived does the second command let the
+        // first one finish: output that arrives only at the end never gets here.
+        let released = seen
+            .recv_timeout(WAIT)
+            .ok()
+            .map(|()| ctx.shell(ctx.params(lease), ": > .conform-go", Some(30_000), ByteSink::discard()));
+        (worker.join(), released)
+    });
+    let result = result.map_err(|_| failed("execute panicked in the host"))?;
     let streamed = locked(&streamed).clone();
     let result = result.map_err(hook_failed("execute"))?;
     if released.is_none() || result.exit_code.into_option() == Some(91) {
@@ -610,8 +588,7 @@ fn resume_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
 
 fn execute_after_destroy(ctx: &Ctx) -> Result<String, Verdict> {
     let held = ctx.destroyed()?;
-    let (result, _) = ctx.sh(&held.lease, "printf ran", Some(30_000));
-    match result {
+    match ctx.shell(held.params(), "printf ran", Some(30_000), ByteSink::discard()) {
         Err(error) => Ok(format!("refused: {}", error.kind)),
         Ok(result) => Err(failed(format!(
             "execute on destroyed lease {} ran (exit code {:?}, stdout {:?})",
@@ -699,14 +676,11 @@ fn concurrent_release(ctx: &Ctx) -> Result<String, Verdict> {
 fn release_race(ctx: &Ctx) -> Result<Race, Verdict> {
     let mut held = ctx.acquire()?;
     let (done_sender, done) = mpsc::channel();
-    {
-        let ctx = ctx.clone();
-        let lease = held.lease.clone();
-        std::thread::spawn(move || {
-            let stubborn = ctx.shell(ctx.params(&lease), STUBBORN_SCRIPT, Some(120_000), ByteSink::discard());
-            let _ = done_sender.send(stubborn);
-        });
-    }
+    let (stubborn_ctx, params) = (ctx.clone(), held.params());
+    std::thread::spawn(move || {
+        let _ =
+            done_sender.send(stubborn_ctx.shell(params, STUBBORN_SCRIPT, Some(120_000), ByteSink::discard()));
+    });
     ctx.sh_ok(&held.lease, &wait_for(".conform-running"))
         .map_err(|_| failed("the long-running command did not start"))?;
     let barrier = Barrier::new(2);
@@ -784,9 +758,10 @@ fi";
 fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
     let mut held = ctx.acquire()?;
     let started = Instant::now();
-    let (ctx2, lease) = (ctx.clone(), held.lease.clone());
-    let (result, streamed) = bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
-        ctx2.sh(&lease, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS))
+    let streamed = Arc::new(Mutex::new(Streamed::default()));
+    let (ctx2, params, sink) = (ctx.clone(), held.params(), collecting(&streamed));
+    let result = bounded(Duration::from_millis(COMMAND_TIMEOUT_MS) + TIMEOUT_SLACK, move || {
+        ctx2.shell(params, OUTLIVING_SCRIPT, Some(COMMAND_TIMEOUT_MS), sink)
     })
     .ok_or_else(|| {
         let slack = TIMEOUT_SLACK.as_secs();
@@ -802,7 +777,7 @@ fn timeout(ctx: &Ctx) -> Result<String, Verdict> {
         )));
     }
     if !result.stdout.contains("conform-partial")
-        || !text(&streamed, OutputStream::Stdout).contains("conform-partial")
+        || !text(&locked(&streamed), OutputStream::Stdout).contains("conform-partial")
     {
         return Err(failed("the timed-out command's partial output was lost"));
     }
@@ -844,7 +819,7 @@ fn many_leases(ctx: &Ctx) -> Result<String, Verdict> {
         Some(first) => Err(failed(format!(
             "{} of {CONCURRENT_LEASES} leases went wrong; first: {}",
             problems.len(),
-            describe(first)
+            first.parts().1
         ))),
     }
 }
@@ -855,12 +830,6 @@ fn one_line(script: &str) -> String {
     match words.char_indices().nth(80) {
         Some((cut, _)) => format!("{}...", &words[..cut]),
         None => words,
-    }
-}
-
-fn describe(verdict: &Verdict) -> String {
-    match verdict {
-        Verdict::Passed(note) | Verdict::Failed(note) | Verdict::Skipped(note) => note.clone(),
     }
 }
 

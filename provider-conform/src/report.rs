@@ -15,6 +15,18 @@ pub enum Verdict {
     Skipped(String),
 }
 
+impl Verdict {
+    /// `passed`, `failed` or `skipped`, and what was said: the note, what
+    /// happened or why.
+    pub fn parts(&self) -> (&'static str, &str) {
+        match self {
+            Verdict::Passed(note) => ("passed", note),
+            Verdict::Failed(detail) => ("failed", detail),
+            Verdict::Skipped(why) => ("skipped", why),
+        }
+    }
+}
+
 /// A finished check.
 #[derive(Debug, Clone)]
 pub struct CheckReport {
@@ -36,11 +48,7 @@ impl CheckReport {
 
     /// The report as one JSON object.
     pub fn to_json(&self) -> Value {
-        let (status, detail) = match &self.verdict {
-            Verdict::Passed(note) => ("passed", note),
-            Verdict::Failed(detail) => ("failed", detail),
-            Verdict::Skipped(why) => ("skipped", why),
-        };
+        let (status, detail) = self.verdict.parts();
         json!({
             "check": self.name,
             "status": status,
@@ -55,14 +63,15 @@ impl CheckReport {
     /// sentence it breaks.
     pub fn to_line(&self) -> String {
         let ms = self.duration.as_secs_f64() * 1e3;
-        match &self.verdict {
-            Verdict::Passed(note) if note.is_empty() => format!("PASS {:<22} {ms:>8.1} ms", self.name),
-            Verdict::Passed(note) => format!("PASS {:<22} {ms:>8.1} ms  {note}", self.name),
-            Verdict::Skipped(why) => format!("SKIP {:<22} {ms:>8.1} ms  {why}", self.name),
-            Verdict::Failed(detail) => {
-                format!("FAIL {:<22} {ms:>8.1} ms  {detail} (contract: {})", self.name, self.contract)
-            }
+        let (status, detail) = self.verdict.parts();
+        let mut line = format!("{} {:<22} {ms:>8.1} ms", status[..4].to_uppercase(), self.name);
+        if !detail.is_empty() {
+            line += &format!("  {detail}");
         }
+        if !self.ok() {
+            line += &format!(" (contract: {})", self.contract);
+        }
+        line
     }
 }
 
@@ -80,15 +89,8 @@ pub struct Summary {
 impl Summary {
     /// Counts `reports`.
     pub fn of(reports: &[CheckReport]) -> Summary {
-        let mut summary = Summary::default();
-        for report in reports {
-            match report.verdict {
-                Verdict::Passed(_) => summary.passed += 1,
-                Verdict::Failed(_) => summary.failed += 1,
-                Verdict::Skipped(_) => summary.skipped += 1,
-            }
-        }
-        summary
+        let count = |status| reports.iter().filter(|report| report.verdict.parts().0 == status).count();
+        Summary { passed: count("passed"), failed: count("failed"), skipped: count("skipped") }
     }
 
     /// The summary as JSON.
