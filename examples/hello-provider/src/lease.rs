@@ -12,7 +12,7 @@ use std::{
     collections::HashMap,
     path::PathBuf,
     sync::{mpsc::Sender, Arc, Condvar, Mutex, MutexGuard, PoisonError},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// The `provider` field of every lease record this provider writes.
@@ -157,8 +157,19 @@ impl Leases {
 
     /// Clears the unconfirmed flag of a lease that is gone (destroyed).
     pub fn clear_unconfirmed(&self, id: &str) {
-        if let Some(lease) = self.lock().0.get_mut(id) {
-            lease.unconfirmed = false;
+        self.settle(id, |lease| lease.unconfirmed = false);
+    }
+
+    /// Applies `change` to the lease's state, then drops the state of a lease
+    /// with nothing left to remember, so the map holds only leases in use,
+    /// closing or unconfirmed.
+    fn settle(&self, id: &str, change: impl FnOnce(&mut LeaseState)) {
+        let mut state = self.lock();
+        if let Some(lease) = state.0.get_mut(id) {
+            change(lease);
+            if !lease.closing && !lease.unconfirmed && lease.running.is_empty() {
+                state.0.remove(id);
+            }
         }
     }
 
@@ -197,35 +208,27 @@ impl Leases {
     /// and waits until they have finished, at most `bound`. Commands that
     /// outlive the bound leave their lease unconfirmed; returns false then.
     pub fn cancel_and_wait(&self, id: Option<&str>, bound: Duration) -> bool {
-        let deadline = Instant::now() + bound;
-        let wanted = |lease_id: &String| id.is_none_or(|id| id == lease_id);
-        let mut state = self.lock();
-        for (_, lease) in state.0.iter().filter(|(lease_id, _)| wanted(lease_id)) {
+        let busy = |lease_id: &String, lease: &LeaseState| {
+            id.is_none_or(|id| id == lease_id) && !lease.running.is_empty()
+        };
+        let state = self.lock();
+        for (_, lease) in state.0.iter().filter(|(lease_id, lease)| busy(lease_id, lease)) {
             for cancel in lease.running.values() {
                 // A command that already finished dropped its receiver: fine.
                 let _ = cancel.send(crate::process::Event::Cancel);
             }
         }
-        loop {
-            let busy: Vec<String> = state
-                .0
-                .iter()
-                .filter(|(lease_id, lease)| !lease.running.is_empty() && wanted(lease_id))
-                .map(|(lease_id, _)| lease_id.clone())
-                .collect();
-            if busy.is_empty() {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                for lease_id in busy {
-                    state.0.entry(lease_id).or_default().unconfirmed = true;
-                }
-                return false;
-            }
-            state =
-                self.changed.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+        let (mut state, waited) = self
+            .changed
+            .wait_timeout_while(state, bound, |state| {
+                state.0.iter().any(|(lease_id, lease)| busy(lease_id, lease))
+            })
+            .unwrap_or_else(PoisonError::into_inner);
+        // Those still busy after `bound` (none unless it timed out).
+        for (_, lease) in state.0.iter_mut().filter(|(lease_id, lease)| busy(lease_id, lease)) {
+            lease.unconfirmed = true;
         }
+        !waited.timed_out()
     }
 }
 
@@ -248,21 +251,8 @@ pub struct CommandGuard {
 
 impl Drop for CommandGuard {
     fn drop(&mut self) {
-        let mut state = self.leases.lock();
-        if let Some(lease) = state.0.get_mut(&self.id) {
-            lease.running.remove(&self.number);
-        }
-        forget_if_idle(&mut state.0, &self.id);
-        drop(state);
+        self.leases.settle(&self.id, |lease| drop(lease.running.remove(&self.number)));
         self.leases.changed.notify_all();
-    }
-}
-
-/// Drops the state of a lease with nothing left to remember, so the map
-/// holds only leases in use, closing or unconfirmed.
-fn forget_if_idle(leases: &mut HashMap<String, LeaseState>, id: &str) {
-    if leases.get(id).is_some_and(|lease| !lease.closing && !lease.unconfirmed && lease.running.is_empty()) {
-        leases.remove(id);
     }
 }
 
@@ -275,10 +265,6 @@ pub struct ClosingGuard<'a> {
 
 impl Drop for ClosingGuard<'_> {
     fn drop(&mut self) {
-        let mut state = self.leases.lock();
-        if let Some(lease) = state.0.get_mut(&self.id) {
-            lease.closing = false;
-        }
-        forget_if_idle(&mut state.0, &self.id);
+        self.leases.settle(&self.id, |lease| lease.closing = false);
     }
 }

@@ -65,24 +65,27 @@ pub struct Spec {
     pub timeout: Duration,
 }
 
-/// How a command ended.
-#[derive(Debug)]
-pub enum Ended {
-    /// It ran to its end or its deadline; the result says which.
-    Finished(ExecuteResult),
-    /// A release or destroy cancelled it.
-    Cancelled,
-}
-
 /// The outcome of [`run`]: how the command ended, and whether its process
 /// group was confirmed gone afterwards.
 #[derive(Debug)]
 pub struct Outcome {
-    /// How the command ended.
-    pub ended: Ended,
+    /// The command's result (it ran to its end or its deadline; the result
+    /// says which); `None` when a release or destroy cancelled it.
+    pub result: Option<ExecuteResult>,
     /// False when termination could not be confirmed: the lease must then
     /// be marked unconfirmed and never reused.
     pub cleanup_confirmed: bool,
+}
+
+/// Why [`run`] stopped waiting before the command was over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// Its deadline passed.
+    TimedOut,
+    /// Waiting for its process failed (it cannot be confirmed gone).
+    WaitFailed,
+    /// A release, destroy or shutdown cancelled it.
+    Cancelled,
 }
 
 /// Runs `spec` in its own process group, its standard input pulled from
@@ -126,16 +129,13 @@ pub fn run(
     });
 
     let mut output = Collected::default();
-    let mut open_pipes = 2;
-    let mut status = None;
-    let mut wait_failed = false;
-    let mut cancelled = false;
-    let mut timed_out = false;
-    while status.is_none() || open_pipes > 0 {
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-            timed_out = true;
-            break;
-        };
+    let (mut open_pipes, mut status) = (2, None);
+    // What ended the wait before the command and its pipes did, if anything.
+    let stopped = loop {
+        if status.is_some() && open_pipes == 0 {
+            break None;
+        }
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break Some(Stop::TimedOut) };
         match events.recv_timeout(left) {
             Ok(Event::Chunk(stream, bytes)) => output.push(stream, &bytes, sink),
             Ok(Event::Closed(_)) => open_pipes -= 1,
@@ -145,34 +145,23 @@ pub fn run(
                 // must not outlive it (nor hold its pipes open).
                 signal_group(pgid, libc::SIGKILL);
             }
-            Ok(Event::WaitFailed) => {
-                wait_failed = true;
-                break;
-            }
-            Ok(Event::Cancel) => {
-                cancelled = true;
-                break;
-            }
-            Err(RecvTimeoutError::Timeout) => timed_out = true,
-            Err(RecvTimeoutError::Disconnected) => break,
+            Ok(Event::WaitFailed) => break Some(Stop::WaitFailed),
+            Ok(Event::Cancel) => break Some(Stop::Cancelled),
+            Err(RecvTimeoutError::Timeout) => break Some(Stop::TimedOut),
+            Err(RecvTimeoutError::Disconnected) => break None,
         }
-        if timed_out {
-            break;
-        }
-    }
+    };
     // Ran out of time only if it had not exited (a process that escaped the
     // group may hold the pipes open past the end of the command).
-    let timed_out = timed_out && status.is_none();
+    let timed_out = stopped == Some(Stop::TimedOut) && status.is_none();
     ended.store(true, Ordering::Relaxed);
-    let cleanup_confirmed = if status.is_some() {
-        wait_group_gone(pgid, Instant::now() + KILL_BOUND)
-    } else if wait_failed {
-        false
-    } else {
-        terminate(pgid, events, &mut status, &mut output, sink)
+    let cleanup_confirmed = match (status, stopped) {
+        (Some(_), _) => wait_group_gone(pgid, Instant::now() + KILL_BOUND),
+        (None, Some(Stop::WaitFailed)) => false,
+        (None, _) => terminate(pgid, events, &mut status, &mut output, sink),
     };
-    if cancelled {
-        return Ok(Outcome { ended: Ended::Cancelled, cleanup_confirmed });
+    if stopped == Some(Stop::Cancelled) {
+        return Ok(Outcome { result: None, cleanup_confirmed });
     }
     let (stdout, stderr, truncated) = output.finish();
     let result = ExecuteResult {
@@ -185,7 +174,7 @@ pub fn run(
         stderr: stderr.into(),
         metadata_json: serde_json::json!({"outputTruncated": truncated}).to_string().into(),
     };
-    Ok(Outcome { ended: Ended::Finished(result), cleanup_confirmed })
+    Ok(Outcome { result: Some(result), cleanup_confirmed })
 }
 
 /// Copies the host's standard input into the command's pipe until either

@@ -16,7 +16,7 @@
 use crate::{
     config::{Config, SCHEMA},
     lease::{unconfirmed, LeaseDir, Leases},
-    process::{self, Ended, Event, Spec, GRACE, KILL_BOUND},
+    process::{self, Event, Spec, GRACE, KILL_BOUND},
     sync,
 };
 use provider_abi::{
@@ -26,6 +26,7 @@ use provider_abi::{
     ProviderError, ReleaseReport, SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult,
     ValidationReport, Workspace, ABI_VERSION,
 };
+use scopeguard::ScopeGuard;
 use std::{
     io,
     path::{Path, PathBuf},
@@ -56,7 +57,8 @@ fn io_error(operation: &str, error: io::Error) -> ProviderError {
         .with_http(None, Some(operation))
 }
 
-fn invalid(message: String) -> ProviderError {
+/// An `invalid_input` error: a hook argument the provider refuses.
+pub(crate) fn invalid(message: String) -> ProviderError {
     ProviderError::new(ErrorKind::INVALID_INPUT, message)
 }
 
@@ -71,50 +73,6 @@ fn gone(result: io::Result<()>) -> io::Result<()> {
 
 fn exists(path: &Path) -> HookResult<bool> {
     path.try_exists().map_err(|error| io_error("lease lookup", error))
-}
-
-/// A lease directory that exists but that the host has not recorded yet.
-/// Dropped before [`Unrecorded::recorded`] (the host dropped the hook's
-/// future, cancelling the acquire), it deletes the directory: nothing is
-/// left that the host does not know of.
-struct Unrecorded(Option<PathBuf>);
-
-impl Unrecorded {
-    /// The host recorded the lease: keep it.
-    fn recorded(mut self) {
-        self.0 = None;
-    }
-
-    /// Deletes the directory now, saying whether that worked.
-    fn delete(mut self) -> io::Result<()> {
-        self.0.take().map_or(Ok(()), |dir| gone(std::fs::remove_dir_all(dir)))
-    }
-}
-
-impl Drop for Unrecorded {
-    fn drop(&mut self) {
-        if let Some(dir) = self.0.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-/// Cancels a running command when the host drops the hook's future (the
-/// command's thread reads the cancel like a release's, stops the command's
-/// process group and ends). Sent after the command ended too, where nobody
-/// listens any more: harmless.
-struct CancelOnDrop(Sender<Event>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.send(Event::Cancel);
-    }
-}
-
-/// A command checked and registered with its lease, ready to run.
-struct Prepared {
-    lease: LeaseDir,
-    spec: Spec,
 }
 
 impl HelloProvider {
@@ -166,11 +124,14 @@ impl HelloProvider {
         Ok(closing)
     }
 
-    /// Creates the lease directory, before the host has recorded it.
-    fn create(config: &Config, lease: &LeaseDir) -> HookResult<Unrecorded> {
+    /// Creates the lease directory, before the host has recorded it, and
+    /// hands back a guard that deletes it when dropped: dropped before
+    /// [`ScopeGuard::into_inner`] (the host dropped the hook's future,
+    /// cancelling the acquire), nothing is left that the host does not know of.
+    fn create(config: &Config, lease: &LeaseDir) -> HookResult<ScopeGuard<PathBuf, impl FnOnce(PathBuf)>> {
         std::fs::create_dir_all(&config.root).map_err(|error| io_error("lease creation", error))?;
         std::fs::create_dir(&lease.dir).map_err(|error| io_error("lease creation", error))?;
-        Ok(Unrecorded(Some(lease.dir.clone())))
+        Ok(scopeguard::guard(lease.dir.clone(), |dir| drop(std::fs::remove_dir_all(dir))))
     }
 
     /// The workspace of a lease that commands may use now: it exists and is
@@ -188,7 +149,7 @@ impl HelloProvider {
     }
 
     /// Checks every argument of a command before anything runs.
-    fn prepare(&self, params: &ExecuteParams) -> HookResult<Prepared> {
+    fn prepare(&self, params: &ExecuteParams) -> HookResult<(LeaseDir, Spec)> {
         let (config, lease) = self.open(&params.lease)?;
         let mut env = Vec::with_capacity(params.env.len());
         for var in &params.env {
@@ -218,33 +179,29 @@ impl HelloProvider {
             env,
             timeout,
         };
-        Ok(Prepared { lease, spec })
+        Ok((lease, spec))
     }
 
-    /// Runs a prepared command to its end on the calling thread (one that
+    /// Runs a checked command to its end on the calling thread (one that
     /// may block), registered with its lease so that a release, a destroy,
     /// a shutdown or `cancel` stops it.
     fn run(
         &self,
-        command: &Prepared,
+        (lease, spec): &(LeaseDir, Spec),
         stdin: ByteSource,
         output: &mut ByteSink,
         cancel: (Sender<Event>, mpsc::Receiver<Event>),
     ) -> HookResult<ExecuteResult> {
         let (sender, events) = cancel;
-        let _running = self.leases.start_command(&command.lease.id, sender.clone())?;
-        let spec = &command.spec;
+        let _running = self.leases.start_command(&lease.id, sender.clone())?;
         let outcome = process::run(spec, stdin, sender, &events, output)
             .map_err(|error| invalid(format!("Cannot start {:?}: {error}.", spec.program)))?;
         if !outcome.cleanup_confirmed {
             // We cannot prove the command's processes are gone: the lease may
             // only be destroyed from now on.
-            return Err(self.mark_unconfirmed(&command.lease.id));
+            return Err(self.mark_unconfirmed(&lease.id));
         }
-        match outcome.ended {
-            Ended::Finished(result) => Ok(result),
-            Ended::Cancelled => Err(ProviderError::new(ErrorKind::CANCELLED, "Hello command was cancelled.")),
-        }
+        outcome.result.ok_or_else(|| ProviderError::new(ErrorKind::CANCELLED, "Hello command was cancelled."))
     }
 
     fn resume(&self, params: &LeaseParams) -> HookResult<Lease> {
@@ -343,8 +300,8 @@ impl HelloProvider {
             env: Vec::new(),
             timeout: Duration::from_millis(command.timeout_ms.into_option().unwrap_or(config.timeout_ms)),
         };
-        let prepared = Prepared { lease: lease.clone(), spec };
-        let ran = self.run(&prepared, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
+        let command = (lease.clone(), spec);
+        let ran = self.run(&command, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
         let message = match ran.exit_code.into_option() {
             Some(0) => return Ok(()),
             Some(code) => format!("Hello post-upload command failed with exit code {code}."),
@@ -485,7 +442,7 @@ impl Provider for HelloProvider {
             // made and fail with the host's error; if even that fails, say
             // the cleanup is unconfirmed (naming the lease).
             if let Err(refused) = recorder.record(&record).await {
-                return match created.delete() {
+                return match gone(std::fs::remove_dir_all(ScopeGuard::into_inner(created))) {
                     Ok(()) => Err(refused),
                     Err(_) => Err(ProviderError::new(
                         ErrorKind::CLEANUP_UNCONFIRMED,
@@ -496,7 +453,7 @@ impl Provider for HelloProvider {
                     )),
                 };
             }
-            created.recorded();
+            ScopeGuard::into_inner(created);
             // A failure after the record: the host knows the lease, so
             // delete it as a destroy would.
             if let Err(error) = std::fs::create_dir(lease.workspace()) {
@@ -539,18 +496,20 @@ impl Provider for HelloProvider {
         mut output: ByteSink,
     ) -> HookFuture<ExecuteResult> {
         // Every argument is checked now, before anything runs.
-        let prepared = match self.prepare(&params) {
-            Ok(prepared) => prepared,
+        let command = match self.prepare(&params) {
+            Ok(command) => command,
             Err(error) => return ready(Err(error)),
         };
         let (sender, events) = mpsc::channel();
         // Cancellation: dropping the future stops the command, as a release
-        // would. The command runs on `blocking`'s thread, which owns the
+        // would (the command's thread reads the cancel like a release's; sent
+        // after the command ended, where nobody listens any more, it is
+        // harmless). The command runs on `blocking`'s thread, which owns the
         // sink (one thread writes to it) and hands `stdin` to the thread
         // that may block reading it.
-        let cancel = CancelOnDrop(sender.clone());
+        let cancel = scopeguard::guard(sender.clone(), |sender| drop(sender.send(Event::Cancel)));
         let this = self.clone();
-        let ran = blocking(move || this.run(&prepared, stdin, &mut output, (sender, events)));
+        let ran = blocking(move || this.run(&command, stdin, &mut output, (sender, events)));
         Box::pin(async move {
             let _cancel = cancel;
             ran.await

@@ -6,7 +6,8 @@
 //! changes nothing. A real provider uploads and downloads through its
 //! service instead of copying; the checks stay.
 
-use provider_abi::{ErrorKind, ProviderError, SyncDirection, SyncMapping, SyncOperationResult, SyncParams};
+use crate::provider::invalid;
+use provider_abi::{ProviderError, SyncDirection, SyncMapping, SyncOperationResult, SyncParams};
 use std::{
     io,
     path::{Component, Path, PathBuf},
@@ -20,10 +21,6 @@ pub struct Copy {
     directory: bool,
     mode: Option<u32>,
     follow_symlinks: bool,
-}
-
-fn invalid(message: String) -> ProviderError {
-    ProviderError::new(ErrorKind::INVALID_INPUT, message)
 }
 
 /// A lease-side path as a path inside `workspace`: relative paths are taken
@@ -118,7 +115,7 @@ fn copy_path(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use provider_abi::LeaseParams;
+    use provider_abi::{ErrorKind, LeaseParams};
 
     #[test]
     fn a_lease_path_outside_the_workspace_is_refused_before_anything_moves() {
