@@ -18,7 +18,7 @@ use crate::{
     version::{Hook, ABI_VERSION},
 };
 use abi_stable::{
-    prefix_type::{PrefixTypeTrait, WithMetadata},
+    prefix_type::PrefixTypeTrait,
     std_types::{RSlice, RVec},
 };
 use std::{
@@ -80,16 +80,9 @@ pub fn provider_module<P: Provider + Default>(optional: &[Hook]) -> ProviderModu
         abi_version: ABI_VERSION,
         new_instance: new_instance::<P>,
         drop_instance: drop_instance::<P>,
-        hooks: HookTableRef(leak(hooks)),
+        hooks: hooks.leak_into_prefix(),
     }
     .leak_into_prefix()
-}
-
-/// Moves a table into static memory, once per library (the root module is
-/// built once).
-fn leak<T: PrefixTypeTrait + 'static>(table: T) -> abi_stable::prefix_type::PrefixRef<T::PrefixFields> {
-    let leaked: &'static WithMetadata<T> = Box::leak(Box::new(WithMetadata::new(table)));
-    leaked.static_as_prefix()
 }
 
 /// Where a caught panic happened, for its error.

@@ -66,10 +66,7 @@ pub(crate) fn export<T: Send + 'static>(
     hook: Hook,
     make: impl FnOnce() -> HookFuture<T>,
 ) -> FfiFuture<FfiResult<T>> {
-    let future = match guard(hook, || Ok(make())).into_result() {
-        Ok(future) => future,
-        Err(error) => ready(Err(error)),
-    };
+    let future = guard(hook, || Ok(make())).into_result().unwrap_or_else(|error| ready(Err(error)));
     guarded(Place::Hook(hook), future)
 }
 
