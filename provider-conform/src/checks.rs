@@ -315,11 +315,7 @@ impl Ctx {
     /// Calls `acquire_lease` with a [`Journal`] (panicking at the lease when
     /// `panics`); returns its outcome and the moments it recorded.
     fn acquire_recorded(&self, panics: bool) -> (HookResult<Lease>, Vec<Moment>) {
-        let params = AcquireParams {
-            env: self.env.clone(),
-            run_id: "conform".into(),
-            requested_expires_at: None.into(),
-        };
+        let params = AcquireParams { env: self.env.clone(), run_id: "conform".into(), ..Default::default() };
         let moments = Arc::new(Mutex::new(Vec::new()));
         let recorder = CreationRecorder::new(Journal { moments: Arc::clone(&moments), panics });
         let outcome = wait(self.provider.acquire_lease(params, recorder));

@@ -68,10 +68,7 @@ pub const ENVIRONMENT: &str = "conform-environment";
 /// library did not load, or its `setup` failed.
 pub fn check_library(library: &Path, config: serde_json::Value) -> Result<Report, LoadError> {
     let provider = LoadedProvider::load(library)?;
-    let setup = SetupParams {
-        host_name: env!("CARGO_PKG_NAME").into(),
-        host_version: env!("CARGO_PKG_VERSION").into(),
-    };
+    let setup = SetupParams::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
     provider
         .setup(&setup, LogSink::new(|_| {}), LogLevel::Error)
         .map_err(|error| LoadError::ProviderFailed { path: library.to_path_buf(), error })?;
