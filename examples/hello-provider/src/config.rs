@@ -27,7 +27,7 @@ pub struct Config {
     pub timeout_ms: u64,
 }
 
-/// A configuration that did not parse: every problem, one line each, and
+/// What parsing a configuration found: every problem, one line each, and
 /// remarks that do not stop it from being used.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Problems {
@@ -46,8 +46,9 @@ fn problem<T>(errors: &mut Vec<String>, message: impl Into<String>, value: T) ->
 
 impl Config {
     /// Parses `text`, collecting *every* problem rather than stopping at the
-    /// first: `validate_config` must report them all at once.
-    pub fn parse(text: &str) -> Result<(Config, Vec<String>), Problems> {
+    /// first: `validate_config` must report them all at once. The
+    /// configuration comes back when there is no error.
+    pub fn parse(text: &str) -> (Option<Config>, Problems) {
         let mut problems = Problems::default();
         let errors = &mut problems.errors;
         let object = match serde_json::from_str::<Value>(text) {
@@ -77,18 +78,15 @@ impl Config {
         for key in object.keys().filter(|key| !["root", "reuseLease", "timeoutMs"].contains(&key.as_str())) {
             problems.warnings.push(format!("Unknown configuration key `{key}` is ignored."));
         }
-        match root {
-            Some(root) if problems.errors.is_empty() => {
-                Ok((Config { root, reuse_lease, timeout_ms }, problems.warnings))
-            }
-            _ => Err(problems),
-        }
+        let config = root.filter(|_| problems.errors.is_empty());
+        (config.map(|root| Config { root, reuse_lease, timeout_ms }), problems)
     }
 
     /// Parses `text` for a hook other than `validate_config`: the first
     /// problem becomes an `invalid_config` error.
     pub fn for_hook(text: &str) -> Result<Config, ProviderError> {
-        Config::parse(text).map(|(config, _)| config).map_err(|problems| {
+        let (config, problems) = Config::parse(text);
+        config.ok_or_else(|| {
             let first = problems.errors.into_iter().next().unwrap_or_default();
             ProviderError::new(ErrorKind::INVALID_CONFIG, first)
         })
@@ -110,21 +108,24 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let problems =
-            Config::parse(r#"{"root":"relative","reuseLease":"yes","timeoutMs":0,"x":1}"#).unwrap_err();
+        let (config, problems) =
+            Config::parse(r#"{"root":"relative","reuseLease":"yes","timeoutMs":0,"x":1}"#);
+        assert_eq!(config, None);
         assert_eq!(problems.errors.len(), 3, "{problems:?}");
         assert_eq!(problems.warnings, ["Unknown configuration key `x` is ignored."]);
-        assert_eq!(Config::parse("{}").unwrap_err().errors.len(), 1);
-        assert_eq!(Config::parse("[]").unwrap_err().errors.len(), 2);
+        for (text, errors) in [("{}", 1), ("[]", 2)] {
+            let (config, problems) = Config::parse(text);
+            assert_eq!((config, problems.errors.len()), (None, errors), "{text}");
+        }
     }
 
     #[test]
     fn defaults_fill_what_is_left_out() {
-        let (config, warnings) = Config::parse(r#"{"root":"/tmp/x"}"#).unwrap();
-        assert!(warnings.is_empty());
+        let (config, problems) = Config::parse(r#"{"root":"/tmp/x"}"#);
+        assert_eq!(problems, Problems::default());
         assert_eq!(
             config,
-            Config { root: "/tmp/x".into(), reuse_lease: true, timeout_ms: DEFAULT_TIMEOUT_MS }
+            Some(Config { root: "/tmp/x".into(), reuse_lease: true, timeout_ms: DEFAULT_TIMEOUT_MS })
         );
     }
 }

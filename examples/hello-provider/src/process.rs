@@ -198,17 +198,13 @@ fn feed_stdin(mut stdin: ByteSource, mut pipe: std::process::ChildStdin, ended: 
 fn read_pipe(stream: OutputStream, pipe: Option<impl Read>, sender: &Sender<Event>) {
     if let Some(mut pipe) = pipe {
         let mut buffer = vec![0; 64 * 1024];
-        // Errors other than interruption end the stream like EOF does.
         loop {
             match pipe.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(n) => {
-                    if sender.send(Event::Chunk(stream, buffer[..n].to_vec())).is_err() {
-                        return;
-                    }
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+                Ok(read @ 1..) if sender.send(Event::Chunk(stream, buffer[..read].to_vec())).is_ok() => {}
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                // The end, an error other than interruption (which ends the
+                // stream like EOF does), or a hook no longer listening.
+                _ => break,
             }
         }
     }

@@ -251,10 +251,10 @@ impl HelloProvider {
     fn inspect(&self, params: &LeaseParams) -> HookResult<LeaseStatus> {
         let (_, lease) = self.open(params)?;
         let exists = exists(&lease.workspace())?;
-        let state = match (exists, exists && lease.released_marker().exists()) {
-            (false, _) => "",
-            (true, true) => "released",
-            (true, false) => "ready",
+        let state = match exists {
+            false => "",
+            true if lease.released_marker().exists() => "released",
+            true => "ready",
         };
         Ok(LeaseStatus { exists, state: state.into(), unconfirmed: self.leases.is_unconfirmed(&lease.id) })
     }
@@ -353,26 +353,19 @@ impl Provider for HelloProvider {
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
         // Problems with the configuration are a *report*, not an error: the
         // hook worked. It sends nothing and touches nothing.
-        let (config, errors, warnings) = match Config::parse(&params.config_json) {
-            Ok((config, warnings)) => (Some(config), Vec::new(), warnings),
-            Err(problems) => (None, problems.errors, problems.warnings),
-        };
+        let (config, problems) = Config::parse(&params.config_json);
         Ok(ValidationReport {
             ok: config.is_some(),
             normalized_config_json: config.map(|config| config.normalized().to_string().into()).into(),
-            errors: errors.into_iter().map(Into::into).collect(),
-            warnings: warnings.into_iter().map(Into::into).collect(),
+            errors: problems.errors.into_iter().map(Into::into).collect(),
+            warnings: problems.warnings.into_iter().map(Into::into).collect(),
         })
     }
 
     fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
         let this = self.clone();
         Box::pin(async move {
-            let acquire = AcquireParams {
-                env: params.clone(),
-                run_id: "probe".into(),
-                requested_expires_at: None.into(),
-            };
+            let acquire = AcquireParams { env: params.clone(), run_id: "probe".into(), ..Default::default() };
             // The probe's lease is created like any other: through the
             // host's recorder, both moments.
             let lease = this.acquire_lease(acquire, recorder).await?;
