@@ -4,12 +4,14 @@
 //! hash is not pinned is refused before it is loaded (its code never runs);
 //! the hash checked is that of the private copy loaded ([`crate::staging`]).
 
-use crate::staging::{library_sha256, Staging};
+use crate::{
+    providers::replace_file,
+    staging::{library_sha256, Staging},
+};
 use provider_abi::Provider;
 use serde::{Deserialize, Serialize};
 use std::{
-    fs,
-    io::{self, Write},
+    fs, io,
     path::{Path, PathBuf},
 };
 
@@ -29,13 +31,6 @@ pub struct Pin {
     pub sha256: String,
     /// Where the library was when it was pinned (informative).
     pub path: String,
-}
-
-/// The lock file's document: `[[provider]]` tables.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Document {
-    #[serde(default, rename = "provider")]
-    providers: Vec<Pin>,
 }
 
 /// Why a lock operation failed; one line each.
@@ -68,10 +63,12 @@ pub enum LockError {
     },
 }
 
-/// A lock file and its pins.
-#[derive(Debug)]
+/// A lock file and its pins (the document's `[[provider]]` tables).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct LockFile {
+    #[serde(skip)]
     path: PathBuf,
+    #[serde(default, rename = "provider")]
     pins: Vec<Pin>,
 }
 
@@ -84,18 +81,14 @@ impl LockFile {
     /// Reads the lock file at `path`; a missing file has no pins.
     pub fn open(path: &Path) -> Result<LockFile, LockError> {
         let fail = |reason: String| LockError::File { path: path.to_path_buf(), reason };
-        let pins = match fs::read_to_string(path) {
-            Ok(text) => {
-                toml::from_str::<Document>(&text)
-                    .map_err(|error| {
-                        fail(error.message().lines().next().unwrap_or("not valid TOML").to_owned())
-                    })?
-                    .providers
-            }
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+        let text = match fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => String::new(),
             Err(error) => return Err(fail(error.to_string())),
         };
-        Ok(LockFile { path: path.to_path_buf(), pins })
+        let lock = toml::from_str::<LockFile>(&text)
+            .map_err(|error| fail(error.message().lines().next().unwrap_or("not valid TOML").to_owned()))?;
+        Ok(LockFile { path: path.to_path_buf(), ..lock })
     }
 
     /// True when the file exists (a lock file is in use).
@@ -167,16 +160,9 @@ impl LockFile {
     /// Writes the file atomically (a temporary file renamed over it).
     fn save(&self) -> Result<(), LockError> {
         let fail = |reason: String| LockError::File { path: self.path.clone(), reason };
-        let dir = self.path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        fs::create_dir_all(dir).map_err(|error| fail(error.to_string()))?;
-        let document = Document { providers: self.pins.clone() };
-        let text = toml::to_string_pretty(&document).map_err(|error| fail(error.to_string()))?;
-        let mut staging = tempfile::NamedTempFile::new_in(dir).map_err(|error| fail(error.to_string()))?;
-        staging
-            .write_all(format!("# Pinned provider libraries (host-harness lock add).\n{text}").as_bytes())
-            .map_err(|error| fail(error.to_string()))?;
-        staging.persist(&self.path).map_err(|error| fail(error.error.to_string()))?;
-        Ok(())
+        let text = toml::to_string_pretty(self).map_err(|error| fail(error.to_string()))?;
+        let text = format!("# Pinned provider libraries (host-harness lock add).\n{text}");
+        replace_file(&self.path, text.as_bytes()).map_err(|error| fail(error.to_string()))
     }
 }
 
@@ -216,15 +202,14 @@ pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
     if trusted_keys.is_empty() {
         return untrusted("signed, but no key is trusted (--trusted-key)");
     }
-    for key in trusted_keys {
-        let Ok(public_key) = minisign_verify::PublicKey::from_base64(key) else {
-            continue;
-        };
-        if public_key.verify(&bytes, &signature, false).is_ok() {
-            return Signature::Verified { key: key.clone() };
-        }
+    let verifies = |key: &&String| {
+        minisign_verify::PublicKey::from_base64(key)
+            .is_ok_and(|public_key| public_key.verify(&bytes, &signature, false).is_ok())
+    };
+    match trusted_keys.iter().find(verifies) {
+        Some(key) => Signature::Verified { key: key.clone() },
+        None => untrusted("no trusted key verifies the signature"),
     }
-    untrusted("no trusted key verifies the signature")
 }
 
 /// The bytes of the file at `path`, opened as a load opens a library

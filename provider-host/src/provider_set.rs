@@ -48,11 +48,6 @@ impl Version {
         &self.manifest.id
     }
 
-    /// The provider's version string (from its manifest).
-    pub fn version(&self) -> &str {
-        &self.manifest.version
-    }
-
     /// Where the library was loaded from.
     pub fn path(&self) -> &std::path::Path {
         &self.path

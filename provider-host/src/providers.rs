@@ -28,7 +28,7 @@ use std::{
 };
 
 /// What `installed.json` records about an installed library.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Installed {
     /// The provider id from its manifest (`createos`).
@@ -50,8 +50,9 @@ impl Installed {
     }
 }
 
-/// One installed version, as `providers list` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One installed version, as `providers list` shows it (ordered by id and
+/// version).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
     /// What was recorded at install.
     pub installed: Installed,
@@ -202,9 +203,7 @@ impl ProvidersDir {
                 }
             }
         }
-        entries.sort_by(|a, b| {
-            (&a.installed.id, &a.installed.version).cmp(&(&b.installed.id, &b.installed.version))
-        });
+        entries.sort();
         Ok(entries)
     }
 
@@ -260,16 +259,20 @@ impl ProvidersDir {
     }
 
     fn write_active(&self, spec: &str) -> Result<(), ProvidersError> {
-        fs::create_dir_all(&self.root).map_err(io(format!("create {}", self.root.display())))?;
-        let mut staging = tempfile::NamedTempFile::new_in(&self.root)
-            .map_err(io(format!("write in {}", self.root.display())))?;
-        io::Write::write_all(&mut staging, format!("{spec}\n").as_bytes())
-            .map_err(io("write the active record"))?;
-        staging
-            .persist(self.root.join("active"))
-            .map_err(|error| io("replace the active record")(error.error))?;
-        Ok(())
+        let active = self.root.join("active");
+        replace_file(&active, format!("{spec}\n").as_bytes()).map_err(io("write the active record"))
     }
+}
+
+/// Writes `bytes` to `path` as a whole: into a temporary file beside it
+/// (its folder made first), renamed over it.
+pub(crate) fn replace_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let mut staging = tempfile::NamedTempFile::new_in(dir)?;
+    io::Write::write_all(&mut staging, bytes)?;
+    staging.persist(path)?;
+    Ok(())
 }
 
 /// Refuses an id or version that could name a path outside its folder.
@@ -278,14 +281,10 @@ fn check_component(text: &str) -> Result<(), ProvidersError> {
         && text.len() <= 100
         && !text.starts_with('.')
         && text.chars().all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c));
-    if ok {
-        Ok(())
-    } else {
-        Err(ProvidersError::NotAProvider(format!(
-            "the provider's id or version `{}` cannot name a folder",
-            text.escape_debug()
-        )))
-    }
+    ok.then_some(()).ok_or_else(|| {
+        let text = text.escape_debug();
+        ProvidersError::NotAProvider(format!("the provider's id or version `{text}` cannot name a folder"))
+    })
 }
 
 /// The sub-folders of `dir` (none when it does not exist), hidden ones skipped.

@@ -171,43 +171,41 @@ impl WorkerProcess {
         let mut child = spawn::spawn(command, &options.limits, worker_end).map_err(failed)?;
         let pid = child.id();
         let setup = read(&shared.setup).as_ref().map(|(params, level, _)| (params.clone(), *level));
-        match handshake(&host_end, options.deadline, setup) {
-            Ok(Ok(manifest)) => {
-                host_end.set_read_timeout(None).map_err(failed)?;
-                let reader = BufReader::new(host_end.try_clone().map_err(failed)?);
-                let worker = Arc::new(WorkerProcess {
-                    pid,
-                    manifest,
-                    control: host_end,
-                    idle: Mutex::new(Vec::new()),
-                    child: Mutex::new(child),
-                    state: Mutex::new(State::default()),
-                    ended: Condvar::new(),
-                    dead: AtomicBool::new(false),
-                    closing: AtomicBool::new(false),
-                    creations: AtomicUsize::new(0),
-                });
-                let watched = Arc::clone(&worker);
-                let shared = Arc::clone(shared);
-                std::thread::Builder::new()
-                    .name(format!("provider-worker-{pid}"))
-                    .spawn(move || watched.read_control(reader, &shared))
-                    .map_err(failed)?;
-                Ok(worker)
-            }
+        let manifest = match handshake(&host_end, options.deadline, setup) {
+            Ok(Ok(manifest)) => manifest,
             Ok(Err(refused)) => {
                 let _ = child.wait();
-                Err(IsolationError(refused))
+                return Err(IsolationError(refused));
             }
             Err(error) => {
                 let _ = child.kill();
                 let how = child.wait().map(describe).unwrap_or_else(|_| "ended".into());
-                Err(IsolationError(format!(
-                    "the provider worker (pid {pid}) {how} while loading {}: {error}",
-                    library.display()
-                )))
+                let library = library.display();
+                return Err(IsolationError(format!(
+                    "the provider worker (pid {pid}) {how} while loading {library}: {error}"
+                )));
             }
-        }
+        };
+        host_end.set_read_timeout(None).map_err(failed)?;
+        let reader = BufReader::new(host_end.try_clone().map_err(failed)?);
+        let worker = Arc::new(WorkerProcess {
+            pid,
+            manifest,
+            control: host_end,
+            idle: Mutex::new(Vec::new()),
+            child: Mutex::new(child),
+            state: Mutex::new(State::default()),
+            ended: Condvar::new(),
+            dead: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            creations: AtomicUsize::new(0),
+        });
+        let (watched, shared) = (Arc::clone(&worker), Arc::clone(shared));
+        std::thread::Builder::new()
+            .name(format!("provider-worker-{pid}"))
+            .spawn(move || watched.read_control(reader, &shared))
+            .map_err(failed)?;
+        Ok(worker)
     }
 
     /// True once the worker died or was killed.

@@ -357,26 +357,20 @@ fn lost() -> ProviderError {
 }
 
 /// `execute`'s standard input, pulled from the host a chunk at a time
-/// (at most what the provider's buffer holds): bounded memory on both sides.
+/// (at most what the provider's buffer holds, which the host never
+/// exceeds): bounded memory on both sides, nothing held between reads.
 fn stdin_source(writer: Arc<Writer>, chunks: mpsc::Receiver<HookResult<Vec<u8>>>) -> ByteSource {
-    let (mut pending, mut at, mut ended) = (Vec::new(), 0, false);
+    let mut ended = false;
     ByteSource::new(move |buffer: &mut [u8]| {
-        if at == pending.len() {
-            if ended || buffer.is_empty() {
-                return Ok(0);
-            }
-            let wanted = u32::try_from(buffer.len()).unwrap_or(u32::MAX).min(MAX_STDIN_CHUNK);
-            writer.send(&ToHost::StdinWanted(wanted)).map_err(|_| lost())?;
-            pending = chunks.recv().map_err(|_| lost())??;
-            at = 0;
-            if pending.is_empty() {
-                ended = true;
-                return Ok(0);
-            }
+        if ended || buffer.is_empty() {
+            return Ok(0);
         }
-        let count = (pending.len() - at).min(buffer.len());
-        buffer[..count].copy_from_slice(&pending[at..at + count]);
-        at += count;
+        let wanted = u32::try_from(buffer.len()).unwrap_or(u32::MAX).min(MAX_STDIN_CHUNK);
+        writer.send(&ToHost::StdinWanted(wanted)).map_err(|_| lost())?;
+        let chunk = chunks.recv().map_err(|_| lost())??;
+        let count = chunk.len().min(buffer.len());
+        buffer[..count].copy_from_slice(&chunk[..count]);
+        ended = chunk.is_empty();
         Ok(count)
     })
 }
