@@ -319,9 +319,8 @@ impl CreateosClient {
         body: reqwest::Body,
         opts: CallOptions,
     ) -> Result<(), Error> {
-        let body = std::sync::Mutex::new(Some(body));
-        let take =
-            || body.lock().unwrap_or_else(|e| e.into_inner()).take().unwrap_or_else(|| Bytes::new().into());
+        let mut body = Some(body);
+        let take = || body.take().expect("a request that is never retried is built once");
         self.put_body(id, path, None, opts, Retry::Never, take).await
     }
 
@@ -330,8 +329,8 @@ impl CreateosClient {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, Retry::After429, None, || self.http.get(url.clone())).await?;
-            let resp = check_status(resp, label, &[])?;
+            let resp =
+                self.send(label, opts, Retry::After429, &[], None, || self.http.get(url.clone())).await?;
             Ok(Bytes::from(read_capped(resp, MAX_FILE_BYTES, label).await?))
         })
         .await
@@ -362,13 +361,13 @@ impl CreateosClient {
         len: Option<u64>,
         opts: CallOptions,
         retry: Retry,
-        body: impl Fn() -> reqwest::Body,
+        mut body: impl FnMut() -> reqwest::Body,
     ) -> Result<(), Error> {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
             let resp = self
-                .send(label, opts, retry, None, || {
+                .send(label, opts, retry, &[], None, || {
                     let request = self.http.put(url.clone()).header(CONTENT_TYPE, "application/octet-stream");
                     match len {
                         Some(len) => request.header(CONTENT_LENGTH, len),
@@ -377,7 +376,6 @@ impl CreateosClient {
                     .body(body())
                 })
                 .await?;
-            let resp = check_status(resp, label, &[])?;
             read_capped(resp, MAX_JSON_REPLY, label).await?;
             Ok(())
         })
@@ -400,20 +398,9 @@ impl CreateosClient {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, Retry::After429, None, || self.http.get(url.clone())).await?;
-            let resp = check_status(resp, label, &[])?;
-            let mut written: u64 = 0;
-            let mut stream = resp.bytes_stream();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(transport(label))?;
-                written += chunk.len() as u64;
-                if written > cap {
-                    return Err(Error::UnsafeArchive);
-                }
-                sink.write_all(&chunk).map_err(Error::host_write)?;
-            }
-            sink.flush().map_err(Error::host_write)?;
-            Ok(written)
+            let resp =
+                self.send(label, opts, Retry::After429, &[], None, || self.http.get(url.clone())).await?;
+            read_into(resp, sink, cap, Error::UnsafeArchive, label).await
         })
         .await
     }
@@ -467,12 +454,8 @@ impl CreateosClient {
         let mut url = self.url(&["sandboxes", id, "processes", pid, "connect"]);
         url.query_pairs_mut().append_pair("after", &after.to_string());
         let label = op::OUTPUT_CONNECTION;
-        let resp = self
-            .bounded(label, opts.deadline, async {
-                let resp = self.send(label, opts, Retry::Never, None, || self.http.get(url.clone())).await?;
-                check_status(resp, label, &[])
-            })
-            .await?;
+        let send = self.send(label, opts, Retry::Never, &[], None, || self.http.get(url.clone()));
+        let resp = self.bounded(label, opts.deadline, send).await?;
         Ok(Box::pin(resp.bytes_stream().map(move |chunk| chunk.map_err(transport(label)))))
     }
 
@@ -492,9 +475,10 @@ impl CreateosClient {
         url.query_pairs_mut().append_pair("grace_ms", &grace_ms.to_string());
         let label = op::PROCESS_CLEANUP;
         self.bounded(label, opts.deadline, async {
-            let resp =
-                self.send(label, opts, Retry::After429, None, || self.http.delete(url.clone())).await?;
-            let resp = check_status(resp, label, &[StatusCode::NOT_FOUND])?;
+            let not_found = [StatusCode::NOT_FOUND];
+            let resp = self
+                .send(label, opts, Retry::After429, &not_found, None, || self.http.delete(url.clone()))
+                .await?;
             if resp.status() == StatusCode::NOT_FOUND {
                 return Ok(true);
             }
@@ -525,11 +509,10 @@ impl CreateosClient {
         retry: Retry,
         ok_statuses: &[StatusCode],
         announce: Option<&mut CreationRecorder>,
-        build: impl Fn() -> RequestBuilder,
+        build: impl FnMut() -> RequestBuilder,
     ) -> Result<Map<String, Value>, Error> {
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, retry, announce, build).await?;
-            let resp = check_status(resp, label, ok_statuses)?;
+            let resp = self.send(label, opts, retry, ok_statuses, announce, build).await?;
             if !resp.status().is_success() {
                 return Ok(Map::new());
             }
@@ -539,7 +522,8 @@ impl CreateosClient {
     }
 
     /// Paces and sends one request, handling 429 per the module docs.
-    /// Returns the response whatever its status (other than a final 429).
+    /// Returns the response of a 2xx or of one of `ok_statuses`; any other
+    /// status is an `Api` error, its response (and unread body) dropped.
     /// `announce` (a creation's write-ahead recorder) is told right before
     /// each attempt leaves, once the gate and the pacer admitted it. Its
     /// refusal sends nothing and is returned as [`Error::HostRefused`]; a
@@ -549,8 +533,9 @@ impl CreateosClient {
         label: &'static str,
         opts: CallOptions,
         retry: Retry,
+        ok_statuses: &[StatusCode],
         mut announce: Option<&mut CreationRecorder>,
-        build: impl Fn() -> RequestBuilder,
+        mut build: impl FnMut() -> RequestBuilder,
     ) -> Result<Response, Error> {
         let mut retries = 0;
         loop {
@@ -578,8 +563,10 @@ impl CreateosClient {
             })?;
             // The reply's head is here: its body is read without a pass.
             drop(pass);
-            if resp.status() != StatusCode::TOO_MANY_REQUESTS {
-                return Ok(resp);
+            let status = resp.status();
+            if status != StatusCode::TOO_MANY_REQUESTS {
+                let ok = status.is_success() || ok_statuses.contains(&status);
+                return ok.then_some(resp).ok_or(Error::Api(label, status.as_u16()));
             }
             let wait = retry_after(&resp);
             drop(resp);
@@ -676,27 +663,35 @@ pub fn parse_retry_after(value: Option<&str>) -> Duration {
         .map_or(DEFAULT_RETRY_AFTER, |s| Duration::from_secs(s).min(MAX_RETRY_AFTER))
 }
 
-/// Non-2xx (other than `ok_statuses`) becomes an `Api` error; the response
-/// (and its unread body) is dropped.
-fn check_status(resp: Response, label: &'static str, ok_statuses: &[StatusCode]) -> Result<Response, Error> {
-    let status = resp.status();
-    match status.is_success() || ok_statuses.contains(&status) {
-        true => Ok(resp),
-        false => Err(Error::Api(label, status.as_u16())),
-    }
-}
-
+/// The body of `resp`, at most `cap` bytes (more is a `Protocol` error).
 async fn read_capped(resp: Response, cap: usize, label: &'static str) -> Result<Vec<u8>, Error> {
     let mut body = Vec::new();
+    read_into(resp, &mut body, cap as u64, Error::Protocol(label), label).await?;
+    Ok(body)
+}
+
+/// Streams the body of `resp` into `sink` (a blocking writer) chunk by
+/// chunk; more than `cap` bytes is `too_big`, a body cut short a connection
+/// error. Returns the number of bytes written.
+async fn read_into(
+    resp: Response,
+    sink: &mut (dyn Write + Send),
+    cap: u64,
+    too_big: Error,
+    label: &'static str,
+) -> Result<u64, Error> {
+    let mut written: u64 = 0;
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(transport(label))?;
-        if body.len() + chunk.len() > cap {
-            return Err(Error::Protocol(label));
+        written += chunk.len() as u64;
+        if written > cap {
+            return Err(too_big);
         }
-        body.extend_from_slice(&chunk);
+        sink.write_all(&chunk).map_err(Error::host_write)?;
     }
-    Ok(body)
+    sink.flush().map_err(Error::host_write)?;
+    Ok(written)
 }
 
 /// `{"status":"success","data":{...}}` → `data`.
