@@ -119,14 +119,10 @@ pub async fn execute(
     execute_to(ctx, params, stdin, &mut |stream, bytes| output.write(stream, bytes)).await
 }
 
-/// Runs a command without standard input; its output is kept only in the
-/// result (the post-upload commands of file sync).
-pub(crate) async fn execute_quietly(ctx: &Context, params: &ExecuteParams) -> Result<ExecuteResult, Error> {
-    execute_to(ctx, params, None, &mut |_, _| {}).await
-}
-
-/// [`execute`], the output's bytes to `emit`; `stdin: None` reads `/dev/null`.
-async fn execute_to(
+/// [`execute`], the output's bytes to `emit`; `stdin: None` reads `/dev/null`
+/// (the post-upload commands of file sync keep their output only in the
+/// result).
+pub(crate) async fn execute_to(
     ctx: &Context,
     params: &ExecuteParams,
     stdin: Option<ByteSource>,

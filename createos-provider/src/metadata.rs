@@ -70,7 +70,7 @@ pub const RUNTIME_DIR: &str = "/paperclip-workspace/.paperclip-runtime";
 /// canonical form gets a new label.
 const BINDING_KEY_LABEL: &[u8] = b"createos lease binding v1";
 /// The first field of every canonical form.
-const CANONICAL_DOMAIN: &[u8] = b"createos lease record v1";
+const CANONICAL_DOMAIN: &str = "createos lease record v1";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -242,26 +242,22 @@ impl LeaseMetadata {
     }
 }
 
-/// The length-prefixed encoding of `fields` after the domain string.
+/// The length-prefixed encoding of `fields` after the domain string: each
+/// as a presence byte, then (when present) its length as 8 big-endian bytes
+/// and its bytes.
 fn canonical_form(fields: &[Option<&str>]) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(64 + fields.iter().flatten().map(|field| field.len() + 9).sum::<usize>());
-    push_field(&mut out, Some(CANONICAL_DOMAIN));
-    for field in fields {
-        push_field(&mut out, field.map(str::as_bytes));
-    }
-    out
-}
-
-fn push_field(out: &mut Vec<u8>, field: Option<&[u8]>) {
-    match field {
-        None => out.push(0),
-        Some(bytes) => {
-            out.push(1);
-            out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-            out.extend_from_slice(bytes);
+    let mut out = Vec::new();
+    for field in [Some(CANONICAL_DOMAIN)].iter().chain(fields) {
+        match field {
+            None => out.push(0),
+            Some(text) => {
+                out.push(1);
+                out.extend_from_slice(&(text.len() as u64).to_be_bytes());
+                out.extend_from_slice(text.as_bytes());
+            }
         }
     }
+    out
 }
 
 #[cfg(test)]

@@ -281,7 +281,7 @@ impl Transfer<'_> {
         // cancels it through its own token and it terminates its process
         // tree before returning (dropping it instead would leave the tree
         // unconfirmed).
-        let ran = crate::execute::execute_quietly(self.ctx, &params).await?;
+        let ran = crate::execute::execute_to(self.ctx, &params, None, &mut |_, _| {}).await?;
         match ran.exit_code.into_option() {
             Some(0) => Ok(()),
             exit_code => Err(Error::PostUploadFailed(exit_code)),
