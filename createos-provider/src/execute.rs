@@ -71,7 +71,7 @@ use crate::error::{op, Error, ErrorKind};
 use crate::lease::{Context, OwnedLease};
 use crate::metadata::REMOTE_CWD;
 use crate::ndjson::{DecodedOutput, ExitStatus, OutputDecoder};
-use crate::pacer::{Admission, Priority};
+use crate::pacer::Priority;
 use crate::registry::Registry;
 use crate::script::{self, ScriptSpec};
 
@@ -350,7 +350,7 @@ impl Run<'_> {
     async fn create_and_stream(
         &mut self,
         script: &str,
-        admission: Admission,
+        admission: impl Sized,
         emit: &mut (impl FnMut(OutputStream, &[u8]) + Send),
     ) -> Result<ExecuteResult, Error> {
         let (created, cancelled) = self.create_process(script).await;

@@ -6,7 +6,7 @@ use crate::{
     config::ProviderConfig,
     error::{op, Error, ErrorKind},
     metadata::{LeaseMetadata, MARKER_PATH, REMOTE_CWD, RUNTIME_DIR},
-    pacer::{Admission, Priority},
+    pacer::Priority,
     registry::{LeaseScope, Registry},
     transition::{self, transition, Desired, Estimates, Lifecycle},
 };
@@ -88,7 +88,7 @@ pub fn parse_config(env: &EnvironmentParams) -> Result<ProviderConfig, Error> {
     let value: serde_json::Value = serde_json::from_str(&env.config_json).map_err(|_| {
         Error::invalid_config("Invalid CreateOS config: the configuration is not valid JSON.")
     })?;
-    Ok(ProviderConfig::from_json(&value)?.0)
+    ProviderConfig::from_json(&value)
 }
 
 fn deadline(config: &ProviderConfig) -> Instant {
@@ -171,7 +171,10 @@ pub const ADMISSION_SHARE_OF_TIMEOUT: u32 = 10;
 /// Waits until the shared budget can carry one more new operation (an
 /// acquisition or a command); the admitted work then runs at in-flight
 /// priority.
-pub(crate) async fn admit(client: &CreateosClient, config: &ProviderConfig) -> Result<Admission, Error> {
+pub(crate) async fn admit(
+    client: &CreateosClient,
+    config: &ProviderConfig,
+) -> Result<impl Sized + Send, Error> {
     let timeout = Duration::from_millis(config.timeout_ms);
     let horizon = timeout / ADMISSION_SHARE_OF_TIMEOUT;
     tokio::time::timeout(timeout * ADMISSION_PATIENCE, client.pacer().admit_new_work(horizon))

@@ -84,7 +84,7 @@
 //! caller's `horizon` at its *sustained* rate (the current spacing, never the
 //! free share), at least 1 (the lease hooks pass a tenth of `timeoutMs`: 2 s,
 //! 9 requests, for a `timeoutMs` of 20 s at 300/min). Admission waiters are
-//! served FIFO. The caller holds the [`Admission`] guard while the new work
+//! served FIFO. The caller holds the admission guard while the new work
 //! issues its first requests (e.g. until its sandbox is created) and then
 //! drops it. Counting recent admissions matters when the free share lets
 //! the first requests of a crowd start at once (nothing waits): without it a
@@ -614,9 +614,10 @@ impl Pacer {
     /// Waits until new work may start: until the backlog of waiting requests
     /// plus outstanding admissions plus the admissions of the last `horizon`
     /// is below what the budget serves within `horizon` (see the module
-    /// documentation). Returns a guard that counts against that capacity
-    /// until dropped. Cancel by dropping the future.
-    pub async fn admit_new_work(self: &Arc<Self>, horizon: Duration) -> Admission {
+    /// documentation). Returns the admission: a guard that counts against
+    /// that capacity until dropped (once the work is under way). Cancel by
+    /// dropping the future.
+    pub async fn admit_new_work(self: &Arc<Self>, horizon: Duration) -> impl Sized + Send {
         let notify = Arc::new(Notify::new());
         let seq = {
             let mut state = self.lock();
@@ -651,7 +652,12 @@ impl Pacer {
                     state.admitted += 1;
                     ScopeGuard::into_inner(place);
                     state.wake_admission();
-                    return Admission { pacer: self.clone() };
+                    let pacer = self.clone();
+                    return scopeguard::guard((), move |()| {
+                        let mut state = pacer.lock();
+                        state.admitted -= 1;
+                        state.wake_admission();
+                    });
                 }
                 // Recent admissions age out without anybody waking us.
                 let oldest = state.recent_admissions.len() - recent;
@@ -673,20 +679,6 @@ async fn wait(notify: &Notify, until: Option<Instant>) {
     tokio::select! {
         _ = sleep => {}
         _ = notify.notified() => {}
-    }
-}
-
-/// Admission of one piece of new work; drop it once the work is under way.
-#[derive(Debug)]
-pub struct Admission {
-    pacer: Arc<Pacer>,
-}
-
-impl Drop for Admission {
-    fn drop(&mut self) {
-        let mut state = self.pacer.lock();
-        state.admitted -= 1;
-        state.wake_admission();
     }
 }
 
@@ -1209,7 +1201,7 @@ mod tests {
         // until those leave the horizon.
         let pacer = Arc::new(Pacer::new(300));
         let start = Instant::now();
-        let crowd: Vec<Admission> = {
+        let crowd: Vec<_> = {
             let mut crowd = Vec::new();
             for _ in 0..5 {
                 crowd.push(pacer.admit_new_work(HORIZON).await);
