@@ -40,16 +40,6 @@ pub fn host_path(path: &str) -> Result<PathBuf, Error> {
         .ok_or_else(|| Error::invalid_input("CreateOS transfer requires an absolute host path."))
 }
 
-/// Checks a requested mode: 0..=0o777.
-pub fn mode(mode: Option<u32>) -> Result<Option<u32>, Error> {
-    match mode {
-        Some(mode) if mode > 0o777 => {
-            Err(Error::invalid_input("CreateOS transfer mode must be an integer between 0 and 0o777."))
-        }
-        other => Ok(other),
-    }
-}
-
 /// True when a link at `location` (a relative path inside a tree, the
 /// link's own name included) pointing at `target` resolves inside the tree,
 /// lexically. Absolute targets, NUL and backslashes are refused.

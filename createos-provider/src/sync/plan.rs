@@ -10,7 +10,7 @@ use globset::GlobSet;
 use provider_abi::{PostUploadCommand, SyncDirection, SyncMapping, SyncParams};
 
 use super::archive::{self, SourceEntry};
-use super::paths::{host_path, mode, sandbox_path};
+use super::paths::{host_path, sandbox_path};
 use crate::config::MAX_TIMEOUT_MS;
 use crate::error::Error;
 
@@ -133,7 +133,10 @@ fn command(command: &PostUploadCommand) -> Result<Command, Error> {
 }
 
 fn step(mapping: &SyncMapping, direction: SyncDirection) -> Result<Step, Error> {
-    let requested = mode(mapping.mode.into_option())?;
+    let requested = mapping.mode.into_option();
+    if requested.is_some_and(|mode| mode > 0o777) {
+        return Err(Error::invalid_input("CreateOS transfer mode must be an integer between 0 and 0o777."));
+    }
     let directory = match mapping.kind.as_str() {
         "file" => false,
         "directory" => true,
