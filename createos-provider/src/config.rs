@@ -100,8 +100,8 @@ pub struct ProviderConfig {
 impl ProviderConfig {
     /// Parses a config, reading `CREATEOS_API_KEY` from the process
     /// environment when `apiKey` is absent. Errors are joined into one
-    /// `InvalidConfig` error; warnings are returned.
-    pub fn from_json(value: &Value) -> Result<(ProviderConfig, Vec<String>), Error> {
+    /// `InvalidConfig` error.
+    pub fn from_json(value: &Value) -> Result<ProviderConfig, Error> {
         validate(value).map_err(|errors| Error::invalid_config(join_errors(&errors)))
     }
 
@@ -146,9 +146,9 @@ pub fn join_errors(errors: &[String]) -> String {
 }
 
 /// Validates a config, reading `CREATEOS_API_KEY` from the process
-/// environment when `apiKey` is absent. `Ok` carries warnings, `Err` every
-/// problem found.
-pub fn validate(value: &Value) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
+/// environment when `apiKey` is absent; `Err` holds every problem found (the
+/// warnings are [`unknown_key_warnings`], valid or not).
+pub fn validate(value: &Value) -> Result<ProviderConfig, Vec<String>> {
     parse_with_env(value, |name| std::env::var(name).ok())
 }
 
@@ -164,11 +164,11 @@ pub const MISSING_API_KEY: &str =
 /// absent too (falls back to the environment); like the reference, the key
 /// is used with surrounding whitespace trimmed, and an empty or blank
 /// `CREATEOS_API_KEY` is no key ([`MISSING_API_KEY`]). Unknown keys are
-/// warnings.
+/// left to [`unknown_key_warnings`].
 pub fn parse_with_env(
     value: &Value,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
+) -> Result<ProviderConfig, Vec<String>> {
     let empty = Map::new();
     let map = match value {
         Value::Object(map) => map,
@@ -233,7 +233,7 @@ pub fn parse_with_env(
             requests_per_minute: requests_per_minute? as u32,
         })
     })();
-    config.map(|config| (config, unknown_key_warnings_with_env(value, &env))).ok_or(errors)
+    config.ok_or(errors)
 }
 
 /// A field's checked value, or `None` with its problem added to `errors`.
@@ -438,8 +438,9 @@ mod tests {
         None
     }
 
+    /// The configuration and its warnings, or its errors.
     fn parse(v: Value) -> Result<(ProviderConfig, Vec<String>), Vec<String>> {
-        parse_with_env(&v, no_env)
+        parse_with_env(&v, no_env).map(|config| (config, unknown_key_warnings_with_env(&v, no_env)))
     }
 
     #[test]
@@ -613,9 +614,9 @@ mod tests {
     #[test]
     fn api_key_falls_back_to_env() {
         let env = |name: &str| (name == API_KEY_ENV).then(|| "from-env".to_string());
-        let (c, _) = parse_with_env(&json!({"shape": "s-1vcpu-1gb"}), env).unwrap();
+        let c = parse_with_env(&json!({"shape": "s-1vcpu-1gb"}), env).unwrap();
         assert_eq!(c.api_key.expose(), "from-env");
-        let (c, _) = parse_with_env(&json!({"shape": "s-1vcpu-1gb", "apiKey": "k"}), env).unwrap();
+        let c = parse_with_env(&json!({"shape": "s-1vcpu-1gb", "apiKey": "k"}), env).unwrap();
         assert_eq!(c.api_key.expose(), "k");
         let bad_env = |_: &str| Some("a\nb".to_string());
         let errors = parse_with_env(&json!({"shape": "s-1vcpu-1gb"}), bad_env).unwrap_err();
@@ -659,7 +660,7 @@ mod tests {
         for (api_key, from_env, used) in cases {
             let env = |name: &str| from_env.filter(|_| name == "CREATEOS_API_KEY").map(str::to_string);
             let config = json!({"shape": "s-1vcpu-1gb", "apiKey": api_key});
-            let (parsed, _) = parse_with_env(&config, env).unwrap();
+            let parsed = parse_with_env(&config, env).unwrap();
             assert_eq!(parsed.api_key.expose(), used, "{config} with CREATEOS_API_KEY={from_env:?}");
         }
     }
@@ -888,7 +889,7 @@ mod tests {
         fn hostile_values_never_panic_or_leak(v in prop_oneof![hostile_value(), hostile_config()]) {
             let env = |_: &str| Some(KEY.to_string());
             let (messages, normalized) = match parse_with_env(&v, env) {
-                Ok((c, w)) => (w, Some(c.normalized_json())),
+                Ok(c) => (unknown_key_warnings_with_env(&v, env), Some(c.normalized_json())),
                 Err(e) => (e, None),
             };
             for m in &messages {

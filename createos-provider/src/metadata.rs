@@ -270,7 +270,7 @@ mod tests {
 
     fn config(key: &str) -> ProviderConfig {
         let value = json!({"apiUrl": "https://api.example.test", "apiKey": key, "shape": "s-1vcpu-1gb"});
-        ProviderConfig::from_json(&value).unwrap().0
+        ProviderConfig::from_json(&value).unwrap()
     }
 
     fn env() -> EnvironmentParams {

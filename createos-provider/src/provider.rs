@@ -176,24 +176,20 @@ impl Provider for CreateosProvider {
 
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
         let value = serde_json::from_str::<serde_json::Value>(&params.config_json);
-        let unknown = value.as_ref().map(config::unknown_key_warnings).unwrap_or_default();
+        let warnings = value.as_ref().map(config::unknown_key_warnings).unwrap_or_default();
         let parsed = value
             .map_err(|_| vec!["the configuration is not valid JSON.".to_owned()])
             .and_then(|value| config::validate(&value));
         tracing::debug!(valid = parsed.is_ok(), "CreateOS configuration checked");
-        Ok(match parsed {
-            Ok((config, warnings)) => ValidationReport {
-                ok: true,
-                normalized_config_json: Some(config.normalized_json().to_string().into()).into(),
-                errors: Default::default(),
-                warnings: warnings.into_iter().map(Into::into).collect(),
-            },
-            Err(errors) => ValidationReport {
-                ok: false,
-                normalized_config_json: None.into(),
-                errors: errors.into_iter().map(Into::into).collect(),
-                warnings: unknown.into_iter().map(Into::into).collect(),
-            },
+        let (normalized, errors) = match parsed {
+            Ok(config) => (Some(config.normalized_json().to_string().into()), Vec::new()),
+            Err(errors) => (None, errors),
+        };
+        Ok(ValidationReport {
+            ok: normalized.is_some(),
+            normalized_config_json: normalized.into(),
+            errors: errors.into_iter().map(Into::into).collect(),
+            warnings: warnings.into_iter().map(Into::into).collect(),
         })
     }
 
