@@ -82,29 +82,6 @@ pub enum ExitStatus {
     Signal(String),
 }
 
-/// One parsed line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
-    /// Keep-alive.
-    Heartbeat,
-    /// A piece of output.
-    Data {
-        /// Sequence number (from 1).
-        seq: u64,
-        /// Which stream.
-        stream: OutputStream,
-        /// The raw bytes.
-        data: Vec<u8>,
-    },
-    /// The process ended.
-    Exit(ExitStatus),
-    /// The server reports an error.
-    Error {
-        /// True for `output_offset_expired`.
-        evicted: bool,
-    },
-}
-
 fn protocol() -> Error {
     Error::Protocol(op::OUTPUT_CONNECTION)
 }
@@ -189,19 +166,6 @@ fn parse_line(line: &[u8]) -> Result<Line<'_>, Error> {
 fn decoded_len(encoded: &str) -> usize {
     let unpadded = encoded.trim_end_matches('=').len();
     unpadded / 4 * 3 + (unpadded % 4).saturating_sub(1)
-}
-
-/// Parses one line (without its `\n`).
-pub fn parse_frame(line: &[u8]) -> Result<Frame, Error> {
-    Ok(match parse_line(line)? {
-        Line::Heartbeat => Frame::Heartbeat,
-        Line::Data { seq, stream, encoded } => {
-            let data = BASE64.decode(encoded.as_bytes()).map_err(|_| protocol())?;
-            Frame::Data { seq, stream, data }
-        }
-        Line::Exit(status) => Frame::Exit(status),
-        Line::Error { evicted } => Frame::Error { evicted },
-    })
 }
 
 /// The last `limit` bytes of a stream.
@@ -510,56 +474,48 @@ mod tests {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// What a fresh decoder makes of one line: the bytes it hands out and
+    /// the exit status, or its error.
+    fn frame(line: &[u8]) -> Result<(Seen, Option<ExitStatus>), Error> {
+        let (seen, result) = collect(&mut OutputDecoder::new(), &[line, b"\n"]);
+        result.map(|exit| (seen, exit))
+    }
+
     #[test]
     fn frames_parse() {
-        assert_eq!(parse_frame(br#"{"type":"heartbeat"}"#).unwrap(), Frame::Heartbeat);
+        let hi = |stream| Ok((vec![(stream, b"hi".to_vec())], None));
+        assert_eq!(frame(br#"{"type":"heartbeat"}"#), Ok((vec![], None)));
         assert_eq!(
-            parse_frame(br#"{"type":"data","seq":3,"stream":"stderr","data_base64":"aGk=","x":1}"#).unwrap(),
-            Frame::Data { seq: 3, stream: OutputStream::Stderr, data: b"hi".to_vec() }
+            frame(br#"{"type":"data","seq":1,"stream":"stderr","data_base64":"aGk=","x":1}"#),
+            hi(OutputStream::Stderr)
         );
         assert_eq!(
-            parse_frame(br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aGk"}"#).unwrap(),
-            Frame::Data { seq: 3, stream: OutputStream::Stdout, data: b"hi".to_vec() }
+            frame(br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk"}"#),
+            hi(OutputStream::Stdout)
         );
         // An escaped base64 string, and fields of any type after the frame's own.
         assert_eq!(
-            parse_frame(
-                br#"{"type":"data","seq":3,"stream":"stdout","data_base64":"aG\u006b","x":[{"y":null}]}"#
-            )
-            .unwrap(),
-            Frame::Data { seq: 3, stream: OutputStream::Stdout, data: b"hi".to_vec() }
+            frame(br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aG\u006b","x":[{"y":null}]}"#),
+            hi(OutputStream::Stdout)
         );
+        assert_eq!(frame(br#" {"data_base64":{"n":[1,2.5,true]},"type":"heartbeat"}"#), Ok((vec![], None)));
+        let exited = |status| Ok((vec![], Some(status)));
+        assert_eq!(frame(br#"{"type":"exit","exit_code":-1}"#), exited(ExitStatus::Code(-1)));
         assert_eq!(
-            parse_frame(br#" {"data_base64":{"n":[1,2.5,true]},"type":"heartbeat"}"#).unwrap(),
-            Frame::Heartbeat
+            frame(br#"{"type":"exit","exit_code":null,"signal":"SIGKILL"}"#),
+            exited(ExitStatus::Signal("SIGKILL".into()))
         );
+        assert_eq!(frame(br#"{"type":"exit","signal":9}"#), exited(ExitStatus::Signal("9".into())));
         assert_eq!(
-            parse_frame(br#"{"type":"exit","exit_code":-1}"#).unwrap(),
-            Frame::Exit(ExitStatus::Code(-1))
+            frame(br#"{"type":"exit","exit_code":2,"signal":"SIGTERM"}"#),
+            exited(ExitStatus::Code(2))
         );
-        assert_eq!(
-            parse_frame(br#"{"type":"exit","exit_code":null,"signal":"SIGKILL"}"#).unwrap(),
-            Frame::Exit(ExitStatus::Signal("SIGKILL".into()))
-        );
-        assert_eq!(
-            parse_frame(br#"{"type":"exit","signal":9}"#).unwrap(),
-            Frame::Exit(ExitStatus::Signal("9".into()))
-        );
-        assert_eq!(
-            parse_frame(br#"{"type":"exit","exit_code":2,"signal":"SIGTERM"}"#).unwrap(),
-            Frame::Exit(ExitStatus::Code(2))
-        );
-        assert_eq!(
-            parse_frame(br#"{"type":"error","error":"output_offset_expired"}"#).unwrap(),
-            Frame::Error { evicted: true }
-        );
-        assert_eq!(
-            parse_frame(br#"{"type":"error","error":"boom"}"#).unwrap(),
-            Frame::Error { evicted: false }
-        );
-        assert_eq!(parse_frame(br#"{"type":"error"}"#).unwrap(), Frame::Error { evicted: false });
+        assert_eq!(frame(br#"{"type":"error","error":"output_offset_expired"}"#), Err(Error::OutputEvicted));
+        assert_eq!(frame(br#"{"type":"error","error":"boom"}"#), Err(Error::OutputStreamError));
+        assert_eq!(frame(br#"{"type":"error"}"#), Err(Error::OutputStreamError));
+        // A blank line is skipped; as a frame it would be malformed.
+        assert_eq!(parse_line(b"").err(), Some(protocol()));
         let bad: &[&[u8]] = &[
-            b"",
             b"not json",
             b"[]",
             b"{}",
@@ -590,7 +546,7 @@ mod tests {
             br#"["data",1,"stdout","aGk=",null,null,null]"#,
         ];
         for line in bad {
-            let err = parse_frame(line).unwrap_err();
+            let err = frame(line).unwrap_err();
             assert_eq!(err, Error::Protocol(op::OUTPUT_CONNECTION), "{}", String::from_utf8_lossy(line));
         }
     }
@@ -1046,7 +1002,7 @@ mod tests {
         fn random_lines_never_panic(lines in proptest::collection::vec("[{}\":,a-z0-9 \\[\\]-]{0,40}", 0..16)) {
             let mut decoder = OutputDecoder::new();
             for line in &lines {
-                let _ = parse_frame(line.as_bytes());
+                let _ = parse_line(line.as_bytes());
                 if decoder.feed(format!("{line}\n").as_bytes(), &mut |_, _| {}).is_err() {
                     break;
                 }
