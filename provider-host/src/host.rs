@@ -25,20 +25,17 @@ use crate::{
     secrets::SecretFields,
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
     store::{LeaseStore, Write},
-    unclaimed::Unclaimed,
 };
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteResult, Hook,
     HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError, RecordCreation,
     Workspace,
 };
+use scopeguard::{guard, ScopeGuard};
 use serde_json::Value;
 use std::{
     future::Future,
-    sync::{
-        atomic::{AtomicU8, Ordering},
-        Arc,
-    },
+    sync::{Arc, OnceLock},
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -50,8 +47,8 @@ pub const UNCONFIRMED_MESSAGE: &str =
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
-    pub(crate) provider: &'a dyn HookSupport,
-    pub(crate) ledger: &'a dyn LeaseStore,
+    provider: &'a dyn HookSupport,
+    ledger: &'a dyn LeaseStore,
     env: EnvironmentParams,
     lease_env: LeaseEnv,
     owner: Owner,
@@ -183,32 +180,12 @@ enum Moment {
 /// flight.
 type Reported = Box<(Moment, oneshot::Sender<HookResult<()>>)>;
 
-/// Who learnt first how a creation's `sending` record ended: the provider
-/// (told it is durable, it sends its request) or the host (it stopped
-/// waiting before the provider was told). Exactly one of them wins, so a
-/// request the host gave up on while its record was being committed never
-/// leaves, and the host can say so in the ledger.
-#[derive(Default)]
-struct SendingClaim(AtomicU8);
-
-impl SendingClaim {
-    const OPEN: u8 = 0;
-    const HEARD: u8 = 1;
-    const ABANDONED: u8 = 2;
-
-    /// The provider heard the record is durable: true unless the host
-    /// stopped waiting first (then the request must not leave).
-    fn hear(&self) -> bool {
-        let claimed = self.0.compare_exchange(Self::OPEN, Self::HEARD, Ordering::AcqRel, Ordering::Acquire);
-        matches!(claimed, Ok(_) | Err(Self::HEARD))
-    }
-
-    /// The host stopped waiting: true if the provider had not heard, so its
-    /// request never leaves.
-    fn abandon(&self) -> bool {
-        self.0.compare_exchange(Self::OPEN, Self::ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
-    }
-}
+/// Who learnt first how a creation's `sending` record ended, set once by
+/// whoever did: the provider (`true`: told it is durable, it sends its
+/// request) or the host (`false`: it stopped waiting before the provider was
+/// told). So a request the host gave up on while its record was being
+/// committed never leaves, and the host can say so in the ledger.
+type SendingClaim = Arc<OnceLock<bool>>;
 
 /// The recorder a creating hook reports to: each moment goes to the host's
 /// future over a channel, which commits it and answers. The provider polls
@@ -217,7 +194,7 @@ impl SendingClaim {
 /// provider sends nothing more or deletes what it created.
 struct ChannelRecorder {
     moments: mpsc::UnboundedSender<Reported>,
-    claim: Arc<SendingClaim>,
+    claim: SendingClaim,
 }
 
 impl ChannelRecorder {
@@ -230,7 +207,8 @@ impl ChannelRecorder {
             let gone = || ProviderError::internal("The host stopped waiting for the creation's record.");
             sent.map_err(|_| gone())?;
             answered.await.unwrap_or_else(|_| Err(gone()))?;
-            if sending && !claim.hear() {
+            // Heard, unless the host stopped waiting first: then the request must not leave.
+            if sending && !*claim.get_or_init(|| true) {
                 return Err(gone());
             }
             Ok(())
@@ -245,35 +223,6 @@ impl RecordCreation for ChannelRecorder {
 
     fn created(&mut self, lease: &Lease) -> HookFuture<()> {
         self.report(Moment::Created(lease.clone()))
-    }
-}
-
-/// Held while a creating hook runs: if the host's future is dropped after
-/// the `creating` record was submitted but before the provider heard it is
-/// durable, the request never left, and the row goes back to `acquiring`
-/// (a sweep then closes it without a word instead of reporting a creation
-/// that may exist).
-struct UnsentIfAbandoned<'a> {
-    ledger: &'a dyn LeaseStore,
-    row: i64,
-    hook: String,
-    claim: Arc<SendingClaim>,
-    /// The `creating` record was submitted, and the call has not returned.
-    armed: bool,
-}
-
-impl Drop for UnsentIfAbandoned<'_> {
-    fn drop(&mut self) {
-        if self.armed && self.claim.abandon() {
-            let write = Write::SetState {
-                row: self.row,
-                state: LeaseState::Acquiring,
-                hook: self.hook.clone(),
-                error: None,
-            };
-            // Submitted after the `creating` record, so committed after it.
-            self.ledger.submit(write, Box::new(drop));
-        }
     }
 }
 
@@ -365,20 +314,25 @@ impl<'a> Host<'a> {
         call: impl FnOnce(CreationRecorder) -> HookFuture<T>,
     ) -> HookResult<T> {
         let (sender, moments) = mpsc::unbounded_channel::<Reported>();
-        let claim = Arc::new(SendingClaim::default());
-        let mut unsent = UnsentIfAbandoned {
-            ledger: self.ledger,
-            row,
-            hook: hook.to_owned(),
-            claim: Arc::clone(&claim),
-            armed: false,
-        };
-        let mut record = |reported: Reported| {
+        let claim = SendingClaim::default();
+        // Armed once the `creating` record is submitted: if the host's future
+        // is dropped before the provider heard it is durable, the request
+        // never left, and the row goes back to `acquiring` (a sweep then
+        // closes it without a word instead of reporting a creation that may
+        // exist). Submitted after the `creating` record, so committed after it.
+        let mut unsent = guard(false, |armed| {
+            if armed && claim.set(false).is_ok() {
+                let write =
+                    Write::SetState { row, state: LeaseState::Acquiring, hook: hook.to_owned(), error: None };
+                self.ledger.submit(write, Box::new(drop));
+            }
+        });
+        let record = |reported: Reported| {
             let (moment, answer) = *reported;
             let (state, hook) = (LeaseState::Creating, hook.to_owned());
             let write = match moment {
                 Moment::Sending => {
-                    unsent.armed = true;
+                    *unsent = true;
                     Write::SetState { row, state, hook, error: None }
                 }
                 Moment::Created(lease) => Write::SetLease { row, state, hook, lease },
@@ -386,9 +340,9 @@ impl<'a> Host<'a> {
             let answer = move |done: Result<i64, _>| drop(answer.send(done.map(drop).map_err(ledger_error)));
             self.ledger.submit(write, Box::new(answer));
         };
-        let recorder = ChannelRecorder { moments: sender, claim };
-        let outcome = serving(call(CreationRecorder::new(recorder)), moments, &mut record).await;
-        unsent.armed = false;
+        let recorder = ChannelRecorder { moments: sender, claim: Arc::clone(&claim) };
+        let outcome = serving(call(CreationRecorder::new(recorder)), moments, record).await;
+        ScopeGuard::into_inner(unsent);
         outcome
     }
 
@@ -442,9 +396,9 @@ impl<'a> Host<'a> {
         match outcome {
             Ok(lease) => {
                 // Dropped before the lease reaches the caller, it is destroyed.
-                let unclaimed = Unclaimed::new(self, row, self.params(&lease));
+                let unclaimed = guard(self.params(&lease), |params| self.destroy_unclaimed(row, params));
                 self.record_lease(row, hook, &lease).await?;
-                unclaimed.handed_over();
+                ScopeGuard::into_inner(unclaimed);
                 Ok(HeldLease::new(row, lease))
             }
             Err(error) => {
@@ -452,6 +406,34 @@ impl<'a> Host<'a> {
                 Err(error)
             }
         }
+    }
+
+    /// Destroys the lease of `params`, acquired on row `row`, that has not
+    /// reached the host's caller: the caller dropped the host's future while
+    /// it awaited the lease's `active` record, or that record failed, so
+    /// nobody holds the lease. Waits on the dropping thread (`Drop` cannot
+    /// await) and records the outcome after the `active` record:
+    /// `destroyed`, or `cleanup_failed` (which `sweep` destroys) when the
+    /// destroy failed.
+    fn destroy_unclaimed(&self, row: i64, params: LeaseParams) {
+        let id = params.provider_lease_id.as_ref().map(|id| id.to_string()).into_option();
+        let hook = Hook::DestroyLease.name().to_owned();
+        let (state, error) = match crate::wait(self.provider.destroy_lease(params)) {
+            Ok(()) => {
+                tracing::warn!(lease = ?id, "destroyed a lease acquired for a caller that stopped waiting");
+                (LeaseState::Destroyed, None)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    lease = ?id,
+                    kind = %error.kind,
+                    "a lease acquired for a caller that stopped waiting is left running; `sweep` destroys it"
+                );
+                (LeaseState::CleanupFailed, Some(error))
+            }
+        };
+        // Submitted after the `active` record, so committed after it.
+        self.ledger.submit(Write::SetState { row, state, hook, error }, Box::new(drop));
     }
 
     /// After a creating hook failed with `error`, leaving row `row`

@@ -72,7 +72,6 @@ pub mod secrets;
 pub mod staging;
 pub mod store;
 pub mod sweep;
-mod unclaimed;
 pub mod unconfirmed_handover;
 
 pub use command::{CommandOutcome, RemoteCommand};
