@@ -27,9 +27,8 @@ use crate::{
     store::{LeaseStore, Write},
 };
 use provider_abi::{
-    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, ExecuteResult, Hook,
-    HookFuture, HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError, RecordCreation,
-    Workspace,
+    AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, Hook, HookFuture,
+    HookResult, Lease, LeaseParams, OutputStream, ProbeReport, ProviderError, RecordCreation, Workspace,
 };
 use scopeguard::{guard, ScopeGuard};
 use serde_json::Value;
@@ -283,36 +282,31 @@ impl<'a> Host<'a> {
         self.ledger.committed(write).await.map(drop).map_err(ledger_error)
     }
 
-    /// The row of a creating hook about to be called, `acquiring`: queued,
-    /// not awaited until durable. Nothing exists remotely until the provider
-    /// reports its creation request leaving, and that report's write (or,
-    /// for a call that sends nothing, the write after it returns) is
-    /// durable only once this row is.
-    async fn begin(&self, owner: Owner, run_id: &str, hook: &str) -> HookResult<i64> {
-        let write = Write::Begin {
-            owner,
-            run_id: run_id.to_owned(),
-            env: self.lease_env.clone(),
-            hook: hook.to_owned(),
-        };
-        self.ledger.queued(write).await.map_err(ledger_error)
-    }
-
     /// `validate_config`.
     pub fn validate(&self) -> HookResult<provider_abi::ValidationReport> {
         self.provider.validate_config(&self.env)
     }
 
-    /// Runs a creating hook (`call`, given the recorder), committing each
-    /// moment it reports to row `row` (as by hook `hook`) before the
-    /// provider goes on: `creating` when the request is about to leave, the
-    /// lease the moment the reply names it.
+    /// Runs a creating hook (`call`, given the recorder) on a new row of
+    /// `owner`'s run `run_id`, and returns the row with the hook's value.
+    /// The row is `acquiring` first: queued, not awaited until durable.
+    /// Nothing exists remotely until the provider reports its creation
+    /// request leaving, and that report's write (or, for a call that sends
+    /// nothing, the write after it returns) is durable only once this row
+    /// is. Each moment the hook reports is committed (as by hook `hook`)
+    /// before the provider goes on: `creating` when the request is about to
+    /// leave, the lease the moment the reply names it. A failed hook's row
+    /// is left as [`Host::after_failed_creation`] says.
     async fn creating<T>(
         &self,
-        row: i64,
+        owner: Owner,
+        run_id: &str,
         hook: &str,
         call: impl FnOnce(CreationRecorder) -> HookFuture<T>,
-    ) -> HookResult<T> {
+    ) -> HookResult<(i64, T)> {
+        let env = self.lease_env.clone();
+        let begin = Write::Begin { owner, run_id: run_id.to_owned(), env, hook: hook.to_owned() };
+        let row = self.ledger.queued(begin).await.map_err(ledger_error)?;
         let (sender, moments) = mpsc::unbounded_channel::<Reported>();
         let claim = SendingClaim::default();
         // Armed once the `creating` record is submitted: if the host's future
@@ -343,7 +337,13 @@ impl<'a> Host<'a> {
         let recorder = ChannelRecorder { moments: sender, claim: Arc::clone(&claim) };
         let outcome = serving(call(CreationRecorder::new(recorder)), moments, record).await;
         ScopeGuard::into_inner(unsent);
-        outcome
+        match outcome {
+            Ok(value) => Ok((row, value)),
+            Err(error) => {
+                self.after_failed_creation(row, hook, &error).await?;
+                Err(error)
+            }
+        }
     }
 
     /// After a creating hook on row `row` failed with `error`: a call the
@@ -369,14 +369,10 @@ impl<'a> Host<'a> {
     /// the provider refused before any request leaves no row.
     pub async fn probe(&self) -> HookResult<ProbeReport> {
         let hook = Hook::Probe.name();
-        let row = self.begin(Owner::Probe, "probe", hook).await?;
-        let outcome =
-            self.creating(row, hook, |recorder| self.provider.probe(self.env.clone(), recorder)).await;
-        match &outcome {
-            Ok(_) => self.record(row, LeaseState::Destroyed, hook, None).await?,
-            Err(error) => self.after_failed_creation(row, hook, error).await?,
-        }
-        outcome
+        let probe = |recorder| self.provider.probe(self.env.clone(), recorder);
+        let (row, report) = self.creating(Owner::Probe, "probe", hook, probe).await?;
+        self.record(row, LeaseState::Destroyed, hook, None).await?;
+        Ok(report)
     }
 
     /// `acquire_lease`, recorded `acquiring` before the call, `creating`
@@ -385,27 +381,18 @@ impl<'a> Host<'a> {
     /// acquire the provider refused before any request leaves no row.
     pub async fn acquire(&self) -> HookResult<HeldLease> {
         let hook = Hook::AcquireLease.name();
-        let row = self.begin(self.owner, &self.run_id, hook).await?;
         let params = AcquireParams {
             env: self.env.clone(),
             run_id: self.run_id.as_str().into(),
             requested_expires_at: None.into(),
         };
-        let outcome =
-            self.creating(row, hook, |recorder| self.provider.acquire_lease(params, recorder)).await;
-        match outcome {
-            Ok(lease) => {
-                // Dropped before the lease reaches the caller, it is destroyed.
-                let unclaimed = guard(self.params(&lease), |params| self.destroy_unclaimed(row, params));
-                self.record_lease(row, hook, &lease).await?;
-                ScopeGuard::into_inner(unclaimed);
-                Ok(HeldLease::new(row, lease))
-            }
-            Err(error) => {
-                self.after_failed_creation(row, hook, &error).await?;
-                Err(error)
-            }
-        }
+        let acquire = |recorder| self.provider.acquire_lease(params, recorder);
+        let (row, lease) = self.creating(self.owner, &self.run_id, hook, acquire).await?;
+        // Dropped before the lease reaches the caller, it is destroyed.
+        let unclaimed = guard(self.params(&lease), |params| self.destroy_unclaimed(row, params));
+        self.record_lease(row, hook, &lease).await?;
+        ScopeGuard::into_inner(unclaimed);
+        Ok(HeldLease::new(row, lease))
     }
 
     /// Destroys the lease of `params`, acquired on row `row`, that has not
@@ -446,10 +433,8 @@ impl<'a> Host<'a> {
         if !self.provider.is_transport_failure(error) {
             return;
         }
-        let record = match self.ledger.get(row) {
-            Ok(Some(record)) if record.provider_lease_id.is_some() => record,
-            _ => return,
-        };
+        let record = self.ledger.get(row).ok().flatten();
+        let Some(record) = record.filter(|record| record.provider_lease_id.is_some()) else { return };
         let held = HeldLease::new(row, record.lease());
         match self.destroy_left_behind(&held, LeaseState::Creating).await {
             Ok(()) => tracing::warn!(
@@ -498,17 +483,12 @@ impl<'a> Host<'a> {
         before: Option<&LeaseRecord>,
         error: ProviderError,
     ) -> ProviderError {
-        if !refused_before_any_request(&error) {
-            return error;
-        }
-        match (held.provisional, before) {
-            (true, _) => self.forget_refused(held.row),
-            (false, Some(before)) => {
-                if let Err(ledger) = self.ledger.restore(before) {
-                    tracing::warn!(row = held.row, error = %ledger, "cannot put back a refused call's row");
-                }
+        if refused_before_any_request(&error) {
+            if held.provisional {
+                self.forget_refused(held.row);
+            } else if let Some(Err(ledger)) = before.map(|before| self.ledger.restore(before)) {
+                tracing::warn!(row = held.row, error = %ledger, "cannot put back a refused call's row");
             }
-            (false, None) => {}
         }
         error
     }
@@ -524,11 +504,10 @@ impl<'a> Host<'a> {
         state: LeaseState,
         error: ProviderError,
     ) -> HookResult<T> {
-        if refused_before_any_request(&error) {
-            return Err(self.undo_if_refused(held, before.as_ref(), error));
+        if !refused_before_any_request(&error) {
+            self.record(held.row, state, hook, Some(&error)).await?;
         }
-        self.record(held.row, state, hook, Some(&error)).await?;
-        Err(error)
+        Err(self.undo_if_refused(held, before.as_ref(), error))
     }
 
     /// Removes row `row`, written for a call the provider refused before any request.
@@ -543,23 +522,39 @@ impl<'a> Host<'a> {
         self.ledger.get(held.row).map_err(ledger_error)
     }
 
-    /// The release rule for a lease that must not be reused: marked
-    /// unconfirmed when `hook` just found so (`found`, with its error), then
-    /// logged and destroyed.
-    async fn destroy_poisoned(
+    /// Calls `call`, a hook (`hook`) that would reuse `held`, under the
+    /// release rule. The row is `during` while it runs, and `failed` after
+    /// an error ([`Host::failed`]). A lease the ledger knows as unconfirmed,
+    /// or that the hook finds so (then recorded unconfirmed), is logged and
+    /// destroyed instead of `instead_of`: `Ok(Err(why))`.
+    async fn reuse<T, F: Future<Output = HookResult<T>>>(
         &self,
         held: &HeldLease,
-        found: Option<(&str, &ProviderError)>,
+        hook: &str,
+        (during, failed): (LeaseState, LeaseState),
         instead_of: &str,
-    ) -> HookResult<()> {
-        if let Some((hook, error)) = found {
-            self.record(held.row, LeaseState::Unconfirmed, hook, Some(error)).await?;
-        }
+        call: impl FnOnce() -> F,
+    ) -> HookResult<Result<T, ProviderError>> {
+        let before = self.row(held)?;
+        let why = if before.as_ref().is_some_and(|record| record.state == LeaseState::Unconfirmed) {
+            unconfirmed()
+        } else {
+            self.record(held.row, during, hook, None).await?;
+            match call().await {
+                Ok(value) => return Ok(Ok(value)),
+                Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
+                    self.record(held.row, LeaseState::Unconfirmed, hook, Some(&error)).await?;
+                    error
+                }
+                Err(error) => return self.failed(held, before, hook, failed, error).await,
+            }
+        };
         tracing::warn!(
             lease = held.id().unwrap_or("-"),
             "lease cleanup is unconfirmed; destroying it instead of {instead_of}"
         );
-        self.destroy(held).await
+        self.destroy(held).await?;
+        Ok(Err(why))
     }
 
     /// `resume_lease`. A lease the ledger knows as unconfirmed (or that the
@@ -567,15 +562,11 @@ impl<'a> Host<'a> {
     /// expired: the caller must acquire a new one.
     pub async fn resume(&self, held: &HeldLease) -> HookResult<Lease> {
         let hook = Hook::ResumeLease.name();
-        let gone = Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() };
-        let before = self.row(held)?;
-        if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, None, "resuming it").await?;
-            return Ok(gone);
-        }
+        let resume = || self.provider.resume_lease(self.params(&held.lease));
         // Recorded as active before the call: a resume cut short may leave it running.
-        self.record(held.row, LeaseState::Active, hook, None).await?;
-        match self.provider.resume_lease(self.params(&held.lease)).await {
+        let states = (LeaseState::Active, LeaseState::Active);
+        match self.reuse(held, hook, states, "resuming it", resume).await? {
+            Err(_) => Ok(Lease { provider_lease_id: None.into(), expired: true, ..held.lease.clone() }),
             Ok(lease) if lease.expired => {
                 // An expired lease's sandbox may still exist (the configuration
                 // changed, or its marker did not read back): give it back
@@ -590,11 +581,6 @@ impl<'a> Host<'a> {
                 self.record_lease(held.row, hook, &lease).await?;
                 Ok(lease)
             }
-            Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.destroy_poisoned(held, Some((hook, &error)), "resuming it").await?;
-                Ok(gone)
-            }
-            Err(error) => self.failed(held, before, hook, LeaseState::Active, error).await,
         }
     }
 
@@ -602,27 +588,16 @@ impl<'a> Host<'a> {
     /// lease (known to the ledger, or reported by the release) is destroyed.
     pub async fn release(&self, held: &HeldLease) -> HookResult<Released> {
         let hook = Hook::ReleaseLease.name();
-        let before = self.row(held)?;
-        if before.as_ref().map(|record| record.state) == Some(LeaseState::Unconfirmed) {
-            self.destroy_poisoned(held, None, "releasing it for reuse").await?;
-            return Ok(Released::DestroyedInstead(unconfirmed()));
-        }
-        self.record(held.row, LeaseState::Releasing, hook, None).await?;
-        match self.provider.release_lease(self.params(&held.lease)).await.map(|report| report.kept) {
-            Ok(true) => {
-                self.record(held.row, LeaseState::Paused, hook, None).await?;
-                Ok(Released::Kept)
-            }
-            Ok(false) => {
-                self.record(held.row, LeaseState::Destroyed, hook, None).await?;
-                Ok(Released::Deleted)
-            }
-            Err(error) if error.kind == ErrorKind::CLEANUP_UNCONFIRMED => {
-                self.destroy_poisoned(held, Some((hook, &error)), "releasing it for reuse").await?;
-                Ok(Released::DestroyedInstead(error))
-            }
-            Err(error) => self.failed(held, before, hook, LeaseState::CleanupFailed, error).await,
-        }
+        let release = || self.provider.release_lease(self.params(&held.lease));
+        let states = (LeaseState::Releasing, LeaseState::CleanupFailed);
+        let (state, released) =
+            match self.reuse(held, hook, states, "releasing it for reuse", release).await? {
+                Ok(report) if report.kept => (LeaseState::Paused, Released::Kept),
+                Ok(_) => (LeaseState::Destroyed, Released::Deleted),
+                Err(why) => return Ok(Released::DestroyedInstead(why)),
+            };
+        self.record(held.row, state, hook, None).await?;
+        Ok(released)
     }
 
     /// `destroy_lease`: `destroying` before, `destroyed` or `cleanup_failed`
@@ -685,8 +660,25 @@ impl<'a> Host<'a> {
         let sink =
             ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
         let call = self.provider.execute(command.into_params(lease.clone()), stdin, sink);
-        let outcome = serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await;
-        self.after_execute(held, &lease, outcome).await.map(CommandOutcome::from)
+        let error = match serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await {
+            Ok(result) => return Ok(result.into()),
+            Err(error) => self.undo_if_refused(held, None, error),
+        };
+        // A worker that died under the command took its cleanup with it:
+        // the command's processes may still run. So may a process whose
+        // creation is unknown. (After a swap, `inspect_lease` asks the
+        // version now active, which may not be the one that ran the call.)
+        let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
+            || error.kind == ErrorKind::CREATION_UNCONFIRMED
+            || self.provider.is_transport_failure(&error)
+            || (self.provider.supports(Hook::InspectLease)
+                && self.provider.inspect_lease(lease.clone()).await.is_ok_and(|status| status.unconfirmed));
+        if unconfirmed {
+            tracing::warn!(lease = held.id().unwrap_or("-"), "command cleanup is unconfirmed on the lease");
+            self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(&error)).await?;
+            self.hand_over_unconfirmed(&lease);
+        }
+        Err(error)
     }
 
     /// Refuses, before any call, a lease the ledger knows as unconfirmed:
@@ -696,40 +688,6 @@ impl<'a> Host<'a> {
             Some(record) if record.state == LeaseState::Unconfirmed => Err(unconfirmed()),
             _ => Ok(()),
         }
-    }
-
-    /// After an execute hook: the ledger's policy for its outcome.
-    async fn after_execute(
-        &self,
-        held: &HeldLease,
-        lease: &LeaseParams,
-        outcome: HookResult<ExecuteResult>,
-    ) -> HookResult<ExecuteResult> {
-        let outcome = outcome.map_err(|error| self.undo_if_refused(held, None, error));
-        if let Err(error) = &outcome {
-            // A worker that died under the command took its cleanup with it:
-            // the command's processes may still run. So may a process whose
-            // creation is unknown. (After a swap, `inspect_lease` asks the
-            // version now active, which may not be the one that ran the call.)
-            let unconfirmed = error.kind == ErrorKind::CLEANUP_UNCONFIRMED
-                || error.kind == ErrorKind::CREATION_UNCONFIRMED
-                || self.provider.is_transport_failure(error)
-                || (self.provider.supports(Hook::InspectLease)
-                    && self
-                        .provider
-                        .inspect_lease(lease.clone())
-                        .await
-                        .is_ok_and(|status| status.unconfirmed));
-            if unconfirmed {
-                tracing::warn!(
-                    lease = held.id().unwrap_or("-"),
-                    "command cleanup is unconfirmed on the lease"
-                );
-                self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(error)).await?;
-                self.hand_over_unconfirmed(lease);
-            }
-        }
-        outcome
     }
 
     /// Tells the provider version answering new calls that `lease`'s cleanup
