@@ -252,7 +252,7 @@ impl dyn LeaseStore + '_ {
     async fn answered(&self, start: impl FnOnce(Done)) -> Result<i64, LedgerError> {
         let (sender, answer) = tokio::sync::oneshot::channel();
         start(Box::new(move |outcome| drop(sender.send(outcome))));
-        answer.await.unwrap_or_else(|_| Err(LedgerError::closed(&self.host_name())))
+        answer.await.unwrap_or_else(|_| Err(LedgerError::at(self.host_name(), record::Problem::Closed)))
     }
 }
 

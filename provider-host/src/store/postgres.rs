@@ -585,7 +585,7 @@ pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
                 .collect()),
         }
     };
-    off_async_runtime(read).map_err(|problem| LedgerError::at(&redacted(url), problem))
+    off_async_runtime(read).map_err(|problem| LedgerError::at(redacted(url), problem))
 }
 
 #[cfg(test)]

@@ -5,8 +5,6 @@
 use provider_abi::Lease;
 use serde::Serialize;
 use serde_json::Value;
-#[cfg(feature = "sqlite")]
-use std::path::Path;
 use std::{fmt, path::PathBuf, str::FromStr};
 
 /// Where a lease stands, as far as the harness knows.
@@ -227,7 +225,7 @@ pub struct LedgerError {
 pub(crate) enum Problem {
     #[cfg(feature = "sqlite")]
     #[error("{0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     #[cfg(feature = "sqlite")]
     #[error("cannot create its directory {}: {source}", dir.display())]
     Directory { dir: PathBuf, source: std::io::Error },
@@ -263,15 +261,21 @@ pub(crate) enum Problem {
     Store(String),
 }
 
+/// A SQLite error, `NotADatabase` told apart (a file that is no ledger).
+#[cfg(feature = "sqlite")]
+impl From<rusqlite::Error> for Problem {
+    fn from(error: rusqlite::Error) -> Self {
+        match error.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase) => Problem::NotADatabase,
+            _ => Problem::Sqlite(error),
+        }
+    }
+}
+
 impl LedgerError {
     /// An error of the ledger shown as `location`.
-    pub(crate) fn at(location: &str, problem: impl Into<Problem>) -> Self {
-        LedgerError { location: location.to_owned(), problem: problem.into() }
-    }
-
-    /// The error of a write whose store stopped before answering it.
-    pub(crate) fn closed(location: &str) -> Self {
-        LedgerError::at(location, Problem::Closed)
+    pub(crate) fn at(location: impl fmt::Display, problem: impl Into<Problem>) -> Self {
+        LedgerError { location: location.to_string(), problem: problem.into() }
     }
 
     /// An error of another [`crate::store::LeaseStore`] (a database server):
@@ -281,19 +285,6 @@ impl LedgerError {
             location: location.into().display().to_string(),
             problem: Problem::Store(problem.into()),
         }
-    }
-
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn new(path: &Path, problem: impl Into<Problem>) -> Self {
-        let problem = match problem.into() {
-            Problem::Sqlite(error)
-                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) =>
-            {
-                Problem::NotADatabase
-            }
-            problem => problem,
-        };
-        LedgerError { location: path.display().to_string(), problem }
     }
 }
 

@@ -133,14 +133,11 @@ impl Ledger {
     /// another schema is refused, never extended with the ledger's tables.
     pub fn open(path: &Path) -> Result<Ledger, LedgerError> {
         let open = || -> Result<Ledger, Problem> {
-            let created_dir = match path.parent().filter(|dir| !dir.as_os_str().is_empty()) {
-                Some(dir) if !dir.exists() => {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|source| Problem::Directory { dir: dir.to_path_buf(), source })?;
-                    Some(dir.to_path_buf())
-                }
-                _ => None,
-            };
+            let created_dir = path.parent().filter(|dir| !dir.as_os_str().is_empty() && !dir.exists());
+            if let Some(dir) = created_dir {
+                std::fs::create_dir_all(dir)
+                    .map_err(|source| Problem::Directory { dir: dir.into(), source })?;
+            }
             let conn = Connection::open(path)?;
             // First of all: every later statement, the schema's included,
             // waits for another process's lock instead of failing at once.
@@ -154,11 +151,11 @@ impl Ledger {
                 conn.pragma_update(None, "synchronous", "FULL")?;
                 conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
             }
-            let mut ledger = Ledger::with_connection(path, reader, created_dir);
+            let mut ledger = Ledger::with_connection(path, reader, created_dir.map(Path::to_path_buf));
             ledger.committer = Some(Committer::start(conn).map_err(Problem::Io)?);
             Ok(ledger)
         };
-        let ledger = open().map_err(|problem| LedgerError::new(path, problem))?;
+        let ledger = open().map_err(|problem| LedgerError::at(path.display(), problem))?;
         // Registers this process as a host of the ledger (for `budget_group`).
         let host = (ledger.pid, ledger.start as i64);
         ledger.with(|conn| {
@@ -177,7 +174,7 @@ impl Ledger {
     /// user has the ledger open), the file is read as immutable: should
     /// another user write it meanwhile, the listing may miss that change.
     pub fn open_read_only(path: &Path) -> Result<Option<Ledger>, LedgerError> {
-        let fail = |problem: Problem| LedgerError::new(path, problem);
+        let fail = |problem: Problem| LedgerError::at(path.display(), problem);
         if !path.try_exists().map_err(|error| fail(Problem::Io(error)))? {
             return Ok(None);
         }
@@ -222,8 +219,7 @@ impl Ledger {
     }
 
     fn with<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, LedgerError> {
-        let conn = self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        f(&conn).map_err(|source| LedgerError::new(&self.path, source))
+        f(&crate::lock(&self.conn)).map_err(|source| LedgerError::at(self.path.display(), source))
     }
 
     /// Sends `write` to the committer, `waiting` as its caller does; `done`
@@ -234,7 +230,7 @@ impl Ledger {
         let Some(committer) = &self.committer else { return done(self.with(write)) };
         let path = self.path.clone();
         let answer = move |outcome: rusqlite::Result<i64>| {
-            done(outcome.map_err(|error| LedgerError::new(&path, error)))
+            done(outcome.map_err(|error| LedgerError::at(path.display(), error)))
         };
         committer.send(write, Box::new(answer), waiting)
     }
@@ -333,7 +329,7 @@ impl LeaseStore for Ledger {
     fn write(&self, write: Write) -> Result<i64, LedgerError> {
         let (sender, answer) = std::sync::mpsc::sync_channel(1);
         self.send(write, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Thread);
-        answer.recv().unwrap_or_else(|_| Err(LedgerError::new(&self.path, Problem::Closed)))
+        answer.recv().unwrap_or_else(|_| Err(LedgerError::at(self.path.display(), Problem::Closed)))
     }
 
     fn submit(&self, write: Write, done: Done) {
@@ -556,9 +552,9 @@ fn prepare_schema(conn: &Connection) -> Result<(), Problem> {
 /// so the switch is retried on `SQLITE_BUSY` with the busy handler's own
 /// back-off, after checking whether another connection already made it.
 fn enter_wal_mode(conn: &Connection) -> rusqlite::Result<()> {
-    const BACKOFF_MS: [u64; 8] = [1, 2, 5, 10, 15, 20, 25, 50];
+    let mut backoff_ms = [1, 2, 5, 10, 15, 20, 25].into_iter();
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
-    for attempt in 0.. {
+    loop {
         let mode: String = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
         if mode.eq_ignore_ascii_case("wal") {
             return Ok(());
@@ -568,12 +564,11 @@ fn enter_wal_mode(conn: &Connection) -> rusqlite::Result<()> {
                 if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
                     && std::time::Instant::now() < deadline =>
             {
-                std::thread::sleep(Duration::from_millis(BACKOFF_MS[attempt.min(BACKOFF_MS.len() - 1)]));
+                std::thread::sleep(Duration::from_millis(backoff_ms.next().unwrap_or(50)));
             }
             other => return other,
         }
     }
-    unreachable!("the loop returns")
 }
 
 /// True while process `pid`, started at `start`, is running on this
