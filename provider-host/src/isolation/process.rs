@@ -224,7 +224,6 @@ impl WorkerProcess {
         io: &mut CallIo,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
-        let until = Instant::now() + deadline;
         {
             let mut state = lock(&self.state);
             if let Some(how) = &state.died {
@@ -261,7 +260,7 @@ impl WorkerProcess {
             }
             Err(_) => return Err(self.end(hook, None, true)),
         }
-        let outcome = self.follow(hook, io, &mut socket, until, deadline);
+        let outcome = self.follow(hook, io, &mut socket, deadline);
         io.control.finished();
         if outcome.is_ok() {
             lock(&self.idle).push(socket);
@@ -276,14 +275,13 @@ impl WorkerProcess {
         hook: Hook,
         io: &mut CallIo,
         socket: &mut CallSocket,
-        until: Instant,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
+        let (until, mut timeout) = (Instant::now() + deadline, deadline);
         let mut pump = None;
-        let mut first = true;
         loop {
-            let received = socket.receive(until, deadline, first);
-            first = false;
+            let received = socket.receive(timeout);
+            timeout = until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             match received {
                 Ok(Some(ToHost::Bytes { stream, bytes })) => {
                     if let Some(sink) = io.output.as_mut() {
@@ -466,15 +464,10 @@ impl CallSocket {
         Ok(CallSocket { reader, writer: Arc::new(Writer::new(socket)), buffer: Vec::new(), timeout: None })
     }
 
-    /// The next frame, waiting until `until` at most. The first read of a
-    /// call uses the call's whole `deadline` as its timeout, which is
-    /// usually already set: no system call; later ones what remains.
-    fn receive(&mut self, until: Instant, deadline: Duration, first: bool) -> io::Result<Option<ToHost>> {
-        let timeout = if first {
-            deadline
-        } else {
-            until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
-        };
+    /// The next frame, waiting `timeout` at most (a system call only when
+    /// it is not the one set already: a call's first read waits its whole
+    /// deadline, usually the last call's).
+    fn receive(&mut self, timeout: Duration) -> io::Result<Option<ToHost>> {
         if self.timeout != Some(timeout) {
             self.reader.get_ref().set_read_timeout(Some(timeout))?;
             self.timeout = Some(timeout);

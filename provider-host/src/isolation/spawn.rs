@@ -13,6 +13,14 @@
 //! from (a soak's lifecycle threads come and go), so every worker is forked
 //! by one spawner thread that lives as long as the process.
 
+use nix::{
+    sys::{
+        prctl,
+        resource::{getrlimit, setrlimit, Resource},
+        signal::Signal,
+    },
+    unistd::{getpid, getppid, setpgid, Pid},
+};
 use std::{
     io,
     os::{fd::AsRawFd, unix::net::UnixStream, unix::process::CommandExt},
@@ -76,62 +84,42 @@ fn spawn_here(mut command: Command, limits: Limits, socket: UnixStream) -> io::R
     let stdout: Stdio = std::os::fd::AsFd::as_fd(&stderr).try_clone_to_owned()?.into();
     command.env_clear().stdin(Stdio::null()).stdout(stdout).stderr(Stdio::inherit());
     let fd = socket.as_raw_fd();
+    let parent = getpid();
     // SAFETY: async-signal-safe calls only (prctl, getppid, setpgid, dup2,
     // fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
-    let parent = unsafe { libc::getpid() };
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
+            prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if getppid() != parent {
                 return Err(io::Error::other("the host exited while its worker started"));
             }
             // Its own process group: a terminal's Ctrl-C reaches the host,
             // which cleans up through the worker, never the worker itself.
-            if libc::setpgid(0, 0) != 0 {
+            setpgid(Pid::from_raw(0), Pid::from_raw(0))?;
+            // On descriptor 3 already, it only loses its close-on-exec flag.
+            let moved =
+                if fd == WORKER_FD { libc::fcntl(fd, libc::F_SETFD, 0) } else { libc::dup2(fd, WORKER_FD) };
+            if moved < 0 {
                 return Err(io::Error::last_os_error());
             }
-            if fd == WORKER_FD {
-                let flags = libc::fcntl(fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            } else if libc::dup2(fd, WORKER_FD) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            set_limit(libc::RLIMIT_AS, limits.address_space, 0)?;
+            set_limit(Resource::RLIMIT_AS, limits.address_space, 0)?;
             // A second more of hard limit: the soft one's SIGXCPU names the
             // cause; the hard one's is a plain SIGKILL.
-            set_limit(libc::RLIMIT_CPU, limits.cpu_seconds, 1)?;
-            set_limit(libc::RLIMIT_NOFILE, limits.open_files, 0)?;
+            set_limit(Resource::RLIMIT_CPU, limits.cpu_seconds, 1)?;
+            set_limit(Resource::RLIMIT_NOFILE, limits.open_files, 0)?;
             // No core dump: a crashed provider's memory may hold secrets.
-            set_limit(libc::RLIMIT_CORE, Some(0), 0)?;
+            set_limit(Resource::RLIMIT_CORE, Some(0), 0)?;
             Ok(())
         });
     }
-    let child = command.spawn();
-    drop(socket);
-    child
+    command.spawn()
 }
 
 /// Lowers `resource`'s soft limit to `value` and its hard limit to `value +
 /// headroom` (never above the current hard limit, which an unprivileged
 /// process cannot raise).
-fn set_limit(resource: libc::__rlimit_resource_t, value: Option<u64>, headroom: u64) -> io::Result<()> {
+fn set_limit(resource: Resource, value: Option<u64>, headroom: u64) -> io::Result<()> {
     let Some(value) = value else { return Ok(()) };
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `limit` is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(resource, &mut limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let limit = libc::rlimit {
-        rlim_cur: value.min(limit.rlim_max),
-        rlim_max: value.saturating_add(headroom).min(limit.rlim_max),
-    };
-    // SAFETY: `limit` is a valid rlimit.
-    if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    let (_, hard) = getrlimit(resource)?;
+    Ok(setrlimit(resource, value.min(hard), value.saturating_add(headroom).min(hard))?)
 }
