@@ -32,13 +32,20 @@ pub fn harness_environment(config: Value) -> Environment {
 }
 
 impl ConfigFile {
-    /// Reads a configuration file (`-` for stdin).
+    /// Reads a configuration file (`-` for stdin) for the loaded provider,
+    /// whose driver key is `driver_key`: a file whose `driverKey` names
+    /// another provider is refused in one line naming both.
     ///
     /// Either `{"companyId", "environmentId", "driverKey"?, "config": {...}}`
     /// or a bare provider configuration object.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let text = read_text(path)?;
-        Self::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+    pub fn read(path: &Path, driver_key: &str) -> Result<Self, String> {
+        let file = Self::parse(&read_text(path)?).map_err(|error| format!("{}: {error}", path.display()))?;
+        match &file.environment.driver_key {
+            Some(meant) if meant != driver_key => Err(format!(
+                "this configuration is for provider `{meant}` (its driverKey), but the loaded provider is `{driver_key}`: load {meant}'s library (--plugin, or `host-harness providers use`)"
+            )),
+            _ => Ok(file),
+        }
     }
 
     /// Parses the text of a configuration file.
@@ -70,18 +77,6 @@ impl ConfigFile {
         );
         environment.driver_key = text_field("driverKey")?;
         Ok(Self { environment, warnings })
-    }
-
-    /// Refuses, in one line naming both, a file whose `driverKey` names
-    /// another provider than the loaded one (whose driver key is
-    /// `loaded_driver_key`).
-    pub fn check_driver(&self, loaded_driver_key: &str) -> Result<(), String> {
-        match &self.environment.driver_key {
-            Some(meant) if meant != loaded_driver_key => Err(format!(
-                "this configuration is for provider `{meant}` (its driverKey), but the loaded provider is `{loaded_driver_key}`: load {meant}'s library (--plugin, or `host-harness providers use`)"
-            )),
-            _ => Ok(()),
-        }
     }
 }
 

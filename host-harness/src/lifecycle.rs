@@ -81,12 +81,13 @@ pub fn run(host: &Host<'_>, reporter: &mut dyn Reporter) -> bool {
 /// under way and leaves the lease it holds to the ledger (a `sweep`
 /// destroys it).
 pub async fn run_with(host: &Host<'_>, reporter: &mut dyn Reporter, sync: bool) -> bool {
-    let mut lifecycle = Lifecycle { host, lease: None, reporter, ok: true, sync };
+    // Every step that fails ends the lifecycle.
+    let mut lifecycle = Lifecycle { host, lease: None, reporter, sync };
     let completed = lifecycle.steps().await.is_ok();
     if !completed {
         lifecycle.clean_up().await;
     }
-    completed && lifecycle.ok
+    completed
 }
 
 /// The workspace file the first command writes and the second reads back.
@@ -103,7 +104,6 @@ struct Lifecycle<'a, 'h> {
     host: &'a Host<'h>,
     lease: Option<HeldLease>,
     reporter: &'a mut dyn Reporter,
-    ok: bool,
     sync: bool,
 }
 
@@ -148,7 +148,12 @@ impl Lifecycle<'_, '_> {
             outcome => {
                 if self.finish("release", "", started, outcome)? == Released::Deleted {
                     self.lease = None;
-                    self.note("resume", "skipped: the configuration does not reuse leases");
+                    self.emit(
+                        "resume",
+                        Duration::ZERO,
+                        None,
+                        "skipped: the configuration does not reuse leases",
+                    );
                     return Ok(());
                 }
             }
@@ -195,7 +200,7 @@ impl Lifecycle<'_, '_> {
             return Ok(None);
         }
         if !self.host.can_sync() {
-            self.note("sync-in", "skipped: the provider does not implement file sync");
+            self.emit("sync-in", Duration::ZERO, None, "skipped: the provider does not implement file sync");
             return Ok(None);
         }
         let local = tempfile::tempdir()
@@ -275,10 +280,6 @@ impl Lifecycle<'_, '_> {
         outcome.map_err(|_| ())
     }
 
-    fn note(&mut self, step: &'static str, note: &str) {
-        self.emit(step, Duration::ZERO, None, note);
-    }
-
     /// Reports `step` failed with `error`; the lifecycle goes no further.
     fn fail<T>(&mut self, step: &'static str, error: ProviderError) -> Result<T, ()> {
         self.emit(step, Duration::ZERO, Some(error), "");
@@ -296,9 +297,8 @@ impl Lifecycle<'_, '_> {
         self.lease = None;
     }
 
-    /// Reports a step; a failed one fails the lifecycle.
+    /// Reports a step.
     fn emit(&mut self, step: &'static str, duration: Duration, error: Option<ProviderError>, note: &str) {
-        self.ok &= error.is_none();
         let lease_id = self.lease.as_ref().and_then(|held| held.id().map(str::to_owned));
         self.reporter.step(&StepReport { step, duration, error, lease_id, note: note.to_owned() });
     }

@@ -173,7 +173,7 @@ impl IsolationArgs {
             Some(value) => Some(value.saturating_mul(scale)),
             None => default,
         };
-        let limits = Limits::default();
+        let limits = &defaults.limits;
         Some(IsolationOptions {
             deadline: self.hook_deadline.map_or(defaults.deadline, Duration::from_secs),
             limits: Limits {
@@ -404,33 +404,8 @@ fn init_logging(verbose: u8, format: LogFormat) {
 }
 
 fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
-    use commands::{generated, info, ledger};
+    use commands::{generated, ledger};
     let global = &cli.global;
-    if let Command::Completions { shell } = &cli.command {
-        let command = cli_command();
-        return generated::completions(*shell, &command, &mut std::io::stdout())
-            .map_err(|error| Failure::Usage(format!("cannot write the completions: {error}")));
-    }
-    if let Command::Man { subcommand, out } = &cli.command {
-        let command = cli_command();
-        return match out {
-            Some(directory) => generated::man_pages(&command, directory),
-            None => generated::man_page(&command, subcommand, &mut std::io::stdout()),
-        }
-        .map_err(Failure::Usage);
-    }
-    #[cfg(not(feature = "embedded-sim"))]
-    if let Command::Sim { .. } = &cli.command {
-        return Err(Failure::Usage(host_harness::embedded::ABSENT.to_owned()));
-    }
-    #[cfg(feature = "embedded-sim")]
-    if let Command::Sim { listen, no_rate_limit, token_bucket } = &cli.command {
-        let limit = commands::sim::rate_limit(*no_rate_limit, *token_bucket);
-        return commands::sim::serve(*listen, limit, out);
-    }
-    if let Command::Leases = &cli.command {
-        return ledger::leases(&global.ledger(), out);
-    }
     let providers =
         ProvidersDir::new(global.providers_dir.clone().unwrap_or_else(ProvidersDir::default_root));
     let lock_path = global.lock.clone().unwrap_or_else(|| {
@@ -440,13 +415,31 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         })
     });
     let lock = || LockFile::open(&lock_path).map_err(Failure::usage);
-    if let Command::Providers(command) = &cli.command {
-        return commands::providers::run(&providers, &mut lock()?, command, out);
+    // The commands that load no provider.
+    match &cli.command {
+        Command::Completions { shell } => generated::completions(*shell, &mut std::io::stdout()),
+        Command::Man { subcommand, out: None } => generated::man_page(subcommand, &mut std::io::stdout()),
+        Command::Man { out: Some(directory), .. } => generated::man_pages(directory),
+        #[cfg(not(feature = "embedded-sim"))]
+        Command::Sim { .. } => Err(Failure::Usage(host_harness::embedded::ABSENT.to_owned())),
+        #[cfg(feature = "embedded-sim")]
+        Command::Sim { listen, no_rate_limit, token_bucket } => {
+            commands::sim::serve(*listen, *no_rate_limit, *token_bucket, out)
+        }
+        Command::Leases => ledger::leases(&global.ledger(), out),
+        Command::Providers(command) => commands::providers::run(&providers, &mut lock()?, command, out),
+        Command::Lock(command) => commands::lock::run(&mut lock()?, command, out),
+        _ => run_provider(cli, out, &providers, &lock_path),
     }
-    if let Command::Lock(command) = &cli.command {
-        return commands::lock::run(&mut lock()?, command, out);
-    }
-    let plugin_path = find_plugin(global.plugin.as_deref(), &providers).map_err(Failure::Usage)?;
+}
+
+/// Runs a command that loads the provider: with `providers` to search and
+/// the lock file at `lock_path`.
+fn run_provider(cli: &Cli, out: Printer, providers: &ProvidersDir, lock_path: &Path) -> Result<(), Failure> {
+    use commands::info;
+    let global = &cli.global;
+    let lock = || LockFile::open(lock_path).map_err(Failure::usage);
+    let plugin_path = find_plugin(global.plugin.as_deref(), providers).map_err(Failure::Usage)?;
     let lock_for_swaps = global.locked.then(lock).transpose()?;
     // With --locked, the private copy whose hash is pinned is what loads
     // (here and in workers); it lives as long as this run.
@@ -466,10 +459,13 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         // Calls the provider directly and destroys what it acquires: no ledger.
         return commands::conform::run(&plugin, config.as_deref(), out);
     }
-    let isolation = global.isolation.options();
+    if both_from_stdin(&cli.command) {
+        let both = "--config - and --lease - cannot both read stdin; give one of them as a file";
+        return Err(Failure::Usage(both.into()));
+    }
+    let provider = load_hosted(&plugin, global.isolation.options().as_ref()).map_err(Failure::Usage)?;
     if let Command::Inspect | Command::Health | Command::Validate(_) = &cli.command {
         // No lease involved: no ledger opened.
-        let provider = load_hosted(&plugin, isolation.as_ref()).map_err(Failure::Usage)?;
         let result = match &cli.command {
             Command::Validate(args) => info::validate(&provider, out, &args.config),
             Command::Health => info::health(&provider, out),
@@ -477,20 +473,16 @@ fn run(cli: &Cli, out: Printer) -> Result<(), Failure> {
         };
         return commands::shut_down(&provider, result);
     }
-    if both_from_stdin(&cli.command) {
-        let both = "--config - and --lease - cannot both read stdin; give one of them as a file";
-        return Err(Failure::Usage(both.into()));
-    }
-    let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
-    // The daemon-like commands swap the provider on SIGHUP.
+    // The daemon-like commands swap the provider on SIGHUP: in process, a
+    // provider set; a worker-process provider stays as it is.
     let swaps_on_hangup = matches!(cli.command, Command::Lifecycle { .. } | Command::Soak(_));
-    let ledger = global.ledger();
-    let session =
-        commands::Session::open(&plugin, isolation.as_ref(), swaps_on_hangup, &ledger, &store, out)?;
+    let provider = if swaps_on_hangup { provider.swappable() } else { provider };
+    let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
+    let session = commands::Session::open(provider, &global.ledger(), &store, out)?;
     let work = || match swaps_on_hangup {
         // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
         true => {
-            let on_hangup = |_| swap_on_hangup(&session, &plugin_path, &lock_path);
+            let on_hangup = |_| swap_on_hangup(&session, &plugin_path, lock_path);
             interrupt::while_watching(&[libc::SIGHUP], on_hangup, || dispatch(cli, &session, &lock_for_swaps))
         }
         false => Ok(dispatch(cli, &session, &lock_for_swaps)),

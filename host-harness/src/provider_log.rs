@@ -19,7 +19,11 @@ use std::{
     fmt::Write,
     sync::{Arc, Mutex, OnceLock, RwLock},
 };
-use tracing::{field::Value, level_filters::LevelFilter, Level, Metadata};
+use tracing::{
+    field::{display, Value},
+    level_filters::LevelFilter,
+    Level, Metadata,
+};
 use tracing_core::{
     callsite::{Callsite, Identifier},
     field::FieldSet,
@@ -110,23 +114,17 @@ pub fn emit(record: &LogRecord<'_>) {
     for field in record.fields.iter().skip(fielded) {
         let _ = write!(message, " {}={}", field.name, field.value);
     }
-    let fields = metadata.fields();
-    let mut iter = fields.iter();
-    let message_field = iter.next().expect("every provider callsite has a message field");
-    let named: Vec<_> = iter.collect();
-    let values: Vec<_> = record
-        .fields
-        .iter()
-        .take(fielded)
-        .map(|field| tracing::field::display(field.value.as_str()))
+    let fields: Vec<_> = metadata.fields().iter().collect();
+    let shown: Vec<_> =
+        record.fields.iter().take(fielded).map(|field| display(field.value.as_str())).collect();
+    let values: Vec<&dyn Value> = std::iter::once(&message as &dyn Value)
+        .chain(shown.iter().map(|value| value as &dyn Value))
         .collect();
-    let padding: (&tracing_core::Field, Option<&dyn Value>) = (&message_field, None);
-    let mut pairs: [(&tracing_core::Field, Option<&dyn Value>); MAX_FIELDS + 1] = [padding; MAX_FIELDS + 1];
-    pairs[0] = (&message_field, Some(&message as &dyn Value));
-    for (slot, (field, value)) in pairs[1..].iter_mut().zip(named.iter().zip(values.iter())) {
-        *slot = (field, Some(value as &dyn Value));
-    }
-    Event::dispatch(metadata, &fields.value_set(&pairs));
+    // A value set is an array of one length: past the callsite's own
+    // fields, the message field again, without a value.
+    let pairs: [(&tracing_core::Field, Option<&dyn Value>); MAX_FIELDS + 1] =
+        std::array::from_fn(|at| (fields.get(at).unwrap_or(&fields[0]), values.get(at).copied()));
+    Event::dispatch(metadata, &metadata.fields().value_set(&pairs));
 }
 
 /// A callsite made at run time for one (level, target, field names).

@@ -33,9 +33,8 @@ use std::{
 pub struct Finished {
     /// 1-based number of lifecycles finished so far.
     pub done: usize,
-    /// True when every step succeeded.
-    pub ok: bool,
-    /// The first error (its step and the error), if any.
+    /// The first error (its step and the error); `None` when every step
+    /// succeeded.
     pub first_error: Option<(&'static str, ProviderError)>,
     /// How long the lifecycle took.
     pub duration: Duration,
@@ -91,14 +90,13 @@ impl Watcher<'_> {
         })
     }
 
-    /// Counts this lifecycle's outcome; returns its first error (its step
-    /// and the error), if any.
-    fn finish(self, ok: bool) -> Option<(&'static str, ProviderError)> {
+    /// Counts this lifecycle's outcome (a lifecycle fails with its first
+    /// error); returns its first error (its step and the error), if any.
+    fn finish(self) -> Option<(&'static str, ProviderError)> {
         let mut tally = self.tally();
-        match (&self.first_error, ok) {
-            (None, true) => tally.succeeded += 1,
-            (Some((_, error)), _) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
-            (None, false) => *tally.failed.entry("unknown".into()).or_default() += 1,
+        match &self.first_error {
+            None => tally.succeeded += 1,
+            Some((_, error)) => *tally.failed.entry(error.kind.to_string()).or_default() += 1,
         }
         drop(tally);
         self.first_error
@@ -168,10 +166,10 @@ pub fn run(
             let host = Host::new(provider, ledger, config, Owner::Lifecycle, &run_id);
             let mut watcher = Watcher { ledger, secrets, tally, first_error: None, unconfirmed_known: false };
             let started = Instant::now();
-            let ok = lifecycle::run_with(&host, &mut watcher, false).await;
+            lifecycle::run_with(&host, &mut watcher, false).await;
             let duration = started.elapsed();
-            let first_error = watcher.finish(ok);
-            progress(&Finished { done: done.fetch_add(1, Ordering::SeqCst) + 1, ok, first_error, duration });
+            let first_error = watcher.finish();
+            progress(&Finished { done: done.fetch_add(1, Ordering::SeqCst) + 1, first_error, duration });
         }
     };
     // No new lifecycle after an interruption.

@@ -4,7 +4,7 @@
 
 use super::{read_config, Failure, Session};
 use host_harness::{lease_file, render};
-use provider_abi::{ByteSource, Lease, OutputStream, Provider, SyncDirection};
+use provider_abi::{ByteSource, Lease, OutputStream, SyncDirection};
 use provider_host::{
     host::{HeldLease, Host, Released},
     store::Owner,
@@ -15,7 +15,6 @@ use std::{
     io::{ErrorKind, IsTerminal, Read, Write},
     os::fd::AsFd,
     path::{Path, PathBuf},
-    sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
 
@@ -42,7 +41,7 @@ pub struct LeaseArgs {
 }
 
 fn host<'s>(session: &'s Session, config: &Path) -> Result<Host<'s>, Failure> {
-    let config = read_config(config, &session.provider.manifest().driver_key)?;
+    let config = read_config(config, &session.provider)?;
     Ok(Host::new(&session.provider, session.ledger.as_ref(), &config, Owner::Command, RUN_ID))
 }
 
@@ -140,11 +139,8 @@ const FIRST_PIECE: usize = 64 << 10;
 /// as it sends the input on holds the first piece, read already, and the rest.
 fn command_stdin(options: &ExecArgs, stdin_taken: bool) -> Result<Option<ByteSource>, Failure> {
     let ours = || {
-        let fd = std::io::stdin()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|error| Failure::Usage(format!("cannot read stdin: {error}")))?;
-        Ok::<_, Failure>(File::from(fd))
+        let fd = std::io::stdin().as_fd().try_clone_to_owned();
+        fd.map(File::from).map_err(|error| Failure::Usage(format!("cannot read stdin: {error}")))
     };
     let mut rest = match options.stdin.as_deref() {
         Some(path) if path == Path::new("-") => ours()?,
@@ -194,10 +190,10 @@ pub fn exec(
         env: options.env.clone(),
         timeout: options.timeout,
     };
-    let closed = AtomicBool::new(false);
+    let mut closed = false;
     let result = std::thread::scope(|scope| {
         let mut live = |stream: OutputStream, chunk: &[u8]| {
-            if closed.load(Ordering::SeqCst) {
+            if closed {
                 return;
             }
             let written = match stream {
@@ -208,13 +204,13 @@ pub fn exec(
                 // Nobody reads the output any more: stop the command as an
                 // interruption does (the shutdown waits for its cleanup, so
                 // it runs beside this callback, not in it).
-                closed.store(true, Ordering::SeqCst);
+                closed = true;
                 scope.spawn(|| super::stop(&session.provider));
             }
         };
         wait(host.execute(&held, command, stdin, &mut live))
     });
-    if closed.load(Ordering::SeqCst) {
+    if closed {
         return Err(Failure::Exit(BROKEN_PIPE_EXIT));
     }
     let result = result?;
@@ -280,17 +276,14 @@ pub fn sync(session: &Session, args: &LeaseArgs, request: &SyncArgs) -> Result<(
     let inbound = sync_mappings(&request.inbound, true, mode, &request.exclude)?;
     let outbound = sync_mappings(&request.outbound, false, mode, &request.exclude)?;
     let (host, held) = held(session, args)?;
-    let mut transfers = Vec::new();
-    if !inbound.is_empty() {
-        let operation = request.then.iter().fold(operation("in", inbound), TransferOperation::then);
-        transfers.push(FileTransfer::new(SyncDirection::In).operation(operation));
-    }
-    if !outbound.is_empty() {
-        transfers.push(FileTransfer::new(SyncDirection::Out).operation(operation("out", outbound)));
-    }
+    let inbound = request.then.iter().fold(operation("in", inbound), TransferOperation::then);
+    let transfers = [(SyncDirection::In, inbound), (SyncDirection::Out, operation("out", outbound))];
     let mut operations = Vec::new();
-    for transfer in transfers {
-        operations.extend(wait(host.sync(&held, transfer))?.operations);
+    for (direction, operation) in
+        transfers.into_iter().filter(|(_, operation)| !operation.mappings.is_empty())
+    {
+        operations
+            .extend(wait(host.sync(&held, FileTransfer::new(direction).operation(operation)))?.operations);
     }
     let json = operations.iter().map(|operation| {
         serde_json::json!({"id": operation.id, "filesTransferred": operation.files, "bytesTransferred": operation.bytes})
@@ -318,28 +311,24 @@ fn sync_mappings(
     mode: Option<u32>,
     exclude: &[String],
 ) -> Result<Vec<PathMapping>, Failure> {
+    let shape = if inbound { "LOCAL:REMOTE" } else { "REMOTE:LOCAL" };
     pairs
         .iter()
         .map(|pair| {
-            let (first, second) =
-                pair.split_once(':').filter(|(a, b)| !a.is_empty() && !b.is_empty()).ok_or_else(|| {
-                    Failure::Usage(format!(
-                        "{pair:?} is not {}",
-                        if inbound { "LOCAL:REMOTE" } else { "REMOTE:LOCAL" }
-                    ))
-                })?;
+            let (first, second) = pair
+                .split_once(':')
+                .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                .ok_or_else(|| Failure::Usage(format!("{pair:?} is not {shape}")))?;
             let (local, remote) = if inbound { (first, second) } else { (second, first) };
             let local = std::path::absolute(local)
                 .map_err(|error| Failure::Usage(format!("{local:?}: {error}")))?
                 .to_string_lossy()
                 .into_owned();
-            let directory = if inbound { Path::new(&local).is_dir() } else { remote.ends_with('/') };
-            let (source, target) =
-                if inbound { (local, remote.to_owned()) } else { (remote.to_owned(), local) };
-            let mapping = if directory {
-                PathMapping::directory(source, target)
-            } else {
-                PathMapping::file(source, target)
+            let mapping = match inbound {
+                true if Path::new(&local).is_dir() => PathMapping::directory(local, remote.to_owned()),
+                true => PathMapping::file(local, remote.to_owned()),
+                false if remote.ends_with('/') => PathMapping::directory(remote.to_owned(), local),
+                false => PathMapping::file(remote.to_owned(), local),
             };
             Ok(PathMapping { mode, exclude: exclude.to_vec(), ..mapping })
         })

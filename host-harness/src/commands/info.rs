@@ -47,8 +47,7 @@ pub fn health(provider: &HostedProvider, out: Printer) -> Result<(), Failure> {
 
 /// Calls `validate_config` on the configuration at `path`.
 pub fn validate(provider: &HostedProvider, out: Printer, path: &Path) -> Result<(), Failure> {
-    let file = ConfigFile::read(path).map_err(Failure::Usage)?;
-    file.check_driver(&provider.manifest().driver_key).map_err(Failure::Usage)?;
+    let file = ConfigFile::read(path, &provider.manifest().driver_key).map_err(Failure::Usage)?;
     let mut report = provider.validate_config(&file.environment.params(&provider.manifest().driver_key))?;
     // The file's remarks beside the provider's, in one list.
     for (at, warning) in file.warnings.iter().enumerate() {

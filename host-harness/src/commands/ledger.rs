@@ -2,7 +2,6 @@
 
 use super::{read_config, Failure, Printer, Session};
 use host_harness::render::{cell, table};
-use provider_abi::Provider;
 use provider_host::{
     store::LedgerLocation,
     sweep::{self, Outcome, Scope, SweepSecrets},
@@ -33,8 +32,7 @@ pub struct SweepArgs {
 /// (held leases too with `include_held`); exit 1 if a destroy failed or a
 /// row could not be resolved.
 pub fn sweep(session: &Session, args: &SweepArgs) -> Result<(), Failure> {
-    let driver_key = session.provider.manifest().driver_key;
-    let config = args.config.as_deref().map(|path| read_config(path, &driver_key)).transpose()?;
+    let config = args.config.as_deref().map(|path| read_config(path, &session.provider)).transpose()?;
     let secrets =
         config.map(|config| SweepSecrets::from_config(&session.provider, &config)).unwrap_or_default();
     let scope = Scope::Abandoned { include_held: args.include_held };
@@ -57,35 +55,31 @@ pub fn sweep(session: &Session, args: &SweepArgs) -> Result<(), Failure> {
             format!("row {:>5} {:<14} {lease}: {what}", item.record.id, item.record.state)
         });
     }
-    let count = |want: fn(&Outcome) -> bool| swept.iter().filter(|item| want(&item.outcome)).count();
-    let failed = count(|outcome| matches!(outcome, Outcome::Failed(_)));
+    let count = |want: Outcome| swept.iter().filter(|item| item.outcome == want).count();
+    let (destroyed, gone) = (count(Outcome::Destroyed), count(Outcome::GoneWithItsProcess));
+    let unresolvable = count(Outcome::Unresolvable);
+    let failed = swept.iter().filter(|item| matches!(item.outcome, Outcome::Failed(_))).count();
     let summary = serde_json::json!({
         "swept": true,
-        "destroyed": count(|outcome| matches!(outcome, Outcome::Destroyed)),
-        "goneWithItsProcess": count(|outcome| matches!(outcome, Outcome::GoneWithItsProcess)),
-        "unresolvable": count(|outcome| matches!(outcome, Outcome::Unresolvable)),
+        "destroyed": destroyed,
+        "goneWithItsProcess": gone,
+        "unresolvable": unresolvable,
         "failed": failed,
     });
     session.out.value(&summary, || {
-        format!(
-            "sweep: {} destroyed, {} gone with their process, {} unresolvable, {} failed",
-            summary["destroyed"], summary["goneWithItsProcess"], summary["unresolvable"], failed
-        )
+        format!("sweep: {destroyed} destroyed, {gone} gone with their process, {unresolvable} unresolvable, {failed} failed")
     });
-    let mut unresolvable = count(|outcome| matches!(outcome, Outcome::Unresolvable));
     if args.forget_unresolvable {
         for item in swept.iter().filter(|item| item.outcome == Outcome::Unresolvable) {
             session.ledger.forget(item.record.id).map_err(Failure::usage)?;
         }
-        unresolvable = 0;
-    }
-    if unresolvable > 0 {
+    } else if unresolvable > 0 {
         eprintln!(
             "sweep: {unresolvable} row(s) name no sandbox (a creation was in flight when its run died): \
              look for unnamed sandboxes in the provider's console, then remove the rows with `sweep --forget-unresolvable`"
         );
     }
-    super::passed(failed == 0 && unresolvable == 0)
+    super::passed(failed == 0 && (unresolvable == 0 || args.forget_unresolvable))
 }
 
 /// `leases`: the ledger as a table, or one JSON object per row. Reads the

@@ -14,14 +14,8 @@ pub mod runs;
 #[cfg(feature = "embedded-sim")]
 pub mod sim;
 
-use host_harness::{
-    config_file::ConfigFile,
-    plugin::{load_hosted, Library},
-    render,
-    swap::Swapper,
-};
+use host_harness::{config_file::ConfigFile, render, swap::Swapper};
 use provider_abi::{Provider, ProviderError};
-use provider_host::isolation::IsolationOptions;
 use provider_host::{
     environment::Environment,
     hosted::HostedProvider,
@@ -73,11 +67,7 @@ impl Failure {
 
 /// Success when `ok`, else exit 1 with the failure already reported.
 pub fn passed(ok: bool) -> Result<(), Failure> {
-    if ok {
-        Ok(())
-    } else {
-        Err(Failure::Hook(None))
-    }
+    ok.then_some(()).ok_or(Failure::Hook(None))
 }
 
 /// The parser of a duration flag (`30s`, `2m`, `1h30m`, `500ms`) of at
@@ -127,12 +117,10 @@ pub fn shut_down(provider: &HostedProvider, result: Result<(), Failure>) -> Resu
     Ok(shutdown?)
 }
 
-/// Reads a harness configuration file meant for the provider whose driver
-/// key is `driver_key`, logging its remarks (an unknown key) as the
-/// provider's are logged.
-pub fn read_config(path: &Path, driver_key: &str) -> Result<Environment, Failure> {
-    let file = ConfigFile::read(path).map_err(Failure::Usage)?;
-    file.check_driver(driver_key).map_err(Failure::Usage)?;
+/// Reads a harness configuration file meant for `provider`, logging its
+/// remarks (an unknown key) as the provider's are logged.
+pub fn read_config(path: &Path, provider: &(impl Provider + ?Sized)) -> Result<Environment, Failure> {
+    let file = ConfigFile::read(path, &provider.manifest().driver_key).map_err(Failure::Usage)?;
     for warning in &file.warnings {
         tracing::warn!("configuration: {warning}");
     }
@@ -152,20 +140,14 @@ pub struct Session {
 }
 
 impl Session {
-    /// Loads the provider (swappable when `swappable`), opens the ledger and
-    /// hands the provider what it learnt in earlier processes (its memory,
-    /// kept in the ledger).
+    /// Opens the ledger at `ledger` and hands `provider` what it learnt in
+    /// earlier processes (its memory, kept in the ledger).
     pub fn open(
-        library: &Library,
-        isolation: Option<&IsolationOptions>,
-        swappable: bool,
+        provider: HostedProvider,
         ledger: &LedgerLocation,
         options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
-        let provider = load_hosted(library, isolation).map_err(Failure::Usage)?;
-        // In process, a provider set; a worker-process provider stays as it is.
-        let provider = if swappable { provider.swappable() } else { provider };
         let ledger = open_ledger(ledger, options)?;
         memory::restore(&provider, &*ledger);
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })

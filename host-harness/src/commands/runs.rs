@@ -46,7 +46,7 @@ impl Target {
         budget: Option<u32>,
     ) -> Result<Target, Failure> {
         let (sim, mut config) = match config {
-            Some(path) => (None, read_config(path, &provider.manifest().driver_key)?),
+            Some(path) => (None, read_config(path, provider)?),
             None => embedded::offline_target(provider, rate_limited).map_err(Failure::Usage)?,
         };
         if let Some(budget) = budget.filter(|_| sim.is_some()) {
@@ -155,15 +155,10 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
     if options.swap_to.len() > 2 || options.swap_every == 0 {
         return Err(Failure::Usage("--swap-to takes one or two libraries, --swap-every at least 1".into()));
     }
-    let swap_set = match (options.swap_to.is_empty(), session.provider.provider_set()) {
-        (true, _) => None,
-        (false, Some(set)) => Some(set),
-        (false, None) => {
-            return Err(Failure::Usage(
-                "--swap-to needs the provider in this process (drop --isolate)".into(),
-            ))
-        }
-    };
+    let swap_set = session.provider.provider_set().filter(|_| !options.swap_to.is_empty());
+    if swap_set.is_none() && !options.swap_to.is_empty() {
+        return Err(Failure::Usage("--swap-to needs the provider in this process (drop --isolate)".into()));
+    }
     // The libraries swapped to in turn: the two given, or the one given and
     // the library the run started with. Each is checked before the first
     // lifecycle.
@@ -203,12 +198,10 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
 
     let out = session.out;
     let bar = (!out.json && std::io::stdout().is_terminal()).then(|| {
-        let bar = indicatif::ProgressBar::new(options.leases as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} lifecycles, {msg} [{elapsed}]")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
+        let style =
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} lifecycles, {msg} [{elapsed}]");
+        indicatif::ProgressBar::new(options.leases as u64)
+            .with_style(style.unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()))
     });
     let failures = AtomicUsize::new(0);
     let progress = |finished: &Finished| {
@@ -217,7 +210,7 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
             let library = &swap_turns[turn % swap_turns.len()];
             session.swapper.swap("--swap-to", set, library, lock, session.ledger.as_ref());
         }
-        if !finished.ok {
+        if finished.first_error.is_some() {
             failures.fetch_add(1, Ordering::Relaxed);
         }
         match &bar {
@@ -228,7 +221,7 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
             None => out.value(
                 &serde_json::json!({
                     "lifecycle": finished.done,
-                    "ok": finished.ok,
+                    "ok": finished.first_error.is_none(),
                     "failedStep": finished.first_error.as_ref().map(|(step, _)| step),
                     "error": finished.first_error.as_ref().map(|(_, error)| render::error(error)),
                     "durationMs": finished.duration.as_secs_f64() * 1e3,

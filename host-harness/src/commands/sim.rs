@@ -2,24 +2,21 @@
 
 use super::{Failure, Printer};
 
-/// The simulator's rate limit: none with `--no-rate-limit`, a token bucket
-/// of `--token-bucket BURST` requests at CreateOS's 300 a minute, else
-/// CreateOS's own.
-pub fn rate_limit(no_rate_limit: bool, token_bucket: Option<u32>) -> Option<createos_sim::RateLimit> {
-    use createos_sim::RateLimit;
-    let bucket = |burst| RateLimit::token_bucket(300, std::time::Duration::from_secs(60), burst);
-    (!no_rate_limit).then(|| token_bucket.map_or_else(RateLimit::createos_default, bucket))
-}
-
 /// Serves the simulator on `listen` until SIGINT or SIGTERM, after printing
 /// its URL, development API key and a configuration file that runs against
 /// it (for `--config`), then prints the requests it answered
-/// and the sandboxes still live; `rate_limit` is its limit (`None`: off).
+/// and the sandboxes still live. Its rate limit: none with
+/// `no_rate_limit`, a token bucket of `token_bucket` (BURST) requests at
+/// CreateOS's 300 a minute, else CreateOS's own.
 pub fn serve(
     listen: std::net::SocketAddr,
-    rate_limit: Option<createos_sim::RateLimit>,
+    no_rate_limit: bool,
+    token_bucket: Option<u32>,
     out: Printer,
 ) -> Result<(), Failure> {
+    use createos_sim::RateLimit;
+    let bucket = |burst| RateLimit::token_bucket(300, std::time::Duration::from_secs(60), burst);
+    let rate_limit = (!no_rate_limit).then(|| token_bucket.map_or_else(RateLimit::createos_default, bucket));
     let config = createos_sim::SimConfig { listen, rate_limit, ..Default::default() };
     // Watch before the URL is printed: a signal right after it must still
     // stop the simulator through its `Drop` (processes, then files).
