@@ -23,10 +23,7 @@ static RECEIVED: AtomicI32 = AtomicI32::new(0);
 
 /// The signal that asked this process to stop, if one did.
 pub fn requested() -> Option<i32> {
-    match RECEIVED.load(Ordering::SeqCst) {
-        0 => None,
-        signal => Some(signal),
-    }
+    Some(RECEIVED.load(Ordering::SeqCst)).filter(|&signal| signal != 0)
 }
 
 /// The error a step gets when an interruption stopped it before it began.

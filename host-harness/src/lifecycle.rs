@@ -148,12 +148,7 @@ impl Lifecycle<'_, '_> {
             outcome => {
                 if self.finish("release", "", started, outcome)? == Released::Deleted {
                     self.lease = None;
-                    self.emit(
-                        "resume",
-                        Duration::ZERO,
-                        None,
-                        "skipped: the configuration does not reuse leases",
-                    );
+                    self.note("resume", "skipped: the configuration does not reuse leases");
                     return Ok(());
                 }
             }
@@ -200,7 +195,7 @@ impl Lifecycle<'_, '_> {
             return Ok(None);
         }
         if !self.host.can_sync() {
-            self.emit("sync-in", Duration::ZERO, None, "skipped: the provider does not implement file sync");
+            self.note("sync-in", "skipped: the provider does not implement file sync");
             return Ok(None);
         }
         let local = tempfile::tempdir()
@@ -278,6 +273,11 @@ impl Lifecycle<'_, '_> {
     ) -> Result<T, ()> {
         self.emit(step, started.elapsed(), outcome.as_ref().err().cloned(), note);
         outcome.map_err(|_| ())
+    }
+
+    /// Reports `step` as done without a hook call: `note` says why.
+    fn note(&mut self, step: &'static str, note: &str) {
+        self.emit(step, Duration::ZERO, None, note);
     }
 
     /// Reports `step` failed with `error`; the lifecycle goes no further.

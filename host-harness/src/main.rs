@@ -61,19 +61,17 @@ fn unused_global_headings(command: &str) -> &'static [&'static str] {
 /// only the global options it uses. A subcommand that holds its own hidden
 /// copy of a global option is not given the visible one.
 fn cli_command() -> clap::Command {
-    let mut command = <Cli as clap::CommandFactory>::command();
+    let command = <Cli as clap::CommandFactory>::command();
     let globals: Vec<clap::Arg> =
         command.get_arguments().filter(|arg| arg.is_global_set()).cloned().collect();
-    let names: Vec<String> = command.get_subcommands().map(|sub| sub.get_name().to_owned()).collect();
-    for name in names {
-        let unused = unused_global_headings(&name);
+    command.mut_subcommands(|sub| {
+        let unused = unused_global_headings(sub.get_name());
         let hidden = globals
             .iter()
             .filter(|arg| arg.get_help_heading().is_some_and(|heading| unused.contains(&heading)))
             .map(|arg| arg.clone().hide(true));
-        command = command.mut_subcommand(name, |sub| sub.args(hidden));
-    }
-    command
+        sub.args(hidden)
+    })
 }
 
 /// Options every command takes.

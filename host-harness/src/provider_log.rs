@@ -17,7 +17,7 @@ use provider_abi::{LogLevel, LogRecord, LogSink};
 use std::{
     collections::HashMap,
     fmt::Write,
-    sync::{Arc, Mutex, OnceLock, RwLock},
+    sync::{Mutex, OnceLock, RwLock},
 };
 use tracing::{
     field::{display, Value},
@@ -61,40 +61,25 @@ pub fn sink() -> LogSink {
 /// A watcher of every provider record that reaches the host (the soak's
 /// secret scan): called with the record's target, message and fields as one
 /// line of text.
-pub type Observer = Arc<dyn Fn(&str) + Send + Sync>;
+pub type Observer = Box<dyn Fn(&str) + Send + Sync>;
 
-fn observers() -> &'static RwLock<Vec<Observer>> {
-    static OBSERVERS: RwLock<Vec<Observer>> = RwLock::new(Vec::new());
-    &OBSERVERS
-}
+/// The observer set, if any.
+static OBSERVER: RwLock<Option<Observer>> = RwLock::new(None);
 
-/// Calls `observer` with every provider record from now on until the
-/// returned guard is dropped.
-pub fn observe(observer: Observer) -> ObserverGuard {
-    observers().write().unwrap_or_else(|p| p.into_inner()).push(Arc::clone(&observer));
-    ObserverGuard(observer)
-}
-
-/// Stops an observer when dropped.
-pub struct ObserverGuard(Observer);
-
-impl Drop for ObserverGuard {
-    fn drop(&mut self) {
-        observers().write().unwrap_or_else(|p| p.into_inner()).retain(|kept| !Arc::ptr_eq(kept, &self.0));
-    }
+/// Calls `observer` with every provider record from now on, instead of the
+/// one set before (`None`: no more).
+pub fn observe(observer: Option<Observer>) {
+    *OBSERVER.write().unwrap_or_else(|p| p.into_inner()) = observer;
 }
 
 /// Re-emits one provider record as a host event.
 pub fn emit(record: &LogRecord<'_>) {
-    {
-        let observers = observers().read().unwrap_or_else(|p| p.into_inner());
-        if !observers.is_empty() {
-            let mut line = format!("{} {}", record.target, record.message);
-            for field in record.fields.iter() {
-                let _ = write!(line, " {}={}", field.name, field.value);
-            }
-            observers.iter().for_each(|observer| observer(&line));
+    if let Some(observer) = &*OBSERVER.read().unwrap_or_else(|p| p.into_inner()) {
+        let mut line = format!("{} {}", record.target, record.message);
+        for field in record.fields.iter() {
+            let _ = write!(line, " {}={}", field.name, field.value);
         }
+        observer(&line);
     }
     let level =
         LEVELS.into_iter().find(|(_, level)| *level == record.level).map_or(Level::ERROR, |(level, _)| level);

@@ -14,13 +14,9 @@ use std::{
 /// How the threads of the runtime of the provider `provider_id` are named
 /// (`ID-provider`), as far as Linux keeps a thread's name (15 bytes).
 pub fn provider_thread_prefix(provider_id: &str) -> String {
-    let mut name = format!("{provider_id}-provider");
-    let mut end = name.len().min(15);
-    while !name.is_char_boundary(end) {
-        end -= 1;
-    }
-    name.truncate(end);
-    name
+    let name = format!("{provider_id}-provider");
+    let end = (0..=name.len().min(15)).rev().find(|&end| name.is_char_boundary(end)).unwrap_or(0);
+    name[..end].to_owned()
 }
 /// How often the monitor samples.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(50);

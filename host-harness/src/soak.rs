@@ -149,15 +149,13 @@ pub fn run(
     // The configuration's secrets, by the provider's own schema.
     let secrets = SecretFields::of(&provider.manifest()).values(&config.config);
     // The provider's log lines are output too.
-    let scan_logs = {
-        let owned: Vec<String> = secrets.iter().map(|secret| (*secret).to_owned()).collect();
-        let tally = Arc::clone(&tally);
-        crate::provider_log::observe(Arc::new(move |line: &str| {
-            let mut tally = tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            tally.log_lines_scanned += 1;
-            tally.secrets_seen += usize::from(owned.iter().any(|secret| line.contains(secret.as_str())));
-        }))
-    };
+    let owned: Vec<String> = secrets.iter().map(|secret| (*secret).to_owned()).collect();
+    let logged = Arc::clone(&tally);
+    crate::provider_log::observe(Some(Box::new(move |line: &str| {
+        let mut tally = logged.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        tally.log_lines_scanned += 1;
+        tally.secrets_seen += usize::from(owned.iter().any(|secret| line.contains(secret.as_str())));
+    })));
     // One lifecycle, tallied and reported.
     let lifecycle = |index: usize| {
         let (tally, done, secrets) = (&tally, &done, &secrets);
@@ -185,7 +183,7 @@ pub fn run(
             .take_while(|_| std::future::ready(still_wanted()))
             .for_each_concurrent(in_flight, lifecycle),
     );
-    drop(scan_logs);
+    crate::provider_log::observe(None);
     let mut tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     // The ledger is output too: no row may hold the key.
     for secret in &secrets {
