@@ -79,16 +79,15 @@ impl Version {
     /// Hands `leases` to this version as unconfirmed; returns how many it took.
     fn import(&self, leases: &[LeaseParams]) -> usize {
         let provider = self.loaded();
-        if leases.is_empty() || !provider.supports(Hook::ImportUnconfirmed) {
+        if !provider.supports(Hook::ImportUnconfirmed) {
             return 0;
         }
-        let taken = |lease: &&LeaseParams| match provider.import_unconfirmed(lease) {
-            Ok(()) => true,
-            Err(error) => {
+        let taken = |lease: &&LeaseParams| {
+            let imported = provider.import_unconfirmed(lease).inspect_err(|error| {
                 let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
                 tracing::warn!(version = %self.manifest.version, lease = ?id, kind = %error.kind, "the new version did not take an unconfirmed lease");
-                false
-            }
+            });
+            imported.is_ok()
         };
         leases.iter().filter(taken).count()
     }
@@ -97,11 +96,10 @@ impl Version {
     /// yet; a version without the hook keeps its whole budget).
     fn grant_share(&self, share: u32) {
         let provider = self.loaded();
-        if share == 0 || !provider.supports(Hook::GrantRequestShare) {
-            return;
-        }
-        if let Err(error) = provider.grant_request_share(share) {
-            tracing::warn!(version = %self.manifest.version, kind = %error.kind, "the new version did not take its request share");
+        if share > 0 && provider.supports(Hook::GrantRequestShare) {
+            let _ = provider.grant_request_share(share).inspect_err(|error| {
+                tracing::warn!(version = %self.manifest.version, kind = %error.kind, "the new version did not take its request share");
+            });
         }
     }
 

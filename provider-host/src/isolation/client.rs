@@ -5,6 +5,7 @@ use super::{
     lock,
     process::{cancelled, CallIo, Shared, WorkerProcess},
     protocol::{from_bytes, to_bytes},
+    read,
     spawn::Limits,
 };
 use provider_abi::{
@@ -228,8 +229,8 @@ impl IsolatedProvider {
 }
 
 impl Inner {
-    /// Starts a worker with the current setup; refuses one whose library
-    /// changed on disk.
+    /// Starts a worker and replays the host's `setup` into it; refuses one
+    /// whose library changed on disk.
     fn open_worker(&self) -> HookResult<Arc<WorkerProcess>> {
         let worker = WorkerProcess::open(&self.library, &self.options, &self.shared)
             .map_err(|error| worker_error(error.to_string()))?;
@@ -244,6 +245,15 @@ impl Inner {
                 loaded.id,
                 loaded.version
             )));
+        }
+        let setup = read(&self.shared.setup).as_ref().map(|(params, level, _)| (params.clone(), *level));
+        if let Some(setup) = setup {
+            let io = &mut CallIo::default();
+            let started = worker.call(Hook::Setup, &to_bytes(&setup)?, io, self.options.deadline);
+            if let Err(error) = started.map_err(|failure| failure.error).and_then(|result| result) {
+                worker.close();
+                return Err(worker_error(format!("the provider failed to start: {error}")));
+            }
         }
         Ok(worker)
     }

@@ -170,8 +170,7 @@ impl WorkerProcess {
         }
         let mut child = spawn::spawn(command, &options.limits, worker_end).map_err(failed)?;
         let pid = child.id();
-        let setup = read(&shared.setup).as_ref().map(|(params, level, _)| (params.clone(), *level));
-        let manifest = match handshake(&host_end, options.deadline, setup) {
+        let manifest = match handshake(&host_end, options.deadline) {
             Ok(Ok(manifest)) => manifest,
             Ok(Err(refused)) => {
                 let _ = child.wait();
@@ -507,29 +506,18 @@ pub(super) fn cancelled(hook: Hook) -> ProviderError {
     ProviderError::new(ErrorKind::CANCELLED, format!("The host cancelled the `{hook}` call."))
 }
 
-/// Reads the worker's hello, sends it the environment and `setup`, and
-/// reads `setup`'s outcome; `Ok(Err(line))` when the worker refused.
-fn handshake(
-    mut socket: &UnixStream,
-    deadline: Duration,
-    setup: Option<(SetupParams, LogLevel)>,
-) -> io::Result<Result<Manifest, String>> {
+/// Reads the worker's hello and sends it the environment; `Ok(Err(line))`
+/// when the library did not load.
+fn handshake(mut socket: &UnixStream, deadline: Duration) -> io::Result<Result<Manifest, String>> {
     socket.set_read_timeout(Some(deadline))?;
-    let mut buffer = Vec::new();
-    let unexpected = || io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message");
     let ended = || io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its connection");
-    let manifest = match protocol::read::<ToHost>(&mut socket, &mut buffer)?.ok_or_else(ended)? {
+    let manifest = match protocol::read::<ToHost>(&mut socket, &mut Vec::new())?.ok_or_else(ended)? {
         ToHost::Hello(Ok(manifest)) => manifest,
         ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
-        _ => return Err(unexpected()),
+        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message")),
     };
-    let start = ToWorker::Start { env: environment_for(&manifest), setup };
-    protocol::write(&mut socket, &start)?;
-    match protocol::read::<ToHost>(&mut socket, &mut buffer)?.ok_or_else(ended)? {
-        ToHost::Ready(Ok(())) => Ok(Ok(manifest)),
-        ToHost::Ready(Err(error)) => Ok(Err(format!("the provider failed to start: {error}"))),
-        _ => Err(unexpected()),
-    }
+    protocol::write(&mut socket, &ToWorker::Start(environment_for(&manifest)))?;
+    Ok(Ok(manifest))
 }
 
 /// The variables the provider's configuration schema names: every

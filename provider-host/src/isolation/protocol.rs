@@ -9,9 +9,9 @@
 //! 1. control, worker → host [`ToHost::Hello`]: the library loaded (its
 //!    manifest, whose hook list is the library's table), or why not;
 //! 2. control, host → worker [`ToWorker::Start`]: the environment variables
-//!    the provider's schema names (`x-env`) and the host's `setup` with the
-//!    log level it wants; worker → host [`ToHost::Ready`] with `setup`'s
-//!    outcome;
+//!    the provider's schema names (`x-env`); a worker started after the
+//!    host's `setup` gets it (with the log level the host wants) as its
+//!    first call;
 //! 3. then the host passes the worker one end of each new call socket over
 //!    the control socket (`SCM_RIGHTS`, one byte each), and the worker serves
 //!    each call socket on threads of its own: one call at a time, a
@@ -32,7 +32,7 @@
 //! The host closing the control socket ends the worker.
 
 use super::lock;
-use provider_abi::{Lease, LogLevel, Manifest, OutputStream, ProviderError, SetupParams};
+use provider_abi::{Lease, LogLevel, Manifest, OutputStream, ProviderError};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::{
     borrow::Cow,
@@ -51,13 +51,8 @@ pub const MAX_STDIN_CHUNK: u32 = 1 << 20;
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
     /// Control socket: sets the environment variables the provider needs,
-    /// then runs `setup` when the host called it.
-    Start {
-        /// `(name, value)` pairs, only those the provider's schema names.
-        env: Vec<(String, String)>,
-        /// The host's `setup` parameters and log level, if it called `setup`.
-        setup: Option<(SetupParams, LogLevel)>,
-    },
+    /// `(name, value)` pairs, only those the provider's schema names.
+    Start(Vec<(String, String)>),
     /// Call socket: runs the hook of this name with these parameters (the
     /// postcard of the hook's arguments but its recorder, input and output;
     /// `setup`'s with its log level). Borrowed when the host sends it.
@@ -98,8 +93,6 @@ pub enum ToHost {
     /// Control socket: the library loaded (its manifest, whose `hooks` list
     /// is the library's table), or the one-line reason it did not.
     Hello(Result<Manifest, String>),
-    /// Control socket: `setup`'s outcome, after [`ToWorker::Start`].
-    Ready(Result<(), ProviderError>),
     /// Control socket: a log event of the provider.
     Log(LogEvent),
     /// Call socket: an output chunk of a running `execute`.
@@ -262,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_truncated_or_oversized_frame_is_an_error() {
-        let frame = encode(&ToHost::Ready(Ok(()))).unwrap();
+        let frame = encode(&ToHost::Reply(Ok(vec![1, 2, 3]))).unwrap();
         let mut cut = &frame[..frame.len() - 1];
         assert!(read::<ToHost>(&mut cut, &mut Vec::new()).is_err());
         let huge = ((MAX_FRAME + 1) as u32).to_le_bytes();

@@ -99,8 +99,8 @@ fn serve_worker(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), St
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
     // this process alone; nothing else in the process owns it.
     let control = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
-    match Worker::start(&library, sha256.as_deref(), control).map_err(|error| error.to_string())? {
-        Some((worker, control)) => worker.serve(control),
+    match Worker::start(&library, sha256.as_deref(), &control).map_err(|error| error.to_string())? {
+        Some(worker) => worker.serve(control),
         None => Ok(()),
     }
 }
@@ -117,8 +117,8 @@ impl Worker {
     fn start(
         library: &Path,
         sha256: Option<&str>,
-        control: UnixStream,
-    ) -> io::Result<Option<(Arc<Worker>, UnixStream)>> {
+        mut control: &UnixStream,
+    ) -> io::Result<Option<Arc<Worker>>> {
         let writer = Writer::new(control.try_clone()?);
         let loaded = match sha256 {
             Some(sha256) => load_expecting(library, sha256),
@@ -127,9 +127,7 @@ impl Worker {
         let hello = loaded.as_ref().map(|provider| provider.manifest()).map_err(|error| error.to_string());
         writer.send(&ToHost::Hello(hello))?;
         let Ok(provider) = loaded else { return Ok(None) };
-        let mut buffer = Vec::new();
-        let Some(ToWorker::Start { env, setup }) =
-            protocol::read::<ToWorker<'static>>(&mut &control, &mut buffer)?
+        let Some(ToWorker::Start(env)) = protocol::read::<ToWorker<'static>>(&mut control, &mut Vec::new())?
         else {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the host did not start the worker"));
         };
@@ -138,13 +136,7 @@ impl Worker {
             // (the provider's `std::env::var`) take the same lock.
             std::env::set_var(name, value);
         }
-        let worker = Arc::new(Worker { provider, control: Arc::new(writer) });
-        let ready = match setup {
-            Some((params, level)) => worker.setup(&params, level),
-            None => Ok(()),
-        };
-        worker.control.send(&ToHost::Ready(ready))?;
-        Ok(Some((worker, control)))
+        Ok(Some(Arc::new(Worker { provider, control: Arc::new(writer) })))
     }
 
     /// Serves every call socket the host hands over until it closes the
@@ -217,7 +209,7 @@ impl Worker {
                         let _ = cancel.send(());
                     }
                 }
-                ToWorker::Start { .. } => return,
+                ToWorker::Start(_) => return,
             }
         }
     }
