@@ -43,21 +43,12 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("../../migrations/postgres/0002_api_in_process.sql")),
 ];
 
-/// Indexes added after their tables shipped: created where missing, under
-/// the migration lock, and never counted as a migration, so hosts of an
-/// older build still open the ledger (they refuse newer migrations); an
-/// index changes no row's meaning. Building one locks `leases` against
-/// writes once, on the first open by a build that has it.
-const INDEXES: &[&str] = &[
-    // What a patrol reads every half expiry: the rows not destroyed, by
-    // owner, never the whole ledger's history.
-    "CREATE INDEX IF NOT EXISTS leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
-];
-
-/// Tables added after the migrations: created where missing, under the
-/// migration lock and never counted as a migration, as [`INDEXES`] are; a
-/// host of an older build never reads them.
-const ADDED_TABLES: &[&str] = &[
+/// Tables and indexes added after the migrations: created where missing,
+/// under the migration lock, and never counted as a migration, so hosts of
+/// an older build still open the ledger (they refuse newer migrations) and
+/// never read them; an index changes no row's meaning. Building one locks
+/// `leases` against writes once, on the first open by a build that has it.
+const ADDED: &[&str] = &[
     // What providers learnt, kept across processes (`crate::memory`).
     "CREATE TABLE IF NOT EXISTS provider_memory (
         provider_id TEXT NOT NULL,
@@ -66,6 +57,9 @@ const ADDED_TABLES: &[&str] = &[
         saved_at_ms BIGINT NOT NULL,
         PRIMARY KEY (provider_id, key)
     )",
+    // What a patrol reads every half expiry: the rows not destroyed, by
+    // owner, never the whole ledger's history.
+    "CREATE INDEX IF NOT EXISTS leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
 ];
 
 /// Whether the database holds the ledger's migrations, and a `leases` table
@@ -168,7 +162,7 @@ fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
         tx.batch_execute(sql)?;
         tx.execute("INSERT INTO ledger_migrations (version) VALUES ($1)", &[version])?;
     }
-    for sql in ADDED_TABLES.iter().chain(INDEXES) {
+    for sql in ADDED {
         tx.batch_execute(sql)?;
     }
     Ok(tx.commit()?)
@@ -332,13 +326,8 @@ pub(crate) fn describe(error: &postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
         return format!("{}: {}", db.severity(), db.message());
     }
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text = format!("{text}: {cause}");
-        source = cause.source();
-    }
-    text.replace('\n', " ")
+    let causes = std::iter::successors(Some(error as &dyn std::error::Error), |error| error.source());
+    causes.map(ToString::to_string).collect::<Vec<_>>().join(": ").replace('\n', " ")
 }
 
 fn read_row(row: &Row) -> LeaseRecord {
