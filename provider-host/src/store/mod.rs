@@ -347,14 +347,12 @@ pub fn open(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn
     match location {
         #[cfg(feature = "sqlite")]
         LedgerLocation::Sqlite(path) => Ok(Box::new(Ledger::open(path)?)),
-        #[cfg(not(feature = "sqlite"))]
-        LedgerLocation::Sqlite(_) => Err(missing("ledger.sqlite3", "SQLite", "sqlite")),
         #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => Ok(Box::new(PgLedger::open(url, options)?)),
-        #[cfg(not(feature = "postgres"))]
-        LedgerLocation::Postgres(_) => {
-            let _ = options;
-            Err(missing("postgres://..", "PostgreSQL", "postgres"))
+        #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+        _ => {
+            let _ = options; // Only PostgreSQL reads them.
+            Err(missing(location))
         }
     }
 }
@@ -367,12 +365,10 @@ pub fn read_all(location: &LedgerLocation) -> Result<Vec<LeaseRecord>, LedgerErr
         LedgerLocation::Sqlite(path) => {
             Ledger::open_read_only(path)?.map_or(Ok(Vec::new()), |ledger| ledger.list())
         }
-        #[cfg(not(feature = "sqlite"))]
-        LedgerLocation::Sqlite(_) => Err(missing("ledger.sqlite3", "SQLite", "sqlite")),
         #[cfg(feature = "postgres")]
         LedgerLocation::Postgres(url) => self::postgres::read_all(url),
-        #[cfg(not(feature = "postgres"))]
-        LedgerLocation::Postgres(_) => Err(missing("postgres://..", "PostgreSQL", "postgres")),
+        #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+        _ => Err(missing(location)),
     }
 }
 
@@ -386,12 +382,14 @@ pub fn default_sqlite_path() -> PathBuf {
     state.join("host-harness").join("ledger.sqlite3")
 }
 
-/// A location (shown as `location`) of a store this build lacks: its
-/// `feature` is off.
+/// The error of a `location` whose store this build lacks (its feature is
+/// off).
 #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
-fn missing(location: &str, store: &str, feature: &str) -> LedgerError {
-    LedgerError::other(
-        location,
-        format!("this build has no {store} ledger (provider-host's `{feature}` feature is off)"),
-    )
+fn missing(location: &LedgerLocation) -> LedgerError {
+    let (shown, store, feature) = match location {
+        LedgerLocation::Sqlite(_) => ("ledger.sqlite3", "SQLite", "sqlite"),
+        LedgerLocation::Postgres(_) => ("postgres://..", "PostgreSQL", "postgres"),
+    };
+    let problem = format!("this build has no {store} ledger (provider-host's `{feature}` feature is off)");
+    LedgerError::other(shown, problem)
 }
