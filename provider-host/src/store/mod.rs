@@ -281,10 +281,11 @@ pub(crate) fn unix_ms(time: SystemTime) -> i64 {
     time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as i64)
 }
 
-/// The time `ms` milliseconds after the Unix epoch.
+/// A row of [`MEMORY`]: an entry saved `saved_at_ms` after the Unix epoch.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn from_unix_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+pub(crate) fn saved_entry(key: String, value: Vec<u8>, saved_at_ms: i64) -> SavedEntry {
+    let saved_at = SystemTime::UNIX_EPOCH + Duration::from_millis(saved_at_ms.max(0) as u64);
+    SavedEntry { entry: MemoryEntry::new(key, value), saved_at }
 }
 
 /// Where the ledger is: a SQLite file, or a PostgreSQL database

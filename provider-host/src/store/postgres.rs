@@ -23,7 +23,7 @@
 use crate::{
     memory::SavedEntry,
     store::{
-        from_unix_ms, lease_id, stored_error, unix_ms, LeaseStore, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
+        lease_id, saved_entry, stored_error, unix_ms, LeaseStore, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
     },
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
 };
@@ -364,13 +364,7 @@ impl LeaseStore for PgLedger {
 
     fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
         let rows = self.with(|client| client.query(MEMORY, &[&provider_id]))?;
-        Ok(rows
-            .iter()
-            .map(|row| SavedEntry {
-                entry: MemoryEntry::new(row.get::<_, String>(0), row.get::<_, Vec<u8>>(1)),
-                saved_at: from_unix_ms(row.get(2)),
-            })
-            .collect())
+        Ok(rows.iter().map(|row| saved_entry(row.get(0), row.get(1), row.get(2))).collect())
     }
 
     fn save_memory(

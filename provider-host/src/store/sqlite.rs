@@ -23,7 +23,7 @@ use crate::{
     group_commit::{self, Committer, Waiting},
     memory::SavedEntry,
     store::{
-        from_unix_ms, lease_id, stored_error, unix_ms, CommitCounts, Done, LeaseEnv, LeaseRecord, LeaseState,
+        lease_id, saved_entry, stored_error, unix_ms, CommitCounts, Done, LeaseEnv, LeaseRecord, LeaseState,
         LeaseStore, LedgerError, Owner, Problem, Whose, Write, FORGET_MEMORY, MEMORY, SAVE_MEMORY,
     },
 };
@@ -348,12 +348,7 @@ impl LeaseStore for Ledger {
     /// ([`crate::store::LeaseStore::memory`]).
     fn memory(&self, provider_id: &str) -> Result<Vec<SavedEntry>, LedgerError> {
         self.with(|conn| {
-            query(conn, MEMORY, [provider_id], |row| {
-                Ok(SavedEntry {
-                    entry: MemoryEntry::new(row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?),
-                    saved_at: from_unix_ms(row.get(2)?),
-                })
-            })
+            query(conn, MEMORY, [provider_id], |row| Ok(saved_entry(row.get(0)?, row.get(1)?, row.get(2)?)))
         })
     }
 
