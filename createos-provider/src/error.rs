@@ -344,11 +344,7 @@ fn api_message(operation: &str, status: u16) -> String {
 
 /// Messages are one line: control characters become spaces.
 fn one_line(message: String) -> String {
-    if message.chars().any(char::is_control) {
-        message.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
-    } else {
-        message
-    }
+    message.replace(char::is_control, " ")
 }
 
 #[cfg(test)]
