@@ -10,9 +10,9 @@
 //! and the connections in use stay about [`MAX_AWAITING_REPLY`] (as Envoy's
 //! default circuit breaker bounds requests per upstream to 1,024).
 //!
-//! A request holds its [`Pass`] from just before its start until its reply's
-//! head arrives (a reply body, a streamed command output included, is read
-//! after it: a long output never holds a pass).
+//! A request holds its pass ([`RequestGate::enter`]) from just before its
+//! start until its reply's head arrives (a reply body, a streamed command
+//! output included, is read after it: a long output never holds a pass).
 //!
 //! New work (creating sandboxes or processes) may take at most
 //! `MAX_AWAITING_REPLY - RESERVED_FOR_WORK_UNDER_WAY` passes: a server that
@@ -42,14 +42,6 @@ pub struct RequestGate {
     new_work: Semaphore,
 }
 
-/// The right to have one request awaiting its reply; drop it once the
-/// reply's head has arrived.
-#[derive(Debug)]
-pub struct Pass<'a> {
-    _any: SemaphorePermit<'a>,
-    _new_work: Option<SemaphorePermit<'a>>,
-}
-
 impl RequestGate {
     /// At most `max` requests awaiting a reply, at most `max - reserved` of
     /// them new work.
@@ -71,16 +63,17 @@ impl RequestGate {
             .clone()
     }
 
-    /// Waits for a pass for one request of `priority`. Cancel by dropping
-    /// the future.
-    pub async fn enter(&self, priority: Priority) -> Pass<'_> {
+    /// Waits for a pass for one request of `priority`: the right to have
+    /// one request awaiting its reply (its permits); drop it once the reply's
+    /// head has arrived. Cancel by dropping the future.
+    pub async fn enter(&self, priority: Priority) -> (SemaphorePermit<'_>, Option<SemaphorePermit<'_>>) {
         // The gate owns its semaphores and never closes them.
         const OPEN: &str = "a request gate's semaphore is never closed";
         let new_work = match priority {
             Priority::NewWork => Some(self.new_work.acquire().await.expect(OPEN)),
             Priority::Cleanup | Priority::InFlight => None,
         };
-        Pass { _any: self.any.acquire().await.expect(OPEN), _new_work: new_work }
+        (self.any.acquire().await.expect(OPEN), new_work)
     }
 }
 
