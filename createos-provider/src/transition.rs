@@ -323,12 +323,13 @@ pub fn model(durations: impl IntoIterator<Item = Duration>) -> Vec<(usize, Durat
     durations
         .into_iter()
         .map(|d| {
-            let mut run = PhaseRun::new(&estimates, Phase::Pausing, true);
+            let start = Instant::now();
+            let mut run = PhaseRun::new(&estimates, Phase::Pausing, true, start);
             loop {
                 let at = run.next_offset();
                 run.polls += 1;
                 if at >= d {
-                    run.finish(&estimates, at);
+                    run.finish(&estimates, start + at);
                     return (run.polls, at - d);
                 }
                 run.last_sent = Some(at);
@@ -348,12 +349,14 @@ struct PhaseRun {
     polls: usize,
     /// When the last read that still saw the phase was sent, from the start.
     last_sent: Option<Duration>,
+    /// When the phase started.
+    start: Instant,
 }
 
 impl PhaseRun {
-    fn new(estimates: &Estimates, phase: Phase, timed: bool) -> PhaseRun {
+    fn new(estimates: &Estimates, phase: Phase, timed: bool, start: Instant) -> PhaseRun {
         let first = if timed { estimates.first_wait(phase) } else { None };
-        PhaseRun { phase, timed, first, polls: 0, last_sent: None }
+        PhaseRun { phase, timed, first, polls: 0, last_sent: None, start }
     }
 
     /// The offset of the next poll from the start.
@@ -361,19 +364,24 @@ impl PhaseRun {
         poll_offset(self.first, self.polls)
     }
 
-    /// Waits for the next poll of the phase started at `start`, and counts it.
-    async fn wait_next(&mut self, start: Instant, deadline: Instant) -> Result<(), Error> {
-        let at = start + self.next_offset();
+    /// Waits for the next poll, and counts it.
+    async fn wait_next(&mut self, deadline: Instant) -> Result<(), Error> {
+        let at = self.start + self.next_offset();
         self.polls += 1;
         wait_until(at, deadline).await
     }
 
+    /// The read sent at `sent` still saw the phase.
+    fn seen(&mut self, sent: Instant) {
+        self.last_sent = Some(sent.saturating_duration_since(self.start));
+    }
+
     /// The phase completed; the completing read's reply came at `done`.
-    fn finish(&self, estimates: &Estimates, done: Duration) {
+    fn finish(&self, estimates: &Estimates, done: Instant) {
         if !self.timed {
             return;
         }
-        let done = done.as_secs_f64() * 1e3;
+        let done = (done - self.start).as_secs_f64() * 1e3;
         let sample = match self.last_sent {
             None => Sample::FirstPoll(done),
             Some(seen) => Sample::Between((seen.as_secs_f64() * 1e3 + done) / 2.0),
@@ -433,25 +441,24 @@ pub async fn created_then<C: Lifecycle, T, F: Future<Output = Result<T, Error>>>
     estimates: &Estimates,
     work: impl Fn() -> F,
 ) -> Result<T, Error> {
-    let start = Instant::now();
-    let mut run = PhaseRun::new(estimates, Phase::Creating, true);
-    run.wait_next(start, deadline).await?;
+    let mut run = PhaseRun::new(estimates, Phase::Creating, true, Instant::now());
+    run.wait_next(deadline).await?;
     let sent = Instant::now();
     match work().await {
         Ok(value) => {
-            run.finish(estimates, Instant::now() - start);
+            run.finish(estimates, Instant::now());
             return Ok(value);
         }
         Err(error) if error.is_not_found() => return Err(error),
-        Err(_) => run.last_sent = Some(sent - start),
+        Err(_) => run.seen(sent),
     }
-    run.wait_next(start, deadline).await?;
-    drive(client, id, Desired::Running, deadline, priority, estimates, Some((run, start))).await?;
+    run.wait_next(deadline).await?;
+    drive(client, id, Desired::Running, deadline, priority, estimates, Some(run)).await?;
     work().await
 }
 
-/// The state machine. `started`: a phase we started (and its start) whose
-/// next poll is due now; `None` reads the state at once.
+/// The state machine. `started`: a phase we started whose next poll is due
+/// now; `None` reads the state at once.
 async fn drive<C: Lifecycle>(
     client: &C,
     id: &str,
@@ -459,38 +466,34 @@ async fn drive<C: Lifecycle>(
     deadline: Instant,
     priority: Priority,
     estimates: &Estimates,
-    started: Option<(PhaseRun, Instant)>,
+    started: Option<PhaseRun>,
 ) -> Result<(), Error> {
     let opts = CallOptions::new(deadline, priority);
     let mut submitted = false;
     let mut first_read = started.is_none();
-    // The phase being polled and when it started.
-    let mut phase: Option<(PhaseRun, Instant)> = started;
+    // The phase being polled.
+    let mut phase = started;
     loop {
         let sent = Instant::now();
         let status = client.get_sandbox(id, opts).await?;
         let replied = Instant::now();
+        let first = std::mem::replace(&mut first_read, false);
         if let Some(seen) = Phase::from_name(&status) {
-            match &mut phase {
-                Some((run, start)) if run.phase == seen => {
-                    run.last_sent = Some(sent.saturating_duration_since(*start))
+            let run = match &mut phase {
+                Some(run) if run.phase == seen => {
+                    run.seen(sent);
+                    run
                 }
-                _ => {
-                    // `creating` at the first read follows the creation: timed
-                    // from here. Anything else we did not start: untimed.
-                    let timed = first_read && seen == Phase::Creating;
-                    phase = Some((PhaseRun::new(estimates, seen, timed), replied));
-                }
-            }
-            first_read = false;
-            let (run, start) = phase.as_mut().expect("a phase");
-            run.wait_next(*start, deadline).await?;
+                // `creating` at the first read follows the creation: timed
+                // from here. Anything else we did not start: untimed.
+                _ => phase.insert(PhaseRun::new(estimates, seen, first && seen == Phase::Creating, replied)),
+            };
+            run.wait_next(deadline).await?;
             continue;
         }
-        first_read = false;
         if status == desired.as_str() {
-            if let Some((run, start)) = phase {
-                run.finish(estimates, replied - start);
+            if let Some(run) = phase {
+                run.finish(estimates, replied);
             }
             return Ok(());
         }
@@ -511,9 +514,8 @@ async fn drive<C: Lifecycle>(
             Ok(()) => {
                 // Accepted is not done: the state is in flight now, timed
                 // from this reply.
-                let (start, mut run) = (Instant::now(), PhaseRun::new(estimates, kind, true));
-                run.wait_next(start, deadline).await?;
-                phase = Some((run, start));
+                let run = phase.insert(PhaseRun::new(estimates, kind, true, Instant::now()));
+                run.wait_next(deadline).await?;
             }
             // A transition is under way: reconcile by reading the state.
             Err(e) if e.http_status() == Some(409) => {}
