@@ -301,16 +301,15 @@ impl Run<'_> {
     ) -> Result<ExecuteResult, Error> {
         // New work waits for admission, so it never piles up in front of
         // work already in flight; it holds it until process creation returns.
-        let admitted = self.race(crate::lease::admit(self.client, &self.lease.config)).await;
-        let staged = match (admitted, stdin) {
-            (Ok(admission), Some((body, path))) => {
+        let staged = async {
+            let admission = crate::lease::admit(self.client, &self.lease.config).await?;
+            if let Some((body, path)) = stdin {
                 let options = self.options(Priority::InFlight);
-                let upload = self.client.put_file_stream(self.sandbox(), path, body, options);
-                self.race(upload).await.map(|()| admission)
+                self.client.put_file_stream(self.sandbox(), path, body, options).await?;
             }
-            (admitted, _) => admitted,
+            Ok(admission)
         };
-        let admission = match staged {
+        let admission = match self.race(staged).await {
             Ok(admission) => admission,
             Err(stop) => return self.stopped(stop, None, OutputDecoder::new().finish()),
         };
