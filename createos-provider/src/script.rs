@@ -72,21 +72,19 @@ pub fn validate(spec: &ScriptSpec<'_>) -> Result<(), Error> {
         )));
     }
     let nul = |s: &str| s.contains('\0');
-    if nul(spec.cwd) {
-        return Err(Error::invalid_input("CreateOS working directory must not contain a NUL byte."));
+    // The places a NUL may hide, in the order they are checked.
+    let places = [
+        (nul(spec.cwd), "working directory"),
+        (nul(spec.command) || spec.args.iter().any(|a| nul(a)), "command and arguments"),
+        (spec.env.iter().any(|(_, value)| nul(value)), "environment variable values"),
+        (spec.stdin_path.is_some_and(nul), "stdin path"),
+    ];
+    match places.into_iter().find(|(found, _)| *found) {
+        Some((_, place)) => {
+            Err(Error::invalid_input(format!("CreateOS {place} must not contain a NUL byte.")))
+        }
+        None => Ok(()),
     }
-    if nul(spec.command) || spec.args.iter().any(|a| nul(a)) {
-        return Err(Error::invalid_input("CreateOS command and arguments must not contain a NUL byte."));
-    }
-    if spec.env.iter().any(|(_, value)| nul(value)) {
-        return Err(Error::invalid_input(
-            "CreateOS environment variable values must not contain a NUL byte.",
-        ));
-    }
-    if spec.stdin_path.is_some_and(nul) {
-        return Err(Error::invalid_input("CreateOS stdin path must not contain a NUL byte."));
-    }
-    Ok(())
 }
 
 /// [`validate`]s the spec and [`build`]s the script, refusing one that
