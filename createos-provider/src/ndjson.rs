@@ -318,11 +318,6 @@ impl OutputDecoder {
         self.cursor
     }
 
-    /// The exit status, once the exit frame arrived.
-    pub fn exit(&self) -> Option<&ExitStatus> {
-        self.exit.as_ref()
-    }
-
     /// A new connection starts: a partial line of the old one is dropped
     /// (its frame is replayed, since the cursor never passed it).
     pub fn reconnect(&mut self) {
@@ -650,10 +645,10 @@ mod tests {
         ]
         .concat();
         let after = data(4, "stdout", b"ignored") + "garbage\n";
-        assert_eq!(decoder.exit(), None);
+        assert_eq!(decoder.exit, None);
         let (seen, result) = collect(&mut decoder, &[body.as_bytes(), after.as_bytes()]);
         assert_eq!(result.unwrap(), Some(ExitStatus::Code(3)));
-        assert_eq!(decoder.exit(), Some(&ExitStatus::Code(3)));
+        assert_eq!(decoder.exit, Some(ExitStatus::Code(3)));
         let bytes = |a: &[u8]| a.to_vec();
         assert_eq!(
             seen,

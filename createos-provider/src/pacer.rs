@@ -538,18 +538,6 @@ impl Pacer {
         true
     }
 
-    /// Starts in the current 60 s window (window pacing's log).
-    pub fn window_starts(&self) -> u32 {
-        let mut state = self.lock();
-        state.window.prune(Instant::now());
-        state.window.starts
-    }
-
-    /// Requests waiting for a permit.
-    pub fn waiting(&self) -> usize {
-        self.lock().queue.len()
-    }
-
     /// The end of the current 429 pause, if any was ever set.
     pub fn paused_until(&self) -> Option<Instant> {
         self.lock().paused_until
@@ -688,7 +676,7 @@ mod tests {
     use tokio::task::yield_now;
 
     async fn until_waiting(pacer: &Pacer, n: usize) {
-        while pacer.waiting() != n {
+        while pacer.lock().queue.len() != n {
             yield_now().await;
         }
     }
@@ -943,14 +931,16 @@ mod tests {
             pacer.acquire(Priority::InFlight).await;
         }
         assert_eq!(Instant::now(), start);
-        assert_eq!(pacer.window_starts(), 72);
+        pacer.lock().window.prune(Instant::now());
+        assert_eq!(pacer.lock().window.starts, 72);
         // The free share is spent: the next start waits 60 s / (291 − 72).
         pacer.acquire(Priority::InFlight).await;
         // (Tokio's timer has millisecond resolution.)
         assert_eq!(Instant::now() - start, Duration::from_millis(274));
         // Once the free starts left the window, it is free again.
         tokio::time::sleep_until(start + WINDOW).await;
-        assert_eq!(pacer.window_starts(), 1);
+        pacer.lock().window.prune(Instant::now());
+        assert_eq!(pacer.lock().window.starts, 1);
         let t = Instant::now();
         pacer.acquire(Priority::InFlight).await;
         assert_eq!(Instant::now(), t);
@@ -1119,15 +1109,15 @@ mod tests {
         middle.abort();
         assert!(head.await.unwrap_err().is_cancelled());
         assert!(middle.await.unwrap_err().is_cancelled());
-        assert_eq!(pacer.waiting(), 1);
+        assert_eq!(pacer.lock().queue.len(), 1);
         let granted = last.await.unwrap();
         // Served at the first free slot (one second at 60/min, 97 %), as if
         // the others never existed.
         assert_eq!(granted - start, Duration::from_millis(1_031));
-        assert_eq!(pacer.waiting(), 0);
+        assert_eq!(pacer.lock().queue.len(), 0);
         // A future dropped before it is ever polled leaves no trace either.
         drop(pacer.acquire(Priority::Cleanup));
-        assert_eq!(pacer.waiting(), 0);
+        assert_eq!(pacer.lock().queue.len(), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1174,7 +1164,7 @@ mod tests {
         let admission = pacer.admit_new_work(HORIZON).await;
         // One request had to start before new work was admitted.
         assert_eq!(Instant::now() - start, Duration::from_millis(207));
-        assert_eq!(pacer.waiting(), 8);
+        assert_eq!(pacer.lock().queue.len(), 8);
         // The guard and the recent admission count: two more starts.
         let t1 = Instant::now();
         let second = pacer.admit_new_work(HORIZON).await;
