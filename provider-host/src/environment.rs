@@ -1,7 +1,6 @@
 //! The environment a host acts for: who is asking (company, environment),
 //! which provider, with what configuration, and where its API lives.
 
-use crate::store::LeaseRecord;
 use provider_abi::EnvironmentParams;
 use serde_json::Value;
 
@@ -32,19 +31,6 @@ impl Environment {
             environment_id: environment_id.into(),
             config,
             api_in_process: false,
-        }
-    }
-
-    /// The environment a lease the ledger recorded as `record` was acquired
-    /// in, `config` being its provider configuration (the stored one with
-    /// its secrets restored).
-    pub fn of_record(record: &LeaseRecord, config: Value) -> Self {
-        Self {
-            driver_key: Some(record.env.driver_key.clone()),
-            company_id: record.env.company_id.clone(),
-            environment_id: record.env.environment_id.clone(),
-            config,
-            api_in_process: record.env.api_in_process,
         }
     }
 

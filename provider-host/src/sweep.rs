@@ -93,9 +93,16 @@ impl SweepSecrets {
         }
     }
 
-    /// The provider configuration to act on `record` with.
-    pub(crate) fn config_for(&self, secrets: &SecretFields, record: &LeaseRecord) -> Value {
-        secrets.restore(&record.env.config, &self.current, &self.current_stored)
+    /// The environment `record` was acquired in, its stored configuration
+    /// given back the current secrets of `fields` its account may have.
+    pub(crate) fn environment(&self, fields: &SecretFields, record: &LeaseRecord) -> Environment {
+        Environment {
+            driver_key: Some(record.env.driver_key.clone()),
+            company_id: record.env.company_id.clone(),
+            environment_id: record.env.environment_id.clone(),
+            config: fields.restore(&record.env.config, &self.current, &self.current_stored),
+            api_in_process: record.env.api_in_process,
+        }
     }
 }
 
@@ -159,27 +166,14 @@ pub fn sweep(
         records = ledger.take_over(&records)?;
     }
     let fields = SecretFields::of(&provider.manifest());
-    let mut swept = Vec::new();
-    for record in records {
+    let swept = records.into_iter().map(|record| {
         let outcome = sweep_one(provider, ledger, &record, &fields, secrets, scope)?;
-        match &outcome {
-            Outcome::Destroyed => {
-                tracing::warn!(lease = ?record.provider_lease_id, state = %record.state, "swept a lease left behind")
-            }
-            Outcome::Unresolvable => tracing::warn!(
-                row = record.id,
-                "a lease left behind has no id (its creation reply was still in flight); it cannot be swept"
-            ),
-            Outcome::Failed(error) => {
-                tracing::warn!(lease = ?record.provider_lease_id, kind = %error.kind, "sweep could not destroy a lease")
-            }
-            Outcome::GoneWithItsProcess | Outcome::NeverSent => {}
-        }
-        swept.push(Swept { record, outcome });
-    }
-    Ok(swept)
+        Ok(Swept { record, outcome })
+    });
+    swept.collect()
 }
 
+/// Sweeps one row, logging what it did but for a row closed without a request.
 fn sweep_one(
     provider: &dyn HookSupport,
     ledger: &dyn LeaseStore,
@@ -197,14 +191,24 @@ fn sweep_one(
             ledger.set_state(record.id, LeaseState::Destroyed, "sweep", None)?;
             return Ok(Outcome::NeverSent);
         }
+        tracing::warn!(
+            row = record.id,
+            "a lease left behind has no id (its creation reply was still in flight); it cannot be swept"
+        );
         return Ok(Outcome::Unresolvable);
     }
-    let config = Environment::of_record(record, secrets.config_for(fields, record));
+    let config = secrets.environment(fields, record);
     let host = Host::new(provider, ledger, &config, record.owner, &record.run_id);
-    let held = HeldLease::new(record.id, record.lease());
+    let (held, lease) = (HeldLease::new(record.id, record.lease()), &record.provider_lease_id);
     Ok(match crate::wait(host.destroy_left_behind(&held, record.state)) {
-        Ok(()) => Outcome::Destroyed,
-        Err(error) => Outcome::Failed(error),
+        Ok(()) => {
+            tracing::warn!(lease = ?lease, state = %record.state, "swept a lease left behind");
+            Outcome::Destroyed
+        }
+        Err(error) => {
+            tracing::warn!(lease = ?lease, kind = %error.kind, "sweep could not destroy a lease");
+            Outcome::Failed(error)
+        }
     })
 }
 

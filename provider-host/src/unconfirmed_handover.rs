@@ -5,7 +5,7 @@
 //! it takes its first call, and the new version itself refuses to reuse them.
 
 use crate::{
-    environment::Environment,
+    host::lease_params,
     hosted::HookSupport,
     secrets::SecretFields,
     store::LeaseStore,
@@ -23,18 +23,9 @@ pub fn unconfirmed_leases(
     secrets: &SweepSecrets,
 ) -> Result<Vec<LeaseParams>, LedgerError> {
     let fields = SecretFields::of(&provider.manifest());
-    Ok(store
-        .in_state(LeaseState::Unconfirmed)?
-        .into_iter()
-        .map(|record| {
-            let lease = record.lease();
-            let config = Environment::of_record(&record, secrets.config_for(&fields, &record));
-            LeaseParams {
-                env: config.params(&record.env.driver_key),
-                run_id: record.run_id.as_str().into(),
-                provider_lease_id: lease.provider_lease_id,
-                metadata_json: lease.metadata_json,
-            }
-        })
-        .collect())
+    let leases = store.in_state(LeaseState::Unconfirmed)?.into_iter().map(|record| {
+        let env = secrets.environment(&fields, &record).params(&record.env.driver_key);
+        lease_params(env, &record.run_id, &record.lease())
+    });
+    Ok(leases.collect())
 }
