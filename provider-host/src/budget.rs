@@ -45,13 +45,6 @@ pub struct Granted {
     pub last: u32,
 }
 
-impl Granted {
-    fn record(&mut self, share: u32) {
-        self.lowest = self.lowest.min(share);
-        self.last = share;
-    }
-}
-
 /// Reads the group of `store`'s host and grants `provider` its share now.
 /// `None` when the provider lacks the hook (it keeps its whole budget) or
 /// the share could not be read or granted (logged; the last grant stands).
@@ -87,7 +80,8 @@ pub fn keep_granting(
     let mut granted = first.map(start);
     while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(SHARE_INTERVAL) {
         if let Some(share) = grant(provider, store) {
-            granted.get_or_insert_with(|| start(share)).record(share);
+            let granted = granted.get_or_insert_with(|| start(share));
+            (granted.lowest, granted.last) = (granted.lowest.min(share), share);
         }
     }
     granted

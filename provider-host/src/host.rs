@@ -624,17 +624,14 @@ impl<'a> Host<'a> {
     /// (`inspect_lease`): one already gone is recorded destroyed without a
     /// second DELETE. Otherwise, or when it cannot say, destroys.
     pub async fn destroy_left_behind(&self, held: &HeldLease, state: LeaseState) -> HookResult<()> {
-        if delete_may_have_gone_out(state) && self.provider.supports(Hook::InspectLease) {
-            if let Ok(status) = self.provider.inspect_lease(self.params(&held.lease)).await {
-                if !status.exists {
-                    tracing::info!(lease = ?held.id(), %state, "a lease left behind was already gone");
-                    return self
-                        .record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None)
-                        .await;
-                }
-            }
+        let gone = delete_may_have_gone_out(state)
+            && self.provider.supports(Hook::InspectLease)
+            && self.provider.inspect_lease(self.params(&held.lease)).await.is_ok_and(|status| !status.exists);
+        if !gone {
+            return self.destroy(held).await;
         }
-        self.destroy(held).await
+        tracing::info!(lease = ?held.id(), %state, "a lease left behind was already gone");
+        self.record(held.row, LeaseState::Destroyed, Hook::InspectLease.name(), None).await
     }
 
     /// `realize_workspace` (no state change).

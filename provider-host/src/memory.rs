@@ -57,10 +57,7 @@ pub fn restore(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
 /// warning, as is an export over [`MEMORY_LIMIT`], which is not saved).
 pub fn save(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
     let id = provider.manifest().id.to_string();
-    let Some(entries) = export(provider, &id) else { return 0 };
-    if entries.is_empty() {
-        return 0;
-    }
+    let Some(entries) = export(provider, &id).filter(|entries| !entries.is_empty()) else { return 0 };
     let now = SystemTime::now();
     let forget_before = now.checked_sub(MAX_AGE).unwrap_or(SystemTime::UNIX_EPOCH);
     store

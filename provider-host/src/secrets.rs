@@ -42,11 +42,10 @@ impl SecretFields {
 
     /// The secrets a JSON schema declares (`writeOnly` top-level properties).
     pub fn from_schema(schema: &Value) -> Self {
-        let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
-            return Self::default();
-        };
+        let properties = schema.get("properties").and_then(Value::as_object);
         let secrets = properties
-            .iter()
+            .into_iter()
+            .flatten()
             .filter(|(_, property)| property.get("writeOnly").and_then(Value::as_bool) == Some(true))
             .map(|(name, property)| Secret {
                 name: name.clone(),
