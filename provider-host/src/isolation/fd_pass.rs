@@ -20,17 +20,15 @@ pub fn send_socket(control: &UnixStream, socket: &UnixStream) -> io::Result<()> 
     let fds = [socket.as_raw_fd()];
     let payload = [0u8];
     loop {
-        let sent = sendmsg::<()>(
+        match sendmsg::<()>(
             control.as_raw_fd(),
             &[IoSlice::new(&payload)],
             &[ControlMessage::ScmRights(&fds)],
             MsgFlags::MSG_NOSIGNAL,
             None,
-        );
-        match sent {
-            Ok(_) => return Ok(()),
-            Err(Errno::EINTR) => continue,
-            Err(errno) => return Err(errno.into()),
+        ) {
+            Err(Errno::EINTR) => {}
+            sent => return Ok(sent.map(drop)?),
         }
     }
 }
@@ -48,9 +46,8 @@ pub fn receive_socket(control: &UnixStream) -> io::Result<Option<UnixStream>> {
             Some(&mut space),
             MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
-            Ok(message) => message,
             Err(Errno::EINTR) => continue,
-            Err(errno) => return Err(errno.into()),
+            message => message?,
         };
         if message.bytes == 0 {
             return Ok(None);

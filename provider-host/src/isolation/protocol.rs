@@ -172,10 +172,8 @@ impl Writer {
 /// of stream (between frames).
 pub fn read<T: DeserializeOwned>(input: &mut impl Read, buffer: &mut Vec<u8>) -> io::Result<Option<T>> {
     let mut prefix = [0; 4];
-    match input.read_exact(&mut prefix) {
-        Ok(()) => {}
-        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(error) => return Err(error),
+    if let Err(error) = input.read_exact(&mut prefix) {
+        return if error.kind() == io::ErrorKind::UnexpectedEof { Ok(None) } else { Err(error) };
     }
     let length = u32::from_le_bytes(prefix) as usize;
     if length > MAX_FRAME {

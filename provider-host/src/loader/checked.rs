@@ -53,8 +53,11 @@ static LOADED: LazyLock<Mutex<HashMap<PathBuf, Option<FileId>>>> = LazyLock::new
 
 /// A provider library opened for examination, by its canonical path.
 pub(crate) struct CheckedFile {
-    path: PathBuf,
-    file: File,
+    /// The canonical path.
+    pub(crate) path: PathBuf,
+    /// The open file, for examination.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) file: File,
     id: FileId,
 }
 
@@ -67,17 +70,6 @@ impl CheckedFile {
             .metadata()
             .map_err(|error| LoadError::Unreadable { path: path.clone(), reason: error.to_string() })?;
         Ok(Self { id: id(&metadata), path, file })
-    }
-
-    /// The canonical path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The open file, for examination.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) fn file_mut(&mut self) -> &mut File {
-        &mut self.file
     }
 
     /// Refuses the path if this process already loaded it from another file
@@ -151,8 +143,8 @@ mod tests {
     #[test]
     fn a_bare_name_becomes_an_absolute_path_in_the_current_directory() {
         let checked = CheckedFile::open(Path::new("Cargo.toml")).unwrap();
-        assert!(checked.path().is_absolute());
-        assert_eq!(checked.path(), std::env::current_dir().unwrap().join("Cargo.toml"));
+        assert!(checked.path.is_absolute());
+        assert_eq!(checked.path, std::env::current_dir().unwrap().join("Cargo.toml"));
     }
 
     #[test]
@@ -180,7 +172,7 @@ mod tests {
         let path = dir.path().join("lib.so");
         std::fs::write(&path, b"first").unwrap();
         let first = CheckedFile::open(&path).unwrap();
-        LOADED.lock().unwrap().insert(first.path().to_path_buf(), Some(first.id));
+        LOADED.lock().unwrap().insert(first.path.clone(), Some(first.id));
         first.check_not_loaded_from_another_file().unwrap();
         // Replaced by rename, as package managers do: a new inode.
         let next = dir.path().join("lib.so.new");

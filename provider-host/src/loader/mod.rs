@@ -149,7 +149,7 @@ impl LoadedProvider {
     /// canonical path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
         let checked = CheckedFile::open(path.as_ref())?;
-        let path = checked.path().to_path_buf();
+        let path = checked.path.clone();
         let (module, image) = open_module(checked)?;
         let library_abi = module.library_abi();
         if library_abi.major != ABI_VERSION.major {
@@ -199,7 +199,7 @@ impl LoadedProvider {
 /// layout matches; each failure is one line. Returns the module and the
 /// loaded object it came from.
 fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
-    let path = checked.path().to_path_buf();
+    let path = checked.path.clone();
     let path = path.as_path();
     let not_a_provider = || LoadError::NotAProvider { path: path.to_path_buf() };
     let mismatch = |detail: &dyn fmt::Display| LoadError::LayoutMismatch {
@@ -207,7 +207,7 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
         detail: first_line(detail),
     };
     #[cfg(target_os = "linux")]
-    elf::check_shared_object(checked.file_mut())
+    elf::check_shared_object(&mut checked.file)
         .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
     checked.check_not_loaded_from_another_file()?;
     let header = lib_header_from_path(path).map_err(|error| match error {
