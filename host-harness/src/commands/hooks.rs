@@ -217,18 +217,14 @@ pub fn exec(
     if std::io::stdout().flush().is_err_and(|error| error.kind() == ErrorKind::BrokenPipe) {
         return Err(Failure::Exit(BROKEN_PIPE_EXIT));
     }
-    let code = match (result.exit_code, result.timed_out) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, true) => 124,
-        (None, false) => 125,
-    };
     if result.timed_out {
         tracing::warn!("the command timed out");
     }
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(Failure::Exit(code))
+    match (result.exit_code, result.timed_out) {
+        (Some(0), _) => Ok(()),
+        (Some(code), _) => Err(Failure::Exit(u8::try_from(code).unwrap_or(1))),
+        (None, true) => Err(Failure::Exit(124)),
+        (None, false) => Err(Failure::Exit(125)),
     }
 }
 
