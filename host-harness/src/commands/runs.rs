@@ -1,7 +1,7 @@
 //! `lifecycle` and `soak`: whole lease lifecycles. Both sweep the leases
 //! earlier runs left behind first.
 
-use super::{read_config, Failure, Printer, Session};
+use super::{read_config, Failure, Session};
 use host_harness::{
     embedded,
     lifecycle::{self, StepReport},
@@ -78,34 +78,26 @@ pub fn lifecycle(session: &Session, config: Option<&Path>) -> Result<(), Failure
         println!("{}", embedded::banner(sim));
     }
     target.sweep_orphans(session)?;
-    let out = session.out;
-    let host = Host::new(
-        &session.provider,
-        session.ledger.as_ref(),
-        &target.config,
-        Owner::Lifecycle,
-        "harness-lifecycle",
-    );
+    let (provider, ledger) = (&session.provider, session.ledger.as_ref());
+    let host = Host::new(provider, ledger, &target.config, Owner::Lifecycle, "harness-lifecycle");
     // The provider's remarks (an unknown key...) once, before the steps.
     if let Ok(report) = host.validate() {
         for warning in report.warnings.iter() {
             tracing::warn!("configuration: {warning}");
         }
     }
-    let mut print = |step: &StepReport| print_step(out, step);
+    let mut print = |step: &StepReport| {
+        session.out.value(&step.to_json(), || {
+            let outcome = match &step.error {
+                None => "ok".to_owned(),
+                Some(error) => format!("FAILED: {}", render::error_line(error)),
+            };
+            let lease = step.lease_id.as_deref().map(|id| format!(" lease {id}")).unwrap_or_default();
+            let note = if step.note.is_empty() { String::new() } else { format!(" ({})", step.note) };
+            format!("{:<14} {:>9.1} ms  {outcome}{lease}{note}", step.step, step.duration.as_secs_f64() * 1e3)
+        })
+    };
     super::passed(lifecycle::run(&host, &mut print))
-}
-
-fn print_step(out: Printer, step: &StepReport) {
-    out.value(&step.to_json(), || {
-        let outcome = match &step.error {
-            None => "ok".to_owned(),
-            Some(error) => format!("FAILED: {}", render::error_line(error)),
-        };
-        let lease = step.lease_id.as_deref().map(|id| format!(" lease {id}")).unwrap_or_default();
-        let note = if step.note.is_empty() { String::new() } else { format!(" ({})", step.note) };
-        format!("{:<14} {:>9.1} ms  {outcome}{lease}{note}", step.step, step.duration.as_secs_f64() * 1e3)
-    })
 }
 
 /// `soak` options.
@@ -265,7 +257,6 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
         let (patrolled, share) = (patrol.join().unwrap_or_default(), granting.join().unwrap_or_default());
         (tally, patrolled, share, monitor.join().unwrap_or_default())
     });
-    let taken_over = patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count();
     let ledger_commits = session.ledger.commit_counts();
     if let Some(bar) = &bar {
         bar.finish_and_clear();
@@ -300,7 +291,7 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
         tally,
         sim: target.sim.as_ref().map(embedded::figures),
         unswept: left_behind.len(),
-        taken_over,
+        taken_over: patrolled.iter().filter(|item| item.outcome == Outcome::Destroyed).count(),
         cut_short_by_crash,
         resources,
         concurrency: options.concurrency,
