@@ -124,8 +124,7 @@ impl LockFile {
             sha256: staged.sha256().to_owned(),
             path: staged.source().display().to_string(),
         };
-        self.pins
-            .retain(|old| (old.id.as_str(), old.version.as_str()) != (pin.id.as_str(), pin.version.as_str()));
+        self.pins.retain(|old| (&old.id, &old.version) != (&pin.id, &pin.version));
         self.pins.push(pin.clone());
         self.save()?;
         Ok(pin)

@@ -289,10 +289,8 @@ fn later<T: Serialize + Send + 'static>(future: HookFuture<T>) -> HookFuture<Vec
 fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiver<()>) -> HookResult<T> {
     match pollster::block_on(future::select(future, cancel)) {
         Either::Left((result, _)) => result,
-        Either::Right((_, future)) => {
-            drop(future);
-            Err(cancelled(hook))
-        }
+        // The hook's future, handed back unfinished, is dropped here.
+        Either::Right(_) => Err(cancelled(hook)),
     }
 }
 
