@@ -79,9 +79,9 @@ struct Job {
 /// The committer thread of one connection. Dropping it lets the thread
 /// commit what is queued, close the connection and end, and waits for that.
 pub struct Committer {
-    queue: Option<mpsc::Sender<Job>>,
+    /// The queue and the thread reading it (taken by `drop`).
+    running: Option<(mpsc::Sender<Job>, JoinHandle<()>)>,
     counters: Arc<Counters>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl Committer {
@@ -93,7 +93,7 @@ impl Committer {
         let thread = std::thread::Builder::new()
             .name("ledger-commit".into())
             .spawn(move || run(&conn, &jobs, &counted))?;
-        Ok(Committer { queue: Some(queue), counters, thread: Some(thread) })
+        Ok(Committer { running: Some((queue, thread)), counters })
     }
 
     /// A writer began: it will write again soon (a lease in flight).
@@ -115,7 +115,7 @@ impl Committer {
     /// too. Without a committer thread (it ended), `answer` is dropped
     /// unanswered.
     pub fn send(&self, write: Write, answer: Answer, waiting: Waiting) {
-        if let Some(queue) = &self.queue {
+        if let Some((queue, _)) = &self.running {
             drop(queue.send(Job { write, answer, waiting }));
         }
     }
@@ -131,8 +131,8 @@ impl Committer {
 
 impl Drop for Committer {
     fn drop(&mut self) {
-        drop(self.queue.take());
-        if let Some(thread) = self.thread.take() {
+        if let Some((queue, thread)) = self.running.take() {
+            drop(queue);
             drop(thread.join());
         }
     }
