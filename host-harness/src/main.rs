@@ -505,7 +505,8 @@ impl Global {
     /// `--ledger`, as a location, or the default one.
     fn ledger(&self) -> LedgerLocation {
         let parse = |path: &PathBuf| LedgerLocation::parse(path.as_os_str());
-        self.ledger.as_ref().map_or_else(LedgerLocation::default_location, parse)
+        let default = || LedgerLocation::Sqlite(provider_host::store::default_sqlite_path());
+        self.ledger.as_ref().map_or_else(default, parse)
     }
 }
 

@@ -320,11 +320,6 @@ impl LedgerLocation {
             _ => LedgerLocation::Sqlite(PathBuf::from(text)),
         }
     }
-
-    /// The default: the SQLite file at [`default_sqlite_path`].
-    pub fn default_location() -> LedgerLocation {
-        LedgerLocation::Sqlite(default_sqlite_path())
-    }
 }
 
 /// What a store is opened with.
