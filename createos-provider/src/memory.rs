@@ -15,7 +15,7 @@
 //! keys, and reports entries it could not read as one `invalid_input`
 //! error (after taking the rest).
 
-use crate::transition::{shared_all, Estimates, Learnt, Phase, ORIGINS, SAMPLES};
+use crate::transition::{from_ms, shared_all, Estimates, Learnt, Phase, ORIGINS, SAMPLES};
 use provider_abi::{ErrorKind, MemoryEntry, ProviderError, MEMORY_LIMIT};
 use serde::{Deserialize, Serialize};
 use std::{
@@ -39,15 +39,7 @@ const MAX_SAMPLE_MS: f64 = 3_600_000.0;
 #[derive(Serialize, Deserialize)]
 struct Schedule {
     version: u32,
-    phases: BTreeMap<String, PhaseMemory>,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PhaseMemory {
-    samples: Vec<f64>,
-    streak: u32,
-    taught_at_ms: u64,
+    phases: BTreeMap<String, Learnt>,
 }
 
 /// Every origin's schedule learnt within [`MAX_AGE`] of `now`, most
@@ -56,11 +48,15 @@ pub fn export(now: SystemTime) -> Vec<MemoryEntry> {
     let mut origins: Vec<(SystemTime, String, Schedule)> = shared_all()
         .into_iter()
         .filter_map(|(origin, estimates)| {
-            let phases: BTreeMap<String, PhaseMemory> = estimates
+            let phases: BTreeMap<String, Learnt> = estimates
                 .learnt()
                 .into_iter()
-                .filter(|(_, learnt)| is_fresh(learnt.taught_at, now))
-                .map(|(phase, learnt)| (phase.name().to_owned(), to_memory(&learnt)))
+                .filter(|(_, learnt)| is_fresh(learnt, now))
+                .map(|(phase, mut learnt)| {
+                    // A tenth of a millisecond is finer than any poll.
+                    learnt.samples.iter_mut().for_each(|ms| *ms = (*ms * 10.0).round() / 10.0);
+                    (phase.name().to_owned(), learnt)
+                })
                 .collect();
             let newest = phases.values().map(|phase| from_ms(phase.taught_at_ms)).max()?;
             Some((newest, origin, Schedule { version: VERSION, phases }))
@@ -94,8 +90,8 @@ pub fn import(entries: &[MemoryEntry], now: SystemTime) -> Result<usize, Provide
         match read(&entry.value) {
             Some(phases) => {
                 let fresh: Vec<(Phase, Learnt)> =
-                    phases.into_iter().filter(|(_, learnt)| is_fresh(learnt.taught_at, now)).collect();
-                if let Some(newest) = fresh.iter().map(|(_, learnt)| learnt.taught_at).max() {
+                    phases.into_iter().filter(|(_, learnt)| is_fresh(learnt, now)).collect();
+                if let Some(newest) = fresh.iter().map(|(_, learnt)| from_ms(learnt.taught_at_ms)).max() {
                     schedules.push((newest, origin, fresh));
                 }
             }
@@ -126,21 +122,16 @@ fn read(value: &[u8]) -> Option<Vec<(Phase, Learnt)>> {
         return None;
     }
     let mut phases = Vec::new();
-    for (name, memory) in schedule.phases {
+    for (name, learnt) in schedule.phases {
         // A phase this version does not know is another version's business.
         let Some(phase) = Phase::from_name(&name) else { continue };
         let plausible = |sample: &f64| sample.is_finite() && *sample > 0.0 && *sample <= MAX_SAMPLE_MS;
-        if memory.samples.is_empty()
-            || memory.samples.len() > SAMPLES
-            || !memory.samples.iter().all(plausible)
+        if learnt.samples.is_empty()
+            || learnt.samples.len() > SAMPLES
+            || !learnt.samples.iter().all(plausible)
         {
             return None;
         }
-        let learnt = Learnt {
-            samples: memory.samples,
-            streak: memory.streak,
-            taught_at: from_ms(memory.taught_at_ms),
-        };
         phases.push((phase, learnt));
     }
     Some(phases)
@@ -148,35 +139,20 @@ fn read(value: &[u8]) -> Option<Vec<(Phase, Learnt)>> {
 
 /// Taught within [`MAX_AGE`] of `now` (either way: another host's clock
 /// may run ahead).
-fn is_fresh(taught_at: SystemTime, now: SystemTime) -> bool {
+fn is_fresh(learnt: &Learnt, now: SystemTime) -> bool {
+    let taught_at = from_ms(learnt.taught_at_ms);
     now.duration_since(taught_at).unwrap_or_else(|ahead| ahead.duration()) <= MAX_AGE
-}
-
-fn to_memory(learnt: &Learnt) -> PhaseMemory {
-    PhaseMemory {
-        // A tenth of a millisecond is finer than any poll.
-        samples: learnt.samples.iter().map(|ms| (ms * 10.0).round() / 10.0).collect(),
-        streak: learnt.streak,
-        taught_at_ms: unix_ms(learnt.taught_at),
-    }
-}
-
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as u64)
-}
-
-fn from_ms(ms: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transition::unix_ms;
 
     const HOUR: Duration = Duration::from_secs(3600);
 
     fn learnt(samples: &[f64], taught_at: SystemTime) -> Learnt {
-        Learnt { samples: samples.to_vec(), streak: 2, taught_at }
+        Learnt { samples: samples.to_vec(), streak: 2, taught_at_ms: unix_ms(taught_at) }
     }
 
     /// The exported entry of `origin`, if any.

@@ -85,6 +85,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
+use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use crate::client::CallOptions;
@@ -195,15 +196,26 @@ impl History {
 }
 
 /// What one phase's history holds, as it leaves or enters the process
-/// ([`crate::memory`]).
-#[derive(Debug, Clone, PartialEq)]
+/// (the JSON of [`crate::memory`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Learnt {
     /// Durations in ms, oldest first, at most [`SAMPLES`].
     pub samples: Vec<f64>,
     /// Consecutive phases completed at their first poll.
     pub streak: u32,
-    /// When the last sample was recorded.
-    pub taught_at: SystemTime,
+    /// When the last sample was recorded, in ms since the Unix epoch.
+    pub taught_at_ms: u64,
+}
+
+/// `time` in ms since the Unix epoch (0 before it).
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |since| since.as_millis() as u64)
+}
+
+/// The time `ms` after the Unix epoch.
+pub(crate) fn from_ms(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
 /// What a timed phase taught, in ms from its start.
@@ -271,7 +283,7 @@ impl Estimates {
                 let history = phases.get(&phase)?;
                 let taught_at = history.taught_at.filter(|_| !history.samples.is_empty())?;
                 let samples = history.samples.iter().copied().collect();
-                Some((phase, Learnt { samples, streak: history.streak, taught_at }))
+                Some((phase, Learnt { samples, streak: history.streak, taught_at_ms: unix_ms(taught_at) }))
             })
             .collect()
     }
@@ -287,7 +299,7 @@ impl Estimates {
             let skip = learnt.samples.len().saturating_sub(SAMPLES);
             h.samples = learnt.samples.into_iter().skip(skip).collect();
             h.streak = learnt.streak;
-            h.taught_at = Some(learnt.taught_at);
+            h.taught_at = Some(from_ms(learnt.taught_at_ms));
             true
         })
     }
