@@ -192,11 +192,6 @@ impl Rate {
         u64::from(self.burst) + (WINDOW.as_nanos() / self.interval.as_nanos()) as u64
     }
 
-    /// How many requests smooth pacing serves within `horizon`, at least 1.
-    pub fn capacity_within(&self, horizon: Duration) -> usize {
-        ((horizon.as_nanos() / self.interval.as_nanos()) as usize).max(1)
-    }
-
     /// The spacing of window pacing once the window holds the free share,
     /// with `free_in_window` free starts still in it: `60 s / (cap − b)`.
     pub fn window_spacing(&self, free_in_window: u32) -> Duration {
@@ -693,7 +688,7 @@ mod tests {
         assert_eq!(r.burst, 3);
         assert_eq!(r.interval, Duration::from_nanos(206_185_568));
         assert_eq!(r.max_per_minute(), 293);
-        assert_eq!(r.capacity_within(Duration::from_secs(2)), 9);
+        assert_eq!(Duration::from_secs(2).as_nanos() / r.interval.as_nanos(), 9, "served in 2 s");
         assert_eq!((r.cap, r.free), (291, 72));
         assert_eq!(r.window_spacing(0), Duration::from_nanos(206_185_567));
         assert_eq!(r.window_spacing(72), Duration::from_nanos(273_972_602));
