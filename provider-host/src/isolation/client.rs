@@ -247,15 +247,17 @@ impl Inner {
             )));
         }
         let setup = read(&self.shared.setup).as_ref().map(|(params, level, _)| (params.clone(), *level));
-        if let Some(setup) = setup {
-            let io = &mut CallIo::default();
-            let started = worker.call(Hook::Setup, &to_bytes(&setup)?, io, self.options.deadline);
-            if let Err(error) = started.map_err(|failure| failure.error).and_then(|result| result) {
-                worker.close();
-                return Err(worker_error(format!("the provider failed to start: {error}")));
-            }
+        if let Some(Err(error)) = setup.map(|setup| self.call_plain(&worker, Hook::Setup, &setup)) {
+            worker.close();
+            return Err(worker_error(format!("the provider failed to start: {error}")));
         }
         Ok(worker)
+    }
+
+    /// Runs `hook` on `worker` itself, with no input, output or recorder.
+    fn call_plain(&self, worker: &WorkerProcess, hook: Hook, params: &impl Serialize) -> HookResult<()> {
+        let outcome = worker.call(hook, &to_bytes(params)?, &mut CallIo::default(), self.options.deadline);
+        outcome.map_err(|failure| failure.error)?.map(drop)
     }
 
     /// The live main worker, or a new one.
@@ -268,10 +270,7 @@ impl Inner {
         self.started.fetch_add(1, Ordering::SeqCst);
         let unconfirmed = lock(&self.unconfirmed).clone();
         for lease in &unconfirmed {
-            let hook = Hook::ImportUnconfirmed;
-            worker
-                .call(hook, &to_bytes(lease)?, &mut CallIo::default(), self.options.deadline)
-                .map_err(|failure| failure.error)??;
+            self.call_plain(&worker, Hook::ImportUnconfirmed, lease)?;
         }
         *main = Some(Arc::clone(&worker));
         Ok(worker)
@@ -354,7 +353,7 @@ impl Provider for IsolatedProvider {
     fn shutdown(&self) -> HookResult<()> {
         let creators: Vec<_> = lock(&self.inner.creators).iter().filter(|w| !w.is_dead()).cloned().collect();
         for worker in creators {
-            let _ = worker.call(Hook::Shutdown, &[], &mut CallIo::default(), self.inner.options.deadline);
+            let _ = self.inner.call_plain(&worker, Hook::Shutdown, &());
         }
         self.call_now(Hook::Shutdown, ())
     }
@@ -368,13 +367,11 @@ impl Provider for IsolatedProvider {
     }
 
     fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
-        let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
-        self.call_later(Hook::Probe, params, io)
+        self.call_later(Hook::Probe, params, CallIo { recorder: Some(recorder), ..CallIo::default() })
     }
 
     fn acquire_lease(&self, params: AcquireParams, recorder: CreationRecorder) -> HookFuture<Lease> {
-        let io = CallIo { recorder: Some(recorder), ..CallIo::default() };
-        self.call_later(Hook::AcquireLease, params, io)
+        self.call_later(Hook::AcquireLease, params, CallIo { recorder: Some(recorder), ..CallIo::default() })
     }
 
     fn resume_lease(&self, params: LeaseParams) -> HookFuture<Lease> {
