@@ -156,6 +156,8 @@ pub fn run(
         tally.log_lines_scanned += 1;
         tally.secrets_seen += usize::from(owned.iter().any(|secret| line.contains(secret.as_str())));
     })));
+    // Taken off again however this function ends (a panic unwinding too).
+    let observing = scopeguard::guard((), |()| crate::provider_log::observe(None));
     // One lifecycle, tallied and reported.
     let lifecycle = |index: usize| {
         let (tally, done, secrets) = (&tally, &done, &secrets);
@@ -183,7 +185,7 @@ pub fn run(
             .take_while(|_| std::future::ready(still_wanted()))
             .for_each_concurrent(in_flight, lifecycle),
     );
-    crate::provider_log::observe(None);
+    drop(observing);
     let mut tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     // The ledger is output too: no row may hold the key.
     for secret in &secrets {

@@ -260,7 +260,8 @@ impl ProvidersDir {
 
     fn write_active(&self, spec: &str) -> Result<(), ProvidersError> {
         let active = self.root.join("active");
-        replace_file(&active, format!("{spec}\n").as_bytes()).map_err(io("write the active record"))
+        replace_file(&active, format!("{spec}\n").as_bytes())
+            .map_err(io(format!("write the active record {}", active.display())))
     }
 }
 

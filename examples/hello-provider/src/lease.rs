@@ -218,17 +218,21 @@ impl Leases {
                 let _ = cancel.send(crate::process::Event::Cancel);
             }
         }
-        let (mut state, waited) = self
+        let (mut state, _) = self
             .changed
             .wait_timeout_while(state, bound, |state| {
                 state.0.iter().any(|(lease_id, lease)| busy(lease_id, lease))
             })
             .unwrap_or_else(PoisonError::into_inner);
-        // Those still busy after `bound` (none unless it timed out).
+        // Those still busy: after `bound`, or sooner if a thread panicked
+        // holding the lock (a poisoned wait returns at once). Either way
+        // their commands may still run, so their leases are unconfirmed.
+        let mut all_finished = true;
         for (_, lease) in state.0.iter_mut().filter(|(lease_id, lease)| busy(lease_id, lease)) {
             lease.unconfirmed = true;
+            all_finished = false;
         }
-        !waited.timed_out()
+        all_finished
     }
 }
 

@@ -123,7 +123,9 @@ fn lifecycles_in_flight_share_the_ledgers_commits_and_a_lone_one_commits_each_wr
     };
     let (commits, writes) = counts(&crowd);
     assert!(writes >= 9 * IN_FLIGHT, "at least nine writes a lifecycle: {crowd}");
-    assert!(commits < writes, "{IN_FLIGHT} lifecycles in flight shared no commit: {crowd}");
+    // At least two writes a commit on average (a hundred lifecycles in
+    // flight share far more on a quiet machine: benches/group-commit.sh).
+    assert!(2 * commits <= writes, "{IN_FLIGHT} lifecycles in flight: {commits} commits: {crowd}");
     let (commits, writes) = counts(&alone);
     assert!(writes >= 9 * ALONE, "{alone}");
     // Two begins a lifecycle: its probe's row and its lease's.

@@ -223,6 +223,8 @@ impl WorkerProcess {
         io: &mut CallIo,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
+        // The deadline runs from the call, not from when a socket is ready.
+        let until = Instant::now() + deadline;
         {
             let mut state = lock(&self.state);
             if let Some(how) = &state.died {
@@ -259,7 +261,7 @@ impl WorkerProcess {
             }
             Err(_) => return Err(self.end(hook, None, true)),
         }
-        let outcome = self.follow(hook, io, &mut socket, deadline);
+        let outcome = self.follow(hook, io, &mut socket, until, deadline);
         io.control.finished();
         if outcome.is_ok() {
             lock(&self.idle).push(socket);
@@ -274,13 +276,21 @@ impl WorkerProcess {
         hook: Hook,
         io: &mut CallIo,
         socket: &mut CallSocket,
+        until: Instant,
         deadline: Duration,
     ) -> Result<HookResult<Vec<u8>>, Failure> {
-        let (until, mut timeout) = (Instant::now() + deadline, deadline);
         let mut pump = None;
+        let mut first = true;
         loop {
+            // The first read waits the whole deadline (usually the timeout
+            // the socket has already: no system call), later ones what is
+            // left of it once the last message was handled: answering one
+            // (a ledger commit, a slow output reader) spends the deadline too.
+            let timeout = match std::mem::take(&mut first) {
+                true => deadline,
+                false => until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)),
+            };
             let received = socket.receive(timeout);
-            timeout = until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             match received {
                 Ok(Some(ToHost::Bytes { stream, bytes })) => {
                     if let Some(sink) = io.output.as_mut() {
