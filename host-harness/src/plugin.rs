@@ -4,7 +4,7 @@
 //! of the providers directory ([`provider_host::providers`]); the CreateOS provider
 //! next to the binary (where `cargo build` leaves it).
 
-use provider_abi::{LogLevel, SetupParams};
+use provider_abi::{LogLevel, LogSink, SetupParams};
 use provider_host::{
     hosted::{HookSupport, HostedProvider},
     providers::ProvidersDir,
@@ -99,7 +99,7 @@ pub fn set_up(provider: &dyn HookSupport, path: &Path) -> Result<(), LoadError> 
         host_version: env!("CARGO_PKG_VERSION").into(),
     };
     provider
-        .setup(&host, crate::provider_log::sink(), level)
+        .setup(&host, LogSink::new(crate::provider_log::emit), level)
         .map_err(|error| LoadError::ProviderFailed { path: path.to_path_buf(), error })
 }
 

@@ -1,8 +1,8 @@
 //! The provider's log events in the host's subscriber.
 //!
-//! [`sink`] builds the [`LogSink`] the host passes to `setup`: each
-//! record the provider forwards is re-emitted as a `tracing` event of the
-//! host, with the provider's level, target, message and fields, so the
+//! [`emit`] is what the host's [`LogSink`](provider_abi::LogSink) for
+//! `setup` calls: each record the provider forwards is re-emitted as a
+//! `tracing` event of the host, with the provider's level, target, message and fields, so the
 //! host's filter (`-v`, `RUST_LOG=createos_provider=debug`) and format apply
 //! to it as to the host's own events.
 //!
@@ -13,7 +13,7 @@
 //! in the message. Hand-written because `tracing-log`'s bridge keeps the
 //! target in a field, which `EnvFilter` directives do not match.
 
-use provider_abi::{LogLevel, LogRecord, LogSink};
+use provider_abi::{LogLevel, LogRecord};
 use std::{
     collections::HashMap,
     fmt::Write,
@@ -52,11 +52,6 @@ const LEVELS: [(Level, LogLevel); 5] = [
     (Level::WARN, LogLevel::Warn),
     (Level::ERROR, LogLevel::Error),
 ];
-
-/// The sink that re-emits provider records into the host's subscriber.
-pub fn sink() -> LogSink {
-    LogSink::new(emit)
-}
 
 /// A watcher of every provider record that reaches the host (the soak's
 /// secret scan): called with the record's target, message and fields as one

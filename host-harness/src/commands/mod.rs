@@ -87,21 +87,6 @@ pub fn duration_at_least(
     }
 }
 
-/// Opens the ledger at `location` for writing; says so on stderr when it
-/// created a SQLite ledger's directory.
-fn open_ledger(location: &LedgerLocation, options: &StoreOptions) -> Result<Box<dyn LeaseStore>, Failure> {
-    match location {
-        LedgerLocation::Sqlite(path) => {
-            let ledger = Ledger::open(path).map_err(Failure::usage)?;
-            if let Some(dir) = ledger.created_dir() {
-                eprintln!("created ledger directory {}", dir.display());
-            }
-            Ok(Box::new(ledger))
-        }
-        location => store::open(location, options).map_err(Failure::usage),
-    }
-}
-
 /// Shuts `provider` down on an interruption (cancelling the commands in
 /// flight), logging a failure.
 pub fn stop(provider: &impl Provider) {
@@ -140,15 +125,25 @@ pub struct Session {
 }
 
 impl Session {
-    /// Opens the ledger at `ledger` and hands `provider` what it learnt in
-    /// earlier processes (its memory, kept in the ledger).
+    /// Opens the ledger at `ledger` for writing (saying so on stderr when it
+    /// created a SQLite ledger's directory) and hands `provider` what it
+    /// learnt in earlier processes (its memory, kept in the ledger).
     pub fn open(
         provider: HostedProvider,
         ledger: &LedgerLocation,
         options: &StoreOptions,
         out: Printer,
     ) -> Result<Session, Failure> {
-        let ledger = open_ledger(ledger, options)?;
+        let ledger: Box<dyn LeaseStore> = match ledger {
+            LedgerLocation::Sqlite(path) => {
+                let ledger = Ledger::open(path).map_err(Failure::usage)?;
+                if let Some(dir) = ledger.created_dir() {
+                    eprintln!("created ledger directory {}", dir.display());
+                }
+                Box::new(ledger)
+            }
+            location => store::open(location, options).map_err(Failure::usage)?,
+        };
         memory::restore(&provider, &*ledger);
         Ok(Session { provider, ledger, out, swapper: Swapper::default() })
     }
