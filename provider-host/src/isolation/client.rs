@@ -270,7 +270,9 @@ impl Inner {
         self.started.fetch_add(1, Ordering::SeqCst);
         let unconfirmed = lock(&self.unconfirmed).clone();
         for lease in &unconfirmed {
-            self.call_plain(&worker, Hook::ImportUnconfirmed, lease)?;
+            // A worker that does not know every unconfirmed lease serves
+            // nothing: it is closed, not left running unowned.
+            self.call_plain(&worker, Hook::ImportUnconfirmed, lease).inspect_err(|_| worker.close())?;
         }
         *main = Some(Arc::clone(&worker));
         Ok(worker)
