@@ -172,8 +172,6 @@ pub fn run(
             progress(&Finished { done: done.fetch_add(1, Ordering::SeqCst) + 1, first_error, duration });
         }
     };
-    // No new lifecycle after an interruption.
-    let still_wanted = || crate::interrupt::requested().is_none();
     let in_flight = concurrency.clamp(1, leases.max(1));
     use futures_util::StreamExt;
     // The lifecycles are futures polled on this thread alone, woken by the
@@ -182,7 +180,8 @@ pub fn run(
     // own) stays usable.
     provider_host::wait(
         futures_util::stream::iter(0..leases)
-            .take_while(|_| std::future::ready(still_wanted()))
+            // No new lifecycle after an interruption.
+            .take_while(|_| std::future::ready(crate::interrupt::requested().is_none()))
             .for_each_concurrent(in_flight, lifecycle),
     );
     drop(observing);
