@@ -23,8 +23,8 @@ use crate::{
     file_transfer::{FileTransfer, TransferOutcome},
     hosted::HookSupport,
     secrets::SecretFields,
+    store::{Done, LeaseStore, Write},
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner},
-    store::{LeaseStore, Write},
 };
 use provider_abi::{
     AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind, Hook, HookFuture,
@@ -176,18 +176,10 @@ async fn serving<T, M>(
     }
 }
 
-/// A moment a creating hook reports (see [`CreationRecorder`]).
-enum Moment {
-    /// The creation request is about to leave.
-    Sending,
-    /// The reply named this lease.
-    Created(Lease),
-}
-
-/// A reported moment, and where to answer whether its record is committed.
-/// Boxed: a channel allocates its slots 32 at a time, for every creation in
-/// flight.
-type Reported = Box<(Moment, oneshot::Sender<HookResult<()>>)>;
+/// The write a moment a creating hook reported asks for (see
+/// [`CreationRecorder`]), and where its outcome goes once durable. Boxed: a
+/// channel allocates its slots 32 at a time, for every creation in flight.
+type Reported = Box<(Write, Done)>;
 
 /// Who learnt first how a creation's `sending` record ended, set once by
 /// whoever did: the provider (`true`: told it is durable, it sends its
@@ -196,26 +188,32 @@ type Reported = Box<(Moment, oneshot::Sender<HookResult<()>>)>;
 /// committed never leaves, and the host can say so in the ledger.
 type SendingClaim = Arc<OnceLock<bool>>;
 
-/// The recorder a creating hook reports to: each moment goes to the host's
-/// future over a channel, which commits it and answers. The provider polls
-/// the answer on its own runtime; a channel needs none. Once the host
-/// stopped waiting (its future dropped), the answer is an error, and the
-/// provider sends nothing more or deletes what it created.
+/// The recorder a creating hook reports to: each moment's write to the row
+/// goes to the host's future over a channel, which submits it to the ledger
+/// (the recorder cannot hold the borrowed ledger), and the ledger's answer
+/// comes back once it is durable. The provider polls the answer on its own
+/// runtime; a channel needs none. Once the host stopped waiting (its future
+/// dropped), the answer is an error, and the provider sends nothing more or
+/// deletes what it created.
 struct ChannelRecorder {
     moments: mpsc::UnboundedSender<Reported>,
     claim: SendingClaim,
+    /// The row and hook the moments are recorded on.
+    row: i64,
+    hook: String,
 }
 
 impl ChannelRecorder {
-    fn report(&self, moment: Moment) -> HookFuture<()> {
+    /// Sends `write` to be recorded, and answers once it is durable.
+    fn report(&self, write: Write) -> HookFuture<()> {
+        let sending = matches!(write, Write::SetState { .. });
         let (answer, answered) = oneshot::channel();
-        let sending = matches!(moment, Moment::Sending);
-        let sent = self.moments.send(Box::new((moment, answer)));
+        let sent = self.moments.send(Box::new((write, Box::new(move |done| drop(answer.send(done))))));
         let claim = Arc::clone(&self.claim);
         Box::pin(async move {
             let gone = || ProviderError::internal("The host stopped waiting for the creation's record.");
             sent.map_err(|_| gone())?;
-            answered.await.unwrap_or_else(|_| Err(gone()))?;
+            answered.await.map_err(|_| gone())?.map_err(ledger_error)?;
             // Heard, unless the host stopped waiting first: then the request must not leave.
             if sending && !*claim.get_or_init(|| true) {
                 return Err(gone());
@@ -227,11 +225,13 @@ impl ChannelRecorder {
 
 impl RecordCreation for ChannelRecorder {
     fn sending(&mut self) -> HookFuture<()> {
-        self.report(Moment::Sending)
+        let (row, hook) = (self.row, self.hook.clone());
+        self.report(Write::SetState { row, state: LeaseState::Creating, hook, error: None })
     }
 
     fn created(&mut self, lease: &Lease) -> HookFuture<()> {
-        self.report(Moment::Created(lease.clone()))
+        let (row, hook, lease) = (self.row, self.hook.clone(), lease.clone());
+        self.report(Write::SetLease { row, state: LeaseState::Creating, hook, lease })
     }
 }
 
@@ -327,19 +327,13 @@ impl<'a> Host<'a> {
             }
         });
         let record = |reported: Reported| {
-            let (moment, answer) = *reported;
-            let (state, hook) = (LeaseState::Creating, hook.to_owned());
-            let write = match moment {
-                Moment::Sending => {
-                    *unsent = true;
-                    Write::SetState { row, state, hook, error: None }
-                }
-                Moment::Created(lease) => Write::SetLease { row, state, hook, lease },
-            };
-            let answer = move |done: Result<i64, _>| drop(answer.send(done.map(drop).map_err(ledger_error)));
-            self.ledger.submit(write, Box::new(answer));
+            let (write, done) = *reported;
+            // The `creating` record of a request about to leave arms `unsent`.
+            *unsent |= matches!(write, Write::SetState { .. });
+            self.ledger.submit(write, done);
         };
-        let recorder = ChannelRecorder { moments: sender, claim: Arc::clone(&claim) };
+        let recorder =
+            ChannelRecorder { moments: sender, claim: Arc::clone(&claim), row, hook: hook.to_owned() };
         let outcome = serving(call(CreationRecorder::new(recorder)), moments, record).await;
         ScopeGuard::into_inner(unsent);
         match outcome {
