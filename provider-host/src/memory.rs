@@ -44,12 +44,8 @@ pub fn restore(provider: &dyn HookSupport, store: &dyn LeaseStore) -> usize {
         .memory(&id)
         .inspect_err(|error| tracing::warn!(provider = %id, "cannot read the provider's memory: {error}"))
         .unwrap_or_default();
-    import(
-        provider,
-        &id,
-        fresh_within_limit(&id, saved, SystemTime::now()),
-        "the provider did not take its memory back",
-    )
+    let fresh = fresh_within_limit(&id, saved, SystemTime::now());
+    import(provider, &id, fresh, "the provider did not take its memory back")
 }
 
 /// Saves what `provider` learnt into `store`; returns how many entries it

@@ -16,7 +16,7 @@
 //! whatever property it is.
 
 use provider_abi::Manifest;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// One secret property of a configuration schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,13 +86,12 @@ impl SecretFields {
     /// `current_stored` (the current configuration without secrets).
     pub fn restore(&self, stored: &Value, current: &Value, current_stored: &Value) -> Value {
         let mut restored = stored.clone();
-        let Value::Object(object) = &mut restored else {
-            return restored;
-        };
-        for secret in &self.secrets {
-            let Some(value) = current.get(&secret.name) else { continue };
-            if same_account(&secret.scope, stored, current_stored) {
-                object.insert(secret.name.clone(), value.clone());
+        if let Value::Object(object) = &mut restored {
+            for secret in &self.secrets {
+                let Some(value) = current.get(&secret.name) else { continue };
+                if same_account(&secret.scope, stored, current_stored) {
+                    object.insert(secret.name.clone(), value.clone());
+                }
             }
         }
         restored
@@ -123,14 +122,12 @@ fn strip_credentials(text: &mut String) {
     *text = url.into();
 }
 
-/// True when `a` and `b` agree on every property of `scope`, or are equal
-/// when `scope` is empty.
+/// True when `a` and `b` agree on every property of `scope` (a value that
+/// is no object has none), or are equal when `scope` is empty.
 fn same_account(scope: &[String], a: &Value, b: &Value) -> bool {
     if scope.is_empty() {
         return a == b;
     }
-    let empty = Map::new();
-    let (a, b) = (a.as_object().unwrap_or(&empty), b.as_object().unwrap_or(&empty));
     scope.iter().all(|name| a.get(name) == b.get(name))
 }
 
