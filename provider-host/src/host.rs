@@ -352,13 +352,12 @@ impl<'a> Host<'a> {
     async fn after_failed_creation(&self, row: i64, hook: &str, error: &ProviderError) -> HookResult<()> {
         if refused_before_any_request(error) {
             self.forget_refused(row);
-            return Ok(());
+        } else if !may_have_left_a_sandbox(error) {
+            self.record(row, LeaseState::Destroyed, hook, Some(error)).await?;
+        } else {
+            self.record(row, LeaseState::Creating, hook, Some(error)).await?;
+            self.destroy_if_creator_lost(row, error).await;
         }
-        if !may_have_left_a_sandbox(error) {
-            return self.record(row, LeaseState::Destroyed, hook, Some(error)).await;
-        }
-        self.record(row, LeaseState::Creating, hook, Some(error)).await?;
-        self.destroy_if_creator_lost(row, error).await;
         Ok(())
     }
 
