@@ -73,12 +73,9 @@ impl State {
     /// Why the lease refuses new work, if it does: a release or destroy is
     /// running, or its cleanup is unconfirmed (only destroy is allowed).
     fn refusal(&self, scope: &LeaseScope) -> Option<Error> {
-        if self.closing.contains(scope) {
-            Some(Error::CleanupInProgress)
-        } else if self.unconfirmed.contains(scope) {
-            Some(Error::CleanupUnconfirmed)
-        } else {
-            None
+        match self.closing.contains(scope) {
+            true => Some(Error::CleanupInProgress),
+            false => self.unconfirmed.contains(scope).then_some(Error::CleanupUnconfirmed),
         }
     }
 }
