@@ -270,10 +270,6 @@ impl Estimates {
         self.with(phase, |h| h.samples.len())
     }
 
-    fn record(&self, phase: Phase, sample: Sample) {
-        self.with(phase, |h| h.record(sample));
-    }
-
     /// What was learnt of each phase that has samples.
     pub fn learnt(&self) -> Vec<(Phase, Learnt)> {
         let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
@@ -398,7 +394,7 @@ impl PhaseRun {
             None => Sample::FirstPoll(done),
             Some(seen) => Sample::Between((seen.as_secs_f64() * 1e3 + done) / 2.0),
         };
-        estimates.record(self.phase, sample);
+        estimates.with(self.phase, |h| h.record(sample));
     }
 }
 
