@@ -103,20 +103,7 @@ pub fn render(spec: &ScriptSpec<'_>) -> Result<String, Error> {
 
 /// Single-quotes one word for bash: `'` becomes `'"'"'`.
 pub fn quote(word: &str) -> String {
-    let mut out = String::with_capacity(word.len() + 2);
-    push_quoted(&mut out, word);
-    out
-}
-
-fn push_quoted(out: &mut String, word: &str) {
-    out.push('\'');
-    for (i, part) in word.split('\'').enumerate() {
-        if i > 0 {
-            out.push_str("'\"'\"'");
-        }
-        out.push_str(part);
-    }
-    out.push('\'');
+    format!("'{}'", word.replace('\'', r#"'"'"'"#))
 }
 
 /// Builds the script. Call [`validate`] first: this function does not check.
@@ -128,23 +115,23 @@ pub fn build(spec: &ScriptSpec<'_>) -> String {
         + 64;
     let mut out = String::with_capacity(size + size / 8);
     out.push_str("cd -- ");
-    push_quoted(&mut out, spec.cwd);
+    out.push_str(&quote(spec.cwd));
     out.push_str(" || exit\nexec env --");
     for (name, value) in spec.env {
         out.push(' ');
-        push_quoted(&mut out, &format!("{name}={value}"));
+        out.push_str(&quote(&format!("{name}={value}")));
     }
     if spec.command.contains('=') {
         out.push_str(" /bin/sh -c 'exec \"$0\" \"$@\"'");
     }
     out.push(' ');
-    push_quoted(&mut out, spec.command);
+    out.push_str(&quote(spec.command));
     for arg in spec.args {
         out.push(' ');
-        push_quoted(&mut out, arg);
+        out.push_str(&quote(arg));
     }
     out.push_str(" < ");
-    push_quoted(&mut out, spec.stdin_path.unwrap_or(NO_STDIN));
+    out.push_str(&quote(spec.stdin_path.unwrap_or(NO_STDIN)));
     out
 }
 
