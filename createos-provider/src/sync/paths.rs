@@ -71,15 +71,8 @@ pub fn relative_segments(raw: &[u8]) -> Option<Vec<String>> {
     if text.starts_with('/') || text.contains('\0') || text.contains('\\') {
         return None;
     }
-    let mut segments = Vec::new();
-    for segment in text.split('/') {
-        match segment {
-            "" | "." => {}
-            ".." => return None,
-            other => segments.push(other.to_owned()),
-        }
-    }
-    Some(segments)
+    let segments = text.split('/').filter(|segment| !matches!(*segment, "" | "."));
+    segments.map(|segment| (segment != "..").then(|| segment.to_owned())).collect()
 }
 
 /// A bash fragment that checks, inside the sandbox, that the workspace
