@@ -263,11 +263,8 @@ impl CreateosClient {
                 self.http.delete(url.clone())
             })
             .await?;
-        match data.get("id") {
-            Some(Value::String(echo)) if echo != id => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
-            Some(Value::String(_)) | None => Ok(()),
-            Some(_) => Err(Error::Protocol(op::SANDBOX_LIFECYCLE)),
-        }
+        let echoed = data.get("id").is_none_or(|echo| echo.as_str() == Some(id));
+        echoed.then_some(()).ok_or(Error::Protocol(op::SANDBOX_LIFECYCLE))
     }
 
     async fn lifecycle_post(&self, id: &str, action: &str, opts: CallOptions) -> Result<(), Error> {
@@ -696,13 +693,9 @@ async fn read_into(
 
 /// `{"status":"success","data":{...}}` → `data`.
 pub fn envelope(body: &[u8], label: &'static str) -> Result<Map<String, Value>, Error> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(mut reply)) if reply.get("status") == Some(&json!("success")) => {
-            match reply.remove("data") {
-                Some(Value::Object(data)) => Ok(data),
-                _ => Err(Error::Protocol(label)),
-            }
-        }
+    let reply = serde_json::from_slice::<Value>(body).ok().filter(|reply| reply["status"] == "success");
+    match reply.and_then(|mut reply| reply.get_mut("data").map(Value::take)) {
+        Some(Value::Object(data)) => Ok(data),
         _ => Err(Error::Protocol(label)),
     }
 }
