@@ -653,15 +653,11 @@ impl Pacer {
 
 /// Waits until `notify` wakes us or, if given, `until` passes.
 async fn wait(notify: &Notify, until: Option<Instant>) {
-    let sleep = async {
-        match until {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
+    match until {
+        Some(until) => {
+            let _woken_or_timed_out = tokio::time::timeout_at(until, notify.notified()).await;
         }
-    };
-    tokio::select! {
-        _ = sleep => {}
-        _ = notify.notified() => {}
+        None => notify.notified().await,
     }
 }
 
