@@ -57,12 +57,10 @@ pub fn grant(provider: &dyn HookSupport, store: &dyn LeaseStore) -> Option<u32> 
         .inspect_err(|error| tracing::warn!(%error, "cannot count the hosts sharing the request budget"))
         .ok()?;
     let share = share_of(hosts);
-    provider
-        .grant_request_share(share)
-        .inspect_err(
-            |error| tracing::warn!(kind = %error.kind, "the provider did not take its request share"),
-        )
-        .ok()?;
+    if let Err(error) = provider.grant_request_share(share) {
+        tracing::warn!(kind = %error.kind, "the provider did not take its request share");
+        return None;
+    }
     tracing::debug!(hosts, share, "request share granted");
     Some(share)
 }

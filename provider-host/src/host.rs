@@ -338,27 +338,25 @@ impl<'a> Host<'a> {
         ScopeGuard::into_inner(unsent);
         match outcome {
             Ok(value) => Ok((row, value)),
-            Err(error) => {
-                self.after_failed_creation(row, hook, &error).await?;
-                Err(error)
-            }
+            Err(error) => self.after_failed_creation(row, hook, error).await,
         }
     }
 
     /// After a creating hook on row `row` failed with `error`: a call the
     /// provider refused before any request leaves no row; one that may have
     /// left a sandbox stays `creating` (destroyed now when the way to the
-    /// provider failed under it); any other is over.
-    async fn after_failed_creation(&self, row: i64, hook: &str, error: &ProviderError) -> HookResult<()> {
-        if refused_before_any_request(error) {
+    /// provider failed under it); any other is over. Returns `error` for
+    /// the caller to pass on.
+    async fn after_failed_creation<T>(&self, row: i64, hook: &str, error: ProviderError) -> HookResult<T> {
+        if refused_before_any_request(&error) {
             self.forget_refused(row);
-        } else if !may_have_left_a_sandbox(error) {
-            self.record(row, LeaseState::Destroyed, hook, Some(error)).await?;
+        } else if !may_have_left_a_sandbox(&error) {
+            self.record(row, LeaseState::Destroyed, hook, Some(&error)).await?;
         } else {
-            self.record(row, LeaseState::Creating, hook, Some(error)).await?;
-            self.destroy_if_creator_lost(row, error).await;
+            self.record(row, LeaseState::Creating, hook, Some(&error)).await?;
+            self.destroy_if_creator_lost(row, &error).await;
         }
-        Ok(())
+        Err(error)
     }
 
     /// `probe`, recorded as a probe row: `acquiring` until the provider
