@@ -37,6 +37,9 @@ macro_rules! forward_provider {
             self.$sync(|provider| provider.setup(params, logs, max_level))
         }
 
+        // Inlined across the crate boundary, as `Instance::health` is: a
+        // polled `health` costs one call into the library.
+        #[inline]
         fn health(&self) -> provider_abi::HookResult<provider_abi::HealthReport> {
             self.$sync(|provider| provider.health())
         }
