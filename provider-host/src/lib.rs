@@ -111,6 +111,11 @@ pub(crate) fn read<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard
     lock.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Writes `lock`, taking it over from a thread that panicked with it.
+pub(crate) fn write<T>(lock: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs a host future to its end on the calling thread: the one adapter a
 /// blocking caller needs (every hook that waits on the network is `async`).
 /// The provider runs its network work on its own runtime, so this needs none.

@@ -12,7 +12,7 @@
 //! lock only to clone the `Arc`, a swap holds the write lock only to replace
 //! it, so a swap adds no more than a lock hand-over to a concurrent call.
 
-use crate::{loader::LoadedProvider, lock, read};
+use crate::{loader::LoadedProvider, lock, read, write};
 use provider_abi::{Hook, HookFuture, HookResult, LeaseParams, Manifest, Provider};
 use std::{
     path::PathBuf,
@@ -267,7 +267,7 @@ impl ProviderSet {
         drop(retained);
         let started = Instant::now();
         let old = {
-            let mut active = self.active.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut active = write(&self.active);
             std::mem::replace(&mut *active, Arc::clone(&next))
         };
         let blocked_for = started.elapsed();

@@ -7,6 +7,7 @@ use super::{
     protocol::{from_bytes, to_bytes},
     read,
     spawn::Limits,
+    write,
 };
 use provider_abi::{
     ready, unsupported, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams,
@@ -346,8 +347,7 @@ impl Provider for IsolatedProvider {
     /// Runs `setup` on the worker, and on every worker started later: their
     /// events come back to the host and go to `logs`.
     fn setup(&self, params: &SetupParams, logs: LogSink, max_level: LogLevel) -> HookResult<()> {
-        *self.inner.shared.setup.write().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-            Some((params.clone(), max_level, logs));
+        *write(&self.inner.shared.setup) = Some((params.clone(), max_level, logs));
         self.call_now(Hook::Setup, (params, max_level))
     }
 

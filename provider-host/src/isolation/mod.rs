@@ -51,4 +51,4 @@ pub use client::{
 pub use spawn::Limits;
 pub use worker::{run_worker_if_requested, WORKER_ARGUMENT};
 
-use crate::{lock, read};
+use crate::{lock, read, write};

@@ -286,9 +286,10 @@ impl WorkerProcess {
             // the socket has already: no system call), later ones what is
             // left of it once the last message was handled: answering one
             // (a ledger commit, a slow output reader) spends the deadline too.
-            let timeout = match std::mem::take(&mut first) {
-                true => deadline,
-                false => until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)),
+            let timeout = if std::mem::take(&mut first) {
+                deadline
+            } else {
+                until.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))
             };
             let received = socket.receive(timeout);
             match received {
