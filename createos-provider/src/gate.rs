@@ -55,9 +55,7 @@ impl RequestGate {
     /// bounds are.
     pub fn shared(origin: &str) -> Arc<RequestGate> {
         static GATES: OnceLock<Mutex<HashMap<String, Arc<RequestGate>>>> = OnceLock::new();
-        let mut gates =
-            GATES.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        gates
+        crate::lock(GATES.get_or_init(Default::default))
             .entry(origin.to_owned())
             .or_insert_with(|| Arc::new(RequestGate::new(MAX_AWAITING_REPLY, RESERVED_FOR_WORK_UNDER_WAY)))
             .clone()

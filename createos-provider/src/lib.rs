@@ -27,6 +27,12 @@ pub mod transition;
 
 pub use provider::CreateosProvider;
 
+/// Locks `mutex`, taking it over from a thread that panicked with it: every
+/// lock of this crate guards state a panic cannot leave half-changed.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 provider_abi::export_provider!(
     CreateosProvider,
     optional =

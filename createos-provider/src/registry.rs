@@ -84,7 +84,7 @@ impl Registry {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the sets inconsistent
         // (each operation is a single insert or remove), so poison is ignored.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.state)
     }
 
     /// Marks the lease closing until the returned guard is dropped, or

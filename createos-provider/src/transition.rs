@@ -237,7 +237,7 @@ impl Estimates {
     /// The process-wide estimates of API `origin`. At most [`ORIGINS`] are
     /// kept; beyond that unused ones are forgotten.
     pub fn shared(origin: &str) -> Arc<Estimates> {
-        let mut all = shared_registry().lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = crate::lock(shared_registry());
         if let Some(found) = all.get(origin) {
             return found.clone();
         }
@@ -251,7 +251,7 @@ impl Estimates {
     }
 
     fn with<T>(&self, phase: Phase, f: impl FnOnce(&mut History) -> T) -> T {
-        let mut phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        let mut phases = crate::lock(&self.phases);
         f(phases.entry(phase).or_default())
     }
 
@@ -272,7 +272,7 @@ impl Estimates {
 
     /// What was learnt of each phase that has samples.
     pub fn learnt(&self) -> Vec<(Phase, Learnt)> {
-        let phases = self.phases.lock().unwrap_or_else(|e| e.into_inner());
+        let phases = crate::lock(&self.phases);
         Phase::ALL
             .into_iter()
             .filter_map(|phase| {
@@ -308,7 +308,7 @@ fn shared_registry() -> &'static Mutex<HashMap<String, Arc<Estimates>>> {
 
 /// Every origin's process-wide estimates.
 pub fn shared_all() -> Vec<(String, Arc<Estimates>)> {
-    let all = shared_registry().lock().unwrap_or_else(|e| e.into_inner());
+    let all = crate::lock(shared_registry());
     all.iter().map(|(origin, estimates)| (origin.clone(), Arc::clone(estimates))).collect()
 }
 
