@@ -57,7 +57,7 @@ use crate::config::{ProviderConfig, Secret};
 use crate::error::{op, Error};
 use crate::gate::RequestGate;
 use crate::pacer::{key_fingerprint, Pacer, Priority};
-use crate::transition::Lifecycle;
+use crate::transition::{Desired, Lifecycle};
 use provider_abi::CreationRecorder;
 
 /// `Retry-After` assumed when a 429 has none.
@@ -265,16 +265,6 @@ impl CreateosClient {
             .await?;
         let echoed = data.get("id").is_none_or(|echo| echo.as_str() == Some(id));
         echoed.then_some(()).ok_or(Error::Protocol(op::SANDBOX_LIFECYCLE))
-    }
-
-    async fn lifecycle_post(&self, id: &str, action: &str, opts: CallOptions) -> Result<(), Error> {
-        check_id(id, "sandbox")?;
-        let url = self.url(&["sandboxes", id, action]);
-        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || {
-            self.http.post(url.clone())
-        })
-        .await?;
-        Ok(())
     }
 
     /// `POST /sandboxes/{id}/exec`: a short synchronous command.
@@ -603,15 +593,20 @@ impl Lifecycle for CreateosClient {
         }
     }
 
-    /// `POST /sandboxes/{id}/pause`. Accepted is not done: poll. A 409 is
-    /// returned as an `Api` error for the caller to reconcile.
-    async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
-        self.lifecycle_post(id, "pause", opts).await
-    }
-
-    /// `POST /sandboxes/{id}/resume`. Same rules as [`Self::pause`].
-    async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
-        self.lifecycle_post(id, "resume", opts).await
+    /// `POST /sandboxes/{id}/pause` or `.../resume`. Accepted is not done:
+    /// poll. A 409 is returned as an `Api` error for the caller to reconcile.
+    async fn submit(&self, id: &str, desired: Desired, opts: CallOptions) -> Result<(), Error> {
+        check_id(id, "sandbox")?;
+        let action = match desired {
+            Desired::Paused => "pause",
+            Desired::Running => "resume",
+        };
+        let url = self.url(&["sandboxes", id, action]);
+        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || {
+            self.http.post(url.clone())
+        })
+        .await?;
+        Ok(())
     }
 }
 
@@ -943,7 +938,7 @@ mod tests {
             mock.push(status(code));
             let o = opts();
             let err = match label {
-                "sandbox lifecycle" => client.pause("s", o).await.unwrap_err(),
+                "sandbox lifecycle" => client.submit("s", Desired::Paused, o).await.unwrap_err(),
                 "process creation" => client.create_process("s", "true", None, o).await.unwrap_err(),
                 "file transfer" => client.get_file("s", "/a", o).await.unwrap_err(),
                 "workspace command" => client.exec("s", "true", &[], o).await.unwrap_err(),
@@ -986,7 +981,7 @@ mod tests {
         mock.push(ok(json!({})));
         assert!(!client.kill_process("s", "p", 250, opts()).await.unwrap());
         mock.push(status(409));
-        let err = client.resume("s", opts()).await.unwrap_err();
+        let err = client.submit("s", Desired::Running, opts()).await.unwrap_err();
         assert_eq!(err.http_status(), Some(409));
         let uris: Vec<_> = mock.seen().into_iter().map(|s| s.uri).collect();
         assert_eq!(uris[3], "/v1/sandboxes/s/processes/p?grace_ms=1000");

@@ -375,14 +375,9 @@ impl Lifecycle for SubmitRecorder<'_> {
         self.client.get_sandbox(id, opts).await
     }
 
-    async fn pause(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
+    async fn submit(&self, id: &str, desired: Desired, opts: CallOptions) -> Result<(), Error> {
         self.submitted.store(true, Ordering::SeqCst);
-        self.client.pause(id, opts).await
-    }
-
-    async fn resume(&self, id: &str, opts: CallOptions) -> Result<(), Error> {
-        self.submitted.store(true, Ordering::SeqCst);
-        self.client.resume(id, opts).await
+        self.client.submit(id, desired, opts).await
     }
 }
 

@@ -80,7 +80,7 @@
 //! ([`crate::memory`]: [`Estimates::learnt`] out, [`Estimates::restore`]
 //! in), so a one-shot command starts with the last one's schedule.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -142,24 +142,26 @@ impl Phase {
     }
 }
 
-/// Recent durations of one phase on one origin.
-#[derive(Debug, Default)]
-struct History {
+/// Recent durations of one phase on one origin, as kept here and as they
+/// leave or enter the process (the JSON of [`crate::memory`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Learnt {
     /// Durations in ms, oldest first, at most [`SAMPLES`].
-    samples: VecDeque<f64>,
+    pub samples: Vec<f64>,
     /// Consecutive phases completed at their first poll.
-    streak: u32,
+    pub streak: u32,
     /// When the last sample was recorded (here, or in the process that
-    /// taught the samples restored).
-    taught_at: Option<SystemTime>,
+    /// taught the samples restored), in ms since the Unix epoch.
+    pub taught_at_ms: u64,
 }
 
-impl History {
+impl Learnt {
     fn quantile(&self) -> Option<f64> {
         if self.samples.is_empty() {
             return None;
         }
-        let mut sorted: Vec<f64> = self.samples.iter().copied().collect();
+        let mut sorted = self.samples.clone();
         sorted.sort_by(f64::total_cmp);
         let rank = (QUANTILE * sorted.len() as f64).ceil() as usize;
         Some(sorted[rank.clamp(1, sorted.len()) - 1])
@@ -188,24 +190,11 @@ impl History {
             }
         };
         if self.samples.len() == SAMPLES {
-            self.samples.pop_front();
+            self.samples.remove(0);
         }
-        self.samples.push_back(value);
-        self.taught_at = Some(SystemTime::now());
+        self.samples.push(value);
+        self.taught_at_ms = unix_ms(SystemTime::now());
     }
-}
-
-/// What one phase's history holds, as it leaves or enters the process
-/// (the JSON of [`crate::memory`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Learnt {
-    /// Durations in ms, oldest first, at most [`SAMPLES`].
-    pub samples: Vec<f64>,
-    /// Consecutive phases completed at their first poll.
-    pub streak: u32,
-    /// When the last sample was recorded, in ms since the Unix epoch.
-    pub taught_at_ms: u64,
 }
 
 /// `time` in ms since the Unix epoch (0 before it).
@@ -230,7 +219,7 @@ enum Sample {
 /// Learnt phase durations of one API origin (see the module docs).
 #[derive(Debug, Default)]
 pub struct Estimates {
-    phases: Mutex<HashMap<Phase, History>>,
+    phases: Mutex<HashMap<Phase, Learnt>>,
 }
 
 impl Estimates {
@@ -250,7 +239,7 @@ impl Estimates {
         all.entry(origin.to_string()).or_default().clone()
     }
 
-    fn with<T>(&self, phase: Phase, f: impl FnOnce(&mut History) -> T) -> T {
+    fn with<T>(&self, phase: Phase, f: impl FnOnce(&mut Learnt) -> T) -> T {
         let mut phases = crate::lock(&self.phases);
         f(phases.entry(phase).or_default())
     }
@@ -273,29 +262,20 @@ impl Estimates {
     /// What was learnt of each phase that has samples.
     pub fn learnt(&self) -> Vec<(Phase, Learnt)> {
         let phases = crate::lock(&self.phases);
-        Phase::ALL
-            .into_iter()
-            .filter_map(|phase| {
-                let history = phases.get(&phase)?;
-                let taught_at = history.taught_at.filter(|_| !history.samples.is_empty())?;
-                let samples = history.samples.iter().copied().collect();
-                Some((phase, Learnt { samples, streak: history.streak, taught_at_ms: unix_ms(taught_at) }))
-            })
-            .collect()
+        let learnt = |phase| phases.get(&phase).filter(|h| !h.samples.is_empty()).cloned();
+        Phase::ALL.into_iter().filter_map(|phase| Some((phase, learnt(phase)?))).collect()
     }
 
     /// Takes `learnt` as the history of `phase` when this process has none
     /// yet (what it learnt itself is newer); true when taken. Only the last
     /// [`SAMPLES`] samples are kept.
-    pub fn restore(&self, phase: Phase, learnt: Learnt) -> bool {
+    pub fn restore(&self, phase: Phase, mut learnt: Learnt) -> bool {
         self.with(phase, |h| {
             if !h.samples.is_empty() {
                 return false;
             }
-            let skip = learnt.samples.len().saturating_sub(SAMPLES);
-            h.samples = learnt.samples.into_iter().skip(skip).collect();
-            h.streak = learnt.streak;
-            h.taught_at = Some(from_ms(learnt.taught_at_ms));
+            learnt.samples.drain(..learnt.samples.len().saturating_sub(SAMPLES));
+            *h = learnt;
             true
         })
     }
@@ -406,10 +386,14 @@ pub trait Lifecycle {
     /// (`creating`, `running`, `pausing`, `paused`, `resuming`, `error`,
     /// `destroyed`, `failed`, or one this provider does not know).
     fn get_sandbox(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<String, Error>> + Send;
-    /// `POST /sandboxes/{id}/pause`.
-    fn pause(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send;
-    /// `POST /sandboxes/{id}/resume`.
-    fn resume(&self, id: &str, opts: CallOptions) -> impl Future<Output = Result<(), Error>> + Send;
+    /// `POST /sandboxes/{id}/pause` (`desired` paused) or `.../resume`
+    /// (`desired` running).
+    fn submit(
+        &self,
+        id: &str,
+        desired: Desired,
+        opts: CallOptions,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 /// Drives sandbox `id` to `desired` before `deadline`, with requests at
@@ -514,11 +498,7 @@ async fn drive<C: Lifecycle>(
             return Err(Error::DidNotReach { desired, state: status });
         }
         submitted = true;
-        let submit = match desired {
-            Desired::Paused => client.pause(id, opts).await,
-            Desired::Running => client.resume(id, opts).await,
-        };
-        match submit {
+        match client.submit(id, desired, opts).await {
             Ok(()) => {
                 // Accepted is not done: the state is in flight now, timed
                 // from this reply.
@@ -579,7 +559,7 @@ mod tests {
         fn now_ms(&self) -> u64 {
             (Instant::now() - self.t0).as_millis() as u64
         }
-        fn submit(&self, what: &str) -> Result<(), Error> {
+        fn submitted(&self, what: &str) -> Result<(), Error> {
             let now = self.now_ms();
             self.log.lock().unwrap().push(format!("{what}@{now}"));
             let (reply, after) = self.submits.lock().unwrap().pop_front().expect("unexpected submit");
@@ -611,12 +591,17 @@ mod tests {
             std::future::ready(result)
         }
 
-        fn pause(&self, _: &str, _: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
-            std::future::ready(self.submit("pause"))
-        }
-
-        fn resume(&self, _: &str, _: CallOptions) -> impl Future<Output = Result<(), Error>> + Send {
-            std::future::ready(self.submit("resume"))
+        fn submit(
+            &self,
+            _: &str,
+            desired: Desired,
+            _: CallOptions,
+        ) -> impl Future<Output = Result<(), Error>> + Send {
+            let what = match desired {
+                Desired::Paused => "pause",
+                Desired::Running => "resume",
+            };
+            std::future::ready(self.submitted(what))
         }
     }
 
