@@ -247,7 +247,10 @@ pub fn soak(session: &Session, options: &SoakArgs, lock: Option<&LockFile>) -> R
     let (tally, patrolled, request_share, resources) = std::thread::scope(|scope| {
         let (provider, ledger, secrets) = (&session.provider, session.ledger.as_ref(), &secrets);
         let prefix = &provider_threads;
-        let monitor = scope.spawn(move || resources::monitor(prefix, &monitor_stopped));
+        let monitor = std::thread::Builder::new()
+            .name("soak-monitor".into())
+            .spawn_scoped(scope, move || resources::monitor(prefix, &monitor_stopped))
+            .expect("failed to spawn thread");
         let patrol = scope.spawn(move || sweep::patrol(provider, ledger, secrets, &patrol_stopped));
         let granting =
             scope.spawn(move || budget::keep_granting(provider, ledger, first_share, &granting_stopped));
