@@ -362,13 +362,9 @@ fn limit_malloc_arenas() {
 /// limit, 1,024, ends a soak of a thousand leases with "Too many open
 /// files"). Failing to raise it changes nothing.
 fn raise_open_files_limit() {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit and setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
+    use nix::sys::resource::{getrlimit, setrlimit, Resource::RLIMIT_NOFILE};
+    if let Ok((_, hard)) = getrlimit(RLIMIT_NOFILE) {
+        let _ = setrlimit(RLIMIT_NOFILE, hard, hard);
     }
 }
 

@@ -6,6 +6,10 @@
 //! name ([`provider_thread_prefix`]). With the embedded simulator the simulator is
 //! in the process too: run it with `host-harness sim` to keep it out.
 
+use nix::sys::{
+    resource::{getrusage, UsageWho},
+    time::{TimeVal, TimeValLike},
+};
 use std::{
     sync::mpsc::{self, RecvTimeoutError},
     time::Duration,
@@ -45,7 +49,7 @@ pub struct ResourceFigures {
 /// returns the figures; the provider's threads are those whose names begin
 /// with `provider_threads` (see [`provider_thread_prefix`]).
 pub fn monitor(provider_threads: &str, stop: &mpsc::Receiver<()>) -> ResourceFigures {
-    let cpu_at_start = cpu_time(libc::RUSAGE_SELF);
+    let cpu_at_start = cpu_time(UsageWho::RUSAGE_SELF);
     let baseline = resident_bytes().unwrap_or(0);
     let mut figures = ResourceFigures { baseline_rss: baseline, peak_rss: baseline, ..Default::default() };
     // Every SAMPLE_EVERY, and once more when stopped.
@@ -54,9 +58,9 @@ pub fn monitor(provider_threads: &str, stop: &mpsc::Receiver<()>) -> ResourceFig
         sample(&mut figures, provider_threads);
     }
     sample(&mut figures, provider_threads);
-    figures.monitor_cpu = cpu_time(libc::RUSAGE_THREAD);
+    figures.monitor_cpu = cpu_time(UsageWho::RUSAGE_THREAD);
     figures.cpu =
-        cpu_time(libc::RUSAGE_SELF).saturating_sub(cpu_at_start).saturating_sub(figures.monitor_cpu);
+        cpu_time(UsageWho::RUSAGE_SELF).saturating_sub(cpu_at_start).saturating_sub(figures.monitor_cpu);
     // The kernel's own high-water mark catches peaks between samples.
     figures.peak_rss = figures.peak_rss.max(status_kib("VmHWM:").map_or(0, |kib| kib * 1024));
     figures
@@ -96,17 +100,10 @@ fn threads(provider_prefix: &str) -> (usize, usize) {
 
 /// User plus system CPU time of `who` (`RUSAGE_SELF`: the process;
 /// `RUSAGE_THREAD`: the calling thread) so far.
-fn cpu_time(who: libc::c_int) -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        if libc::getrusage(who, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    let micros = |time: libc::timeval| time.tv_sec as u64 * 1_000_000 + time.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+fn cpu_time(who: UsageWho) -> Duration {
+    let Ok(usage) = getrusage(who) else { return Duration::ZERO };
+    let micros = |time: TimeVal| Duration::from_micros(time.num_microseconds().max(0) as u64);
+    micros(usage.user_time()) + micros(usage.system_time())
 }
 
 #[cfg(test)]
