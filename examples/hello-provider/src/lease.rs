@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{mpsc::Sender, Arc, Condvar, Mutex, MutexGuard, PoisonError},
+    sync::{mpsc::Sender, Condvar, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
@@ -176,32 +176,37 @@ impl Leases {
     /// Registers a command about to start in the lease, refused while the
     /// lease is closing or unconfirmed. Checked and registered under one
     /// lock, so a release either sees the command (and cancels it) or the
-    /// command sees the release (and does not start). The guard may move to
-    /// the thread that runs the command.
+    /// command sees the release (and does not start). Dropping the guard
+    /// unregisters the command and wakes a release waiting for it.
     pub fn start_command(
-        self: &Arc<Self>,
+        &self,
         id: &str,
         cancel: Sender<crate::process::Event>,
-    ) -> Result<CommandGuard, ProviderError> {
+    ) -> Result<impl Sized + '_, ProviderError> {
         let mut state = self.lock();
         let (leases, next) = &mut *state;
         let lease = leases.entry(id.to_owned()).or_default();
         lease.check_usable()?;
         *next += 1;
         lease.running.insert(*next, cancel);
-        Ok(CommandGuard { leases: Arc::clone(self), id: id.to_owned(), number: *next })
+        let number = *next;
+        Ok(scopeguard::guard(id.to_owned(), move |id| {
+            self.settle(&id, |lease| drop(lease.running.remove(&number)));
+            self.changed.notify_all();
+        }))
     }
 
     /// Marks the lease closing; a second release or destroy of the same lease
-    /// while this one runs is refused with `cleanup_in_progress`.
-    pub fn begin_closing(&self, id: &str) -> Result<ClosingGuard<'_>, ProviderError> {
+    /// while this one runs is refused with `cleanup_in_progress`. Dropping
+    /// the guard (also on error or panic) lets the next one in.
+    pub fn begin_closing(&self, id: &str) -> Result<impl Sized + '_, ProviderError> {
         let mut state = self.lock();
         let lease = state.0.entry(id.to_owned()).or_default();
         if lease.closing {
             return Err(in_progress());
         }
         lease.closing = true;
-        Ok(ClosingGuard { leases: self, id: id.to_owned() })
+        Ok(scopeguard::guard(id.to_owned(), |id| self.settle(&id, |lease| lease.closing = false)))
     }
 
     /// Cancels every command running in the lease (`None`: in every lease)
@@ -243,32 +248,4 @@ pub fn unconfirmed() -> ProviderError {
 
 fn in_progress() -> ProviderError {
     ProviderError::new(ErrorKind::CLEANUP_IN_PROGRESS, "Hello lease cleanup is already in progress.")
-}
-
-/// A registered command; dropping it unregisters the command and wakes a
-/// release waiting for it.
-pub struct CommandGuard {
-    leases: Arc<Leases>,
-    id: String,
-    number: u64,
-}
-
-impl Drop for CommandGuard {
-    fn drop(&mut self) {
-        self.leases.settle(&self.id, |lease| drop(lease.running.remove(&self.number)));
-        self.leases.changed.notify_all();
-    }
-}
-
-/// A release or destroy in progress; dropping it (also on error or panic)
-/// lets the next one in.
-pub struct ClosingGuard<'a> {
-    leases: &'a Leases,
-    id: String,
-}
-
-impl Drop for ClosingGuard<'_> {
-    fn drop(&mut self) {
-        self.leases.settle(&self.id, |lease| lease.closing = false);
-    }
 }

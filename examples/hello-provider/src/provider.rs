@@ -116,7 +116,7 @@ impl HelloProvider {
 
     /// Starts closing a lease: refuses a second release or destroy running at
     /// the same time, then cancels the lease's commands and waits for them.
-    fn close(&self, lease: &LeaseDir) -> HookResult<crate::lease::ClosingGuard<'_>> {
+    fn close(&self, lease: &LeaseDir) -> HookResult<impl Sized + '_> {
         let closing = self.leases.begin_closing(&lease.id)?;
         // Bounded: a command that cannot be stopped leaves the lease
         // unconfirmed rather than blocking the release forever.
