@@ -11,6 +11,11 @@
 //! same with a runtime it creates once and owns; it never uses the host's
 //! runtime, and no runtime type crosses the boundary.)
 
+use nix::{
+    errno::Errno,
+    sys::signal::{killpg, Signal},
+    unistd::Pid,
+};
 use provider_abi::{ByteSink, ByteSource, ExecuteResult, OutputStream};
 use std::{
     io::{Read, Write},
@@ -112,7 +117,8 @@ pub fn run(
         // everything the command started, not just the first process.
         .process_group(0)
         .spawn()?;
-    let pgid = child.id() as libc::pid_t;
+    // The group the command leads (made with `process_group(0)`).
+    let pgid = Pid::from_raw(child.id() as i32);
     // Set once the command is over: the writer then starts no new read.
     let ended = Arc::new(AtomicBool::new(false));
     if let Some(pipe) = child.stdin.take() {
@@ -143,7 +149,7 @@ pub fn run(
                 status = Some(exit);
                 // The command is over; anything it left running in its group
                 // must not outlive it (nor hold its pipes open).
-                signal_group(pgid, libc::SIGKILL);
+                let _ = killpg(pgid, Signal::SIGKILL);
             }
             Ok(Event::WaitFailed) => break Some(Stop::WaitFailed),
             Ok(Event::Cancel) => break Some(Stop::Cancelled),
@@ -214,14 +220,14 @@ fn read_pipe(stream: OutputStream, pipe: Option<impl Read>, sender: &Sender<Even
 /// Terminates the group after a deadline or a cancel: SIGTERM, a grace
 /// period, SIGKILL; true when the group is confirmed gone.
 fn terminate(
-    pgid: libc::pid_t,
+    pgid: Pid,
     events: &Receiver<Event>,
     status: &mut Option<ExitStatus>,
     output: &mut Collected,
     sink: &mut ByteSink,
 ) -> bool {
-    for (signal, bound) in [(libc::SIGTERM, GRACE), (libc::SIGKILL, KILL_BOUND)] {
-        signal_group(pgid, signal);
+    for (signal, bound) in [(Signal::SIGTERM, GRACE), (Signal::SIGKILL, KILL_BOUND)] {
+        let _ = killpg(pgid, signal);
         let deadline = Instant::now() + bound;
         while status.is_none() {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
@@ -234,27 +240,19 @@ fn terminate(
             }
         }
         if status.is_some() {
-            signal_group(pgid, libc::SIGKILL);
+            let _ = killpg(pgid, Signal::SIGKILL);
             return wait_group_gone(pgid, Instant::now() + KILL_BOUND);
         }
     }
     false
 }
 
-fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
-    // SAFETY: kill(2) has no memory effects; a negative pid names the group
-    // this command leads (it was made with `process_group(0)`).
-    unsafe { libc::kill(-pgid, signal) };
-}
-
 /// Waits until no process is left in the group, at most until `deadline`.
 /// Orphaned members are reaped by init (or a subreaper), so this polls.
-fn wait_group_gone(pgid: libc::pid_t, deadline: Instant) -> bool {
+fn wait_group_gone(pgid: Pid, deadline: Instant) -> bool {
     loop {
-        // SAFETY: as in `signal_group`; signal 0 only checks existence.
-        let gone = unsafe { libc::kill(-pgid, 0) } == -1
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        if gone {
+        // No signal only checks whether the group still exists.
+        if killpg(pgid, None) == Err(Errno::ESRCH) {
             return true;
         }
         if Instant::now() >= deadline {
@@ -264,19 +262,9 @@ fn wait_group_gone(pgid: libc::pid_t, deadline: Instant) -> bool {
     }
 }
 
-/// The conventional name of a signal.
+/// The conventional name of a signal (`SIGKILL`), or `SIG` and its number.
 pub fn signal_name(signal: i32) -> String {
-    match signal {
-        libc::SIGHUP => "SIGHUP".into(),
-        libc::SIGINT => "SIGINT".into(),
-        libc::SIGQUIT => "SIGQUIT".into(),
-        libc::SIGABRT => "SIGABRT".into(),
-        libc::SIGKILL => "SIGKILL".into(),
-        libc::SIGSEGV => "SIGSEGV".into(),
-        libc::SIGPIPE => "SIGPIPE".into(),
-        libc::SIGTERM => "SIGTERM".into(),
-        other => format!("SIG{other}"),
-    }
+    Signal::try_from(signal).map_or_else(|_| format!("SIG{signal}"), |signal| signal.as_str().to_owned())
 }
 
 /// Each stream's output: written to the sink as it arrives, its tail kept
