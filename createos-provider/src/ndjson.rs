@@ -52,7 +52,6 @@ use std::mem;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 use provider_abi::OutputStream;
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -86,80 +85,36 @@ fn protocol() -> Error {
     Error::Protocol(op::OUTPUT_CONNECTION)
 }
 
-/// A line's fields, parsed without copying a data frame's base64 (a JSON
-/// `null` reads as absent, unknown fields are ignored).
+/// One parsed line, a data frame's base64 still encoded (read in place when
+/// it has no escapes). A JSON `null` reads as absent, unknown fields and
+/// the fields of other frame types are ignored.
 #[derive(Deserialize)]
-struct RawFrame<'a> {
-    #[serde(rename = "type")]
-    kind: Option<Value>,
-    seq: Option<Value>,
-    stream: Option<Value>,
-    #[serde(borrow)]
-    data_base64: Option<Text<'a>>,
-    exit_code: Option<Value>,
-    signal: Option<Value>,
-    error: Option<Value>,
-}
-
-/// A JSON value that is read in place when it is a string without escapes
-/// (an untagged enum buffers a string as a reference to the line).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Text<'a> {
-    /// A string.
-    Str(#[serde(borrow)] Cow<'a, str>),
-    /// Any other value.
-    Other(IgnoredAny),
-}
-
-/// One parsed line, a data frame's base64 still encoded.
+#[serde(tag = "type", rename_all = "lowercase")]
 enum Line<'a> {
     Heartbeat,
-    Data { seq: u64, stream: OutputStream, encoded: Cow<'a, str> },
-    Exit(ExitStatus),
-    Error { evicted: bool },
+    Data {
+        seq: u64,
+        #[serde(borrow)]
+        stream: Cow<'a, str>,
+        #[serde(borrow, rename = "data_base64")]
+        encoded: Cow<'a, str>,
+    },
+    Exit {
+        exit_code: Option<i32>,
+        signal: Option<Value>,
+    },
+    Error {
+        error: Option<Value>,
+    },
 }
 
 /// Parses one line (without its `\n`), leaving a data frame's base64 in it.
 fn parse_line(line: &[u8]) -> Result<Line<'_>, Error> {
-    // Only an object is a frame (serde would read a struct from an array).
+    // Only an object is a frame (serde would read a frame from an array).
     if line.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
         return Err(protocol());
     }
-    let frame: RawFrame<'_> = serde_json::from_slice(line).map_err(|_| protocol())?;
-    match frame.kind.as_ref().and_then(Value::as_str) {
-        Some("heartbeat") => Ok(Line::Heartbeat),
-        Some("data") => {
-            let seq = frame.seq.as_ref().and_then(Value::as_u64).ok_or_else(protocol)?;
-            let stream = match frame.stream.as_ref().and_then(Value::as_str) {
-                Some("stdout") => OutputStream::Stdout,
-                Some("stderr") => OutputStream::Stderr,
-                _ => return Err(protocol()),
-            };
-            match frame.data_base64 {
-                Some(Text::Str(encoded)) => Ok(Line::Data { seq, stream, encoded }),
-                _ => Err(protocol()),
-            }
-        }
-        Some("exit") => {
-            if let Some(code) = frame.exit_code {
-                let code = code.as_i64().and_then(|c| i32::try_from(c).ok()).ok_or_else(protocol)?;
-                return Ok(Line::Exit(ExitStatus::Code(code)));
-            }
-            match frame.signal {
-                Some(Value::String(name)) if !name.is_empty() => Ok(Line::Exit(ExitStatus::Signal(name))),
-                Some(Value::Number(n)) if n.as_u64().is_some() => {
-                    Ok(Line::Exit(ExitStatus::Signal(n.to_string())))
-                }
-                _ => Err(protocol()),
-            }
-        }
-        Some("error") => {
-            let evicted = frame.error.as_ref().and_then(Value::as_str) == Some(OFFSET_EXPIRED);
-            Ok(Line::Error { evicted })
-        }
-        _ => Err(protocol()),
-    }
+    serde_json::from_slice(line).map_err(|_| protocol())
 }
 
 /// The length `encoded` decodes to (when it is valid base64).
@@ -378,8 +333,15 @@ impl OutputDecoder {
         }
         match parse_line(line)? {
             Line::Heartbeat => Ok(()),
-            Line::Data { seq, .. } if seq <= self.cursor => Ok(()),
             Line::Data { seq, stream, encoded } => {
+                let stream = match stream.as_ref() {
+                    "stdout" => OutputStream::Stdout,
+                    "stderr" => OutputStream::Stderr,
+                    _ => return Err(protocol()),
+                };
+                if seq <= self.cursor {
+                    return Ok(());
+                }
                 if seq != self.cursor + 1 {
                     return Err(protocol());
                 }
@@ -401,12 +363,23 @@ impl OutputDecoder {
                 self.cursor = seq;
                 Ok(())
             }
-            Line::Exit(status) => {
+            // `exit_code` wins; a signal is a non-empty name or its number.
+            Line::Exit { exit_code, signal } => {
+                let status = match (exit_code, signal) {
+                    (Some(code), _) => ExitStatus::Code(code),
+                    (None, Some(Value::String(name))) if !name.is_empty() => ExitStatus::Signal(name),
+                    (None, Some(Value::Number(n))) if n.as_u64().is_some() => {
+                        ExitStatus::Signal(n.to_string())
+                    }
+                    _ => return Err(protocol()),
+                };
                 self.exit = Some(status);
                 Ok(())
             }
-            Line::Error { evicted: true } => Err(Error::OutputEvicted),
-            Line::Error { evicted: false } => Err(Error::OutputStreamError),
+            Line::Error { error } if error.as_ref().and_then(Value::as_str) == Some(OFFSET_EXPIRED) => {
+                Err(Error::OutputEvicted)
+            }
+            Line::Error { .. } => Err(Error::OutputStreamError),
         }
     }
 
