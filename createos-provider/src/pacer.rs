@@ -282,7 +282,7 @@ struct State {
     tat: Option<Instant>,
     paused_until: Option<Instant>,
     queue: BTreeMap<(Priority, u64), Arc<Notify>>,
-    admissions: VecDeque<(u64, Arc<Notify>)>,
+    admissions: BTreeMap<u64, Arc<Notify>>,
     admitted: usize,
     recent_admissions: VecDeque<Instant>,
     next_seq: u64,
@@ -366,10 +366,10 @@ impl State {
 
     /// Grants a start now if the budget allows one (waking the admissions,
     /// which count waiting requests), else returns when to look again.
-    fn try_start(&mut self) -> Result<(), Instant> {
+    fn try_start(&mut self) -> Result<(), Option<Instant>> {
         let now = Instant::now();
         match self.earliest_start(now) {
-            (Some(t), _) if t > now => Err(t),
+            (Some(t), _) if t > now => Err(Some(t)),
             (due, free) => {
                 self.grant(now, free, due);
                 self.wake_admission();
@@ -378,14 +378,44 @@ impl State {
         }
     }
 
-    fn wake_head(&self) {
+    /// Admits new work now if the backlog leaves room within `horizon`,
+    /// else returns when recent admissions age out (if any do).
+    fn try_admit(&mut self, horizon: Duration) -> Result<(), Option<Instant>> {
+        let now = Instant::now();
+        let recent = self.admissions_within(horizon, now);
+        if self.queue.len() + self.admitted + recent >= self.capacity_within(horizon) {
+            // Recent admissions age out without anybody waking us.
+            let oldest = self.recent_admissions.len() - recent;
+            return Err(self.recent_admissions.get(oldest).filter(|_| recent > 0).map(|at| *at + horizon));
+        }
+        // Counted as recent only if other work was starting or waiting: a
+        // lone lease's admissions, one after the other, are never a crowd.
+        if self.admitted > 0 || !self.queue.is_empty() {
+            if self.recent_admissions.len() == RECENT_ADMISSIONS {
+                self.recent_admissions.pop_front();
+            }
+            self.recent_admissions.push_back(now);
+        }
+        self.admitted += 1;
+        Ok(())
+    }
+
+    /// Wakes the head of the request queue and of the admission queue.
+    fn wake(&self) {
         if let Some(notify) = self.queue.values().next() {
             notify.notify_one();
         }
+        self.wake_admission();
+    }
+
+    /// A fresh sequence number for a queue place.
+    fn take_seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
     }
 
     fn wake_admission(&self) {
-        if let Some((_, notify)) = self.admissions.front() {
+        if let Some(notify) = self.admissions.values().next() {
             notify.notify_one();
         }
     }
@@ -442,7 +472,7 @@ impl Pacer {
                 tat: None,
                 paused_until: None,
                 queue: BTreeMap::new(),
-                admissions: VecDeque::new(),
+                admissions: BTreeMap::new(),
                 admitted: 0,
                 recent_admissions: VecDeque::new(),
                 next_seq: 0,
@@ -475,8 +505,7 @@ impl Pacer {
         let rate = Rate::for_share(requests_per_minute, state.share);
         if state.rate != rate {
             state.rate = rate;
-            state.wake_head();
-            state.wake_admission();
+            state.wake();
         }
     }
 
@@ -495,8 +524,7 @@ impl Pacer {
         } else if state.raise.is_none_or(|(_, pending)| pending != share) {
             state.raise = Some((now + WINDOW, share));
         }
-        state.wake_head();
-        state.wake_admission();
+        state.wake();
     }
 
     /// The share of the budget in force now (parts per million).
@@ -528,8 +556,7 @@ impl Pacer {
         state.pacing = Pacing::Smooth;
         let (interval, burst) = (state.rate.interval, state.rate.burst);
         state.tat = state.last_start.map(|last| last + interval * burst);
-        state.wake_head();
-        state.wake_admission();
+        state.wake();
         true
     }
 
@@ -552,38 +579,8 @@ impl Pacer {
         if self.start_now_if_nobody_waits() {
             return;
         }
-        let notify = Arc::new(Notify::new());
-        let key = {
-            let mut state = self.lock();
-            let key = (priority, state.next_seq);
-            state.next_seq += 1;
-            state.queue.insert(key, notify.clone());
-            key
-        };
-        // Dropped while waiting (cancellation), the place is released and
-        // the next head woken.
-        let place = scopeguard::guard((), |()| {
-            let mut state = self.lock();
-            state.queue.remove(&key);
-            state.wake_head();
-            state.wake_admission();
-        });
-        loop {
-            let wait_until = {
-                let mut state = self.lock();
-                if state.queue.keys().next() != Some(&key) {
-                    None
-                } else if let Err(t) = state.try_start() {
-                    Some(t)
-                } else {
-                    state.queue.remove(&key);
-                    ScopeGuard::into_inner(place);
-                    state.wake_head();
-                    return;
-                }
-            };
-            wait(&notify, wait_until).await;
-        }
+        let key = (priority, self.lock().take_seq());
+        self.wait_turn(|state| &mut state.queue, key, State::try_start).await;
     }
 
     /// Grants a start at once when no request waits and the budget allows
@@ -601,63 +598,55 @@ impl Pacer {
     /// that capacity until dropped (once the work is under way). Cancel by
     /// dropping the future.
     pub async fn admit_new_work(self: &Arc<Self>, horizon: Duration) -> impl Sized + Send {
+        let key = self.lock().take_seq();
+        self.wait_turn(|state| &mut state.admissions, key, |state| state.try_admit(horizon)).await;
+        let pacer = self.clone();
+        scopeguard::guard((), move |()| {
+            let mut state = pacer.lock();
+            state.admitted -= 1;
+            state.wake_admission();
+        })
+    }
+
+    /// Waits at `key` in the queue `line` picks until `take`, asked each
+    /// time this waiter is the queue's head, succeeds (`Err`: when to ask
+    /// again without a wake-up, if ever). Dropped while waiting
+    /// (cancellation), the place is released and the next heads woken.
+    async fn wait_turn<K: Ord + Copy>(
+        &self,
+        line: fn(&mut State) -> &mut BTreeMap<K, Arc<Notify>>,
+        key: K,
+        mut take: impl FnMut(&mut State) -> Result<(), Option<Instant>>,
+    ) {
         let notify = Arc::new(Notify::new());
-        let seq = {
-            let mut state = self.lock();
-            let seq = state.next_seq;
-            state.next_seq += 1;
-            state.admissions.push_back((seq, notify.clone()));
-            seq
-        };
+        line(&mut self.lock()).insert(key, notify.clone());
         let place = scopeguard::guard((), |()| {
             let mut state = self.lock();
-            state.admissions.retain(|(s, _)| *s != seq);
-            state.wake_admission();
+            line(&mut state).remove(&key);
+            state.wake();
         });
         loop {
             let retry_at = {
                 let mut state = self.lock();
-                let now = Instant::now();
-                let is_front = state.admissions.front().map(|(s, _)| *s) == Some(seq);
-                let capacity = state.capacity_within(horizon);
-                let recent = state.admissions_within(horizon, now);
-                if is_front && state.queue.len() + state.admitted + recent < capacity {
-                    state.admissions.pop_front();
-                    // Counted as recent only if other work was starting or
-                    // waiting: a lone lease's admissions, one after the
-                    // other, are never a crowd.
-                    if state.admitted > 0 || !state.queue.is_empty() {
-                        if state.recent_admissions.len() == RECENT_ADMISSIONS {
-                            state.recent_admissions.pop_front();
-                        }
-                        state.recent_admissions.push_back(now);
-                    }
-                    state.admitted += 1;
+                if line(&mut state).keys().next() != Some(&key) {
+                    None
+                } else if let Err(at) = take(&mut state) {
+                    at
+                } else {
                     ScopeGuard::into_inner(place);
-                    state.wake_admission();
-                    let pacer = self.clone();
-                    return scopeguard::guard((), move |()| {
-                        let mut state = pacer.lock();
-                        state.admitted -= 1;
-                        state.wake_admission();
-                    });
+                    line(&mut state).remove(&key);
+                    state.wake();
+                    return;
                 }
-                // Recent admissions age out without anybody waking us.
-                let oldest = state.recent_admissions.len() - recent;
-                state.recent_admissions.get(oldest).filter(|_| is_front && recent > 0).map(|at| *at + horizon)
             };
-            wait(&notify, retry_at).await;
+            // Woken, or time to look again.
+            match retry_at {
+                Some(at) => {
+                    let _woken_or_timed_out = tokio::time::timeout_at(at, notify.notified()).await;
+                }
+                None => notify.notified().await,
+            }
         }
-    }
-}
-
-/// Waits until `notify` wakes us or, if given, `until` passes.
-async fn wait(notify: &Notify, until: Option<Instant>) {
-    match until {
-        Some(until) => {
-            let _woken_or_timed_out = tokio::time::timeout_at(until, notify.notified()).await;
-        }
-        None => notify.notified().await,
     }
 }
 
