@@ -32,7 +32,10 @@ use provider_abi::MemoryEntry;
 use r2d2_postgres::{r2d2, PostgresConnectionManager};
 use serde_json::Value;
 use std::{
-    sync::mpsc::{self, RecvTimeoutError},
+    sync::{
+        mpsc::{self, RecvTimeoutError},
+        LazyLock,
+    },
     thread::JoinHandle,
     time::{Duration, SystemTime},
 };
@@ -168,14 +171,14 @@ fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
     Ok(tx.commit()?)
 }
 
-/// This machine's name, for the `hosts` table.
-fn hostname() -> String {
+/// This machine's name, for the `hosts` table: read once, at the first open.
+static HOSTNAME: LazyLock<String> = LazyLock::new(|| {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_owned())
         .ok()
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "localhost".to_owned())
-}
+});
 
 /// Registers `host_id` (or renews it): alive for `expiry` from now.
 const BEAT: &str = "INSERT INTO hosts (host_id, hostname, pid, expires_at)
@@ -201,7 +204,7 @@ impl PgLedger {
             };
             let pool = connect().map_err(|problem| LedgerError::at(&location, problem))?;
             let pid = std::process::id();
-            let host_id = format!("{}-{pid}-{}", hostname(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
+            let host_id = format!("{}-{pid}-{}", *HOSTNAME, &uuid::Uuid::new_v4().simple().to_string()[..8]);
             let mut ledger = PgLedger {
                 pool: Some(pool),
                 location,
@@ -245,7 +248,7 @@ impl PgLedger {
     /// Renews this host's heartbeat now.
     fn beat(&self) -> Result<(), LedgerError> {
         let params: [&(dyn ToSql + Sync); 4] =
-            [&self.host_id, &hostname(), &(self.pid as i32), &self.expiry.as_secs_f64()];
+            [&self.host_id, &*HOSTNAME, &(self.pid as i32), &self.expiry.as_secs_f64()];
         self.with(|client| client.execute(BEAT, &params).map(drop))
     }
 
@@ -398,7 +401,7 @@ impl LeaseStore for PgLedger {
             client
                 .query_one(
                     "SELECT count(*) FROM hosts WHERE hostname = $1 AND expires_at >= now()",
-                    &[&hostname()],
+                    &[&*HOSTNAME],
                 )
                 .map(|row| row.get(0))
         })?;
@@ -419,7 +422,7 @@ impl LeaseStore for PgLedger {
                 );
                 let params: [&(dyn ToSql + Sync); 12] = [
                     &self.host_id,
-                    &hostname(),
+                    &*HOSTNAME,
                     &(self.pid as i32),
                     &self.expiry.as_secs_f64(),
                     &owner.as_str(),
