@@ -13,6 +13,7 @@ use provider_host::{
 };
 use serde_json::json;
 use std::{path::PathBuf, time::Duration};
+use strum::VariantArray;
 
 fn env() -> LeaseEnv {
     LeaseEnv {
@@ -108,7 +109,7 @@ fn rows_record_every_state_and_the_last_error() {
         let ledger = bed.host();
         let row = ledger.begin(Owner::Command, "run", &env(), "acquire_lease").unwrap();
         ledger.set_lease(row, LeaseState::Active, "acquire_lease", &lease("sb-1")).unwrap();
-        for state in LeaseState::ALL {
+        for &state in LeaseState::VARIANTS {
             ledger.set_state(row, state, "release_lease", None).unwrap();
             assert_eq!(ledger.get(row).unwrap().unwrap().state, state, "{}", bed.name());
         }

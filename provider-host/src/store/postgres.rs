@@ -338,7 +338,7 @@ fn read_row(row: &Row) -> LeaseRecord {
     let state: String = row.get("state");
     LeaseRecord {
         id: row.get("id"),
-        owner: Owner::parse(row.get::<_, &str>("owner")),
+        owner: row.get::<_, &str>("owner").parse().unwrap_or(Owner::Command),
         run_id: row.get("run_id"),
         state: state.parse().unwrap_or(LeaseState::CleanupFailed),
         provider_lease_id: row.get("provider_lease_id"),

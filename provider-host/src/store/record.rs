@@ -5,14 +5,28 @@
 use provider_abi::Lease;
 use serde::Serialize;
 use serde_json::Value;
-use std::{fmt, path::PathBuf, str::FromStr};
+use std::{fmt, path::PathBuf};
 
 /// Where a lease stands, as far as the harness knows.
 ///
 /// The non-final states are recorded before the hook that might leave the
 /// lease in them, so a crash mid-hook errs towards "something may remain".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+/// Displays (and parses) as the name stored in the database.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    strum::Display,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum LeaseState {
     /// `acquire_lease` (or `probe`) was called, and its creation request has
     /// not left: nothing exists remotely.
@@ -37,55 +51,16 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
-    /// Every state.
-    pub const ALL: [LeaseState; 9] = [
-        LeaseState::Acquiring,
-        LeaseState::Creating,
-        LeaseState::Active,
-        LeaseState::Paused,
-        LeaseState::Unconfirmed,
-        LeaseState::Releasing,
-        LeaseState::Destroying,
-        LeaseState::Destroyed,
-        LeaseState::CleanupFailed,
-    ];
-
     /// The name stored in the database.
     pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Acquiring => "acquiring",
-            LeaseState::Creating => "creating",
-            LeaseState::Active => "active",
-            LeaseState::Paused => "paused",
-            LeaseState::Unconfirmed => "unconfirmed",
-            LeaseState::Releasing => "releasing",
-            LeaseState::Destroying => "destroying",
-            LeaseState::Destroyed => "destroyed",
-            LeaseState::CleanupFailed => "cleanup_failed",
-        }
-    }
-}
-
-impl fmt::Display for LeaseState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for LeaseState {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, String> {
-        LeaseState::ALL
-            .into_iter()
-            .find(|state| state.as_str() == text)
-            .ok_or_else(|| format!("unknown lease state `{text}`"))
+        self.into()
     }
 }
 
 /// Who acquired a lease, which decides what `sweep` may do with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumString, strum::IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum Owner {
     /// A hook command (`acquire`...): the user holds the lease JSON; an
     /// active or paused lease is kept until the user sweeps held leases.
@@ -101,20 +76,7 @@ pub enum Owner {
 impl Owner {
     /// The name stored in the database.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Owner::Command => "command",
-            Owner::Lifecycle => "lifecycle",
-            Owner::Probe => "probe",
-        }
-    }
-
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn parse(text: &str) -> Owner {
-        match text {
-            "lifecycle" => Owner::Lifecycle,
-            "probe" => Owner::Probe,
-            _ => Owner::Command,
-        }
+        self.into()
     }
 }
 

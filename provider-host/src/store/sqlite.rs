@@ -611,7 +611,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
     let state: String = row.get("state")?;
     Ok(LeaseRecord {
         id: row.get("id")?,
-        owner: Owner::parse(&row.get::<_, String>("owner")?),
+        owner: row.get::<_, String>("owner")?.parse().unwrap_or(Owner::Command),
         run_id: row.get("run_id")?,
         state: state.parse().unwrap_or(LeaseState::CleanupFailed),
         provider_lease_id: row.get("provider_lease_id")?,
