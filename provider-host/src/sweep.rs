@@ -106,8 +106,9 @@ impl SweepSecrets {
     }
 }
 
-/// What happened to one row.
-#[derive(Debug, Clone, PartialEq)]
+/// What happened to one row (named in snake case in its JSON).
+#[derive(Debug, Clone, PartialEq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Outcome {
     /// Destroyed now.
     Destroyed,
@@ -134,19 +135,16 @@ pub struct Swept {
 impl Swept {
     /// The result as JSON.
     pub fn to_json(&self) -> Value {
-        let (outcome, error) = match &self.outcome {
-            Outcome::Destroyed => ("destroyed", None),
-            Outcome::GoneWithItsProcess => ("gone_with_its_process", None),
-            Outcome::NeverSent => ("never_sent", None),
-            Outcome::Unresolvable => ("unresolvable", None),
-            Outcome::Failed(error) => ("failed", Some(crate::error_json(error))),
+        let error = match &self.outcome {
+            Outcome::Failed(error) => Some(crate::error_json(error)),
+            _ => None,
         };
         json!({
             "row": self.record.id,
             "providerLeaseId": self.record.provider_lease_id,
             "state": self.record.state.as_str(),
             "owner": self.record.owner.as_str(),
-            "outcome": outcome,
+            "outcome": <&str>::from(&self.outcome),
             "error": error,
         })
     }
@@ -235,6 +233,7 @@ pub fn patrol(
 mod tests {
     use super::*;
     use crate::store::LeaseEnv;
+    use strum::VariantArray;
 
     fn record(state: LeaseState) -> LeaseRecord {
         LeaseRecord {
@@ -263,8 +262,11 @@ mod tests {
 
     #[test]
     fn unreturned_covers_the_rows_whose_acquire_never_returned_and_no_lease_handed_out() {
-        let covered: Vec<LeaseState> =
-            LeaseState::ALL.into_iter().filter(|state| Scope::Unreturned.covers(&record(*state))).collect();
+        let covered: Vec<LeaseState> = LeaseState::VARIANTS
+            .iter()
+            .copied()
+            .filter(|state| Scope::Unreturned.covers(&record(*state)))
+            .collect();
         assert_eq!(covered, [LeaseState::Acquiring, LeaseState::Creating]);
     }
 }
