@@ -11,7 +11,7 @@ use provider_host::{
 };
 use provider_host::{
     isolation::{IsolatedProvider, IsolationOptions},
-    loader::{LoadError, LoadedProvider},
+    loader::{LoadError, LoadProblem, LoadedProvider},
     staging::Staged,
 };
 use std::path::{Path, PathBuf};
@@ -100,7 +100,7 @@ pub fn set_up(provider: &dyn HookSupport, path: &Path) -> Result<(), LoadError> 
     };
     provider
         .setup(&host, LogSink::new(crate::provider_log::emit), level)
-        .map_err(|error| LoadError::ProviderFailed { path: path.to_path_buf(), error })
+        .map_err(|error| LoadProblem::ProviderFailed(error).at(path))
 }
 
 /// Loads `library` and runs `setup`: in this process, or with `isolation`

@@ -32,7 +32,7 @@ pub use report::{CheckReport, Report, Summary, Verdict};
 use provider_abi::{LogLevel, LogSink, Provider, SetupParams};
 use provider_host::{
     environment::Environment,
-    loader::{library_file_name, LoadError, LoadedProvider},
+    loader::{library_file_name, LoadError, LoadProblem, LoadedProvider},
 };
 use std::{
     ops::ControlFlow,
@@ -71,7 +71,7 @@ pub fn check_library(library: &Path, config: serde_json::Value) -> Result<Report
     let setup = SetupParams::new(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
     provider
         .setup(&setup, LogSink::new(|_| {}), LogLevel::Error)
-        .map_err(|error| LoadError::ProviderFailed { path: library.to_path_buf(), error })?;
+        .map_err(|error| LoadProblem::ProviderFailed(error).at(library))?;
     let provider = Arc::new(provider);
     let environment = Environment::new(COMPANY, ENVIRONMENT, config);
     let report = run(Arc::clone(&provider), &environment, &mut |_| ControlFlow::Continue(()));

@@ -83,7 +83,7 @@ pub use host::{HeldLease, Host, Released};
 pub use hosted::{HookSupport, HostedProvider};
 #[cfg(feature = "isolation")]
 pub use isolation::{run_worker_if_requested, IsolatedProvider, IsolationOptions};
-pub use loader::{LoadError, LoadedProvider};
+pub use loader::{LoadError, LoadProblem, LoadedProvider};
 pub use provider_set::ProviderSet;
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgLedger, PgOptions};

@@ -214,7 +214,7 @@ pub fn check_signature(library: &Path, trusted_keys: &[String]) -> Signature {
 /// The bytes of the file at `path`, opened as a load opens a library
 /// (non-blocking, regular files only: a FIFO never blocks the read).
 fn read_regular(path: &Path) -> Option<Vec<u8>> {
-    let (_, mut file) = crate::loader::open_library(path).ok()?;
+    let mut file = crate::loader::open_library(path).ok()?.file;
     let mut bytes = Vec::new();
     io::Read::read_to_end(&mut file, &mut bytes).ok()?;
     Some(bytes)

@@ -11,7 +11,7 @@
 //! after it was opened changes nothing. A build staged twice reuses its copy:
 //! a process never loads two files from one path.
 
-use crate::loader::{open_library, LoadError, LoadedProvider};
+use crate::loader::{open_library, CheckedFile, LoadError, LoadProblem, LoadedProvider};
 use sha2::{Digest, Sha256};
 use std::{
     fs::{File, Permissions},
@@ -45,11 +45,9 @@ impl Staging {
     /// exactly the bytes copied, once per build. Errors are one line naming
     /// `library`.
     pub fn stage(&self, library: &Path) -> Result<Staged, LoadError> {
-        let (source, file) = open_library(library)?;
-        let unreadable = |error: io::Error| LoadError::Unreadable {
-            path: source.clone(),
-            reason: format!("cannot copy it: {error}"),
-        };
+        let CheckedFile { path: source, file, .. } = open_library(library)?;
+        let unreadable =
+            |error: io::Error| LoadProblem::Unreadable(format!("cannot copy it: {error}")).at(&source);
         let mut incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(unreadable)?;
         let sha256 = copy_hashing(file, incoming.as_file_mut()).map_err(unreadable)?;
         let name = source.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
@@ -86,7 +84,7 @@ impl Staged {
 
     /// Loads the copy in this process; errors name the library as given.
     pub fn load(&self) -> Result<LoadedProvider, LoadError> {
-        LoadedProvider::load(&self.copy).map_err(|error| error.naming(&self.source))
+        LoadedProvider::load(&self.copy).map_err(|error| LoadError { path: self.source.clone(), ..error })
     }
 }
 
@@ -95,10 +93,8 @@ impl Staged {
 pub fn load_expecting(copy: &Path, sha256: &str) -> Result<LoadedProvider, LoadError> {
     let actual = library_sha256(copy)?;
     if actual != sha256 {
-        return Err(LoadError::Unreadable {
-            path: copy.to_path_buf(),
-            reason: format!("its sha256 is {actual}, not the {sha256} the host checked"),
-        });
+        let refused = format!("its sha256 is {actual}, not the {sha256} the host checked");
+        return Err(LoadProblem::Unreadable(refused).at(copy));
     }
     LoadedProvider::load(copy)
 }
@@ -106,9 +102,8 @@ pub fn load_expecting(copy: &Path, sha256: &str) -> Result<LoadedProvider, LoadE
 /// SHA-256 of the library at `library`, lowercase hex, opened as a load
 /// opens it and read in 64 KiB pieces.
 pub fn library_sha256(library: &Path) -> Result<String, LoadError> {
-    let (path, file) = open_library(library)?;
-    copy_hashing(file, &mut io::sink())
-        .map_err(|error| LoadError::Unreadable { path, reason: error.to_string() })
+    let CheckedFile { path, file, .. } = open_library(library)?;
+    copy_hashing(file, &mut io::sink()).map_err(|error| LoadProblem::Unreadable(error.to_string()).at(path))
 }
 
 /// Copies `from` into `to` in 64 KiB pieces and returns the SHA-256 of the

@@ -15,10 +15,11 @@
 //! path has become. So the loader remembers the file it loaded from each path
 //! and refuses to load a path whose file has changed since.
 
-use super::{image::LoadedImage, LoadError};
+use super::{image::LoadedImage, LoadError, LoadProblem};
 use std::{
     collections::HashMap,
     fs::{File, FileType, Metadata, OpenOptions},
+    io,
     os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt},
     path::{Path, PathBuf},
     sync::{LazyLock, Mutex},
@@ -29,19 +30,19 @@ use std::{
 /// and after opening, opened non-blocking (a FIFO put in its place between
 /// the check and the open returns at once, and is refused). Returns the
 /// canonical path and the open file; errors are one line naming the file.
-pub fn open_library(given: &Path) -> Result<(PathBuf, File), LoadError> {
-    let unreadable = |path: &Path, reason: String| LoadError::Unreadable { path: path.to_path_buf(), reason };
-    let path = std::fs::canonicalize(given).map_err(|error| unreadable(given, error.to_string()))?;
-    let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error.to_string()))?;
-    regular(&path, &metadata)?;
+pub fn open_library(given: &Path) -> Result<CheckedFile, LoadError> {
+    let unreadable = |path: &Path, error: io::Error| LoadProblem::Unreadable(error.to_string()).at(path);
+    let path = std::fs::canonicalize(given).map_err(|error| unreadable(given, error))?;
+    let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error))?;
+    regular(&metadata).map_err(|problem| problem.at(&path))?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(&path)
-        .map_err(|error| unreadable(&path, error.to_string()))?;
-    let metadata = file.metadata().map_err(|error| unreadable(&path, error.to_string()))?;
-    regular(&path, &metadata)?;
-    Ok((path, file))
+        .map_err(|error| unreadable(&path, error))?;
+    let metadata = file.metadata().map_err(|error| unreadable(&path, error))?;
+    regular(&metadata).map_err(|problem| problem.at(&path))?;
+    Ok(CheckedFile { id: id(&metadata), path, file })
 }
 
 /// A file's identity: device and inode.
@@ -51,61 +52,48 @@ type FileId = (u64, u64);
 /// dynamic loader mapped for that path is not known (a refused load).
 static LOADED: LazyLock<Mutex<HashMap<PathBuf, Option<FileId>>>> = LazyLock::new(Default::default);
 
-/// A provider library opened for examination, by its canonical path.
-pub(crate) struct CheckedFile {
+/// A provider library opened for examination (see [`open_library`]).
+#[derive(Debug)]
+pub struct CheckedFile {
     /// The canonical path.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The open file, for examination.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) file: File,
+    pub file: File,
     id: FileId,
 }
 
 impl CheckedFile {
-    /// Resolves `given` to an absolute canonical path and opens it, refusing
-    /// anything that is not a regular file before and after opening.
-    pub(crate) fn open(given: &Path) -> Result<Self, LoadError> {
-        let (path, file) = open_library(given)?;
-        let metadata = file
-            .metadata()
-            .map_err(|error| LoadError::Unreadable { path: path.clone(), reason: error.to_string() })?;
-        Ok(Self { id: id(&metadata), path, file })
-    }
-
     /// Refuses the path if this process already loaded it from another file
     /// (the dynamic loader would hand back that one).
-    pub(crate) fn check_not_loaded_from_another_file(&self) -> Result<(), LoadError> {
+    pub(crate) fn check_not_loaded_from_another_file(&self) -> Result<(), LoadProblem> {
         let loaded = crate::lock(&LOADED);
         match loaded.get(&self.path) {
             None => Ok(()),
             Some(Some(id)) if *id == self.id => Ok(()),
-            Some(_) => Err(self.mismatch(
+            Some(_) => Err(LoadProblem::NotTheCheckedFile(
                 "this process already loaded another file from this path and a library is never unloaded; \
-                 load the new version from a path of its own",
+                 load the new version from a path of its own"
+                    .into(),
             )),
         }
     }
 
     /// Checks that the object the dynamic loader mapped, `image`, was mapped
     /// from this file, and remembers which file the path was loaded from.
-    pub(crate) fn check_mapped(&self, image: LoadedImage) -> Result<(), LoadError> {
+    pub(crate) fn check_mapped(&self, image: LoadedImage) -> Result<(), LoadProblem> {
         let mapped =
             image.file().and_then(|name| std::fs::metadata(&name).ok().map(|meta| (name, id(&meta))));
         let outcome = match &mapped {
             Some((_, mapped_id)) if *mapped_id == self.id => Ok(()),
-            Some((name, _)) => Err(self.mismatch(&format!(
+            Some((name, _)) => Err(format!(
                 "the dynamic loader mapped {}, which is another file (was it replaced while loading?)",
                 name.display()
-            ))),
-            None => Err(self.mismatch("cannot tell which file the dynamic loader mapped")),
+            )),
+            None => Err("cannot tell which file the dynamic loader mapped".into()),
         };
         let known = outcome.is_ok().then_some(self.id);
         crate::lock(&LOADED).insert(self.path.clone(), known);
-        outcome
-    }
-
-    fn mismatch(&self, reason: &str) -> LoadError {
-        LoadError::NotTheCheckedFile { path: self.path.clone(), reason: reason.to_owned() }
+        outcome.map_err(LoadProblem::NotTheCheckedFile)
     }
 }
 
@@ -114,14 +102,11 @@ fn id(metadata: &Metadata) -> FileId {
 }
 
 /// Refuses anything but a regular file, naming what it is.
-fn regular(path: &Path, metadata: &Metadata) -> Result<(), LoadError> {
+fn regular(metadata: &Metadata) -> Result<(), LoadProblem> {
     if metadata.is_file() {
         return Ok(());
     }
-    Err(LoadError::Unreadable {
-        path: path.to_path_buf(),
-        reason: format!("not a regular file but {}", describe(metadata.file_type())),
-    })
+    Err(LoadProblem::Unreadable(format!("not a regular file but {}", describe(metadata.file_type()))))
 }
 
 /// What a file that is not a regular file is, in a few words.
@@ -142,7 +127,7 @@ mod tests {
 
     #[test]
     fn a_bare_name_becomes_an_absolute_path_in_the_current_directory() {
-        let checked = CheckedFile::open(Path::new("Cargo.toml")).unwrap();
+        let checked = open_library(Path::new("Cargo.toml")).unwrap();
         assert!(checked.path.is_absolute());
         assert_eq!(checked.path, std::env::current_dir().unwrap().join("Cargo.toml"));
     }
@@ -159,9 +144,9 @@ mod tests {
             (dir.path(), "a directory"),
             (Path::new("/dev/null"), "a character device"),
         ] {
-            let error = CheckedFile::open(path).err().expect("refused");
+            let error = open_library(path).expect_err("refused");
             let text = error.to_string();
-            assert!(matches!(error, LoadError::Unreadable { .. }), "{text}");
+            assert!(matches!(error.problem, LoadProblem::Unreadable(_)), "{text}");
             assert!(text.contains(what) && !text.contains('\n'), "{text}");
         }
     }
@@ -171,15 +156,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lib.so");
         std::fs::write(&path, b"first").unwrap();
-        let first = CheckedFile::open(&path).unwrap();
+        let first = open_library(&path).unwrap();
         LOADED.lock().unwrap().insert(first.path.clone(), Some(first.id));
         first.check_not_loaded_from_another_file().unwrap();
         // Replaced by rename, as package managers do: a new inode.
         let next = dir.path().join("lib.so.new");
         std::fs::write(&next, b"second").unwrap();
         std::fs::rename(&next, &path).unwrap();
-        let second = CheckedFile::open(&path).unwrap();
-        let error = second.check_not_loaded_from_another_file().unwrap_err().to_string();
+        let second = open_library(&path).unwrap();
+        let error = second.check_not_loaded_from_another_file().unwrap_err().at(&second.path).to_string();
         assert!(error.contains("already loaded another file from this path"), "{error}");
         assert!(error.contains(&path.display().to_string()) && !error.contains('\n'), "{error}");
     }
@@ -188,14 +173,14 @@ mod tests {
     fn the_mapped_object_must_be_the_checked_file() {
         let libc_image = LoadedImage::containing(libc::malloc as *const std::ffi::c_void).unwrap();
         let libc_file = libc_image.file().expect("libc is mapped from a file");
-        CheckedFile::open(&libc_file).unwrap().check_mapped(libc_image).unwrap();
-        let other = CheckedFile::open(Path::new("Cargo.toml")).unwrap();
-        let error = other.check_mapped(libc_image).unwrap_err();
+        open_library(&libc_file).unwrap().check_mapped(libc_image).unwrap();
+        let other = open_library(Path::new("Cargo.toml")).unwrap();
+        let error = other.check_mapped(libc_image).unwrap_err().at(&other.path);
         let text = error.to_string();
-        assert!(matches!(error, LoadError::NotTheCheckedFile { .. }), "{text}");
+        assert!(matches!(error.problem, LoadProblem::NotTheCheckedFile(_)), "{text}");
         assert!(text.contains(&libc_file.display().to_string()) && text.contains("Cargo.toml"), "{text}");
         assert!(!text.contains('\n'), "{text}");
         let refused_again = other.check_not_loaded_from_another_file().unwrap_err();
-        assert!(matches!(refused_again, LoadError::NotTheCheckedFile { .. }), "{refused_again}");
+        assert!(matches!(refused_again, LoadProblem::NotTheCheckedFile(_)), "{refused_again}");
     }
 }

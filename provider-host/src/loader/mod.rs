@@ -9,7 +9,7 @@ mod checked;
 mod elf;
 mod image;
 
-pub use checked::open_library;
+pub use checked::{open_library, CheckedFile};
 
 use abi_stable::{
     abi_stability::abi_checking::{check_layout_compatibility_with_globals, CheckingGlobals},
@@ -17,7 +17,6 @@ use abi_stable::{
     sabi_types::VersionNumber,
     StableAbi,
 };
-use checked::CheckedFile;
 use image::LoadedImage;
 use provider_abi::{AbiVersion, Hook, Instance, ProviderError, ProviderModuleRef, ABI_VERSION};
 use std::{
@@ -25,101 +24,68 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Why a library could not be loaded as a provider. Every variant displays
-/// as one line naming the file.
+/// Why a library could not be loaded as a provider: the file and what is
+/// wrong with it. Displays as one line naming the file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LoadError {
-    /// The file does not exist, cannot be read, or is not a regular file.
-    #[error("cannot load provider {}: {reason}", .path.display())]
-    Unreadable {
-        /// The file.
-        path: PathBuf,
-        /// Why, in one line.
-        reason: String,
-    },
-    /// The file is not a shared library the dynamic loader accepts.
-    #[error("cannot load provider {}: not a loadable shared library ({reason})", .path.display())]
-    NotALibrary {
-        /// The file.
-        path: PathBuf,
-        /// Why, in one line.
-        reason: String,
-    },
+#[error("cannot load provider {}: {problem}", .path.display())]
+pub struct LoadError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: LoadProblem,
+}
+
+/// What is wrong with a library that could not be loaded; each displays as
+/// one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadProblem {
+    /// The file does not exist, cannot be read, or is not a regular file
+    /// (why, in one line).
+    #[error("{0}")]
+    Unreadable(String),
+    /// The file is not a shared library the dynamic loader accepts (why, in
+    /// one line).
+    #[error("not a loadable shared library ({0})")]
+    NotALibrary(String),
     /// The library exports no provider root module.
-    #[error("cannot load provider {}: the library exports no sandbox provider root module", .path.display())]
-    NotAProvider {
-        /// The file.
-        path: PathBuf,
-    },
+    #[error("the library exports no sandbox provider root module")]
+    NotAProvider,
     /// The provider was built for another major ABI version.
     #[error(
-        "cannot load provider {}: built against provider ABI {library}; this host loads {}.x: rebuild the provider against provider-abi {}",
-        .path.display(), .host.major, .host.major
+        "built against provider ABI {library}; this host loads {}.x: rebuild the provider against provider-abi {}",
+        .host.major, .host.major
     )]
     IncompatibleAbi {
-        /// The file.
-        path: PathBuf,
         /// The library's ABI version.
         library: String,
         /// This host's ABI version.
         host: AbiVersion,
     },
     /// The provider's types do not match this host's (a corrupt or
-    /// mislabelled build).
-    #[error("cannot load provider {}: its ABI types do not match this host's ({detail})", .path.display())]
-    LayoutMismatch {
-        /// The file.
-        path: PathBuf,
-        /// The first line of abi_stable's account of the difference.
-        detail: String,
-    },
+    /// mislabelled build): the first line of abi_stable's account of the
+    /// difference.
+    #[error("its ABI types do not match this host's ({0})")]
+    LayoutMismatch(String),
     /// The library's module hands over a function or table that lies outside
-    /// the library itself (a forged or corrupt module).
-    #[error(
-        "cannot load provider {}: its {what} points outside the library (a forged or corrupt provider module)",
-        .path.display()
-    )]
-    ForeignPointer {
-        /// The file.
-        path: PathBuf,
-        /// Which part of the module (`health hook`...).
-        what: String,
-    },
+    /// the library itself (a forged or corrupt module): which part of the
+    /// module (`health hook`...).
+    #[error("its {0} points outside the library (a forged or corrupt provider module)")]
+    ForeignPointer(String),
     /// The object the dynamic loader mapped is not the file that was checked
     /// (the file was replaced between the check and the load, or the path
-    /// was loaded from another file earlier in this process).
-    #[error("cannot load provider {}: the object loaded is not the file that was checked: {reason}", .path.display())]
-    NotTheCheckedFile {
-        /// The file that was checked.
-        path: PathBuf,
-        /// Why, in one line.
-        reason: String,
-    },
+    /// was loaded from another file earlier in this process): why, in one
+    /// line.
+    #[error("the object loaded is not the file that was checked: {0}")]
+    NotTheCheckedFile(String),
     /// The provider failed to start (an error or panic in its constructor).
-    #[error("cannot load provider {}: it failed to start: {error}", .path.display())]
-    ProviderFailed {
-        /// The file.
-        path: PathBuf,
-        /// The provider's error.
-        error: ProviderError,
-    },
+    #[error("it failed to start: {0}")]
+    ProviderFailed(ProviderError),
 }
 
-impl LoadError {
-    /// The same error naming `path` as the file: a host that loads a
-    /// private copy of a library names the library it was given.
-    pub fn naming(mut self, named: &Path) -> LoadError {
-        match &mut self {
-            LoadError::Unreadable { path, .. }
-            | LoadError::NotALibrary { path, .. }
-            | LoadError::NotAProvider { path }
-            | LoadError::IncompatibleAbi { path, .. }
-            | LoadError::LayoutMismatch { path, .. }
-            | LoadError::ForeignPointer { path, .. }
-            | LoadError::NotTheCheckedFile { path, .. }
-            | LoadError::ProviderFailed { path, .. } => *path = named.to_path_buf(),
-        }
-        self
+impl LoadProblem {
+    /// This problem of the file at `path`.
+    pub fn at(self, path: impl Into<PathBuf>) -> LoadError {
+        LoadError { path: path.into(), problem: self }
     }
 }
 
@@ -148,27 +114,9 @@ impl LoadedProvider {
     /// the file that was checked (same device and inode); errors name the
     /// canonical path.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, LoadError> {
-        let checked = CheckedFile::open(path.as_ref())?;
+        let checked = open_library(path.as_ref())?;
         let path = checked.path.clone();
-        let (module, image) = open_module(checked)?;
-        let library_abi = module.library_abi();
-        if library_abi.major != ABI_VERSION.major {
-            return Err(LoadError::IncompatibleAbi {
-                library: library_abi.to_string(),
-                host: ABI_VERSION,
-                path,
-            });
-        }
-        for (what, address) in module.code_addresses() {
-            if !image.contains(address) {
-                return Err(LoadError::ForeignPointer { path, what: what.to_owned() });
-            }
-        }
-        // SAFETY: `module` is the root module abi_stable loaded (and checked
-        // the layout of) from a library it never unloads, and every address
-        // it hands over was just checked to lie inside that library.
-        let instance = unsafe { Instance::new(module) }
-            .map_err(|error| LoadError::ProviderFailed { path: path.clone(), error })?;
+        let instance = open_instance(checked).map_err(|problem| problem.at(&path))?;
         Ok(Self { path, instance })
     }
 
@@ -195,43 +143,32 @@ impl LoadedProvider {
 
 /// Opens the library and checks, in order, that it is a shared object, that
 /// it exports a provider root module, that the object mapped is the file
-/// checked, that its major ABI version is ours and that its root module
-/// layout matches; each failure is one line. Returns the module and the
-/// loaded object it came from.
-fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedImage), LoadError> {
-    let path = checked.path.clone();
-    let path = path.as_path();
-    let not_a_provider = || LoadError::NotAProvider { path: path.to_path_buf() };
-    let mismatch = |detail: &dyn fmt::Display| LoadError::LayoutMismatch {
-        path: path.to_path_buf(),
-        detail: first_line(detail),
-    };
+/// checked, that its major ABI version is ours, that its root module layout
+/// matches and that every address it hands over lies inside the library,
+/// then starts the provider; each failure is one line.
+fn open_instance(mut checked: CheckedFile) -> Result<Instance, LoadProblem> {
+    let mismatch = |detail: &dyn fmt::Display| LoadProblem::LayoutMismatch(first_line(detail));
     #[cfg(target_os = "linux")]
-    elf::check_shared_object(&mut checked.file)
-        .map_err(|reason| LoadError::NotALibrary { path: path.to_path_buf(), reason })?;
+    elf::check_shared_object(&mut checked.file).map_err(LoadProblem::NotALibrary)?;
     checked.check_not_loaded_from_another_file()?;
-    let header = lib_header_from_path(path).map_err(|error| match error {
-        LibraryError::GetSymbolError { .. } => not_a_provider(),
+    let header = lib_header_from_path(&checked.path).map_err(|error| match error {
+        LibraryError::GetSymbolError { .. } => LoadProblem::NotAProvider,
         LibraryError::OpenError { err, .. } => {
-            LoadError::NotALibrary { path: path.to_path_buf(), reason: dl_reason(&err.to_string(), path) }
+            LoadProblem::NotALibrary(dl_reason(&err.to_string(), &checked.path))
         }
         other => mismatch(&other),
     })?;
-    let image = LoadedImage::containing((header as *const LibHeader).cast()).ok_or_else(|| {
-        LoadError::ForeignPointer { path: path.to_path_buf(), what: "library header".into() }
-    })?;
+    let image = LoadedImage::containing((header as *const LibHeader).cast())
+        .ok_or_else(|| LoadProblem::ForeignPointer("library header".into()))?;
     checked.check_mapped(image)?;
     let consts = header.root_mod_consts();
     if consts.base_name().as_str() != ProviderModuleRef::BASE_NAME {
-        return Err(not_a_provider());
+        return Err(LoadProblem::NotAProvider);
     }
     let version = VersionNumber::new(header.version_strings()).map_err(|error| mismatch(&error))?;
     if version.major != u32::from(ABI_VERSION.major) {
-        return Err(LoadError::IncompatibleAbi {
-            path: path.to_path_buf(),
-            library: format!("{}.{}", version.major, version.minor),
-            host: ABI_VERSION,
-        });
+        let library = format!("{}.{}", version.major, version.minor);
+        return Err(LoadProblem::IncompatibleAbi { library, host: ABI_VERSION });
     }
     let module = if version.minor < u32::from(ABI_VERSION.minor) {
         // abi_stable checks a module with the host's definitions as the
@@ -260,7 +197,19 @@ fn open_module(mut checked: CheckedFile) -> Result<(ProviderModuleRef, LoadedIma
     } else {
         header.init_root_module::<ProviderModuleRef>().map_err(|error| mismatch(&error))?
     };
-    Ok((module, image))
+    let library_abi = module.library_abi();
+    if library_abi.major != ABI_VERSION.major {
+        return Err(LoadProblem::IncompatibleAbi { library: library_abi.to_string(), host: ABI_VERSION });
+    }
+    for (what, address) in module.code_addresses() {
+        if !image.contains(address) {
+            return Err(LoadProblem::ForeignPointer(what.to_owned()));
+        }
+    }
+    // SAFETY: `module` is the root module abi_stable loaded (and checked
+    // the layout of) from a library it never unloads, and every address
+    // it hands over was just checked to lie inside that library.
+    unsafe { Instance::new(module) }.map_err(LoadProblem::ProviderFailed)
 }
 
 /// The first line of an error's text, trimmed to 300 characters.

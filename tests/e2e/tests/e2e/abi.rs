@@ -12,7 +12,7 @@ use provider_abi::{
     ExecuteParams, Hook, LeaseParams, MemoryEntry, OutputStream, Provider, ABI_2_0,
 };
 use provider_host::{
-    loader::{LoadError, LoadedProvider},
+    loader::{LoadError, LoadProblem, LoadedProvider},
     wait,
 };
 use std::{
@@ -111,7 +111,7 @@ fn another_major_version_is_refused_in_one_line_naming_both_and_what_to_do() {
         let path = library(name);
         let error = load_error(&path);
         let text = error.to_string();
-        assert!(matches!(error, LoadError::IncompatibleAbi { .. }), "{text}");
+        assert!(matches!(error.problem, LoadProblem::IncompatibleAbi { .. }), "{text}");
         assert!(text.contains(&format!("built against provider ABI {version}")), "{text}");
         assert!(text.contains("this host loads 2.x: rebuild the provider against provider-abi 2"), "{text}");
     }
@@ -122,7 +122,7 @@ fn another_major_version_is_refused_in_one_line_naming_both_and_what_to_do() {
 #[test]
 fn a_forged_module_is_refused_naming_the_hook_that_points_outside_the_library() {
     let error = load_error(&library("fixture_forged"));
-    assert!(matches!(&error, LoadError::ForeignPointer { what, .. } if what == "health hook"), "{error}");
+    assert!(matches!(&error.problem, LoadProblem::ForeignPointer(what) if what == "health hook"), "{error}");
 }
 
 #[test]
@@ -139,12 +139,12 @@ fn files_that_are_not_providers_are_refused_in_one_line() {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
         let error = load_error(&path);
-        assert!(matches!(error, LoadError::NotALibrary { .. }), "{name}: {error}");
+        assert!(matches!(error.problem, LoadProblem::NotALibrary(_)), "{name}: {error}");
     }
     let missing = load_error(&dir.path().join("missing.so"));
-    assert!(matches!(missing, LoadError::Unreadable { .. }), "{missing}");
+    assert!(matches!(missing.problem, LoadProblem::Unreadable(_)), "{missing}");
     let plain = load_error(&library("not_a_provider"));
-    assert!(matches!(plain, LoadError::NotAProvider { .. }), "{plain}");
+    assert!(matches!(plain.problem, LoadProblem::NotAProvider), "{plain}");
 }
 
 #[test]
@@ -252,7 +252,7 @@ fn a_path_whose_file_was_replaced_after_loading_is_refused_not_served_stale() {
     std::fs::copy(library("fixture_next_minor"), &staged).unwrap();
     std::fs::rename(&staged, &path).unwrap();
     let error = load_error(&path);
-    assert!(matches!(error, LoadError::NotTheCheckedFile { .. }), "{error}");
+    assert!(matches!(error.problem, LoadProblem::NotTheCheckedFile(_)), "{error}");
     assert!(error.to_string().contains("load the new version from a path of its own"), "{error}");
     // At a path of its own, the new version loads beside the old one.
     let fresh = dir.path().join("provider-2.2.so");
