@@ -246,7 +246,7 @@ impl CreateosClient {
         let url = self.url(&["sandboxes"]);
         let label = op::SANDBOX_LIFECYCLE;
         let data = self
-            .call_json(label, opts, Retry::After429, &[], Some(recorder), || {
+            .call_json(label, opts, Retry::After429, Some(recorder), || {
                 self.http.post(url.clone()).json(&body)
             })
             .await?;
@@ -259,12 +259,14 @@ impl CreateosClient {
         check_id(id, "sandbox")?;
         let url = self.url(&["sandboxes", id]);
         let data = self
-            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[StatusCode::NOT_FOUND], None, || {
-                self.http.delete(url.clone())
-            })
-            .await?;
-        let echoed = data.get("id").is_none_or(|echo| echo.as_str() == Some(id));
-        echoed.then_some(()).ok_or(Error::Protocol(op::SANDBOX_LIFECYCLE))
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, None, || self.http.delete(url.clone()));
+        match data.await {
+            Ok(data) if data.get("id").is_some_and(|echo| echo.as_str() != Some(id)) => {
+                Err(Error::Protocol(op::SANDBOX_LIFECYCLE))
+            }
+            Err(error) if !error.is_not_found() => Err(error),
+            _ => Ok(()),
+        }
     }
 
     /// `POST /sandboxes/{id}/exec`: a short synchronous command.
@@ -280,7 +282,7 @@ impl CreateosClient {
         let body = json!({"cmd": cmd, "args": args});
         let label = op::WORKSPACE_COMMAND;
         let data = self
-            .call_json(label, opts, Retry::After429, &[], None, || self.http.post(url.clone()).json(&body))
+            .call_json(label, opts, Retry::After429, None, || self.http.post(url.clone()).json(&body))
             .await?;
         data.get("result")
             .filter(|result| result.is_object())
@@ -316,8 +318,7 @@ impl CreateosClient {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
-            let resp =
-                self.send(label, opts, Retry::After429, &[], None, || self.http.get(url.clone())).await?;
+            let resp = self.send(label, opts, Retry::After429, None, || self.http.get(url.clone())).await?;
             Ok(Bytes::from(read_capped(resp, MAX_FILE_BYTES, label).await?))
         })
         .await
@@ -354,7 +355,7 @@ impl CreateosClient {
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
             let resp = self
-                .send(label, opts, retry, &[], None, || {
+                .send(label, opts, retry, None, || {
                     let request = self.http.put(url.clone()).header(CONTENT_TYPE, "application/octet-stream");
                     match len {
                         Some(len) => request.header(CONTENT_LENGTH, len),
@@ -385,8 +386,7 @@ impl CreateosClient {
         let url = self.file_url(id, path)?;
         let label = op::FILE_TRANSFER;
         self.bounded(label, opts.deadline, async {
-            let resp =
-                self.send(label, opts, Retry::After429, &[], None, || self.http.get(url.clone())).await?;
+            let resp = self.send(label, opts, Retry::After429, None, || self.http.get(url.clone())).await?;
             read_into(resp, sink, cap, Error::UnsafeArchive, label).await
         })
         .await
@@ -420,7 +420,7 @@ impl CreateosClient {
         }
         let label = op::PROCESS_CREATION;
         let data = self
-            .call_json(label, opts, Retry::Never, &[], None, || self.http.post(url.clone()).json(&body))
+            .call_json(label, opts, Retry::Never, None, || self.http.post(url.clone()).json(&body))
             .await?;
         reply_id(&data, "process_id", label)
     }
@@ -441,7 +441,7 @@ impl CreateosClient {
         let mut url = self.url(&["sandboxes", id, "processes", pid, "connect"]);
         url.query_pairs_mut().append_pair("after", &after.to_string());
         let label = op::OUTPUT_CONNECTION;
-        let send = self.send(label, opts, Retry::Never, &[], None, || self.http.get(url.clone()));
+        let send = self.send(label, opts, Retry::Never, None, || self.http.get(url.clone()));
         let resp = self.bounded(label, opts.deadline, send).await?;
         Ok(Box::pin(resp.bytes_stream().map(move |chunk| chunk.map_err(transport(label)))))
     }
@@ -460,19 +460,13 @@ impl CreateosClient {
         check_id(pid, "process")?;
         let mut url = self.url(&["sandboxes", id, "processes", pid]);
         url.query_pairs_mut().append_pair("grace_ms", &grace_ms.to_string());
-        let label = op::PROCESS_CLEANUP;
-        self.bounded(label, opts.deadline, async {
-            let not_found = [StatusCode::NOT_FOUND];
-            let resp = self
-                .send(label, opts, Retry::After429, &not_found, None, || self.http.delete(url.clone()))
-                .await?;
-            if resp.status() == StatusCode::NOT_FOUND {
-                return Ok(true);
-            }
-            let data = envelope(&read_capped(resp, MAX_JSON_REPLY, label).await?, label)?;
-            Ok(data.get("tree_exited") == Some(&Value::Bool(true)))
-        })
-        .await
+        let data = self
+            .call_json(op::PROCESS_CLEANUP, opts, Retry::After429, None, || self.http.delete(url.clone()));
+        match data.await {
+            Ok(data) => Ok(data.get("tree_exited") == Some(&Value::Bool(true))),
+            Err(error) if error.is_not_found() => Ok(true),
+            Err(error) => Err(error),
+        }
     }
 
     /// Runs `fut` under `deadline`, mapping expiry to `Timeout`.
@@ -486,31 +480,26 @@ impl CreateosClient {
     }
 
     /// A JSON call: send (`announce` told right before each attempt leaves,
-    /// see [`Self::send`]), check the status (`ok_statuses` are non-2xx
-    /// statuses that count as success with empty `data`), read the capped
-    /// body, check the envelope, return `data`.
+    /// see [`Self::send`]), read the capped body, check the envelope, return
+    /// `data`.
     async fn call_json(
         &self,
         label: &'static str,
         opts: CallOptions,
         retry: Retry,
-        ok_statuses: &[StatusCode],
         announce: Option<&mut CreationRecorder>,
         build: impl FnMut() -> RequestBuilder,
     ) -> Result<Map<String, Value>, Error> {
         self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, retry, ok_statuses, announce, build).await?;
-            if !resp.status().is_success() {
-                return Ok(Map::new());
-            }
+            let resp = self.send(label, opts, retry, announce, build).await?;
             envelope(&read_capped(resp, MAX_JSON_REPLY, label).await?, label)
         })
         .await
     }
 
     /// Paces and sends one request, handling 429 per the module docs.
-    /// Returns the response of a 2xx or of one of `ok_statuses`; any other
-    /// status is an `Api` error, its response (and unread body) dropped.
+    /// Returns the response of a 2xx; any other status is an `Api` error,
+    /// its response (and unread body) dropped.
     /// `announce` (a creation's write-ahead recorder) is told right before
     /// each attempt leaves, once the gate and the pacer admitted it. Its
     /// refusal sends nothing and is returned as [`Error::HostRefused`]; a
@@ -520,7 +509,6 @@ impl CreateosClient {
         label: &'static str,
         opts: CallOptions,
         retry: Retry,
-        ok_statuses: &[StatusCode],
         mut announce: Option<&mut CreationRecorder>,
         mut build: impl FnMut() -> RequestBuilder,
     ) -> Result<Response, Error> {
@@ -552,8 +540,7 @@ impl CreateosClient {
             drop(pass);
             let status = resp.status();
             if status != StatusCode::TOO_MANY_REQUESTS {
-                let ok = status.is_success() || ok_statuses.contains(&status);
-                return ok.then_some(resp).ok_or(Error::Api(label, status.as_u16()));
+                return status.is_success().then_some(resp).ok_or(Error::Api(label, status.as_u16()));
             }
             let wait = retry_after(&resp);
             drop(resp);
@@ -585,7 +572,7 @@ impl Lifecycle for CreateosClient {
         check_id(id, "sandbox")?;
         let url = self.url(&["sandboxes", id]);
         let data = self
-            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || self.http.get(url.clone()))
+            .call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, None, || self.http.get(url.clone()))
             .await?;
         match (data.get("id").and_then(Value::as_str), data.get("status").and_then(Value::as_str)) {
             (Some(echo), Some(status)) if echo == id => Ok(status.to_string()),
@@ -602,10 +589,8 @@ impl Lifecycle for CreateosClient {
             Desired::Running => "resume",
         };
         let url = self.url(&["sandboxes", id, action]);
-        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, &[], None, || {
-            self.http.post(url.clone())
-        })
-        .await?;
+        self.call_json(op::SANDBOX_LIFECYCLE, opts, Retry::After429, None, || self.http.post(url.clone()))
+            .await?;
         Ok(())
     }
 }
