@@ -68,8 +68,6 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub const MAX_429_RETRIES: u32 = 4;
 /// Largest JSON reply accepted.
 pub const MAX_JSON_REPLY: usize = 16 << 20;
-/// Largest file read with [`CreateosClient::get_file`].
-pub const MAX_FILE_BYTES: usize = 256 << 20;
 /// Bytes read from disk at a time when a file is uploaded.
 pub const STREAM_CHUNK: usize = 256 << 10;
 /// TCP/TLS connect timeout (the caller's deadline bounds everything else).
@@ -311,17 +309,6 @@ impl CreateosClient {
         let mut body = Some(body);
         let take = || body.take().expect("a request that is never retried is built once");
         self.put_body(id, path, None, opts, Retry::Never, take).await
-    }
-
-    /// `GET /sandboxes/{id}/files?path=P`: the raw bytes.
-    pub async fn get_file(&self, id: &str, path: &str, opts: CallOptions) -> Result<Bytes, Error> {
-        let url = self.file_url(id, path)?;
-        let label = op::FILE_TRANSFER;
-        self.bounded(label, opts.deadline, async {
-            let resp = self.send(label, opts, Retry::After429, None, || self.http.get(url.clone())).await?;
-            Ok(Bytes::from(read_capped(resp, MAX_FILE_BYTES, label).await?))
-        })
-        .await
     }
 
     /// `PUT /sandboxes/{id}/files?path=P` with the bytes of the host file
@@ -766,6 +753,12 @@ mod tests {
         }
     }
 
+    /// `GET /sandboxes/s/files?path=P` into memory.
+    async fn get_file(client: &CreateosClient, path: &str, o: CallOptions) -> Result<Vec<u8>, Error> {
+        let mut body = Vec::new();
+        client.get_file_into("s", path, &mut body, u64::MAX, o).await.map(|_| body)
+    }
+
     async fn server() -> (Mock, CreateosClient) {
         let mock = Mock::default();
         let client = client_of(axum::Router::new().fallback(handler).with_state(mock.clone())).await;
@@ -925,7 +918,7 @@ mod tests {
             let err = match label {
                 "sandbox lifecycle" => client.submit("s", Desired::Paused, o).await.unwrap_err(),
                 "process creation" => client.create_process("s", "true", None, o).await.unwrap_err(),
-                "file transfer" => client.get_file("s", "/a", o).await.unwrap_err(),
+                "file transfer" => get_file(&client, "/a", o).await.unwrap_err(),
                 "workspace command" => client.exec("s", "true", &[], o).await.unwrap_err(),
                 "output connection" => client.connect("s", "p", 0, o).await.err().unwrap(),
                 _ => client.kill_process("s", "p", 1000, o).await.unwrap_err(),
@@ -984,7 +977,7 @@ mod tests {
         let body = reqwest::Body::from(Bytes::from_static(b"\x00\x01"));
         client.put_file_stream("s", "/w/a b&c=d", body, opts()).await.unwrap();
         mock.push(raw(200, "contents"));
-        let bytes = client.get_file("s", "/w/x", opts()).await.unwrap();
+        let bytes = get_file(&client, "/w/x", opts()).await.unwrap();
         assert_eq!(&bytes[..], b"contents");
         mock.push(ok(json!({"process_id": "p-1"})));
         let pid = client.create_process("s", "echo hi", Some("/w"), opts()).await.unwrap();
@@ -1026,7 +1019,7 @@ mod tests {
             let err = client.kill_process("s", id, 1, opts()).await.unwrap_err();
             assert_eq!(err.to_string(), "CreateOS process ID is invalid.");
         }
-        let err = client.get_file("s", "", opts()).await.unwrap_err();
+        let err = get_file(&client, "", opts()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::INVALID_INPUT);
         assert!(mock.seen().is_empty());
         assert!(is_valid_id(&"a".repeat(200)));
@@ -1073,7 +1066,7 @@ mod tests {
         assert_eq!(err.http_status(), Some(429));
         // A retryable call whose pause outlasts the deadline is not retried.
         mock.push(Reply::Status(429, vec![("retry-after", "20".into())], vec![]));
-        let err = client.get_file("s", "/a", opts()).await.unwrap_err();
+        let err = get_file(&client, "/a", opts()).await.unwrap_err();
         assert_eq!(err.http_status(), Some(429));
         assert_eq!(mock.seen().len(), 2);
     }
@@ -1100,7 +1093,7 @@ mod tests {
             Arc::new(Pacer::new(1000)),
         )
         .unwrap();
-        let err = client.get_file("s", "/secret?x", opts()).await.unwrap_err();
+        let err = get_file(&client, "/secret?x", opts()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::CONNECTION);
         assert_eq!(
             err.to_string(),

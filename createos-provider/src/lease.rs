@@ -299,13 +299,16 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
         Err(error) => return Err(error),
     }
     let options = CallOptions::new(deadline, Priority::InFlight);
-    match client.get_file(&lease.sandbox_id, MARKER_PATH, options).await {
-        Ok(marker) if marker.as_ref() == lease.metadata.marker.as_bytes() => Ok(Lease {
+    let (mut marker, ours) = (Vec::new(), lease.metadata.marker.as_bytes());
+    let read = client.get_file_into(&lease.sandbox_id, MARKER_PATH, &mut marker, ours.len() as u64, options);
+    match read.await {
+        Ok(_) if marker == ours => Ok(Lease {
             provider_lease_id: params.provider_lease_id.clone(),
             expired: false,
             ..expired(params)
         }),
-        Ok(_) => Ok(expired(params)),
+        // Another marker, or one longer than ours (`UnsafeArchive`: past the cap).
+        Ok(_) | Err(Error::UnsafeArchive) => Ok(expired(params)),
         Err(error) if error.is_not_found() => Ok(expired(params)),
         Err(error) => Err(error),
     }

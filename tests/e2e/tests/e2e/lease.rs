@@ -248,6 +248,20 @@ fn resume_expires_when_the_marker_does_not_read_back() {
     assert_eq!(bed.ledger().count("GET", "/v1/sandboxes/*/files"), 1);
 }
 
+/// A marker file longer than the lease's marker (its marker with more
+/// after it) is not the lease's: resume expires it, reading no more of the
+/// file than the marker's length.
+#[test]
+fn resume_expires_when_the_marker_reads_back_longer() {
+    let bed = Bed::new();
+    let config = bed.config(reuse());
+    let lease = bed.acquire(&config);
+    let append = format!("printf x >> {MARKER_PATH}");
+    let (result, _) = bed.execute(&bed.command(&config, &lease, "/bin/sh", &["-c", &append]));
+    assert_eq!(result.unwrap().exit_code.into_option(), Some(0));
+    assert!(wait(bed.provider.resume_lease(bed.lease_params(&config, &lease))).unwrap().expired);
+}
+
 const MARKER_PATH: &str = "/paperclip-workspace/.paperclip-runtime/.paperclip-createos-lease";
 
 #[test]
