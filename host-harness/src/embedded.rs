@@ -36,44 +36,40 @@ pub const SERVES_DRIVER_KEY: &str = "createos";
 pub const ABSENT: &str =
     "this build of host-harness has no embedded simulator (its `embedded-sim` feature is off): pass --config FILE";
 
+/// An offline run's simulator (none for a provider it does not serve) and
+/// configuration, or why there is none.
+pub type Offline = Result<(Option<Simulator>, Environment), String>;
+
 /// Starts the simulator for an offline run, with CreateOS's rate limit
 /// when `rate_limited`, on an ephemeral loopback port; returns it with a
 /// harness configuration pointing at it (lease reuse on, so release pauses;
-/// the API in this process, so its leases are gone with it).
+/// the API in this process, so its leases are gone with it; the request
+/// budget, CreateOS's `requestsPerMinute`, set to `budget` when given).
 #[cfg(feature = "embedded-sim")]
-fn start_offline(rate_limited: bool) -> Result<(Option<Simulator>, Environment), String> {
+fn start_offline(rate_limited: bool, budget: Option<u32>) -> Offline {
     let sim_config = createos_sim::SimConfig {
         rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
         ..Default::default()
     };
     let sim = Simulator::start(sim_config)
         .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
-    let mut config = harness_environment(sim.provider_config(true));
+    let mut provider_config = sim.provider_config(true);
+    if let Some(budget) = budget {
+        provider_config["requestsPerMinute"] = budget.into();
+    }
+    let mut config = harness_environment(provider_config);
     config.api_in_process = true;
     Ok((Some(sim), config))
 }
 
 #[cfg(not(feature = "embedded-sim"))]
-fn start_offline(_rate_limited: bool) -> Result<(Option<Simulator>, Environment), String> {
+fn start_offline(_rate_limited: bool, _budget: Option<u32>) -> Offline {
     Err(ABSENT.to_owned())
 }
-
-/// The key of the request budget in the configuration of the provider the
-/// simulator serves (CreateOS's `requestsPerMinute`).
-const REQUEST_BUDGET_KEY: &str = "requestsPerMinute";
 
 /// The request budget the simulator's provider gets when the simulator's
 /// rate limit is off: high enough never to be what a run waits on.
 pub const UNLIMITED_REQUEST_BUDGET: u32 = 100_000;
-
-/// Sets the request budget, `requests_per_minute`, in `config`: the
-/// configuration [`offline_target`] gave for the embedded simulator. Any
-/// other provider's configuration is its own, and says its own budget.
-pub fn set_request_budget(config: &mut Environment, requests_per_minute: u32) {
-    if let serde_json::Value::Object(object) = &mut config.config {
-        object.insert(REQUEST_BUDGET_KEY.into(), requests_per_minute.into());
-    }
-}
 
 /// Removes the files of the simulator's sandboxes (for a process exiting
 /// at once).
@@ -83,17 +79,19 @@ pub fn remove_temp_dirs() {
 }
 
 /// What a command without `--config` runs `provider` against: the embedded
-/// simulator (with CreateOS's rate limit when `rate_limited`) for the
+/// simulator (with CreateOS's rate limit when `rate_limited`, and the
+/// request budget `budget` in requests a minute when given) for the
 /// provider it serves; for any other provider, that provider's own defaults
-/// (an empty configuration) when it finds them valid, else a one-line error
-/// saying `--config` is needed.
+/// (an empty configuration: its own budget) when it finds them valid, else
+/// a one-line error saying `--config` is needed.
 pub fn offline_target<P: Provider + ?Sized>(
     provider: &P,
     rate_limited: bool,
-) -> Result<(Option<Simulator>, Environment), String> {
+    budget: Option<u32>,
+) -> Offline {
     let manifest = provider.manifest();
     if manifest.driver_key.as_str() == SERVES_DRIVER_KEY {
-        return start_offline(rate_limited);
+        return start_offline(rate_limited, budget);
     }
     let config = harness_environment(serde_json::json!({}));
     let report = provider.validate_config(&config.params(&manifest.driver_key)).map_err(|error| {

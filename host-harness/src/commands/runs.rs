@@ -45,13 +45,10 @@ impl Target {
         rate_limited: bool,
         budget: Option<u32>,
     ) -> Result<Target, Failure> {
-        let (sim, mut config) = match config {
+        let (sim, config) = match config {
             Some(path) => (None, read_config(path, provider)?),
-            None => embedded::offline_target(provider, rate_limited).map_err(Failure::Usage)?,
+            None => embedded::offline_target(provider, rate_limited, budget).map_err(Failure::Usage)?,
         };
-        if let Some(budget) = budget.filter(|_| sim.is_some()) {
-            embedded::set_request_budget(&mut config, budget);
-        }
         Ok(Target { config, sim })
     }
 
