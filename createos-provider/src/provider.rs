@@ -210,12 +210,7 @@ impl Provider for CreateosProvider {
             // The host dropped the future: nobody holds the lease, so it is
             // deleted (or marked unconfirmed if the delete cannot be confirmed).
             move |context, lease: Lease| async move {
-                let params = LeaseParams {
-                    env,
-                    run_id,
-                    provider_lease_id: lease.provider_lease_id,
-                    metadata_json: lease.metadata_json,
-                };
+                let params = LeaseParams::new(env, run_id, &lease);
                 if let Err(error) = lease::release(&context, &params, true).await {
                     tracing::warn!(error = %error, "CreateOS lease of a cancelled acquire could not be deleted");
                 }

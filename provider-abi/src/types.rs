@@ -149,6 +149,16 @@ pub struct LeaseParams {
     pub metadata_json: RString,
 }
 
+impl LeaseParams {
+    /// The parameters of a hook acting on `lease` (its id and metadata) in
+    /// `env`, for run `run_id`.
+    pub fn new(env: EnvironmentParams, run_id: impl Into<RString>, lease: &Lease) -> Self {
+        let (provider_lease_id, metadata_json) =
+            (lease.provider_lease_id.clone(), lease.metadata_json.clone());
+        LeaseParams { env, run_id: run_id.into(), provider_lease_id, metadata_json }
+    }
+}
+
 /// Where work runs inside a lease.
 #[repr(C)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

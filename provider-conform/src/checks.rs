@@ -299,12 +299,7 @@ impl Drop for Held {
 
 impl Ctx {
     fn params(&self, lease: &Lease) -> LeaseParams {
-        LeaseParams {
-            env: self.env.clone(),
-            run_id: "conform".into(),
-            provider_lease_id: lease.provider_lease_id.clone(),
-            metadata_json: lease.metadata_json.clone(),
-        }
+        LeaseParams::new(self.env.clone(), "conform", lease)
     }
 
     /// Holds `lease`: destroyed when dropped.

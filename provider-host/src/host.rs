@@ -134,16 +134,6 @@ pub fn storable_config(provider: &dyn HookSupport, env: &EnvironmentParams, conf
     SecretFields::of(&provider.manifest()).strip(normalized.as_ref().unwrap_or(config))
 }
 
-/// The parameters of a hook acting on `lease` in `env` for run `run_id`.
-pub(crate) fn lease_params(env: EnvironmentParams, run_id: &str, lease: &Lease) -> LeaseParams {
-    LeaseParams {
-        env,
-        run_id: run_id.into(),
-        provider_lease_id: lease.provider_lease_id.clone(),
-        metadata_json: lease.metadata_json.clone(),
-    }
-}
-
 /// The error of a lease the ledger knows as unconfirmed.
 fn unconfirmed() -> ProviderError {
     ProviderError::new(ErrorKind::CLEANUP_UNCONFIRMED, UNCONFIRMED_MESSAGE)
@@ -266,7 +256,7 @@ impl<'a> Host<'a> {
 
     /// The parameters of a hook acting on `lease`.
     pub fn params(&self, lease: &Lease) -> LeaseParams {
-        lease_params(self.env.clone(), &self.run_id, lease)
+        LeaseParams::new(self.env.clone(), self.run_id.as_str(), lease)
     }
 
     async fn record(

@@ -5,7 +5,6 @@
 //! it takes its first call, and the new version itself refuses to reuse them.
 
 use crate::{
-    host::lease_params,
     hosted::HookSupport,
     secrets::SecretFields,
     store::LeaseStore,
@@ -25,7 +24,7 @@ pub fn unconfirmed_leases(
     let fields = SecretFields::of(&provider.manifest());
     let leases = store.in_state(LeaseState::Unconfirmed)?.into_iter().map(|record| {
         let env = secrets.environment(&fields, &record).params(&record.env.driver_key);
-        lease_params(env, &record.run_id, &record.lease())
+        LeaseParams::new(env, record.run_id.as_str(), &record.lease())
     });
     Ok(leases.collect())
 }

@@ -369,12 +369,7 @@ impl Provider for HelloProvider {
             // The probe's lease is created like any other: through the
             // host's recorder, both moments.
             let lease = this.acquire_lease(acquire, recorder).await?;
-            let lease_params = LeaseParams {
-                env: params,
-                run_id: "probe".into(),
-                provider_lease_id: lease.provider_lease_id,
-                metadata_json: lease.metadata_json,
-            };
+            let lease_params = LeaseParams::new(params, "probe", &lease);
             let command = ExecuteParams {
                 lease: lease_params.clone(),
                 command: "/bin/echo".into(),
