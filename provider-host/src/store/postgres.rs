@@ -27,7 +27,7 @@ use crate::{
     },
     store::{LeaseEnv, LeaseRecord, LeaseState, LedgerError, Owner, Problem, Whose},
 };
-use postgres::{types::ToSql, NoTls, Row};
+use postgres::{types::ToSql, GenericClient, NoTls, Row};
 use provider_abi::MemoryEntry;
 use r2d2_postgres::{r2d2, PostgresConnectionManager};
 use serde_json::Value;
@@ -64,10 +64,6 @@ const ADDED: &[&str] = &[
     // owner, never the whole ledger's history.
     "CREATE INDEX IF NOT EXISTS leases_live_owners ON leases (host_id) WHERE state <> 'destroyed'",
 ];
-
-/// Whether the database holds the ledger's migrations, and a `leases` table
-/// (without the migrations, another application's).
-const TABLES: &str = "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL";
 
 /// The advisory lock migrations hold ("HHLg", as the SQLite ledger's application id).
 const MIGRATION_LOCK: i64 = 0x4848_4c67;
@@ -141,20 +137,28 @@ fn config(url: &str) -> Result<postgres::Config, Problem> {
     Ok(config)
 }
 
+/// Whether the database holds the ledger's migrations (none yet: a new
+/// ledger); a `leases` table without them is another application's, refused.
+fn holds_ledger(client: &mut impl GenericClient) -> Result<bool, Problem> {
+    let tables = "SELECT to_regclass('ledger_migrations') IS NOT NULL, to_regclass('leases') IS NOT NULL";
+    let tables = client.query_one(tables, &[])?;
+    match (tables.get(0), tables.get(1)) {
+        (false, true) => Err(Problem::ForeignDatabase),
+        (migrated, _) => Ok(migrated),
+    }
+}
+
 /// Applies the migrations this database lacks, under [`MIGRATION_LOCK`].
 fn migrate(client: &mut postgres::Client) -> Result<(), Problem> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-    let tables = tx.query_one(TABLES, &[])?;
-    match (tables.get(0), tables.get(1)) {
-        (false, true) => return Err(Problem::ForeignDatabase),
-        (false, false) => tx.batch_execute(
+    if !holds_ledger(&mut tx)? {
+        tx.batch_execute(
             "CREATE TABLE ledger_migrations (
                 version    INTEGER PRIMARY KEY,
                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
             )",
-        )?,
-        (true, _) => {}
+        )?;
     }
     let applied: i32 = tx.query_one("SELECT coalesce(max(version), 0) FROM ledger_migrations", &[])?.get(0);
     let known = MIGRATIONS.last().map_or(0, |(version, _)| *version);
@@ -301,9 +305,7 @@ impl PgLedger {
 
     /// The rows of `leases l` that `clause` (`WHERE`, `ORDER BY`...) selects.
     fn select(&self, clause: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<LeaseRecord>, LedgerError> {
-        let rows =
-            self.with(|client| client.query(&format!("SELECT {COLUMNS} FROM leases l {clause}"), params))?;
-        Ok(rows.iter().map(read_row).collect())
+        self.with(|client| select(client, clause, params))
     }
 }
 
@@ -331,6 +333,16 @@ pub(crate) fn describe(error: &postgres::Error) -> String {
     }
     let causes = std::iter::successors(Some(error as &dyn std::error::Error), |error| error.source());
     causes.map(ToString::to_string).collect::<Vec<_>>().join(": ").replace('\n', " ")
+}
+
+/// The rows of `leases l` that `clause` (`WHERE`, `ORDER BY`...) selects, through `client`.
+fn select(
+    client: &mut impl GenericClient,
+    clause: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<LeaseRecord>, postgres::Error> {
+    let rows = client.query(&format!("SELECT {COLUMNS} FROM leases l {clause}"), params)?;
+    Ok(rows.iter().map(read_row).collect())
 }
 
 fn read_row(row: &Row) -> LeaseRecord {
@@ -560,16 +572,7 @@ fn off_async_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
 pub fn read_all(url: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
     let read = || -> Result<Vec<LeaseRecord>, Problem> {
         let mut client = config(url)?.connect(NoTls)?;
-        let row = client.query_one(TABLES, &[])?;
-        match (row.get(0), row.get(1)) {
-            (false, false) => Ok(Vec::new()),
-            (false, true) => Err(Problem::ForeignDatabase),
-            (true, _) => Ok(client
-                .query(&format!("SELECT {COLUMNS} FROM leases l ORDER BY l.id"), &[])?
-                .iter()
-                .map(read_row)
-                .collect()),
-        }
+        Ok(if holds_ledger(&mut client)? { select(&mut client, "ORDER BY l.id", &[])? } else { Vec::new() })
     };
     off_async_runtime(read).map_err(|problem| LedgerError::at(redacted(url), problem))
 }
