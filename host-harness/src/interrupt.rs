@@ -47,28 +47,20 @@ pub fn say(message: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr(), "{message}");
 }
 
-/// Runs `work` while watching for SIGINT, SIGTERM and SIGHUP. SIGHUP calls
-/// `on_hangup` when one is given (the commands that swap the provider on
-/// it), else it interrupts as the other two do: the first interruption
+/// Runs `work` while watching for SIGINT and SIGTERM, and SIGHUP too when
+/// `hangup` (the commands that do not swap the provider on it): the first
 /// calls `on_first` (from the watcher thread, while `work` goes on) and is
-/// remembered for [`requested`]; a second exits the process at once. The
-/// handlers are installed before `work` starts, so none of these signals
-/// ends the process meanwhile.
-pub fn watch<T>(
-    on_hangup: Option<&(dyn Fn() + Sync)>,
-    on_first: impl Fn() + Sync,
-    work: impl FnOnce() -> T,
-) -> std::io::Result<T> {
-    let on_signal = |signal| match on_hangup {
-        Some(on_hangup) if signal == SIGHUP => on_hangup(),
-        _ if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() => {
+/// remembered for [`requested`]; a second exits the process at once.
+pub fn watch<T>(hangup: bool, on_first: impl Fn() + Sync, work: impl FnOnce() -> T) -> std::io::Result<T> {
+    let signals: &[i32] = if hangup { &[SIGINT, SIGTERM, SIGHUP] } else { &[SIGINT, SIGTERM] };
+    let on_signal = |signal| {
+        if RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             say(format_args!(
                 "{}: stopping: cancelling commands and cleaning up leases in flight (again to exit at once)",
                 name(Some(signal))
             ));
             on_first();
-        }
-        _ => {
+        } else {
             say(format_args!(
                 "{}: exiting at once; run `host-harness sweep` to clean up",
                 name(Some(signal))
@@ -78,10 +70,21 @@ pub fn watch<T>(
             std::process::exit(i32::from(exit_code(signal)));
         }
     };
-    let mut signals = Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    while_watching(signals, on_signal, work)
+}
+
+/// Runs `work` while a thread of its own calls `on_signal` with each of
+/// `signals` received. The handlers are installed before `work` starts, so
+/// none of these signals ends the process meanwhile.
+pub fn while_watching<T>(
+    signals: &[i32],
+    on_signal: impl Fn(i32) + Sync,
+    work: impl FnOnce() -> T,
+) -> std::io::Result<T> {
+    let mut signals = Signals::new(signals)?;
     let handle = signals.handle();
     Ok(std::thread::scope(|scope| {
-        scope.spawn(|| signals.forever().for_each(on_signal));
+        scope.spawn(|| signals.forever().for_each(&on_signal));
         let result = work();
         handle.close();
         result

@@ -473,11 +473,16 @@ fn run_provider(cli: &Cli, out: Printer, providers: &ProvidersDir, lock_path: &P
     let provider = if swaps_on_hangup { provider.swappable() } else { provider };
     let store = StoreOptions { heartbeat_expiry: global.heartbeat_expiry, ..StoreOptions::default() };
     let session = commands::Session::open(provider, &global.ledger(), &store, out)?;
-    // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
-    let on_hangup = || swap_on_hangup(&session, &plugin_path, lock_path);
-    let on_hangup = swaps_on_hangup.then_some(&on_hangup as &(dyn Fn() + Sync));
-    let stop = || commands::stop(&session.provider);
-    let result = interrupt::watch(on_hangup, stop, || dispatch(cli, &session, &lock_for_swaps))
+    let work = || match swaps_on_hangup {
+        // Each SIGHUP asks for a swap of the provider to the library at the plugin path.
+        true => {
+            let on_hangup = |_| swap_on_hangup(&session, &plugin_path, lock_path);
+            interrupt::while_watching(&[libc::SIGHUP], on_hangup, || dispatch(cli, &session, &lock_for_swaps))
+        }
+        false => Ok(dispatch(cli, &session, &lock_for_swaps)),
+    };
+    let result = interrupt::watch(!swaps_on_hangup, || commands::stop(&session.provider), work)
+        .and_then(|result| result)
         .map_err(|error| Failure::Usage(format!("cannot watch for signals: {error}")))?;
     let result = session.finish(result);
     match interrupt::requested() {

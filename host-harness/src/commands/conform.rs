@@ -28,7 +28,7 @@ pub fn run(library: &Library, config: Option<&Path>, out: Printer) -> Result<(),
     // commands in flight); the check under way then fails and destroys its
     // leases, and no further check starts.
     let stop = || super::stop(&*provider);
-    let report = interrupt::watch(None, stop, || {
+    let report = interrupt::watch(true, stop, || {
         provider_conform::run(provider.clone(), &config, &mut |report| {
             out.value(&report.to_json(), || report.to_line());
             match interrupt::requested() {
