@@ -659,7 +659,9 @@ impl<'a> Host<'a> {
         if unconfirmed {
             tracing::warn!(lease = held.id().unwrap_or("-"), "command cleanup is unconfirmed on the lease");
             self.record(held.row, LeaseState::Unconfirmed, Hook::Execute.name(), Some(&error)).await?;
-            self.hand_over_unconfirmed(&lease);
+            // A call still running on a version a swap retired marks the
+            // lease there only: the version now active learns it here.
+            crate::unconfirmed_handover::hand_over(self.provider, &lease);
         }
         Err(error)
     }
@@ -670,20 +672,6 @@ impl<'a> Host<'a> {
         match self.row(held)? {
             Some(record) if record.state == LeaseState::Unconfirmed => Err(unconfirmed()),
             _ => Ok(()),
-        }
-    }
-
-    /// Tells the provider version answering new calls that `lease`'s cleanup
-    /// is unconfirmed (`import_unconfirmed`): a call still running on a
-    /// version a swap retired marks the lease there only, so the version now
-    /// active learns it from the host and itself refuses reuse.
-    fn hand_over_unconfirmed(&self, lease: &LeaseParams) {
-        if !self.provider.supports(Hook::ImportUnconfirmed) {
-            return;
-        }
-        if let Err(error) = self.provider.import_unconfirmed(lease) {
-            let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
-            tracing::warn!(lease = ?id, kind = %error.kind, "the provider did not take an unconfirmed lease");
         }
     }
 

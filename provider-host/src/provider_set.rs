@@ -79,17 +79,7 @@ impl Version {
     /// Hands `leases` to this version as unconfirmed; returns how many it took.
     fn import(&self, leases: &[LeaseParams]) -> usize {
         let provider = self.loaded();
-        if !provider.supports(Hook::ImportUnconfirmed) {
-            return 0;
-        }
-        let taken = |lease: &&LeaseParams| {
-            let imported = provider.import_unconfirmed(lease).inspect_err(|error| {
-                let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
-                tracing::warn!(version = %self.manifest.version, lease = ?id, kind = %error.kind, "the new version did not take an unconfirmed lease");
-            });
-            imported.is_ok()
-        };
-        leases.iter().filter(taken).count()
+        leases.iter().filter(|lease| crate::unconfirmed_handover::hand_over(&*provider, lease)).count()
     }
 
     /// Grants this version `share` of its request budget (0: none granted

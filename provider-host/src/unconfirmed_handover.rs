@@ -11,7 +11,7 @@ use crate::{
     store::{LeaseState, LedgerError},
     sweep::SweepSecrets,
 };
-use provider_abi::LeaseParams;
+use provider_abi::{Hook, LeaseParams};
 
 /// The leases `store` records as unconfirmed, as the parameters of a hook
 /// acting on each: its own environment and stored configuration, with the
@@ -27,4 +27,18 @@ pub fn unconfirmed_leases(
         LeaseParams::new(env, record.run_id.as_str(), &record.lease())
     });
     Ok(leases.collect())
+}
+
+/// Hands `lease` to `provider` as unconfirmed (`import_unconfirmed`), so it
+/// itself refuses to reuse it; true when it took it. A provider without the
+/// hook takes nothing; a refusal is logged.
+pub(crate) fn hand_over(provider: &dyn HookSupport, lease: &LeaseParams) -> bool {
+    if !provider.supports(Hook::ImportUnconfirmed) {
+        return false;
+    }
+    let taken = provider.import_unconfirmed(lease).inspect_err(|error| {
+        let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
+        tracing::warn!(lease = ?id, kind = %error.kind, "the provider did not take an unconfirmed lease");
+    });
+    taken.is_ok()
 }
