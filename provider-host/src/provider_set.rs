@@ -14,6 +14,7 @@
 
 use crate::{loader::LoadedProvider, lock, read, write};
 use provider_abi::{Hook, HookFuture, HookResult, LeaseParams, Manifest, Provider};
+use scopeguard::guard;
 use std::{
     path::PathBuf,
     sync::{
@@ -108,20 +109,6 @@ impl Version {
         if spawned.is_err() {
             shut_down(&provider, &self.manifest.version);
         }
-    }
-}
-
-/// A call in flight on a version: holds the instance and counts the call
-/// until dropped.
-struct InFlight {
-    version: Arc<Version>,
-    provider: Arc<LoadedProvider>,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.version.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.version.drain_if_idle();
     }
 }
 
@@ -279,8 +266,8 @@ impl ProviderSet {
     /// Runs `call` on the active version, counting it in flight there until
     /// it returns.
     pub fn call<T>(&self, call: impl FnOnce(&LoadedProvider) -> T) -> T {
-        let in_flight = self.enter();
-        call(&in_flight.provider)
+        let (provider, _in_flight) = self.enter();
+        call(&provider)
     }
 
     /// Starts an async hook on the active version, counting it in flight
@@ -290,28 +277,29 @@ impl ProviderSet {
         &self,
         call: impl FnOnce(&LoadedProvider) -> HookFuture<T>,
     ) -> HookFuture<T> {
-        let in_flight = self.enter();
-        let future = call(&in_flight.provider);
+        let entered = self.enter();
+        let future = call(&entered.0);
         Box::pin(async move {
             let outcome = future.await;
-            drop(in_flight);
+            drop(entered);
             outcome
         })
     }
 
-    /// A call in flight on the active version.
-    fn enter(&self) -> InFlight {
+    /// A call in flight on the active version: its instance, and what
+    /// counts the call there until dropped (then drains a retired version
+    /// it was the last call of).
+    fn enter(&self) -> (Arc<LoadedProvider>, impl Send + 'static) {
         let version = {
             let active = read(&self.active);
             active.in_flight.fetch_add(1, Ordering::SeqCst);
             Arc::clone(&active)
         };
-        InFlight { provider: version.loaded(), version }
-    }
-
-    /// True when the active version can answer `hook`.
-    pub fn supports(&self, hook: Hook) -> bool {
-        self.call(|provider| provider.supports(hook))
+        let in_flight = guard(version, |version| {
+            version.in_flight.fetch_sub(1, Ordering::SeqCst);
+            version.drain_if_idle();
+        });
+        (in_flight.loaded(), in_flight)
     }
 }
 
@@ -340,7 +328,8 @@ impl Provider for ProviderSet {
 }
 
 impl crate::hosted::HookSupport for ProviderSet {
+    /// True when the active version can answer `hook`.
     fn supports(&self, hook: Hook) -> bool {
-        ProviderSet::supports(self, hook)
+        self.call(|provider| provider.supports(hook))
     }
 }

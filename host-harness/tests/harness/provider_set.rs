@@ -6,7 +6,7 @@ use provider_abi::{ByteSink, ByteSource, ExecuteParams, Hook, OutputStream, Prov
 use provider_host::{
     loader::{library_file_name, LoadedProvider},
     provider_set::{ProviderSet, SwapError},
-    wait, RemoteCommand,
+    wait, HookSupport, RemoteCommand,
 };
 use std::{sync::mpsc, time::Duration};
 
