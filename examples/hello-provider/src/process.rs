@@ -82,13 +82,11 @@ pub struct Outcome {
     pub cleanup_confirmed: bool,
 }
 
-/// Why [`run`] stopped waiting before the command was over.
+/// Why [`run`] stopped waiting for the command to end by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
     /// Its deadline passed.
     TimedOut,
-    /// Waiting for its process failed (it cannot be confirmed gone).
-    WaitFailed,
     /// A release, destroy or shutdown cancelled it.
     Cancelled,
 }
@@ -105,7 +103,7 @@ pub fn run(
     events: &Receiver<Event>,
     sink: &mut ByteSink,
 ) -> std::io::Result<Outcome> {
-    let deadline = Instant::now() + spec.timeout;
+    let mut deadline = Instant::now() + spec.timeout;
     let mut child = std::process::Command::new(&spec.program)
         .args(&spec.args)
         .current_dir(&spec.cwd)
@@ -135,14 +133,19 @@ pub fn run(
     });
 
     let mut output = Collected::default();
-    let (mut open_pipes, mut status) = (2, None);
-    // What ended the wait before the command and its pipes did, if anything.
-    let stopped = loop {
-        if status.is_some() && open_pipes == 0 {
-            break None;
+    let (mut open_pipes, mut status, mut stopped) = (2, None, None);
+    // Past the deadline or once cancelled, the group is terminated: SIGTERM,
+    // a grace period, SIGKILL, a bound; given up on (unconfirmed) after that.
+    let mut terminate = [(Signal::SIGTERM, GRACE), (Signal::SIGKILL, KILL_BOUND)].into_iter();
+    let cleanup_confirmed = loop {
+        if status.is_some() && (open_pipes == 0 || stopped.is_some()) {
+            break wait_group_gone(pgid, Instant::now() + KILL_BOUND);
         }
-        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break Some(Stop::TimedOut) };
-        match events.recv_timeout(left) {
+        let event = match deadline.checked_duration_since(Instant::now()) {
+            Some(left) => events.recv_timeout(left),
+            None => Err(RecvTimeoutError::Timeout),
+        };
+        match event {
             Ok(Event::Chunk(stream, bytes)) => output.push(stream, &bytes, sink),
             Ok(Event::Closed(_)) => open_pipes -= 1,
             Ok(Event::Exited(exit)) => {
@@ -151,24 +154,29 @@ pub fn run(
                 // must not outlive it (nor hold its pipes open).
                 let _ = killpg(pgid, Signal::SIGKILL);
             }
-            Ok(Event::WaitFailed) => break Some(Stop::WaitFailed),
-            Ok(Event::Cancel) => break Some(Stop::Cancelled),
-            Err(RecvTimeoutError::Timeout) => break Some(Stop::TimedOut),
-            Err(RecvTimeoutError::Disconnected) => break None,
+            // Its process cannot be confirmed gone.
+            Ok(Event::WaitFailed) => break false,
+            Ok(Event::Cancel) if stopped.is_none() => {
+                (stopped, deadline) = (Some(Stop::Cancelled), Instant::now())
+            }
+            Ok(Event::Cancel) => {}
+            // It exited, but a process that escaped the group holds the
+            // pipes open past the deadline: it did not run out of time.
+            Err(_) if status.is_some() => break wait_group_gone(pgid, Instant::now() + KILL_BOUND),
+            Err(_) => {
+                stopped.get_or_insert(Stop::TimedOut);
+                ended.store(true, Ordering::Relaxed);
+                let Some((signal, bound)) = terminate.next() else { break false };
+                let _ = killpg(pgid, signal);
+                deadline = Instant::now() + bound;
+            }
         }
     };
-    // Ran out of time only if it had not exited (a process that escaped the
-    // group may hold the pipes open past the end of the command).
-    let timed_out = stopped == Some(Stop::TimedOut) && status.is_none();
     ended.store(true, Ordering::Relaxed);
-    let cleanup_confirmed = match (status, stopped) {
-        (Some(_), _) => wait_group_gone(pgid, Instant::now() + KILL_BOUND),
-        (None, Some(Stop::WaitFailed)) => false,
-        (None, _) => terminate(pgid, events, &mut status, &mut output, sink),
-    };
     if stopped == Some(Stop::Cancelled) {
         return Ok(Outcome { result: None, cleanup_confirmed });
     }
+    let timed_out = stopped == Some(Stop::TimedOut);
     let (stdout, stderr, truncated) = output.finish();
     let result = ExecuteResult {
         // A timeout reports no exit code even if the command died of the
@@ -215,36 +223,6 @@ fn read_pipe(stream: OutputStream, pipe: Option<impl Read>, sender: &Sender<Even
         }
     }
     let _ = sender.send(Event::Closed(stream));
-}
-
-/// Terminates the group after a deadline or a cancel: SIGTERM, a grace
-/// period, SIGKILL; true when the group is confirmed gone.
-fn terminate(
-    pgid: Pid,
-    events: &Receiver<Event>,
-    status: &mut Option<ExitStatus>,
-    output: &mut Collected,
-    sink: &mut ByteSink,
-) -> bool {
-    for (signal, bound) in [(Signal::SIGTERM, GRACE), (Signal::SIGKILL, KILL_BOUND)] {
-        let _ = killpg(pgid, signal);
-        let deadline = Instant::now() + bound;
-        while status.is_none() {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
-            match events.recv_timeout(left) {
-                Ok(Event::Chunk(stream, bytes)) => output.push(stream, &bytes, sink),
-                Ok(Event::Exited(exit)) => *status = Some(exit),
-                Ok(Event::WaitFailed) => return false,
-                Ok(Event::Closed(_) | Event::Cancel) => {}
-                Err(_) => break,
-            }
-        }
-        if status.is_some() {
-            let _ = killpg(pgid, Signal::SIGKILL);
-            return wait_group_gone(pgid, Instant::now() + KILL_BOUND);
-        }
-    }
-    false
 }
 
 /// Waits until no process is left in the group, at most until `deadline`.
