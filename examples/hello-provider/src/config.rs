@@ -1,6 +1,6 @@
 //! The configuration: `{"root": "/abs/dir", "reuseLease": true, "timeoutMs": 30000}`.
 
-use provider_abi::{ErrorKind, ProviderError};
+use provider_abi::{abi_stable::std_types::RString, ErrorKind, ProviderError, ValidationReport};
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -27,67 +27,68 @@ pub struct Config {
     pub timeout_ms: u64,
 }
 
-/// What parsing a configuration found: every problem, one line each, and
-/// remarks that do not stop it from being used.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Problems {
-    /// Fatal problems.
-    pub errors: Vec<String>,
-    /// Non-fatal remarks (unknown keys).
-    pub warnings: Vec<String>,
-}
-
 /// Notes the problem `message` and returns `value`, which stands in for the
 /// bad one so that the checks go on.
-fn problem<T>(errors: &mut Vec<String>, message: impl Into<String>, value: T) -> T {
+fn problem<T>(errors: &mut Vec<RString>, message: impl Into<RString>, value: T) -> T {
     errors.push(message.into());
     value
 }
 
 impl Config {
     /// Parses `text`, collecting *every* problem rather than stopping at the
-    /// first: `validate_config` must report them all at once. The
-    /// configuration comes back when there is no error.
-    pub fn parse(text: &str) -> (Option<Config>, Problems) {
-        let mut problems = Problems::default();
-        let errors = &mut problems.errors;
+    /// first: the report is what `validate_config` answers (every problem,
+    /// one line each, and remarks that do not stop the configuration from
+    /// being used). The configuration comes back when there is no error.
+    pub fn parse(text: &str) -> (Option<Config>, ValidationReport) {
+        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
         let object = match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(object)) => object,
-            Ok(_) => problem(errors, "The configuration must be a JSON object.", Map::new()),
-            Err(_) => problem(errors, "The configuration is not valid JSON.", Map::new()),
+            Ok(_) => problem(&mut errors, "The configuration must be a JSON object.", Map::new()),
+            Err(_) => problem(&mut errors, "The configuration is not valid JSON.", Map::new()),
         };
         let root = match object.get("root") {
             Some(Value::String(root)) if root.starts_with('/') => Some(PathBuf::from(root)),
-            Some(_) => problem(errors, "`root` must be an absolute directory path.", None),
-            None => problem(errors, "`root` is required: the directory lease directories are made in.", None),
+            Some(_) => problem(&mut errors, "`root` must be an absolute directory path.", None),
+            None => {
+                problem(&mut errors, "`root` is required: the directory lease directories are made in.", None)
+            }
         };
         let reuse_lease = match object.get("reuseLease") {
             None => true,
             Some(Value::Bool(reuse)) => *reuse,
-            Some(_) => problem(errors, "`reuseLease` must be true or false.", true),
+            Some(_) => problem(&mut errors, "`reuseLease` must be true or false.", true),
         };
         let timeout_ms = match object.get("timeoutMs") {
             None => DEFAULT_TIMEOUT_MS,
             Some(value) => {
                 value.as_u64().filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms)).unwrap_or_else(|| {
                     let message = format!("`timeoutMs` must be an integer from 1 to {MAX_TIMEOUT_MS}.");
-                    problem(errors, message, DEFAULT_TIMEOUT_MS)
+                    problem(&mut errors, message, DEFAULT_TIMEOUT_MS)
                 })
             }
         };
         for key in object.keys().filter(|key| !["root", "reuseLease", "timeoutMs"].contains(&key.as_str())) {
-            problems.warnings.push(format!("Unknown configuration key `{key}` is ignored."));
+            warnings.push(format!("Unknown configuration key `{key}` is ignored.").into());
         }
-        let config = root.filter(|_| problems.errors.is_empty());
-        (config.map(|root| Config { root, reuse_lease, timeout_ms }), problems)
+        let config = root.filter(|_| errors.is_empty()).map(|root| Config { root, reuse_lease, timeout_ms });
+        let report = ValidationReport {
+            ok: config.is_some(),
+            normalized_config_json: config
+                .as_ref()
+                .map(|config| config.normalized().to_string().into())
+                .into(),
+            errors: errors.into(),
+            warnings: warnings.into(),
+        };
+        (config, report)
     }
 
     /// Parses `text` for a hook other than `validate_config`: the first
     /// problem becomes an `invalid_config` error.
     pub fn for_hook(text: &str) -> Result<Config, ProviderError> {
-        let (config, problems) = Config::parse(text);
+        let (config, report) = Config::parse(text);
         config.ok_or_else(|| {
-            let first = problems.errors.into_iter().next().unwrap_or_default();
+            let first = report.errors.into_iter().next().unwrap_or_default();
             ProviderError::new(ErrorKind::INVALID_CONFIG, first)
         })
     }
@@ -108,21 +109,21 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_at_once() {
-        let (config, problems) =
-            Config::parse(r#"{"root":"relative","reuseLease":"yes","timeoutMs":0,"x":1}"#);
+        let (config, report) = Config::parse(r#"{"root":"relative","reuseLease":"yes","timeoutMs":0,"x":1}"#);
         assert_eq!(config, None);
-        assert_eq!(problems.errors.len(), 3, "{problems:?}");
-        assert_eq!(problems.warnings, ["Unknown configuration key `x` is ignored."]);
+        assert!(!report.ok && report.normalized_config_json.is_none());
+        assert_eq!(report.errors.len(), 3, "{report:?}");
+        assert_eq!(report.warnings.as_slice(), ["Unknown configuration key `x` is ignored."]);
         for (text, errors) in [("{}", 1), ("[]", 2)] {
-            let (config, problems) = Config::parse(text);
-            assert_eq!((config, problems.errors.len()), (None, errors), "{text}");
+            let (config, report) = Config::parse(text);
+            assert_eq!((config, report.errors.len()), (None, errors), "{text}");
         }
     }
 
     #[test]
     fn defaults_fill_what_is_left_out() {
-        let (config, problems) = Config::parse(r#"{"root":"/tmp/x"}"#);
-        assert_eq!(problems, Problems::default());
+        let (config, report) = Config::parse(r#"{"root":"/tmp/x"}"#);
+        assert!(report.ok && report.errors.is_empty() && report.warnings.is_empty(), "{report:?}");
         assert_eq!(
             config,
             Some(Config { root: "/tmp/x".into(), reuse_lease: true, timeout_ms: DEFAULT_TIMEOUT_MS })

@@ -353,13 +353,7 @@ impl Provider for HelloProvider {
     fn validate_config(&self, params: &EnvironmentParams) -> HookResult<ValidationReport> {
         // Problems with the configuration are a *report*, not an error: the
         // hook worked. It sends nothing and touches nothing.
-        let (config, problems) = Config::parse(&params.config_json);
-        Ok(ValidationReport {
-            ok: config.is_some(),
-            normalized_config_json: config.map(|config| config.normalized().to_string().into()).into(),
-            errors: problems.errors.into_iter().map(Into::into).collect(),
-            warnings: problems.warnings.into_iter().map(Into::into).collect(),
-        })
+        Ok(Config::parse(&params.config_json).1)
     }
 
     fn probe(&self, params: EnvironmentParams, recorder: CreationRecorder) -> HookFuture<ProbeReport> {
