@@ -311,7 +311,7 @@ impl WorkerProcess {
                         // No source: the input is empty.
                         None => Ok(Vec::new()),
                     };
-                    let _ = io.control.send(&ToWorker::Stdin(answer));
+                    let _ = io.control.send(&ToWorker::Answer(answer));
                 }
                 Ok(Some(moment @ (ToHost::Sending | ToHost::Created(_)))) => {
                     let answer = match (io.recorder.as_mut(), moment) {
@@ -322,7 +322,7 @@ impl WorkerProcess {
                         (Some(recorder), _) => pollster::block_on(recorder.sending()),
                     };
                     // A failed send means the worker died: its end comes next.
-                    let _ = io.control.send(&ToWorker::Recorded(answer));
+                    let _ = io.control.send(&ToWorker::Answer(answer.map(|()| Vec::new())));
                 }
                 Ok(Some(ToHost::Reply(result))) => return Ok(result),
                 Err(error) if matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
@@ -501,7 +501,7 @@ fn stdin_pump(mut source: ByteSource, control: &Arc<CallControl>) -> HookResult<
                 chunk.truncate(read);
                 chunk
             });
-            if control.send(&ToWorker::Stdin(answer)).is_err() {
+            if control.send(&ToWorker::Answer(answer)).is_err() {
                 return;
             }
         }

@@ -19,9 +19,9 @@
 //!    answered by [`ToHost::Reply`] (the postcard of its value).
 //!    While the hook runs, the worker sends [`ToHost::Bytes`] (execute's
 //!    output, as it arrives), [`ToHost::StdinWanted`] (execute pulls its
-//!    standard input; the host answers [`ToWorker::Stdin`]) and the
+//!    standard input; the host answers [`ToWorker::Answer`]) and the
 //!    recorder's two moments, [`ToHost::Sending`] and [`ToHost::Created`]
-//!    (a creating hook waits for the host's [`ToWorker::Recorded`] after
+//!    (a creating hook waits for the host's [`ToWorker::Answer`] after
 //!    each), and the host may send [`ToWorker::Cancel`] (it dropped the
 //!    call's future: the worker drops the hook's future, which cancels it,
 //!    and replies). A calling host thread writes its call and reads its
@@ -63,12 +63,11 @@ pub enum ToWorker<'a> {
     /// `export_memory` and `import_memory` (what a worker learns stays in
     /// that worker).
     Call(Cow<'a, str>, Cow<'a, [u8]>),
-    /// Call socket: the host's answer to [`ToHost::Sending`] or
-    /// [`ToHost::Created`], `Ok` once the moment is durable.
-    Recorded(Result<(), ProviderError>),
-    /// Call socket: the next bytes of execute's standard input, answering
-    /// [`ToHost::StdinWanted`]; empty at its end.
-    Stdin(Result<Vec<u8>, ProviderError>),
+    /// Call socket: the host's answer to the running call's request: to
+    /// [`ToHost::Sending`] or [`ToHost::Created`], empty once the moment is
+    /// durable; to [`ToHost::StdinWanted`], the next bytes of execute's
+    /// standard input (empty at its end).
+    Answer(Result<Vec<u8>, ProviderError>),
     /// Call socket: the host dropped the call's future; the worker drops the
     /// hook's (which cancels it) and replies. Ignored once the hook ended.
     Cancel,
@@ -103,13 +102,13 @@ pub enum ToHost {
         bytes: Vec<u8>,
     },
     /// Call socket: `execute` wants at most this many more bytes of its
-    /// standard input; the host answers [`ToWorker::Stdin`].
+    /// standard input; the host answers [`ToWorker::Answer`].
     StdinWanted(u32),
     /// Call socket: a creating hook's request is about to leave; the hook
-    /// waits for [`ToWorker::Recorded`].
+    /// waits for [`ToWorker::Answer`].
     Sending,
     /// Call socket: a lease a creating hook just made; the hook waits for
-    /// [`ToWorker::Recorded`].
+    /// [`ToWorker::Answer`].
     Created(Lease),
     /// Call socket: the hook returned: the postcard of its value, or its error.
     Reply(Result<Vec<u8>, ProviderError>),

@@ -17,7 +17,10 @@ use super::{
     spawn::WORKER_FD,
 };
 use crate::{loader::LoadedProvider, staging::load_expecting};
-use futures_util::future::{self, Either};
+use futures_util::{
+    future::{self, Either},
+    FutureExt,
+};
 use provider_abi::{
     ready, unsupported, ByteSink, ByteSource, CreationRecorder, Hook, HookFuture, HookResult, Lease,
     LogLevel, LogRecord, LogSink, OutputStream, Provider, ProviderError, RecordCreation, SetupParams,
@@ -166,15 +169,15 @@ impl Worker {
     fn serve_calls(self: Arc<Self>, socket: UnixStream) {
         let Ok(reader) = socket.try_clone() else { return };
         let mut reader = BufReader::new(reader);
-        let writer = Arc::new(Writer::new(socket));
-        let (jobs, queued) = mpsc::channel::<(String, Vec<u8>, Inputs)>();
+        let link = Arc::new(Link { writer: Writer::new(socket), pending: Mutex::default() });
+        let (jobs, queued) = mpsc::channel::<(String, Vec<u8>, oneshot::Receiver<()>)>();
         let runner = {
-            let (worker, writer) = (Arc::clone(&self), Arc::clone(&writer));
+            let (worker, link) = (Arc::clone(&self), Arc::clone(&link));
             std::thread::Builder::new().name("call".into()).stack_size(CALL_THREAD_STACK).spawn(move || {
-                for (hook, params, inputs) in queued {
-                    let result = worker.run(&hook, &params, inputs, &writer);
+                for (hook, params, cancel) in queued {
+                    let result = worker.run(&hook, &params, &link, cancel);
                     // A host that went away ends the worker through the control socket.
-                    if writer.send(&ToHost::Reply(result)).is_err() {
+                    if link.writer.send(&ToHost::Reply(result)).is_err() {
                         return;
                     }
                 }
@@ -184,34 +187,32 @@ impl Worker {
             return;
         }
         let mut buffer = Vec::new();
-        let mut current: Option<Routes> = None;
         while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
+            let mut pending = lock(&link.pending);
             match message {
                 ToWorker::Call(hook, params) => {
-                    let (routes, inputs) = routes();
-                    current = Some(routes);
-                    if jobs.send((hook.into_owned(), params.into_owned(), inputs)).is_err() {
-                        return;
+                    let (cancel, cancelled) = oneshot::channel();
+                    *pending = Pending { answer: None, cancel: Some(cancel) };
+                    if jobs.send((hook.into_owned(), params.into_owned(), cancelled)).is_err() {
+                        break;
                     }
                 }
-                ToWorker::Recorded(answer) => {
-                    if let Some(waiting) = current.as_ref().and_then(|(recorded, ..)| lock(recorded).take()) {
+                ToWorker::Answer(answer) => {
+                    if let Some(waiting) = pending.answer.take() {
                         let _ = waiting.send(answer);
                     }
                 }
-                ToWorker::Stdin(chunk) => {
-                    if let Some((_, stdin, _)) = &current {
-                        let _ = stdin.send(chunk);
-                    }
-                }
                 ToWorker::Cancel => {
-                    if let Some(cancel) = current.as_mut().and_then(|(.., cancel)| cancel.take()) {
+                    if let Some(cancel) = pending.cancel.take() {
                         let _ = cancel.send(());
                     }
                 }
-                ToWorker::Start(_) => return,
+                ToWorker::Start(_) => break,
             }
         }
+        // The host closed the socket: the running call is cancelled, and
+        // what it waits for answers that the host is gone.
+        *lock(&link.pending) = Pending::default();
     }
 
     /// `setup`, the provider's events going back on the control socket.
@@ -231,16 +232,20 @@ impl Worker {
     }
 
     /// Runs the hook named `name` with `params` (their postcard): its
-    /// output, standard input and recorded moments cross on `writer` and
-    /// `inputs`; a cancellation drops its future. Replies with the postcard
-    /// of its value.
-    fn run(&self, name: &str, params: &[u8], inputs: Inputs, writer: &Arc<Writer>) -> HookResult<Vec<u8>> {
+    /// output, standard input and recorded moments cross on `link`;
+    /// `cancel` drops its future. Replies with the postcard of its value.
+    fn run(
+        &self,
+        name: &str,
+        params: &[u8],
+        link: &Arc<Link>,
+        cancel: oneshot::Receiver<()>,
+    ) -> HookResult<Vec<u8>> {
         let provider = &self.provider;
         let Some(hook) = Hook::from_name(name) else {
             return Err(ProviderError::internal(format!("The provider worker knows no `{name}` hook.")));
         };
-        let (recorded, stdin, cancel) = inputs;
-        let recorder = || CreationRecorder::new(Forward { writer: Arc::clone(writer), answer: recorded });
+        let recorder = || CreationRecorder::new(Forward(Arc::clone(link)));
         let future = match hook {
             Hook::Setup => {
                 let (params, level): (SetupParams, LogLevel) = from_bytes(params)?;
@@ -259,12 +264,12 @@ impl Worker {
             Hook::InspectLease => later(provider.inspect_lease(from_bytes(params)?)),
             Hook::SyncFiles => later(provider.sync_files(from_bytes(params)?)),
             Hook::Execute => {
-                let output = Arc::clone(writer);
+                let output = Arc::clone(link);
                 let sink = ByteSink::new(move |stream: OutputStream, bytes: &[u8]| {
                     // A host that went away ends the worker through the control socket.
-                    let _ = output.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
+                    let _ = output.writer.send(&ToHost::Bytes { stream, bytes: bytes.to_vec() });
                 });
-                let source = stdin_source(Arc::clone(writer), stdin);
+                let source = stdin_source(Arc::clone(link));
                 later(provider.execute(from_bytes(params)?, source, sink))
             }
             // `manifest` and the hooks that stay in the host never cross.
@@ -294,51 +299,46 @@ fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiv
     }
 }
 
-/// What the frames of the running call deliver, on the reader's side: the
-/// answer the recorder waits for once it sent a moment, standard input as
-/// the host sends it, and the cancellation (taken by the first).
-type Routes = (Answer, mpsc::Sender<HookResult<Vec<u8>>>, Option<oneshot::Sender<()>>);
-
-/// The same, on the running call's side.
-type Inputs = (Answer, mpsc::Receiver<HookResult<Vec<u8>>>, oneshot::Receiver<()>);
-
-/// Where the host's answer to a recorded moment goes: one moment is
-/// outstanding at a time (the provider awaits each).
-type Answer = Arc<Mutex<Option<oneshot::Sender<HookResult<()>>>>>;
-
-/// A call's routes and inputs, connected.
-fn routes() -> (Routes, Inputs) {
-    let recorded = Answer::default();
-    let (stdin, chunks) = mpsc::channel();
-    let (cancel, cancelled) = oneshot::channel();
-    ((Arc::clone(&recorded), stdin, Some(cancel)), (recorded, chunks, cancelled))
+/// One call socket, as the worker's threads share it: its writing side,
+/// and where the host's frames about the running call go.
+struct Link {
+    writer: Writer,
+    pending: Mutex<Pending>,
 }
 
-/// The worker's recorder: each moment crosses to the host, and the hook
-/// goes on once the host answered.
-struct Forward {
-    writer: Arc<Writer>,
-    answer: Answer,
+/// What the host's frames about the running call go to: its answer to the
+/// call's request (a recorded moment, a chunk of standard input; one is
+/// outstanding at a time: the provider awaits each), and the cancellation
+/// (taken by the first).
+#[derive(Default)]
+struct Pending {
+    answer: Option<oneshot::Sender<HookResult<Vec<u8>>>>,
+    cancel: Option<oneshot::Sender<()>>,
 }
 
-impl Forward {
-    fn moment(&mut self, message: ToHost) -> HookFuture<()> {
+impl Link {
+    /// Sends `request` about the running call; the host's answer.
+    fn ask(&self, request: &ToHost) -> HookFuture<Vec<u8>> {
         let (answer, answered) = oneshot::channel();
-        *lock(&self.answer) = Some(answer);
-        if self.writer.send(&message).is_err() {
+        lock(&self.pending).answer = Some(answer);
+        if self.writer.send(request).is_err() {
             return ready(Err(lost()));
         }
         Box::pin(async move { answered.await.unwrap_or_else(|_| Err(lost())) })
     }
 }
 
+/// The worker's recorder: each moment crosses to the host, and the hook
+/// goes on once the host answered.
+struct Forward(Arc<Link>);
+
 impl RecordCreation for Forward {
     fn sending(&mut self) -> HookFuture<()> {
-        self.moment(ToHost::Sending)
+        Box::pin(self.0.ask(&ToHost::Sending).map(|answer| answer.map(drop)))
     }
 
     fn created(&mut self, lease: &Lease) -> HookFuture<()> {
-        self.moment(ToHost::Created(lease.clone()))
+        Box::pin(self.0.ask(&ToHost::Created(lease.clone())).map(|answer| answer.map(drop)))
     }
 }
 
@@ -349,15 +349,14 @@ fn lost() -> ProviderError {
 /// `execute`'s standard input, pulled from the host a chunk at a time
 /// (at most what the provider's buffer holds, which the host never
 /// exceeds): bounded memory on both sides, nothing held between reads.
-fn stdin_source(writer: Arc<Writer>, chunks: mpsc::Receiver<HookResult<Vec<u8>>>) -> ByteSource {
+fn stdin_source(link: Arc<Link>) -> ByteSource {
     let mut ended = false;
     ByteSource::new(move |buffer: &mut [u8]| {
         if ended || buffer.is_empty() {
             return Ok(0);
         }
         let wanted = u32::try_from(buffer.len()).unwrap_or(u32::MAX).min(MAX_STDIN_CHUNK);
-        writer.send(&ToHost::StdinWanted(wanted)).map_err(|_| lost())?;
-        let chunk = chunks.recv().map_err(|_| lost())??;
+        let chunk = pollster::block_on(link.ask(&ToHost::StdinWanted(wanted)))?;
         let count = chunk.len().min(buffer.len());
         buffer[..count].copy_from_slice(&chunk[..count]);
         ended = chunk.is_empty();
