@@ -92,7 +92,7 @@
 //! deadlines. So new work never piles up more backlog in front of work
 //! already in flight than the deadlines of that work can absorb.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -427,26 +427,18 @@ pub struct Pacer {
     state: Mutex<State>,
 }
 
-type Registry = Mutex<HashMap<(String, u64), Arc<Pacer>>>;
-
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(Default::default)
-}
+/// The shared pacers, by (API origin, key fingerprint).
+static REGISTRY: Mutex<BTreeMap<(String, u64), Arc<Pacer>>> = Mutex::new(BTreeMap::new());
 
 /// The share of the budget granted to this process (ppm), which every pacer
 /// created from now on starts with.
-fn process_share() -> &'static AtomicU32 {
-    static SHARE: AtomicU32 = AtomicU32::new(FULL_SHARE);
-    &SHARE
-}
+static PROCESS_SHARE: AtomicU32 = AtomicU32::new(FULL_SHARE);
 
 /// Grants `share` (parts per million) of its budget to every shared pacer
 /// of this process, and to those created later.
 pub fn grant_share_to_all(share: u32) {
-    process_share().store(share.clamp(1, FULL_SHARE), Ordering::Relaxed);
-    let pacers: Vec<Arc<Pacer>> =
-        registry().lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+    PROCESS_SHARE.store(share.clamp(1, FULL_SHARE), Ordering::Relaxed);
+    let pacers: Vec<Arc<Pacer>> = crate::lock(&REGISTRY).values().cloned().collect();
     for pacer in pacers {
         pacer.grant_share(share);
     }
@@ -483,11 +475,11 @@ impl Pacer {
     /// The process-wide budget for (`origin`, key). If the limit differs from
     /// the one the budget was created with, the latest configuration wins.
     pub fn shared(origin: &str, key_fingerprint: u64, requests_per_minute: u32) -> Arc<Pacer> {
-        let pacer = (registry().lock().unwrap_or_else(|e| e.into_inner()))
+        let pacer = crate::lock(&REGISTRY)
             .entry((origin.to_string(), key_fingerprint))
             .or_insert_with(|| {
                 let pacer = Pacer::new(requests_per_minute);
-                pacer.grant_share(process_share().load(Ordering::Relaxed));
+                pacer.grant_share(PROCESS_SHARE.load(Ordering::Relaxed));
                 Arc::new(pacer)
             })
             .clone();
@@ -496,7 +488,7 @@ impl Pacer {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.state)
     }
 
     /// Changes the limit; waiters are re-evaluated.
