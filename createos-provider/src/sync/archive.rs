@@ -46,10 +46,20 @@ pub fn excludes<S: AsRef<str>>(patterns: &[S]) -> Result<GlobSet, Error> {
 pub enum Kind {
     /// A directory.
     Dir,
-    /// A regular file of this many bytes.
-    File(u64),
+    /// A regular file.
+    File,
     /// A symbolic link (checked to stay inside the source).
     Link,
+}
+
+impl Kind {
+    /// What `meta` describes; `None` for a socket, FIFO or device.
+    fn of(meta: &fs::Metadata) -> Option<Kind> {
+        let kind = meta.file_type();
+        [(kind.is_symlink(), Kind::Link), (kind.is_dir(), Kind::Dir), (kind.is_file(), Kind::File)]
+            .into_iter()
+            .find_map(|(is, kind)| is.then_some(kind))
+    }
 }
 
 /// One entry of a walked host directory, relative to it.
@@ -59,12 +69,6 @@ pub struct SourceEntry {
     pub segments: Vec<String>,
     /// What it is.
     pub kind: Kind,
-}
-
-impl SourceEntry {
-    fn relative(&self) -> String {
-        self.segments.join("/")
-    }
 }
 
 /// Walks the host directory `root` without following links, leaving out
@@ -91,17 +95,12 @@ pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
                 continue;
             }
             let meta = fs::symlink_metadata(child.path()).map_err(Error::host_read)?;
-            let kind = if meta.file_type().is_symlink() {
-                check_host_link(&child.path(), &segments)?;
-                Kind::Link
-            } else if meta.is_dir() {
-                pending.push(segments.clone());
-                Kind::Dir
-            } else if meta.is_file() {
-                Kind::File(meta.len())
-            } else {
-                continue;
-            };
+            let Some(kind) = Kind::of(&meta) else { continue };
+            match kind {
+                Kind::Link => _ = check_host_link(&child.path(), &segments)?,
+                Kind::Dir => pending.push(segments.clone()),
+                Kind::File => {}
+            }
             entries.push(SourceEntry { segments, kind });
         }
     }
@@ -121,54 +120,48 @@ fn check_host_link(path: &Path, segments: &[String]) -> Result<String, Error> {
 /// Writes the walked `entries` of `root` as a tar archive into `out`:
 /// files are opened without following links, links are re-read and
 /// re-checked, and each entry keeps its mode. A source changed since the
-/// walk (a file swapped for a link) is an error.
-pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<(), Error> {
+/// walk (a file swapped for a link) is an error. Returns what was archived.
+pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<Summary, Error> {
     let mut builder = Builder::new(io::BufWriter::with_capacity(1 << 20, out));
     builder.mode(HeaderMode::Complete);
     let changed = || Error::invalid_input("CreateOS transfer source changed while it was archived.");
+    let mut summary = Summary::default();
     for entry in entries {
         let path = entry.segments.iter().fold(root.to_path_buf(), |path, segment| path.join(segment));
+        let file = match entry.kind {
+            Kind::File => Some(File::options().read(true).custom_flags(libc::O_NOFOLLOW).open(&path)),
+            Kind::Dir | Kind::Link => None,
+        };
+        let file = file.transpose().map_err(Error::host_read)?;
+        let meta = file.as_ref().map_or_else(|| fs::symlink_metadata(&path), File::metadata);
+        let meta = meta.map_err(Error::host_read)?;
+        if Kind::of(&meta) != Some(entry.kind) {
+            return Err(changed());
+        }
         let mut header = Header::new_gnu();
-        match entry.kind {
-            Kind::Dir => {
-                let meta = fs::symlink_metadata(&path).map_err(Error::host_read)?;
-                if !meta.is_dir() {
-                    return Err(changed());
-                }
-                header.set_metadata_in_mode(&meta, HeaderMode::Complete);
-                builder.append_data(&mut header, entry.relative(), io::empty()).map_err(Error::host_read)?;
-            }
-            Kind::File(_) => {
-                let file = File::options()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&path)
-                    .map_err(Error::host_read)?;
-                let meta = file.metadata().map_err(Error::host_read)?;
-                if !meta.is_file() {
-                    return Err(changed());
-                }
-                header.set_metadata_in_mode(&meta, HeaderMode::Complete);
+        header.set_metadata_in_mode(&meta, HeaderMode::Complete);
+        let name = entry.segments.join("/");
+        match file {
+            Some(file) => {
                 // What is left of the take tells a file that shrank.
                 let mut data = file.take(meta.len());
-                builder.append_data(&mut header, entry.relative(), &mut data).map_err(Error::host_read)?;
+                builder.append_data(&mut header, name, &mut data).map_err(Error::host_read)?;
                 if data.limit() != 0 {
                     return Err(changed());
                 }
+                summary.files += 1;
+                summary.bytes += meta.len();
             }
-            Kind::Link => {
-                let meta = fs::symlink_metadata(&path).map_err(Error::host_read)?;
-                if !meta.file_type().is_symlink() {
-                    return Err(changed());
-                }
+            None if entry.kind == Kind::Link => {
                 let target = check_host_link(&path, &entry.segments)?;
-                header.set_metadata_in_mode(&meta, HeaderMode::Complete);
                 header.set_size(0);
-                builder.append_link(&mut header, entry.relative(), target).map_err(Error::host_read)?;
+                builder.append_link(&mut header, name, target).map_err(Error::host_read)?;
             }
+            None => builder.append_data(&mut header, name, io::empty()).map_err(Error::host_read)?,
         }
     }
-    builder.into_inner().and_then(|mut writer| io::Write::flush(&mut writer)).map_err(Error::host_read)
+    builder.into_inner().and_then(|mut writer| io::Write::flush(&mut writer)).map_err(Error::host_read)?;
+    Ok(summary)
 }
 
 /// What a validated archive holds.

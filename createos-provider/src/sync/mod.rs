@@ -148,18 +148,14 @@ impl Transfer<'_> {
             }
             Step::InDirectory { source, entries, target, mode } => {
                 let mut archive = tempfile::NamedTempFile::new().map_err(Error::host_write)?;
-                archive::write(source, entries, archive.as_file_mut())?;
+                let summary = archive::write(source, entries, archive.as_file_mut())?;
                 let len = archive.as_file_mut().stream_position().map_err(Error::host_write)?;
                 let script = format!(
                     "{}mkdir -p -- \"$t\" && tar -x --no-same-owner -f {q_scratch} -C \"$t\" && chmod {mode:o} -- \"$t\"",
                     paths::guard("t", target, false)
                 );
                 self.upload_then(archive.path(), len, scratch, staged, &script).await?;
-                let (files, bytes) = entries.iter().fold((0, 0), |(files, bytes), entry| match entry.kind {
-                    archive::Kind::File(len) => (files + 1, bytes + len),
-                    _ => (files, bytes),
-                });
-                Ok((files, bytes))
+                Ok((summary.files, summary.bytes))
             }
             Step::OutFile { source, target, mode } => {
                 *staged = true;
