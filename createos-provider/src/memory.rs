@@ -48,18 +48,13 @@ pub fn export(now: SystemTime) -> Vec<MemoryEntry> {
     let mut origins: Vec<(SystemTime, String, Schedule)> = shared_all()
         .into_iter()
         .filter_map(|(origin, estimates)| {
-            let phases: BTreeMap<String, Learnt> = estimates
-                .learnt()
-                .into_iter()
-                .filter(|(_, learnt)| is_fresh(learnt, now))
-                .map(|(phase, mut learnt)| {
-                    // A tenth of a millisecond is finer than any poll.
-                    learnt.samples.iter_mut().for_each(|ms| *ms = (*ms * 10.0).round() / 10.0);
-                    (phase.name().to_owned(), learnt)
-                })
-                .collect();
-            let newest = phases.values().map(|phase| from_ms(phase.taught_at_ms)).max()?;
-            Some((newest, origin, Schedule { version: VERSION, phases }))
+            let (newest, phases) = fresh(estimates.learnt(), now)?;
+            let phases = phases.into_iter().map(|(phase, mut learnt)| {
+                // A tenth of a millisecond is finer than any poll.
+                learnt.samples.iter_mut().for_each(|ms| *ms = (*ms * 10.0).round() / 10.0);
+                (phase.name().to_owned(), learnt)
+            });
+            Some((newest, origin, Schedule { version: VERSION, phases: phases.collect() }))
         })
         .collect();
     origins.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
@@ -77,23 +72,16 @@ pub fn export(now: SystemTime) -> Vec<MemoryEntry> {
     entries
 }
 
-/// One origin's fresh phases, when the newest was taught, and the origin.
-type Remembered<'a> = (SystemTime, &'a str, Vec<(Phase, Learnt)>);
-
 /// Restores the schedules of `entries` into the process-wide estimates
 /// (see the module documentation); returns how many phases were taken.
 pub fn import(entries: &[MemoryEntry], now: SystemTime) -> Result<usize, ProviderError> {
     let mut unreadable = 0;
-    let mut schedules: Vec<Remembered> = Vec::new();
+    let mut schedules = Vec::new();
     for entry in entries {
         let Some(origin) = entry.key.as_str().strip_prefix(KEY_PREFIX) else { continue };
         match read(&entry.value) {
             Some(phases) => {
-                let fresh: Vec<(Phase, Learnt)> =
-                    phases.into_iter().filter(|(_, learnt)| is_fresh(learnt, now)).collect();
-                if let Some(newest) = fresh.iter().map(|(_, learnt)| from_ms(learnt.taught_at_ms)).max() {
-                    schedules.push((newest, origin, fresh));
-                }
+                schedules.extend(fresh(phases, now).map(|(newest, phases)| (newest, origin, phases)))
             }
             None => unreadable += 1,
         }
@@ -137,11 +125,17 @@ fn read(value: &[u8]) -> Option<Vec<(Phase, Learnt)>> {
     Some(phases)
 }
 
-/// Taught within [`MAX_AGE`] of `now` (either way: another host's clock
-/// may run ahead).
-fn is_fresh(learnt: &Learnt, now: SystemTime) -> bool {
-    let taught_at = from_ms(learnt.taught_at_ms);
-    now.duration_since(taught_at).unwrap_or_else(|ahead| ahead.duration()) <= MAX_AGE
+/// The phases taught within [`MAX_AGE`] of `now` (either way: another
+/// host's clock may run ahead) and when the newest of them was taught;
+/// `None` when none is that fresh.
+fn fresh(phases: Vec<(Phase, Learnt)>, now: SystemTime) -> Option<(SystemTime, Vec<(Phase, Learnt)>)> {
+    let age = |learnt: &Learnt| {
+        let taught_at = from_ms(learnt.taught_at_ms);
+        now.duration_since(taught_at).unwrap_or_else(|ahead| ahead.duration())
+    };
+    let fresh: Vec<_> = phases.into_iter().filter(|(_, learnt)| age(learnt) <= MAX_AGE).collect();
+    let newest = fresh.iter().map(|(_, learnt)| from_ms(learnt.taught_at_ms)).max()?;
+    Some((newest, fresh))
 }
 
 #[cfg(test)]
