@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 use tar::{Archive, Builder, EntryType, Header, HeaderMode};
+use walkdir::WalkDir;
 
 use super::paths::{link_stays_inside, relative_segments};
 use crate::error::Error;
@@ -54,8 +55,7 @@ pub enum Kind {
 
 impl Kind {
     /// What `meta` describes; `None` for a socket, FIFO or device.
-    fn of(meta: &fs::Metadata) -> Option<Kind> {
-        let kind = meta.file_type();
+    fn of(kind: fs::FileType) -> Option<Kind> {
         [(kind.is_symlink(), Kind::Link), (kind.is_dir(), Kind::Dir), (kind.is_file(), Kind::File)]
             .into_iter()
             .find_map(|(is, kind)| is.then_some(kind))
@@ -75,37 +75,24 @@ pub struct SourceEntry {
 /// excluded paths. A link whose target leaves `root` (or is absolute) is
 /// [`Error::PathEscapes`]; sockets, FIFOs and devices are left out.
 pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
+    let relative = |path: &Path| path.strip_prefix(root).unwrap_or(path).to_path_buf();
+    // Depth first by name: parents before children, so extraction creates
+    // directories first; an excluded directory is not entered.
+    let walker = WalkDir::new(root).min_depth(1).sort_by_file_name().into_iter();
     let mut entries = Vec::new();
-    let mut pending = vec![Vec::<String>::new()];
-    while let Some(dir) = pending.pop() {
-        let path = dir.iter().fold(root.to_path_buf(), |path, segment| path.join(segment));
-        let mut children: Vec<_> = fs::read_dir(&path)
-            .map_err(Error::host_read)?
-            .collect::<Result<_, _>>()
-            .map_err(Error::host_read)?;
-        children.sort_by_key(|child| child.file_name());
-        for child in children {
-            let name = child.file_name().into_string().map_err(|_| {
-                Error::invalid_input("CreateOS transfer source holds a name that is not UTF-8.")
-            })?;
-            let mut segments = dir.clone();
-            segments.push(name);
-            let relative = segments.join("/");
-            if exclude.is_match(&relative) {
-                continue;
-            }
-            let meta = fs::symlink_metadata(child.path()).map_err(Error::host_read)?;
-            let Some(kind) = Kind::of(&meta) else { continue };
-            match kind {
-                Kind::Link => _ = check_host_link(&child.path(), &segments)?,
-                Kind::Dir => pending.push(segments.clone()),
-                Kind::File => {}
-            }
-            entries.push(SourceEntry { segments, kind });
+    for child in walker.filter_entry(|child| !exclude.is_match(relative(child.path()))) {
+        let child = child.map_err(|error| Error::host_read(error.into()))?;
+        let segments: Option<Vec<String>> =
+            relative(child.path()).iter().map(|name| name.to_str().map(str::to_owned)).collect();
+        let segments = segments.ok_or_else(|| {
+            Error::invalid_input("CreateOS transfer source holds a name that is not UTF-8.")
+        })?;
+        let Some(kind) = Kind::of(child.file_type()) else { continue };
+        if kind == Kind::Link {
+            check_host_link(child.path(), &segments)?;
         }
+        entries.push(SourceEntry { segments, kind });
     }
-    // Parents before children, so extraction creates directories first.
-    entries.sort_by(|a, b| a.segments.cmp(&b.segments));
     Ok(entries)
 }
 
@@ -135,7 +122,7 @@ pub fn write(root: &Path, entries: &[SourceEntry], out: &mut File) -> Result<Sum
         let file = file.transpose().map_err(Error::host_read)?;
         let meta = file.as_ref().map_or_else(|| fs::symlink_metadata(&path), File::metadata);
         let meta = meta.map_err(Error::host_read)?;
-        if Kind::of(&meta) != Some(entry.kind) {
+        if Kind::of(meta.file_type()) != Some(entry.kind) {
             return Err(changed());
         }
         let mut header = Header::new_gnu();
