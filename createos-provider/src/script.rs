@@ -108,31 +108,13 @@ pub fn quote(word: &str) -> String {
 
 /// Builds the script. Call [`validate`] first: this function does not check.
 pub fn build(spec: &ScriptSpec<'_>) -> String {
-    let size = spec.cwd.len()
-        + spec.command.len()
-        + spec.args.iter().map(|a| a.len() + 3).sum::<usize>()
-        + spec.env.iter().map(|(k, v)| k.len() + v.len() + 4).sum::<usize>()
-        + 64;
-    let mut out = String::with_capacity(size + size / 8);
-    out.push_str("cd -- ");
-    out.push_str(&quote(spec.cwd));
-    out.push_str(" || exit\nexec env --");
-    for (name, value) in spec.env {
-        out.push(' ');
-        out.push_str(&quote(&format!("{name}={value}")));
-    }
-    if spec.command.contains('=') {
-        out.push_str(" /bin/sh -c 'exec \"$0\" \"$@\"'");
-    }
-    out.push(' ');
-    out.push_str(&quote(spec.command));
-    for arg in spec.args {
-        out.push(' ');
-        out.push_str(&quote(arg));
-    }
-    out.push_str(" < ");
-    out.push_str(&quote(spec.stdin_path.unwrap_or(NO_STDIN)));
-    out
+    let env = spec.env.iter().map(|(name, value)| quote(&format!("{name}={value}")));
+    // `env` would take a command containing `=` for an assignment.
+    let shim = spec.command.contains('=').then(|| r#"/bin/sh -c 'exec "$0" "$@"'"#.to_owned());
+    let command = [spec.command].into_iter().chain(spec.args.iter().copied()).map(quote);
+    let words: Vec<String> = env.chain(shim).chain(command).collect();
+    let (cwd, stdin) = (quote(spec.cwd), quote(spec.stdin_path.unwrap_or(NO_STDIN)));
+    format!("cd -- {cwd} || exit\nexec env -- {} < {stdin}", words.join(" "))
 }
 
 #[cfg(test)]
