@@ -123,9 +123,16 @@ pub enum Error {
     /// A workspace command (`mkdir -p`...) exited with this non-zero code.
     #[error("CreateOS workspace command failed with exit code {0}.")]
     WorkspaceCommandFailed(i64),
-    /// Something may exist remotely that the provider cannot confirm or name.
-    #[error("{0}")]
-    CreationUnconfirmed(String),
+    /// The reply to `POST /sandboxes` was lost: a sandbox may exist that
+    /// the provider cannot name.
+    #[error(
+        "CreateOS sandbox creation could not be confirmed; a sandbox may exist that this provider cannot name."
+    )]
+    SandboxCreationUnconfirmed,
+    /// The reply to `POST /processes` was lost: a process may run that the
+    /// provider cannot terminate.
+    #[error("CreateOS process creation could not be confirmed; destroy the lease before reusing it.")]
+    ProcessCreationUnconfirmed,
     /// A non-2xx reply (operation, HTTP status). The body was never read. A
     /// rejected key, and a command sent to a paused or deleted sandbox, say
     /// what to do.
@@ -216,7 +223,9 @@ impl Error {
             | Error::SandboxCleanupUnconfirmed(_)
             | Error::PauseUnconfirmed(_)
             | Error::CommandCleanupUnconfirmed => ErrorKind::CLEANUP_UNCONFIRMED,
-            Error::CreationUnconfirmed(_) => ErrorKind::CREATION_UNCONFIRMED,
+            Error::SandboxCreationUnconfirmed | Error::ProcessCreationUnconfirmed => {
+                ErrorKind::CREATION_UNCONFIRMED
+            }
             Error::Api(_, 401 | 403) => ErrorKind::UNAUTHORIZED,
             Error::Api(..)
             | Error::DidNotReach { .. }
@@ -269,11 +278,6 @@ impl Error {
     /// `InvalidInput` with a one-line message.
     pub fn invalid_input(message: impl Into<String>) -> Self {
         Error::InvalidInput(one_line(message.into()))
-    }
-
-    /// `CreationUnconfirmed` with a one-line message.
-    pub fn creation_unconfirmed(message: impl Into<String>) -> Self {
-        Error::CreationUnconfirmed(one_line(message.into()))
     }
 
     /// A host file could not be read; only the I/O error's kind is kept,

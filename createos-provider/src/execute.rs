@@ -25,7 +25,7 @@
 //!    before the deadline is a plain timeout; any other failure (5xx, connection
 //!    error, timeout, malformed reply, cancellation before the process id
 //!    arrived) leaves the outcome unknown: the lease is marked unconfirmed
-//!    and the error is [`Error::CreationUnconfirmed`].
+//!    and the error is [`Error::ProcessCreationUnconfirmed`].
 //! 5. The output is streamed with `GET .../connect?after=<cursor>` and
 //!    decoded by [`OutputDecoder`]; the bytes of every data frame are written
 //!    to the sink once, as they arrive (the result keeps the text tails). On a connection error, a premature
@@ -90,9 +90,6 @@ pub const KILL_ATTEMPTS: u32 = 3;
 /// The fresh deadline of the cleanup after a timeout, a cancellation or a
 /// failure (termination, then stdin removal, each).
 pub const CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-const CREATION_UNCONFIRMED: &str =
-    "CreateOS process creation could not be confirmed; destroy the lease before reusing it.";
 
 /// Why a step stopped before its result.
 #[derive(Debug)]
@@ -366,7 +363,7 @@ impl Run<'_> {
             Err(error) => {
                 tracing::warn!(sandbox = %self.sandbox(), reason = error.operation().unwrap_or("error"), "CreateOS process creation outcome unknown");
                 self.registry.mark_unconfirmed(&self.lease.scope);
-                return Err(Error::creation_unconfirmed(CREATION_UNCONFIRMED));
+                return Err(Error::ProcessCreationUnconfirmed);
             }
         };
         if cancelled {

@@ -201,9 +201,7 @@ async fn create_sandbox(
         .map_err(|error| match error.http_status() {
             _ if error.is_not_sent() || error.is_unreachable() => error,
             Some(status) if (400..500).contains(&status) => error,
-            _ => Error::creation_unconfirmed(
-                "CreateOS sandbox creation could not be confirmed; a sandbox may exist that this provider cannot name.",
-            ),
+            _ => Error::SandboxCreationUnconfirmed,
         })
 }
 
