@@ -391,20 +391,12 @@ impl CreateosClient {
     }
 
     /// `POST /sandboxes/{id}/processes` running `/bin/bash -lc SCRIPT`
-    /// (never with `env`). Returns the process ID. Never retried.
-    pub async fn create_process(
-        &self,
-        id: &str,
-        script: &str,
-        cwd: Option<&str>,
-        opts: CallOptions,
-    ) -> Result<String, Error> {
+    /// (never with `env` or `cwd`: the script changes directory itself).
+    /// Returns the process ID. Never retried.
+    pub async fn create_process(&self, id: &str, script: &str, opts: CallOptions) -> Result<String, Error> {
         check_id(id, "sandbox")?;
         let url = self.url(&["sandboxes", id, "processes"]);
-        let mut body = json!({"cmd": "/bin/bash", "args": ["-lc", script]});
-        if let Some(cwd) = cwd {
-            body["cwd"] = json!(cwd);
-        }
+        let body = json!({"cmd": "/bin/bash", "args": ["-lc", script]});
         let label = op::PROCESS_CREATION;
         let data = self
             .call_json(label, opts, Retry::Never, None, || self.http.post(url.clone()).json(&body))
@@ -917,7 +909,7 @@ mod tests {
             let o = opts();
             let err = match label {
                 "sandbox lifecycle" => client.submit("s", Desired::Paused, o).await.unwrap_err(),
-                "process creation" => client.create_process("s", "true", None, o).await.unwrap_err(),
+                "process creation" => client.create_process("s", "true", o).await.unwrap_err(),
                 "file transfer" => get_file(&client, "/a", o).await.unwrap_err(),
                 "workspace command" => client.exec("s", "true", &[], o).await.unwrap_err(),
                 "output connection" => client.connect("s", "p", 0, o).await.err().unwrap(),
@@ -980,7 +972,7 @@ mod tests {
         let bytes = get_file(&client, "/w/x", opts()).await.unwrap();
         assert_eq!(&bytes[..], b"contents");
         mock.push(ok(json!({"process_id": "p-1"})));
-        let pid = client.create_process("s", "echo hi", Some("/w"), opts()).await.unwrap();
+        let pid = client.create_process("s", "echo hi", opts()).await.unwrap();
         assert_eq!(pid, "p-1");
         mock.push(raw(200, "{\"type\":\"heartbeat\"}\n"));
         let mut stream = client.connect("s", "p-1", 7, opts()).await.unwrap();
@@ -1002,7 +994,7 @@ mod tests {
         assert_eq!(seen[2].uri, "/v1/sandboxes/s/files?path=%2Fw%2Fx");
         assert_eq!(
             serde_json::from_slice::<Value>(&seen[3].body).unwrap(),
-            json!({"cmd": "/bin/bash", "args": ["-lc", "echo hi"], "cwd": "/w"})
+            json!({"cmd": "/bin/bash", "args": ["-lc", "echo hi"]})
         );
         assert_eq!(seen[4].uri, "/v1/sandboxes/s/processes/p-1/connect?after=7");
         assert!(seen.iter().all(|s| s.key.as_deref() == Some(KEY)));
@@ -1062,7 +1054,7 @@ mod tests {
     async fn process_creation_is_never_retried_and_pause_past_deadline_fails_fast() {
         let (mock, client) = server().await;
         mock.push(Reply::Status(429, vec![("retry-after", "0".into())], vec![]));
-        let err = client.create_process("s", "true", None, opts()).await.unwrap_err();
+        let err = client.create_process("s", "true", opts()).await.unwrap_err();
         assert_eq!(err.http_status(), Some(429));
         // A retryable call whose pause outlasts the deadline is not retried.
         mock.push(Reply::Status(429, vec![("retry-after", "20".into())], vec![]));
@@ -1231,8 +1223,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let deadline = Instant::now() + Duration::from_millis(50);
-        let err =
-            client.create_process("s", "true", None, CallOptions::new(deadline, Priority::NewWork)).await;
+        let err = client.create_process("s", "true", CallOptions::new(deadline, Priority::NewWork)).await;
         let err = err.unwrap_err();
         assert!(err.is_not_sent(), "{err}");
         assert_eq!(mock.seen().len(), 1, "the creation never reached the server");

@@ -328,8 +328,7 @@ impl Run<'_> {
     /// process it started can be terminated rather than left unconfirmed.
     /// Returns the outcome and whether the command was cancelled meanwhile.
     async fn create_process(&self, script: &str) -> (Result<String, Error>, bool) {
-        let create =
-            self.client.create_process(self.sandbox(), script, None, self.options(Priority::InFlight));
+        let create = self.client.create_process(self.sandbox(), script, self.options(Priority::InFlight));
         tokio::pin!(create);
         tokio::select! {
             biased;
