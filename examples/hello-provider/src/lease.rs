@@ -5,11 +5,11 @@
 //! another environment. Every hook that takes a lease checks it here before
 //! touching anything.
 
-use crate::config::Config;
+use crate::{config::Config, process::Event};
 use provider_abi::{EnvironmentParams, ErrorKind, LeaseParams, ProviderError};
 use serde_json::{json, Value};
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::PathBuf,
     sync::{mpsc::Sender, Condvar, Mutex, MutexGuard, PoisonError},
     time::Duration,
@@ -96,26 +96,28 @@ impl LeaseDir {
     }
 }
 
-/// What the provider remembers about one lease between hooks.
+/// What the provider remembers about its leases between hooks.
 #[derive(Default)]
-struct LeaseState {
-    /// A release or destroy is running.
-    closing: bool,
-    /// A command's process cleanup could not be confirmed: only destroy may
-    /// follow. (In memory: a provider that must survive restarts keeps it
-    /// with the lease; the host's ledger remembers it too.)
-    unconfirmed: bool,
-    /// Commands running in the lease, by number, each with the channel that
-    /// cancels it.
-    running: HashMap<u64, Sender<crate::process::Event>>,
+struct State {
+    /// The leases whose release or destroy is running.
+    closing: HashSet<String>,
+    /// The leases where a command's process cleanup could not be confirmed:
+    /// only destroy may follow. (In memory: a provider that must survive
+    /// restarts keeps it with the lease; the host's ledger remembers it too.)
+    unconfirmed: HashSet<String>,
+    /// The commands running, by number: the lease each runs in and the
+    /// channel that cancels it.
+    running: HashMap<u64, (String, Sender<Event>)>,
+    /// The number of the last command registered.
+    last: u64,
 }
 
-impl LeaseState {
+impl State {
     /// Refuses a lease that is closing or unconfirmed.
-    fn check_usable(&self) -> Result<(), ProviderError> {
-        match self {
-            LeaseState { closing: true, .. } => Err(in_progress()),
-            LeaseState { unconfirmed: true, .. } => Err(unconfirmed()),
+    fn check_usable(&self, id: &str) -> Result<(), ProviderError> {
+        match (self.closing.contains(id), self.unconfirmed.contains(id)) {
+            (true, _) => Err(in_progress()),
+            (_, true) => Err(unconfirmed()),
             _ => Ok(()),
         }
     }
@@ -128,49 +130,36 @@ impl LeaseState {
 /// variable for "a command finished".
 #[derive(Default)]
 pub struct Leases {
-    state: Mutex<(HashMap<String, LeaseState>, u64)>,
+    state: Mutex<State>,
     changed: Condvar,
 }
 
 impl Leases {
     /// Locks the state. A panic while the lock was held (a bug) must not
     /// make every later hook panic too, so poisoning is ignored: the state
-    /// is plain flags and maps, valid after any partial update.
-    fn lock(&self) -> MutexGuard<'_, (HashMap<String, LeaseState>, u64)> {
+    /// is plain sets and maps, valid after any partial update.
+    fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Refuses a lease that is closing or unconfirmed (resume, execute).
     pub fn check_usable(&self, id: &str) -> Result<(), ProviderError> {
-        self.lock().0.get(id).map_or(Ok(()), LeaseState::check_usable)
+        self.lock().check_usable(id)
     }
 
     /// True when the lease's cleanup is unconfirmed.
     pub fn is_unconfirmed(&self, id: &str) -> bool {
-        self.lock().0.get(id).is_some_and(|lease| lease.unconfirmed)
+        self.lock().unconfirmed.contains(id)
     }
 
     /// Marks the lease's cleanup unconfirmed: from now on only destroy is allowed.
     pub fn mark_unconfirmed(&self, id: &str) {
-        self.lock().0.entry(id.to_owned()).or_default().unconfirmed = true;
+        self.lock().unconfirmed.insert(id.to_owned());
     }
 
     /// Clears the unconfirmed flag of a lease that is gone (destroyed).
     pub fn clear_unconfirmed(&self, id: &str) {
-        self.settle(id, |lease| lease.unconfirmed = false);
-    }
-
-    /// Applies `change` to the lease's state, then drops the state of a lease
-    /// with nothing left to remember, so the map holds only leases in use,
-    /// closing or unconfirmed.
-    fn settle(&self, id: &str, change: impl FnOnce(&mut LeaseState)) {
-        let mut state = self.lock();
-        if let Some(lease) = state.0.get_mut(id) {
-            change(lease);
-            if !lease.closing && !lease.unconfirmed && lease.running.is_empty() {
-                state.0.remove(id);
-            }
-        }
+        self.lock().unconfirmed.remove(id);
     }
 
     /// Registers a command about to start in the lease, refused while the
@@ -178,20 +167,14 @@ impl Leases {
     /// lock, so a release either sees the command (and cancels it) or the
     /// command sees the release (and does not start). Dropping the guard
     /// unregisters the command and wakes a release waiting for it.
-    pub fn start_command(
-        &self,
-        id: &str,
-        cancel: Sender<crate::process::Event>,
-    ) -> Result<impl Sized + '_, ProviderError> {
+    pub fn start_command(&self, id: &str, cancel: Sender<Event>) -> Result<impl Sized + '_, ProviderError> {
         let mut state = self.lock();
-        let (leases, next) = &mut *state;
-        let lease = leases.entry(id.to_owned()).or_default();
-        lease.check_usable()?;
-        *next += 1;
-        lease.running.insert(*next, cancel);
-        let number = *next;
-        Ok(scopeguard::guard(id.to_owned(), move |id| {
-            self.settle(&id, |lease| drop(lease.running.remove(&number)));
+        state.check_usable(id)?;
+        state.last += 1;
+        let number = state.last;
+        state.running.insert(number, (id.to_owned(), cancel));
+        Ok(scopeguard::guard(number, |number| {
+            self.lock().running.remove(&number);
             self.changed.notify_all();
         }))
     }
@@ -200,43 +183,34 @@ impl Leases {
     /// while this one runs is refused with `cleanup_in_progress`. Dropping
     /// the guard (also on error or panic) lets the next one in.
     pub fn begin_closing(&self, id: &str) -> Result<impl Sized + '_, ProviderError> {
-        let mut state = self.lock();
-        let lease = state.0.entry(id.to_owned()).or_default();
-        if lease.closing {
+        if !self.lock().closing.insert(id.to_owned()) {
             return Err(in_progress());
         }
-        lease.closing = true;
-        Ok(scopeguard::guard(id.to_owned(), |id| self.settle(&id, |lease| lease.closing = false)))
+        Ok(scopeguard::guard(id.to_owned(), |id| {
+            self.lock().closing.remove(&id);
+        }))
     }
 
     /// Cancels every command running in the lease (`None`: in every lease)
     /// and waits until they have finished, at most `bound`. Commands that
     /// outlive the bound leave their lease unconfirmed; returns false then.
     pub fn cancel_and_wait(&self, id: Option<&str>, bound: Duration) -> bool {
-        let busy = |lease_id: &String, lease: &LeaseState| {
-            id.is_none_or(|id| id == lease_id) && !lease.running.is_empty()
-        };
+        let ours = |(lease, _): &&(String, Sender<Event>)| id.is_none_or(|id| id == lease);
         let state = self.lock();
-        for (_, lease) in state.0.iter().filter(|(lease_id, lease)| busy(lease_id, lease)) {
-            for cancel in lease.running.values() {
-                // A command that already finished dropped its receiver: fine.
-                let _ = cancel.send(crate::process::Event::Cancel);
-            }
+        for (_, cancel) in state.running.values().filter(ours) {
+            // A command that already finished dropped its receiver: fine.
+            let _ = cancel.send(Event::Cancel);
         }
         let (mut state, _) = self
             .changed
-            .wait_timeout_while(state, bound, |state| {
-                state.0.iter().any(|(lease_id, lease)| busy(lease_id, lease))
-            })
+            .wait_timeout_while(state, bound, |state| state.running.values().any(|command| ours(&command)))
             .unwrap_or_else(PoisonError::into_inner);
         // Those still busy: after `bound`, or sooner if a thread panicked
         // holding the lock (a poisoned wait returns at once). Either way
         // their commands may still run, so their leases are unconfirmed.
-        let mut all_finished = true;
-        for (_, lease) in state.0.iter_mut().filter(|(lease_id, lease)| busy(lease_id, lease)) {
-            lease.unconfirmed = true;
-            all_finished = false;
-        }
+        let busy: Vec<String> = state.running.values().filter(ours).map(|(lease, _)| lease.clone()).collect();
+        let all_finished = busy.is_empty();
+        state.unconfirmed.extend(busy);
         all_finished
     }
 }
