@@ -448,24 +448,21 @@ impl LeaseStore for Ledger {
     /// owned by this process. Two sweepers offered the same rows share them
     /// out: each row goes to exactly one.
     fn take_over(&self, records: &[LeaseRecord]) -> Result<Vec<LeaseRecord>, LedgerError> {
-        let won = self.with(|conn| {
+        self.with(|conn| {
             let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
             let sql = format!(
                 "UPDATE leases SET pid = ?2, pid_start = ?3, updated_at = {NOW}
-                 WHERE id = ?1 AND pid = ?4 AND pid_start = ?5"
+                 WHERE id = ?1 AND pid = ?4 AND pid_start = ?5 RETURNING *"
             );
-            let mut won = Vec::new();
+            let mut taken = Vec::new();
             for record in records.iter().filter(|record| !runs(record.pid, record.owner_start)) {
                 let owners =
                     params![record.id, self.pid, self.start as i64, record.pid, record.owner_start as i64];
-                if tx.execute(&sql, owners)? == 1 {
-                    won.push(record.id);
-                }
+                taken.extend(query(&tx, &sql, owners, read_row)?);
             }
             tx.commit()?;
-            Ok(won)
-        })?;
-        won.into_iter().filter_map(|row| self.get(row).transpose()).collect()
+            Ok(taken)
+        })
     }
 }
 
