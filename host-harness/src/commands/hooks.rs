@@ -269,11 +269,11 @@ pub fn sync(session: &Session, args: &LeaseArgs, request: &SyncArgs) -> Result<(
                 .map_err(|_| Failure::Usage(format!("--mode {mode:?} is not an octal mode")))
         })
         .transpose()?;
-    let inbound = sync_mappings(&request.inbound, true, mode, &request.exclude)?;
-    let outbound = sync_mappings(&request.outbound, false, mode, &request.exclude)?;
+    let inbound = sync_operation(&request.inbound, true, mode, &request.exclude)?;
+    let inbound = request.then.iter().fold(inbound, TransferOperation::then);
+    let outbound = sync_operation(&request.outbound, false, mode, &request.exclude)?;
     let (host, held) = held(session, args)?;
-    let inbound = request.then.iter().fold(operation("in", inbound), TransferOperation::then);
-    let transfers = [(SyncDirection::In, inbound), (SyncDirection::Out, operation("out", outbound))];
+    let transfers = [(SyncDirection::In, inbound), (SyncDirection::Out, outbound)];
     let mut operations = Vec::new();
     for (direction, operation) in
         transfers.into_iter().filter(|(_, operation)| !operation.mappings.is_empty())
@@ -294,39 +294,32 @@ pub fn sync(session: &Session, args: &LeaseArgs, request: &SyncArgs) -> Result<(
     Ok(())
 }
 
-/// One operation `id` moving `mappings`.
-fn operation(id: &str, mappings: Vec<PathMapping>) -> TransferOperation {
-    mappings.into_iter().fold(TransferOperation::new(id), TransferOperation::mapping)
-}
-
-/// Parses `--in`/`--out` pairs into mappings; local paths are made absolute,
-/// an inbound local directory is a directory mapping.
-fn sync_mappings(
+/// Parses `--in`/`--out` pairs into the mappings of one operation (`in` or
+/// `out`); local paths are made absolute, an inbound local directory is a
+/// directory mapping.
+fn sync_operation(
     pairs: &[String],
     inbound: bool,
     mode: Option<u32>,
     exclude: &[String],
-) -> Result<Vec<PathMapping>, Failure> {
-    let shape = if inbound { "LOCAL:REMOTE" } else { "REMOTE:LOCAL" };
-    pairs
-        .iter()
-        .map(|pair| {
-            let (first, second) = pair
-                .split_once(':')
-                .filter(|(a, b)| !a.is_empty() && !b.is_empty())
-                .ok_or_else(|| Failure::Usage(format!("{pair:?} is not {shape}")))?;
-            let (local, remote) = if inbound { (first, second) } else { (second, first) };
-            let local = std::path::absolute(local)
-                .map_err(|error| Failure::Usage(format!("{local:?}: {error}")))?
-                .to_string_lossy()
-                .into_owned();
-            let mapping = match inbound {
-                true if Path::new(&local).is_dir() => PathMapping::directory(local, remote.to_owned()),
-                true => PathMapping::file(local, remote.to_owned()),
-                false if remote.ends_with('/') => PathMapping::directory(remote.to_owned(), local),
-                false => PathMapping::file(remote.to_owned(), local),
-            };
-            Ok(PathMapping { mode, exclude: exclude.to_vec(), ..mapping })
-        })
-        .collect()
+) -> Result<TransferOperation, Failure> {
+    let (id, shape) = if inbound { ("in", "LOCAL:REMOTE") } else { ("out", "REMOTE:LOCAL") };
+    pairs.iter().try_fold(TransferOperation::new(id), |operation, pair| {
+        let (first, second) = pair
+            .split_once(':')
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+            .ok_or_else(|| Failure::Usage(format!("{pair:?} is not {shape}")))?;
+        let (local, remote) = if inbound { (first, second) } else { (second, first) };
+        let local = std::path::absolute(local)
+            .map_err(|error| Failure::Usage(format!("{local:?}: {error}")))?
+            .to_string_lossy()
+            .into_owned();
+        let mapping = match inbound {
+            true if Path::new(&local).is_dir() => PathMapping::directory(local, remote.to_owned()),
+            true => PathMapping::file(local, remote.to_owned()),
+            false if remote.ends_with('/') => PathMapping::directory(remote.to_owned(), local),
+            false => PathMapping::file(remote.to_owned(), local),
+        };
+        Ok(operation.mapping(PathMapping { mode, exclude: exclude.to_vec(), ..mapping }))
+    })
 }
