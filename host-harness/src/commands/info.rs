@@ -11,18 +11,18 @@ use std::path::Path;
 /// Prints the provider's manifest, and what its detached signature says.
 pub fn inspect(provider: &HostedProvider, out: Printer, signature: &Signature) -> Result<(), Failure> {
     let manifest = provider.manifest();
-    let mut value = render::manifest(&manifest);
-    value["signature"] = match signature {
-        Signature::Unsigned => json!({"status": "unsigned"}),
-        Signature::Verified { key } => json!({"status": "verified", "key": key}),
-        Signature::Untrusted { reason } => json!({"status": "untrusted", "reason": reason}),
+    let (verdict, signed) = match signature {
+        Signature::Unsigned => (json!({"status": "unsigned"}), "unsigned".to_owned()),
+        Signature::Verified { key } => {
+            (json!({"status": "verified", "key": key}), format!("signature verified with key {key}"))
+        }
+        Signature::Untrusted { reason } => {
+            (json!({"status": "untrusted", "reason": reason}), format!("signature NOT trusted: {reason}"))
+        }
     };
+    let mut value = render::manifest(&manifest);
+    value["signature"] = verdict;
     out.value(&value, || {
-        let signed = match signature {
-            Signature::Unsigned => "unsigned".to_owned(),
-            Signature::Verified { key } => format!("signature verified with key {key}"),
-            Signature::Untrusted { reason } => format!("signature NOT trusted: {reason}"),
-        };
         format!(
             "{} {} ({}), driver `{}`, ABI {}\nhooks: {}\nloaded from {} ({signed})",
             manifest.display_name,

@@ -38,20 +38,20 @@ pub fn sweep(session: &Session, args: &SweepArgs) -> Result<(), Failure> {
     let scope = Scope::Abandoned { include_held: args.include_held };
     let swept =
         sweep::sweep(&session.provider, session.ledger.as_ref(), scope, &secrets).map_err(Failure::usage)?;
-    // A row whose creation request never left is closed without a word:
-    // nothing can exist remotely.
-    for item in swept.iter().filter(|item| item.outcome != Outcome::NeverSent) {
+    for item in &swept {
+        let what = match &item.outcome {
+            // A row whose creation request never left is closed without a
+            // word: nothing can exist remotely.
+            Outcome::NeverSent => continue,
+            Outcome::Destroyed => "destroyed".to_owned(),
+            Outcome::GoneWithItsProcess => "gone with its process (its API lived there)".to_owned(),
+            Outcome::Unresolvable => {
+                "unresolvable: its creation reply was still in flight when its run died".to_owned()
+            }
+            Outcome::Failed(error) => format!("FAILED: {}", host_harness::render::error_line(error)),
+        };
         session.out.value(&item.to_json(), || {
             let lease = item.record.provider_lease_id.as_deref().unwrap_or("(no lease id)");
-            let what = match &item.outcome {
-                Outcome::Destroyed => "destroyed".to_owned(),
-                Outcome::GoneWithItsProcess => "gone with its process (its API lived there)".to_owned(),
-                Outcome::Unresolvable => {
-                    "unresolvable: its creation reply was still in flight when its run died".to_owned()
-                }
-                Outcome::Failed(error) => format!("FAILED: {}", host_harness::render::error_line(error)),
-                Outcome::NeverSent => "closed: its creation request never left".to_owned(),
-            };
             format!("row {:>5} {:<14} {lease}: {what}", item.record.id, item.record.state)
         });
     }
