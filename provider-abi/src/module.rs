@@ -24,13 +24,11 @@
 //! # Adding a hook in a later minor version (checklist)
 //!
 //! 1. Append its field at the end of [`HookTable`] (after the last field) and
-//!    its row to the `hooks!` table in `version.rs` (name, `optional`, since
+//!    its row to the `hooks!` table in `version.rs` (field, `optional`, since
 //!    the new version); bump `ABI_VERSION` and the crate's minor version.
 //! 2. Add its trait method to `Provider` with a default answering
 //!    `unsupported`.
-//! 3. Add its export shim in `export.rs` (and its arm in
-//!    `HookTableRef::address`, which [`ProviderModuleRef::code_addresses`]
-//!    reads).
+//! 3. Add its export shim in `export.rs`.
 //! 4. Forward it in `Instance` (the loaded library's `Provider` impl) and in
 //!    the host's wrappers, which the compiler lists (each implements
 //!    `Provider`).
@@ -148,30 +146,6 @@ impl RootModule for ProviderModuleRef {
 }
 
 impl HookTableRef {
-    /// The address of `hook`'s function; `None` when the table lacks it.
-    pub(crate) fn address(self, hook: Hook) -> Option<*const c_void> {
-        match hook {
-            Hook::Manifest => Some(self.manifest() as _),
-            Hook::Setup => Some(self.setup() as _),
-            Hook::Shutdown => Some(self.shutdown() as _),
-            Hook::Health => Some(self.health() as _),
-            Hook::ValidateConfig => Some(self.validate_config() as _),
-            Hook::Probe => self.probe().map(|f| f as _),
-            Hook::AcquireLease => Some(self.acquire_lease() as _),
-            Hook::ResumeLease => Some(self.resume_lease() as _),
-            Hook::ReleaseLease => Some(self.release_lease() as _),
-            Hook::DestroyLease => Some(self.destroy_lease() as _),
-            Hook::RealizeWorkspace => Some(self.realize_workspace() as _),
-            Hook::Execute => Some(self.execute() as _),
-            Hook::InspectLease => self.inspect_lease().map(|f| f as _),
-            Hook::SyncFiles => self.sync_files().map(|f| f as _),
-            Hook::ImportUnconfirmed => self.import_unconfirmed().map(|f| f as _),
-            Hook::GrantRequestShare => self.grant_request_share().map(|f| f as _),
-            Hook::ExportMemory => self.export_memory().flatten().map(|f| f as _),
-            Hook::ImportMemory => self.import_memory().flatten().map(|f| f as _),
-        }
-    }
-
     /// True when the library's table has `hook`.
     pub(crate) fn has(self, hook: Hook) -> bool {
         self.address(hook).is_some()

@@ -36,12 +36,18 @@ pub const ABI_2_1: AbiVersion = AbiVersion::new(2, 1);
 pub const ABI_VERSION: AbiVersion = ABI_2_1;
 
 /// Declares [`Hook`] and what each hook is, from one row per hook in table
-/// order: its manifest name, whether a library may leave it out of its
-/// table, and the ABI version that appended it.
+/// order: its field of the hook table (and manifest name), whether a library
+/// may leave it out of its table, and the ABI version that appended it.
 macro_rules! hooks {
     (@optional required) => { false };
     (@optional optional) => { true };
-    ($($(#[doc = $doc:literal])* $hook:ident = $name:literal, $kind:ident, since $since:ident;)*) => {
+    // A required hook's accessor answers its function, an optional one's an
+    // `Option`, and one appended after 2.0 an `Option` of that `Option`
+    // (`None` from a library built before it).
+    (@address required $since:ident $accessor:expr) => { Some($accessor as _) };
+    (@address optional ABI_2_0 $accessor:expr) => { $accessor.map(|f| f as _) };
+    (@address optional $since:ident $accessor:expr) => { $accessor.flatten().map(|f| f as _) };
+    ($($(#[doc = $doc:literal])* $hook:ident = $field:ident, $kind:ident, since $since:ident;)*) => {
         /// Every hook of the ABI, in table order.
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Hook {
@@ -55,7 +61,7 @@ macro_rules! hooks {
             /// The hook's name as it appears in manifests and messages.
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(Hook::$hook => $name,)*
+                    $(Hook::$hook => stringify!($field),)*
                 }
             }
 
@@ -63,7 +69,7 @@ macro_rules! hooks {
             /// (`execute hook`).
             pub(crate) const fn function(self) -> &'static str {
                 match self {
-                    $(Hook::$hook => concat!($name, " hook"),)*
+                    $(Hook::$hook => concat!(stringify!($field), " hook"),)*
                 }
             }
 
@@ -82,50 +88,59 @@ macro_rules! hooks {
                 }
             }
         }
+
+        impl crate::module::HookTableRef {
+            /// The address of `hook`'s function; `None` when the table lacks it.
+            pub(crate) fn address(self, hook: Hook) -> Option<*const std::ffi::c_void> {
+                match hook {
+                    $(Hook::$hook => hooks!(@address $kind $since self.$field()),)*
+                }
+            }
+        }
     };
 }
 
 hooks! {
     /// `manifest`: identity, version and configuration schema.
-    Manifest = "manifest", required, since ABI_2_0;
+    Manifest = manifest, required, since ABI_2_0;
     /// `setup`: called once after loading, with the host's log sink.
-    Setup = "setup", required, since ABI_2_0;
+    Setup = setup, required, since ABI_2_0;
     /// `shutdown`: cancels work in flight.
-    Shutdown = "shutdown", required, since ABI_2_0;
+    Shutdown = shutdown, required, since ABI_2_0;
     /// `health`: a cheap liveness check that sends no request.
-    Health = "health", required, since ABI_2_0;
+    Health = health, required, since ABI_2_0;
     /// `validate_config`: checks a configuration.
-    ValidateConfig = "validate_config", required, since ABI_2_0;
+    ValidateConfig = validate_config, required, since ABI_2_0;
     /// `probe` (optional): acquires, runs a command, destroys.
-    Probe = "probe", optional, since ABI_2_0;
+    Probe = probe, optional, since ABI_2_0;
     /// `acquire_lease`: creates a lease, recording it ahead.
-    AcquireLease = "acquire_lease", required, since ABI_2_0;
+    AcquireLease = acquire_lease, required, since ABI_2_0;
     /// `resume_lease`: makes a released lease usable again.
-    ResumeLease = "resume_lease", required, since ABI_2_0;
+    ResumeLease = resume_lease, required, since ABI_2_0;
     /// `release_lease`: gives a lease back, saying whether it was kept.
-    ReleaseLease = "release_lease", required, since ABI_2_0;
+    ReleaseLease = release_lease, required, since ABI_2_0;
     /// `destroy_lease`: deletes a lease.
-    DestroyLease = "destroy_lease", required, since ABI_2_0;
+    DestroyLease = destroy_lease, required, since ABI_2_0;
     /// `realize_workspace`: where work runs in a lease.
-    RealizeWorkspace = "realize_workspace", required, since ABI_2_0;
+    RealizeWorkspace = realize_workspace, required, since ABI_2_0;
     /// `execute`: runs a command in a lease, streaming its output as bytes.
-    Execute = "execute", required, since ABI_2_0;
+    Execute = execute, required, since ABI_2_0;
     /// `inspect_lease` (optional): a lease's remote state.
-    InspectLease = "inspect_lease", optional, since ABI_2_0;
+    InspectLease = inspect_lease, optional, since ABI_2_0;
     /// `sync_files` (optional): copies files into or out of a lease.
-    SyncFiles = "sync_files", optional, since ABI_2_0;
+    SyncFiles = sync_files, optional, since ABI_2_0;
     /// `import_unconfirmed` (optional): learns that a lease's cleanup is
     /// unconfirmed (known to the host from another provider version).
-    ImportUnconfirmed = "import_unconfirmed", optional, since ABI_2_0;
+    ImportUnconfirmed = import_unconfirmed, optional, since ABI_2_0;
     /// `grant_request_share` (optional): the share of its request budget the
     /// provider may spend, in parts per million.
-    GrantRequestShare = "grant_request_share", optional, since ABI_2_0;
+    GrantRequestShare = grant_request_share, optional, since ABI_2_0;
     /// `export_memory` (optional, since 2.1): what the provider learnt that
     /// a later process may use, as keyed opaque entries.
-    ExportMemory = "export_memory", optional, since ABI_2_1;
+    ExportMemory = export_memory, optional, since ABI_2_1;
     /// `import_memory` (optional, since 2.1): hands back what an earlier
     /// process exported.
-    ImportMemory = "import_memory", optional, since ABI_2_1;
+    ImportMemory = import_memory, optional, since ABI_2_1;
 }
 
 impl Hook {
