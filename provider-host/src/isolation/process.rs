@@ -15,7 +15,7 @@
 use super::{
     client::{worker_error, WORKER_FAILURE_PREFIX},
     fd_pass, lock,
-    protocol::{self, ToHost, ToWorker, Writer, MAX_STDIN_CHUNK},
+    protocol::{self, Environment, Hello, LogEvent, ToHost, ToWorker, Writer, MAX_STDIN_CHUNK},
     read, spawn, IsolationError, IsolationOptions, WORKER_ARGUMENT,
 };
 use nix::sys::signal::Signal;
@@ -332,14 +332,11 @@ impl WorkerProcess {
                     let why = format!("was killed: the `{hook}` hook passed its deadline of {deadline:?}");
                     return Err(self.failure(false, why));
                 }
-                // Another message, or the end of the socket: the worker
-                // ended (or closed it, which it never does while alive: it
-                // is killed).
+                // The end of the socket, or a frame that is no message: the
+                // worker ended (or closed it, which it never does while
+                // alive: it is killed).
                 other => {
-                    let broke = match other {
-                        Ok(message) => message.is_some(),
-                        Err(error) => error.kind() == io::ErrorKind::InvalidData,
-                    };
+                    let broke = matches!(other, Err(error) if error.kind() == io::ErrorKind::InvalidData);
                     return Err(self.end(hook, broke.then_some("broke the protocol"), false));
                 }
             }
@@ -388,8 +385,8 @@ impl WorkerProcess {
     fn read_control(self: Arc<Self>, mut reader: BufReader<UnixStream>, shared: &Shared) {
         let mut buffer = Vec::new();
         let ended = loop {
-            match protocol::read::<ToHost>(&mut reader, &mut buffer) {
-                Ok(Some(ToHost::Log(event))) => {
+            match protocol::read::<LogEvent>(&mut reader, &mut buffer) {
+                Ok(Some(event)) => {
                     if let Some((.., sink)) = &*read(&shared.setup) {
                         let fields: Vec<LogField<'_>> = event
                             .fields
@@ -407,7 +404,6 @@ impl WorkerProcess {
                         });
                     }
                 }
-                Ok(Some(_)) => break Some("sent a message out of turn"),
                 Err(error) if error.kind() == io::ErrorKind::InvalidData => break Some("broke the protocol"),
                 Ok(None) | Err(_) => break None,
             }
@@ -519,22 +515,20 @@ pub(super) fn cancelled(hook: Hook) -> ProviderError {
 
 /// Reads the worker's hello and sends it the environment; `Ok(Err(line))`
 /// when the library did not load.
-fn handshake(mut socket: &UnixStream, deadline: Duration) -> io::Result<Result<Manifest, String>> {
+fn handshake(mut socket: &UnixStream, deadline: Duration) -> io::Result<Hello> {
     socket.set_read_timeout(Some(deadline))?;
     let ended = || io::Error::new(io::ErrorKind::UnexpectedEof, "it closed its connection");
-    let manifest = match protocol::read::<ToHost>(&mut socket, &mut Vec::new())?.ok_or_else(ended)? {
-        ToHost::Hello(Ok(manifest)) => manifest,
-        ToHost::Hello(Err(refused)) => return Ok(Err(refused)),
-        _ => return Err(io::Error::new(io::ErrorKind::InvalidData, "unexpected handshake message")),
-    };
-    protocol::write(&mut socket, &ToWorker::Start(environment_for(&manifest)))?;
-    Ok(Ok(manifest))
+    let hello = protocol::read::<Hello>(&mut socket, &mut Vec::new())?.ok_or_else(ended)?;
+    if let Ok(manifest) = &hello {
+        protocol::write(&mut socket, &environment_for(manifest))?;
+    }
+    Ok(hello)
 }
 
 /// The variables the provider's configuration schema names: every
 /// top-level property's `x-env` (a name or a list of names), with the
 /// host's value, when set. The host knows no key of the configuration.
-pub fn environment_for(manifest: &Manifest) -> Vec<(String, String)> {
+pub fn environment_for(manifest: &Manifest) -> Environment {
     let schema: Value = serde_json::from_str(&manifest.config_schema_json).unwrap_or_default();
     let properties = schema["properties"].as_object().into_iter().flat_map(|properties| properties.values());
     let names: BTreeSet<&str> = properties

@@ -5,13 +5,13 @@
 //! over Unix stream sockets.
 //!
 //! A worker has one *control* socket (its file descriptor 3) and any number
-//! of *call* sockets:
-//! 1. control, worker → host [`ToHost::Hello`]: the library loaded (its
+//! of *call* sockets; each direction of each carries one type of message:
+//! 1. control, worker → host, first: the [`Hello`], the library loaded (its
 //!    manifest, whose hook list is the library's table), or why not;
-//! 2. control, host → worker [`ToWorker::Start`]: the environment variables
-//!    the provider's schema names (`x-env`); a worker started after the
-//!    host's `setup` gets it (with the log level the host wants) as its
-//!    first call;
+//! 2. control, host → worker, once: the [`Environment`], the variables the
+//!    provider's schema names (`x-env`); a worker started after the host's
+//!    `setup` gets it (with the log level the host wants) as its first
+//!    call;
 //! 3. then the host passes the worker one end of each new call socket over
 //!    the control socket (`SCM_RIGHTS`, one byte each), and the worker serves
 //!    each call socket on threads of its own: one call at a time, a
@@ -26,8 +26,8 @@
 //!    call's future: the worker drops the hook's future, which cancels it,
 //!    and replies). A calling host thread writes its call and reads its
 //!    reply itself.
-//! 4. The provider's log events come back on the control socket as
-//!    [`ToHost::Log`].
+//! 4. The provider's log events come back on the control socket after the
+//!    hello, each a [`LogEvent`].
 //!
 //! The host closing the control socket ends the worker.
 
@@ -47,13 +47,20 @@ pub const MAX_FRAME: usize = 256 << 20;
 /// The most standard input the worker asks for in one [`ToHost::StdinWanted`].
 pub const MAX_STDIN_CHUNK: u32 = 1 << 20;
 
-/// Host → worker.
+/// Control socket, worker → host, first: the library loaded (its manifest,
+/// whose `hooks` list is the library's table), or the one-line reason it
+/// did not.
+pub type Hello = Result<Manifest, String>;
+
+/// Control socket, host → worker, after a hello: the environment variables
+/// the provider needs, `(name, value)` pairs, only those the provider's
+/// schema names.
+pub type Environment = Vec<(String, String)>;
+
+/// Call socket, host → worker.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
-    /// Control socket: sets the environment variables the provider needs,
-    /// `(name, value)` pairs, only those the provider's schema names.
-    Start(Vec<(String, String)>),
-    /// Call socket: runs the hook of this name with these parameters (the
+    /// runs the hook of this name with these parameters (the
     /// postcard of the hook's arguments but its recorder, input and output;
     /// `setup`'s with its log level). Borrowed when the host sends it.
     ///
@@ -63,17 +70,18 @@ pub enum ToWorker<'a> {
     /// `export_memory` and `import_memory` (what a worker learns stays in
     /// that worker).
     Call(Cow<'a, str>, Cow<'a, [u8]>),
-    /// Call socket: the host's answer to the running call's request: to
+    /// the host's answer to the running call's request: to
     /// [`ToHost::Sending`] or [`ToHost::Created`], empty once the moment is
     /// durable; to [`ToHost::StdinWanted`], the next bytes of execute's
     /// standard input (empty at its end).
     Answer(Result<Vec<u8>, ProviderError>),
-    /// Call socket: the host dropped the call's future; the worker drops the
+    /// the host dropped the call's future; the worker drops the
     /// hook's (which cancels it) and replies. Ignored once the hook ended.
     Cancel,
 }
 
-/// One log event of the provider, as the control socket carries it.
+/// Control socket, worker → host, after the hello: one log event of the
+/// provider.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct LogEvent {
     /// Its level.
@@ -86,31 +94,26 @@ pub struct LogEvent {
     pub fields: Vec<(String, String)>,
 }
 
-/// Worker → host.
+/// Call socket, worker → host.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToHost {
-    /// Control socket: the library loaded (its manifest, whose `hooks` list
-    /// is the library's table), or the one-line reason it did not.
-    Hello(Result<Manifest, String>),
-    /// Control socket: a log event of the provider.
-    Log(LogEvent),
-    /// Call socket: an output chunk of a running `execute`.
+    /// an output chunk of a running `execute`.
     Bytes {
         /// Which stream.
         stream: OutputStream,
         /// The chunk, byte for byte (postcard writes a `u8` as one byte).
         bytes: Vec<u8>,
     },
-    /// Call socket: `execute` wants at most this many more bytes of its
+    /// `execute` wants at most this many more bytes of its
     /// standard input; the host answers [`ToWorker::Answer`].
     StdinWanted(u32),
-    /// Call socket: a creating hook's request is about to leave; the hook
+    /// a creating hook's request is about to leave; the hook
     /// waits for [`ToWorker::Answer`].
     Sending,
-    /// Call socket: a lease a creating hook just made; the hook waits for
+    /// a lease a creating hook just made; the hook waits for
     /// [`ToWorker::Answer`].
     Created(Lease),
-    /// Call socket: the hook returned: the postcard of its value, or its error.
+    /// the hook returned: the postcard of its value, or its error.
     Reply(Result<Vec<u8>, ProviderError>),
 }
 

@@ -128,10 +128,9 @@ impl Worker {
             None => LoadedProvider::load(library),
         };
         let hello = loaded.as_ref().map(|provider| provider.manifest()).map_err(|error| error.to_string());
-        writer.send(&ToHost::Hello(hello))?;
+        writer.send(&hello)?;
         let Ok(provider) = loaded else { return Ok(None) };
-        let Some(ToWorker::Start(env)) = protocol::read::<ToWorker<'static>>(&mut control, &mut Vec::new())?
-        else {
+        let Some(env) = protocol::read::<protocol::Environment>(&mut control, &mut Vec::new())? else {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "the host did not start the worker"));
         };
         for (name, value) in env {
@@ -207,7 +206,6 @@ impl Worker {
                         let _ = cancel.send(());
                     }
                 }
-                ToWorker::Start(_) => break,
             }
         }
         // The host closed the socket: the running call is cancelled, and
@@ -226,7 +224,7 @@ impl Worker {
                 fields: record.fields.iter().map(|f| (f.name.to_string(), f.value.to_string())).collect(),
             };
             // A host that went away ends the worker through the control socket.
-            let _ = control.send(&ToHost::Log(event));
+            let _ = control.send(&event);
         });
         self.provider.setup(params, sink, level)
     }
