@@ -236,6 +236,17 @@ fn survivors_destroy_every_lease_of_a_killed_host_exactly_once() {
         .map(|row| row.get(0))
         .collect();
     assert!(!takers.contains(&victim_id), "every row changed hands: {takers:?}");
+    // The fault fires on a given call (the seed fixes which), and before the
+    // kill the hosts are mostly probing: how many process creations the
+    // survivors have sent by now depends on the machine's speed. They run
+    // until stopped, so wait for the fault rather than hope it came.
+    wait_until("a process creation was answered 500", Duration::from_secs(120), || {
+        fleet.sim.ledger().requests.iter().any(|request| {
+            request.method == "POST"
+                && request.status == 500
+                && createos_sim::path_matches("/v1/sandboxes/*/processes", &request.path)
+        })
+    });
 
     // The survivors stop (SIGTERM: in-flight lifecycles end by the normal
     // policy, then each prints its summary).
