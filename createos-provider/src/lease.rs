@@ -395,10 +395,7 @@ pub fn realize(ctx: &Context, params: &LeaseParams) -> Result<Workspace, Error> 
 /// another version of this provider could not confirm; from now on it can
 /// only be destroyed, as if this version had marked it. Sends no request.
 pub fn import_unconfirmed(ctx: &Context, params: &LeaseParams) -> Result<(), Error> {
-    let lease = ctx.own_required(params)?;
-    if !ctx.registry.is_unconfirmed(&lease.scope) {
-        ctx.registry.mark_unconfirmed(&lease.scope);
-    }
+    ctx.registry.mark_unconfirmed(&ctx.own_required(params)?.scope);
     Ok(())
 }
 

@@ -110,9 +110,11 @@ impl Registry {
     }
 
     /// Marks the lease's cleanup unconfirmed: it can only be destroyed.
+    /// Warns once, when the lease was not marked yet.
     pub fn mark_unconfirmed(&self, scope: &LeaseScope) {
-        tracing::warn!(sandbox = %scope.sandbox_id, "CreateOS lease cleanup is unconfirmed");
-        self.lock().unconfirmed.insert(scope.clone());
+        if self.lock().unconfirmed.insert(scope.clone()) {
+            tracing::warn!(sandbox = %scope.sandbox_id, "CreateOS lease cleanup is unconfirmed");
+        }
     }
 
     /// Clears the flag; only a confirmed delete may call this.
