@@ -122,11 +122,6 @@ pub(crate) fn check_id(id: &str, what: &str) -> Result<(), Error> {
         .ok_or_else(|| Error::invalid_input(format!("CreateOS {what} ID is invalid.")))
 }
 
-fn check_file_path(path: &str) -> Result<(), Error> {
-    let valid = !path.is_empty() && !path.contains('\0');
-    valid.then_some(()).ok_or_else(|| Error::invalid_input("CreateOS file path is invalid."))
-}
-
 /// Builds the HTTP client the provider uses: rustls, no redirects.
 /// Share one per runtime: it pools connections.
 pub fn build_http_client() -> Result<reqwest::Client, Error> {
@@ -290,7 +285,9 @@ impl CreateosClient {
 
     fn file_url(&self, id: &str, path: &str) -> Result<Url, Error> {
         check_id(id, "sandbox")?;
-        check_file_path(path)?;
+        if path.is_empty() || path.contains('\0') {
+            return Err(Error::invalid_input("CreateOS file path is invalid."));
+        }
         let mut url = self.url(&["sandboxes", id, "files"]);
         url.query_pairs_mut().append_pair("path", path);
         Ok(url)
@@ -521,7 +518,7 @@ impl CreateosClient {
             if status != StatusCode::TOO_MANY_REQUESTS {
                 return status.is_success().then_some(resp).ok_or(Error::Api(label, status.as_u16()));
             }
-            let wait = retry_after(&resp);
+            let wait = parse_retry_after(resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()));
             drop(resp);
             let until = Instant::now() + wait;
             self.pacer.pause_until(until);
@@ -604,11 +601,6 @@ fn transport(label: &'static str) -> impl Fn(reqwest::Error) -> Error {
             false => Error::Connection(label),
         }
     }
-}
-
-/// The pause a 429 asks for.
-fn retry_after(resp: &Response) -> Duration {
-    parse_retry_after(resp.headers().get(RETRY_AFTER).and_then(|v| v.to_str().ok()))
 }
 
 /// Parses `Retry-After` seconds; missing or not a number gives
