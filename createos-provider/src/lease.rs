@@ -280,9 +280,7 @@ pub async fn resume(ctx: &Context, params: &LeaseParams) -> Result<Lease, Error>
     let Some(lease) = ctx.own(params)? else {
         return Ok(expired(params));
     };
-    if let Some(refusal) = ctx.registry.refusal(&lease.scope) {
-        return Err(refusal);
-    }
+    ctx.registry.accepts_work(&lease.scope)?;
     if lease.metadata.config_changed(&lease.config) || !lease.metadata.marker_is_well_formed() {
         return Ok(expired(params));
     }
@@ -327,9 +325,7 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
     let Some(lease) = ctx.own(params)? else {
         return Ok(DELETED);
     };
-    let Some(_closing) = ctx.registry.begin_closing(&lease.scope) else {
-        return Err(Error::CleanupInProgress);
-    };
+    let _closing = ctx.registry.begin_closing(&lease.scope)?;
     ctx.registry.stop_commands(&lease.scope).await;
     let client = ctx.client(&lease.config)?;
     if destroy || !lease.config.reuse_lease {

@@ -72,10 +72,11 @@ impl Drop for CommandGuard {
 impl State {
     /// Why the lease refuses new work, if it does: a release or destroy is
     /// running, or its cleanup is unconfirmed (only destroy is allowed).
-    fn refusal(&self, scope: &LeaseScope) -> Option<Error> {
-        match self.closing.contains(scope) {
-            true => Some(Error::CleanupInProgress),
-            false => self.unconfirmed.contains(scope).then_some(Error::CleanupUnconfirmed),
+    fn accepts_work(&self, scope: &LeaseScope) -> Result<(), Error> {
+        match (self.closing.contains(scope), self.unconfirmed.contains(scope)) {
+            (true, _) => Err(Error::CleanupInProgress),
+            (false, true) => Err(Error::CleanupUnconfirmed),
+            (false, false) => Ok(()),
         }
     }
 }
@@ -88,20 +89,21 @@ impl Registry {
     }
 
     /// Marks the lease closing until the returned guard is dropped, or
-    /// returns `None` if it already is.
-    pub fn begin_closing(&self, scope: &LeaseScope) -> Option<impl Sized> {
+    /// refuses with [`Error::CleanupInProgress`] if it already is.
+    pub fn begin_closing(&self, scope: &LeaseScope) -> Result<impl Sized, Error> {
         let (registry, scope) = (self.clone(), scope.clone());
         let inserted = self.lock().closing.insert(scope.clone());
-        inserted.then(|| {
+        let guard = move || {
             scopeguard::guard((), move |()| {
                 registry.lock().closing.remove(&scope);
             })
-        })
+        };
+        inserted.then(guard).ok_or(Error::CleanupInProgress)
     }
 
-    /// Why the lease refuses new work, if it does.
-    pub fn refusal(&self, scope: &LeaseScope) -> Option<Error> {
-        self.lock().refusal(scope)
+    /// Whether the lease accepts new work: the error says why it does not.
+    pub fn accepts_work(&self, scope: &LeaseScope) -> Result<(), Error> {
+        self.lock().accepts_work(scope)
     }
 
     /// True when the lease's cleanup is unconfirmed.
@@ -131,9 +133,7 @@ impl Registry {
         parent: &CancellationToken,
     ) -> Result<CommandGuard, Error> {
         let mut state = self.lock();
-        if let Some(refusal) = state.refusal(scope) {
-            return Err(refusal);
-        }
+        state.accepts_work(scope)?;
         state.next_command += 1;
         let id = state.next_command;
         let cancel = parent.child_token();
@@ -192,11 +192,11 @@ mod tests {
     fn closing_is_exclusive_and_released_on_drop() {
         let registry = Registry::default();
         let guard = registry.begin_closing(&scope("a")).expect("first release");
-        assert!(registry.begin_closing(&scope("a")).is_none());
-        assert!(registry.begin_closing(&scope("b")).is_some());
-        assert_eq!(registry.refusal(&scope("a")), Some(Error::CleanupInProgress));
+        assert!(registry.begin_closing(&scope("a")).is_err_and(|e| e == Error::CleanupInProgress));
+        assert!(registry.begin_closing(&scope("b")).is_ok());
+        assert_eq!(registry.accepts_work(&scope("a")), Err(Error::CleanupInProgress));
         drop(guard);
-        assert_eq!(registry.refusal(&scope("a")), None);
+        assert_eq!(registry.accepts_work(&scope("a")), Ok(()));
     }
 
     #[test]
@@ -216,10 +216,10 @@ mod tests {
         let root = CancellationToken::new();
         registry.mark_unconfirmed(&scope("a"));
         registry.mark_unconfirmed(&scope("b"));
-        assert_eq!(registry.refusal(&scope("a")), Some(Error::CleanupUnconfirmed));
+        assert_eq!(registry.accepts_work(&scope("a")), Err(Error::CleanupUnconfirmed));
         registry.clear_unconfirmed(&scope("a"));
         assert!(!registry.is_unconfirmed(&scope("a")));
-        assert_eq!(registry.refusal(&scope("a")), None);
+        assert_eq!(registry.accepts_work(&scope("a")), Ok(()));
         assert!(registry.start_command(&scope("a"), &root).is_ok());
         // Only that lease: another keeps its flag.
         assert!(registry.is_unconfirmed(&scope("b")));
@@ -268,7 +268,7 @@ mod tests {
                 task.await.unwrap();
             }
             assert_eq!(registry.active_commands(), 0);
-            assert_eq!(registry.refusal(&scope("a")), None);
+            assert_eq!(registry.accepts_work(&scope("a")), Ok(()));
         }
     }
 
