@@ -60,7 +60,7 @@ pub type Environment = Vec<(String, String)>;
 /// Call socket, host → worker.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToWorker<'a> {
-    /// runs the hook of this name with these parameters (the
+    /// Runs the hook of this name with these parameters (the
     /// postcard of the hook's arguments but its recorder, input and output;
     /// `setup`'s with its log level). Borrowed when the host sends it.
     ///
@@ -70,12 +70,12 @@ pub enum ToWorker<'a> {
     /// `export_memory` and `import_memory` (what a worker learns stays in
     /// that worker).
     Call(Cow<'a, str>, Cow<'a, [u8]>),
-    /// the host's answer to the running call's request: to
+    /// The host's answer to the running call's request: to
     /// [`ToHost::Sending`] or [`ToHost::Created`], empty once the moment is
     /// durable; to [`ToHost::StdinWanted`], the next bytes of execute's
     /// standard input (empty at its end).
     Answer(Result<Vec<u8>, ProviderError>),
-    /// the host dropped the call's future; the worker drops the
+    /// The host dropped the call's future; the worker drops the
     /// hook's (which cancels it) and replies. Ignored once the hook ended.
     Cancel,
 }
@@ -97,7 +97,7 @@ pub struct LogEvent {
 /// Call socket, worker → host.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub enum ToHost {
-    /// an output chunk of a running `execute`.
+    /// An output chunk of a running `execute`.
     Bytes {
         /// Which stream.
         stream: OutputStream,
@@ -107,13 +107,13 @@ pub enum ToHost {
     /// `execute` wants at most this many more bytes of its
     /// standard input; the host answers [`ToWorker::Answer`].
     StdinWanted(u32),
-    /// a creating hook's request is about to leave; the hook
+    /// A creating hook's request is about to leave; the hook
     /// waits for [`ToWorker::Answer`].
     Sending,
-    /// a lease a creating hook just made; the hook waits for
+    /// A lease a creating hook just made; the hook waits for
     /// [`ToWorker::Answer`].
     Created(Lease),
-    /// the hook returned: the postcard of its value, or its error.
+    /// The hook returned: the postcard of its value, or its error.
     Reply(Result<Vec<u8>, ProviderError>),
 }
 
