@@ -6,6 +6,7 @@ use provider_abi::Lease;
 use serde::Serialize;
 use serde_json::Value;
 use std::{fmt, path::PathBuf};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 /// Where a lease stands, as far as the harness knows.
 ///
@@ -13,17 +14,7 @@ use std::{fmt, path::PathBuf};
 /// lease in them, so a crash mid-hook errs towards "something may remain".
 /// Displays (and parses) as the name stored in the database.
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    strum::Display,
-    strum::EnumString,
-    strum::IntoStaticStr,
-    strum::VariantArray,
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Display, EnumString, IntoStaticStr, VariantArray,
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
@@ -58,7 +49,7 @@ impl LeaseState {
 }
 
 /// Who acquired a lease, which decides what `sweep` may do with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::EnumString, strum::IntoStaticStr)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, EnumString, IntoStaticStr)]
 #[serde(rename_all = "lowercase")]
 #[strum(serialize_all = "lowercase")]
 pub enum Owner {
