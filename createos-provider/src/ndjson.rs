@@ -167,52 +167,10 @@ impl ByteTail {
     }
 }
 
-/// `bytes` as text, exactly as `String::from_utf8_lossy` makes it (each
-/// maximal invalid subsequence becomes one U+FFFD), at a cost per byte
-/// rather than per invalid sequence: random output is an invalid sequence
-/// every two bytes or so, which made the standard decoding of a 4 MiB tail
-/// take tens of milliseconds.
+/// `bytes` as text, each maximal invalid subsequence one U+FFFD (the
+/// standard library's lossy decoding).
 fn lossy_text(bytes: &[u8]) -> String {
-    const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
-    let mut text = Vec::with_capacity(bytes.len() + bytes.len() / 2);
-    let mut at = 0;
-    while at < bytes.len() {
-        let lead = bytes[at];
-        if lead < 0x80 {
-            text.push(lead);
-            at += 1;
-            continue;
-        }
-        // The encoded length a lead byte announces, and the range its
-        // second byte must fall in (no overlong form, no surrogate, nothing
-        // past U+10FFFF); 0 for a byte that starts no character.
-        let (width, second) = match lead {
-            0xC2..=0xDF => (2, 0x80..=0xBF),
-            0xE0 => (3, 0xA0..=0xBF),
-            0xE1..=0xEC | 0xEE..=0xEF => (3, 0x80..=0xBF),
-            0xED => (3, 0x80..=0x9F),
-            0xF0 => (4, 0x90..=0xBF),
-            0xF1..=0xF3 => (4, 0x80..=0xBF),
-            0xF4 => (4, 0x80..=0x8F),
-            _ => (0, 0x80..=0xBF),
-        };
-        let mut len = 1;
-        if width > 0 && bytes.get(at + 1).is_some_and(|byte| second.contains(byte)) {
-            len = 2;
-            while len < width && bytes.get(at + len).is_some_and(|byte| (0x80..=0xBF).contains(byte)) {
-                len += 1;
-            }
-        }
-        if len == width {
-            text.extend_from_slice(&bytes[at..at + len]);
-        } else {
-            text.extend_from_slice(REPLACEMENT);
-        }
-        at += len;
-    }
-    // Valid by construction; should it not be, the standard decoding says
-    // the same thing more slowly.
-    String::from_utf8(text).unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned())
+    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// What a command printed, once the stream is over.
