@@ -11,10 +11,7 @@
 //! host that has a subscriber of its own, the install is refused and the
 //! events already reach the host directly.
 
-use provider_abi::{
-    abi_stable::std_types::{RSlice, RStr},
-    LogField, LogLevel, LogRecord, LogSink,
-};
+use provider_abi::{abi_stable::std_types::RStr, LogField, LogLevel, LogRecord, LogSink};
 use std::sync::{
     atomic::{AtomicU8, Ordering},
     Once, RwLock,
@@ -88,12 +85,7 @@ impl<S: Subscriber> Layer<S> for Forward {
             .map(|(name, value)| LogField { name: RStr::from_str(name), value: RStr::from_str(value) })
             .collect();
         let metadata = event.metadata();
-        sink.log(&LogRecord {
-            level: abi_level(*metadata.level()),
-            target: RStr::from_str(metadata.target()),
-            message: RStr::from_str(&fields.message),
-            fields: RSlice::from_slice(&pairs),
-        });
+        sink.log(&LogRecord::new(abi_level(*metadata.level()), metadata.target(), &fields.message, &pairs));
     }
 }
 

@@ -68,6 +68,13 @@ pub struct LogRecord<'a> {
     pub fields: RSlice<'a, LogField<'a>>,
 }
 
+impl<'a> LogRecord<'a> {
+    /// An event of `level` from `target` saying `message`, with `fields`.
+    pub fn new(level: LogLevel, target: &'a str, message: &'a str, fields: &'a [LogField<'a>]) -> Self {
+        LogRecord { level, target: target.into(), message: message.into(), fields: fields.into() }
+    }
+}
+
 /// An FFI-safe callback receiving the provider's log events, for the rest of
 /// the process (the provider may keep it in a global subscriber).
 ///

@@ -20,11 +20,11 @@ use crate::{
     sync,
 };
 use provider_abi::{
-    abi_stable::std_types::RSlice, blocking, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder,
-    EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, HealthReport, HookFuture, HookResult, Lease,
-    LeaseParams, LeaseStatus, LogField, LogLevel, LogRecord, LogSink, Manifest, ProbeReport, Provider,
-    ProviderError, ReleaseReport, SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult,
-    ValidationReport, Workspace, ABI_VERSION,
+    blocking, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
+    ExecuteParams, ExecuteResult, HealthReport, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus,
+    LogField, LogLevel, LogRecord, LogSink, Manifest, ProbeReport, Provider, ProviderError, ReleaseReport,
+    SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult, ValidationReport, Workspace,
+    ABI_VERSION,
 };
 use scopeguard::ScopeGuard;
 use std::{
@@ -90,12 +90,7 @@ impl HelloProvider {
         let Some((sink, max_level)) = self.logs.get() else { return };
         if level <= *max_level {
             let fields = [LogField { name: "lease".into(), value: lease.into() }];
-            sink.log(&LogRecord {
-                level,
-                target: module_path!().into(),
-                message: message.into(),
-                fields: RSlice::from_slice(&fields),
-            });
+            sink.log(&LogRecord::new(level, module_path!(), message, &fields));
         }
     }
 

@@ -396,12 +396,7 @@ impl WorkerProcess {
                                 value: value.as_str().into(),
                             })
                             .collect();
-                        sink.log(&LogRecord {
-                            level: event.level,
-                            target: event.target.as_str().into(),
-                            message: event.message.as_str().into(),
-                            fields: fields.as_slice().into(),
-                        });
+                        sink.log(&LogRecord::new(event.level, &event.target, &event.message, &fields));
                     }
                 }
                 Err(error) if error.kind() == io::ErrorKind::InvalidData => break Some("broke the protocol"),
