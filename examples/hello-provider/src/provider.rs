@@ -22,9 +22,9 @@ use crate::{
 use provider_abi::{
     blocking, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
     ExecuteParams, ExecuteResult, HealthReport, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus,
-    LogField, LogLevel, LogRecord, LogSink, Manifest, ProbeReport, Provider, ProviderError, ReleaseReport,
-    SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult, ValidationReport, Workspace,
-    ABI_VERSION,
+    LogField, LogLevel, LogRecord, LogSink, Manifest, PostUploadCommand, ProbeReport, Provider,
+    ProviderError, ReleaseReport, SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult,
+    ValidationReport, Workspace, ABI_VERSION,
 };
 use scopeguard::ScopeGuard;
 use std::{
@@ -157,14 +157,10 @@ impl HelloProvider {
             env.push((name.to_owned(), var.value.to_string()));
         }
         let workspace = self.usable_workspace(&lease)?;
+        // A relative working directory is taken from the workspace.
         let cwd = match params.cwd.as_ref().into_option() {
             None => workspace,
-            Some(cwd) if Path::new(cwd.as_str()).starts_with(&workspace) && !cwd.contains("/..") => {
-                cwd.as_str().into()
-            }
-            Some(_) => {
-                return Err(invalid("The working directory must lie inside the lease's workspace.".into()))
-            }
+            Some(cwd) => sync::in_workspace(&workspace, cwd)?,
         };
         let timeout = Duration::from_millis(params.timeout_ms.into_option().unwrap_or(config.timeout_ms));
         let spec = Spec {
@@ -255,7 +251,7 @@ impl HelloProvider {
     }
 
     fn sync(&self, params: &SyncParams) -> HookResult<SyncResult> {
-        let (config, lease) = self.open(&params.lease)?;
+        let (_, lease) = self.open(&params.lease)?;
         let workspace = self.usable_workspace(&lease)?;
         // Every mapping is checked before the first byte moves.
         let plan = sync::plan(params, &workspace)?;
@@ -267,7 +263,7 @@ impl HelloProvider {
             }
             if params.direction == SyncDirection::In {
                 for command in &operation.post_upload_commands {
-                    self.post_upload(&lease, &workspace, &config, command)?;
+                    self.post_upload(&params.lease, command)?;
                 }
             }
             results.push(result);
@@ -275,27 +271,17 @@ impl HelloProvider {
         Ok(SyncResult { operations: results.into() })
     }
 
-    /// Runs one post-upload command (`/bin/sh -c`) in the lease; anything
-    /// but exit code 0 fails the sync.
-    fn post_upload(
-        &self,
-        lease: &LeaseDir,
-        workspace: &Path,
-        config: &Config,
-        command: &provider_abi::PostUploadCommand,
-    ) -> HookResult<()> {
-        let cwd = match command.cwd.as_ref().into_option() {
-            None => workspace.to_path_buf(),
-            Some(cwd) => sync::in_workspace(workspace, cwd)?,
-        };
-        let spec = Spec {
-            program: "/bin/sh".into(),
-            args: vec!["-c".into(), command.command.to_string()],
-            cwd,
-            env: Vec::new(),
-            timeout: Duration::from_millis(command.timeout_ms.into_option().unwrap_or(config.timeout_ms)),
-        };
-        let command = (lease.clone(), spec);
+    /// Runs one post-upload command (`/bin/sh -c`) in the lease, checked
+    /// as an `execute` of it is; anything but exit code 0 fails the sync.
+    fn post_upload(&self, lease: &LeaseParams, command: &PostUploadCommand) -> HookResult<()> {
+        let command = self.prepare(&ExecuteParams {
+            lease: lease.clone(),
+            command: "/bin/sh".into(),
+            args: vec!["-c".into(), command.command.clone()].into(),
+            cwd: command.cwd.clone(),
+            timeout_ms: command.timeout_ms,
+            ..Default::default()
+        })?;
         let ran = self.run(&command, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
         let message = match ran.exit_code.into_option() {
             Some(0) => return Ok(()),

@@ -23,13 +23,14 @@ pub struct Copy {
     follow_symlinks: bool,
 }
 
-/// A lease-side path as a path inside `workspace`: relative paths are taken
-/// from the workspace; `..` is refused, so the result cannot escape it.
+/// A lease-side path (a sync path, a working directory) as a path inside
+/// `workspace`: relative paths are taken from the workspace; `..` is
+/// refused, so the result cannot escape it.
 pub fn in_workspace(workspace: &Path, path: &str) -> Result<PathBuf, ProviderError> {
     let path = Path::new(path);
     let relative = path.strip_prefix(workspace).unwrap_or(path);
     if relative.is_absolute() || relative.components().any(|part| matches!(part, Component::ParentDir)) {
-        return Err(invalid("Hello sync paths in the lease must lie inside its workspace.".into()));
+        return Err(invalid("Hello paths in the lease must lie inside its workspace.".into()));
     }
     Ok(workspace.join(relative))
 }
