@@ -292,16 +292,6 @@ pub fn shared_all() -> Vec<(String, Arc<Estimates>)> {
     all.iter().map(|(origin, estimates)| (origin.clone(), Arc::clone(estimates))).collect()
 }
 
-/// The offset of poll `n` (0-based) of a phase from its start, given the
-/// first wait (`None`: no history, the reference's cadence).
-pub fn poll_offset(first: Option<Duration>, n: usize) -> Duration {
-    let Some(first) = first else {
-        return Duration::from_millis(REFERENCE_POLL_MS * (n as u64 + 1));
-    };
-    let gaps: u64 = (0..n).map(|i| QUICK_GAPS_MS.get(i).copied().unwrap_or(REFERENCE_POLL_MS)).sum();
-    first + Duration::from_millis(gaps)
-}
-
 /// The schedule on a clean clock: `phases` phases of `duration` each, one
 /// after another on fresh estimates, with zero request latency. Returns each
 /// phase's polls and detection delay. (What the unit tests and the lease
@@ -347,9 +337,14 @@ impl PhaseRun {
         PhaseRun { phase, timed, first, polls: 0, last_sent: None, start }
     }
 
-    /// The offset of the next poll from the start.
+    /// The offset of the next poll from the start: the first wait, then
+    /// the quick gaps (without history, the reference's cadence).
     fn next_offset(&self) -> Duration {
-        poll_offset(self.first, self.polls)
+        let Some(first) = self.first else {
+            return Duration::from_millis(REFERENCE_POLL_MS * (self.polls as u64 + 1));
+        };
+        let gap = |i| QUICK_GAPS_MS.get(i).copied().unwrap_or(REFERENCE_POLL_MS);
+        first + Duration::from_millis((0..self.polls).map(gap).sum())
     }
 
     /// Waits for the next poll, and counts it.
