@@ -27,11 +27,11 @@
 //! provider already treats a 429 to `POST /sandboxes` as "nothing created";
 //! a repeated pause/resume answers 409, which the transition reconciles),
 //! `exec` (a 429 is a refusal before the command runs, and the provider's
-//! workspace commands are idempotent), file transfer, stdin close and
-//! process cleanup. Never retried: `POST /processes` (the execute module
-//! reports its refusal to the caller, who decides whether to run the
-//! command again) and the output connection (the execute module reconnects
-//! from its cursor). A 429 that is not retried is returned as an `Api`
+//! workspace commands are idempotent), file transfer and process
+//! cleanup. Never retried: `POST /processes` (the execute module reports
+//! its refusal to the caller, who decides whether to run the command
+//! again) and the output connection (the execute module reconnects from
+//! its cursor). A 429 that is not retried is returned as an `Api`
 //! error with status 429.
 //!
 //! A 429 also tells the pacer that the server's limiter is not the 60 s

@@ -18,8 +18,6 @@ pub use provider_abi::ErrorKind;
 pub mod op {
     /// `PUT`/`GET /files`.
     pub const FILE_TRANSFER: &str = "file transfer";
-    /// `POST .../stdin/close`.
-    pub const STDIN_CLOSE: &str = "stdin close";
     /// `GET .../connect`.
     pub const OUTPUT_CONNECTION: &str = "output connection";
     /// `POST .../processes`.
@@ -329,8 +327,7 @@ impl Error {
 }
 
 /// The operations that act inside a sandbox on behalf of a command.
-const COMMAND_OPERATIONS: [&str; 4] =
-    [op::PROCESS_CREATION, op::FILE_TRANSFER, op::WORKSPACE_COMMAND, op::STDIN_CLOSE];
+const COMMAND_OPERATIONS: [&str; 3] = [op::PROCESS_CREATION, op::FILE_TRANSFER, op::WORKSPACE_COMMAND];
 
 /// The message of an HTTP error reply.
 fn api_message(operation: &str, status: u16) -> String {

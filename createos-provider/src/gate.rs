@@ -17,7 +17,7 @@
 //! New work (creating sandboxes or processes) may take at most
 //! `MAX_AWAITING_REPLY - RESERVED_FOR_WORK_UNDER_WAY` passes: a server that
 //! holds creations until it has room (as the simulator does with commands)
-//! can never take every pass, so the polls, stdin closes, output
+//! can never take every pass, so the polls, output
 //! connections and cleanups of the work under way, which give that room
 //! back, always get one. Within those rules waiters are served FIFO
 //! (tokio's semaphore is fair); dropping a waiting future leaves the queue
