@@ -502,10 +502,9 @@ impl CreateosClient {
                 }
                 Ok(pass)
             };
-            let Ok(pass) = tokio::time::timeout_at(opts.deadline, admitted).await else {
-                return Err(Error::NotSent(label));
-            };
-            let pass = pass?;
+            let pass = tokio::time::timeout_at(opts.deadline, admitted)
+                .await
+                .unwrap_or(Err(Error::NotSent(label)))?;
             let resp = build().header("X-Api-Key", self.key.clone()).send().await.map_err(|e| {
                 match e.is_connect() {
                     true => Error::Unreachable(label, self.origin.clone()),
