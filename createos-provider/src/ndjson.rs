@@ -137,12 +137,6 @@ impl ByteTail {
     }
 
     fn push(&mut self, bytes: &[u8]) {
-        if bytes.len() >= self.limit {
-            self.truncated |= !self.bytes.is_empty() || bytes.len() > self.limit;
-            self.bytes.clear();
-            self.bytes.extend_from_slice(&bytes[bytes.len() - self.limit..]);
-            return;
-        }
         self.bytes.extend_from_slice(bytes);
         if self.bytes.len() > self.limit + self.limit / 4 {
             self.trim();
