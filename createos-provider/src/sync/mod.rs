@@ -75,17 +75,13 @@ pub async fn sync(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Erro
         cancel: guard.cancel.clone(),
         timeout: Duration::from_millis(lease.config.timeout_ms),
     };
-    let outcome = async {
-        let mut results = Vec::with_capacity(operations.len());
-        for operation in &operations {
-            results.push(transfer.operation(operation).await?);
-        }
-        Ok(SyncResult { operations: results.into() })
+    let mut results = Vec::with_capacity(operations.len());
+    for operation in &operations {
+        results.push(transfer.operation(operation).await?);
     }
-    .await;
-    // Only now, with every scratch file removed, may a waiting release go on.
-    drop(guard);
-    outcome
+    // `guard` drops on the way out: only then, with every scratch file
+    // removed, may a waiting release go on.
+    Ok(SyncResult { operations: results.into() })
 }
 
 struct Transfer<'a> {
