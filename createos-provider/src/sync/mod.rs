@@ -183,16 +183,15 @@ impl Transfer<'_> {
                 );
                 self.run_script(&script).await?;
                 let parent = paths::created_parent(target)?;
-                let mut archive = tempfile::tempfile_in(parent).map_err(Error::host_write)?;
+                let archive = tempfile::tempfile_in(parent).map_err(Error::host_write)?;
                 self.download(scratch, &archive, MAX_ARCHIVE_DOWNLOAD).await?;
-                let rewind = |archive: &mut fs::File| {
-                    archive.rewind().map_err(Error::host_read)?;
-                    Ok::<_, Error>(std::io::BufReader::with_capacity(
-                        1 << 20,
-                        archive.try_clone().map_err(Error::host_read)?,
-                    ))
+                // Read from the start, each time through a reference to the file.
+                let rewound = || {
+                    let mut file = &archive;
+                    file.rewind().map_err(Error::host_read)?;
+                    Ok::<_, Error>(std::io::BufReader::with_capacity(1 << 20, file))
                 };
-                archive::validate(rewind(&mut archive)?, MAX_EXTRACTED_BYTES)?;
+                archive::validate(rewound()?, MAX_EXTRACTED_BYTES)?;
                 match fs::symlink_metadata(target) {
                     Ok(meta) if !meta.is_dir() => {
                         return Err(Error::invalid_input(
@@ -202,7 +201,7 @@ impl Transfer<'_> {
                     Ok(_) => {}
                     Err(_) => fs::create_dir(target).map_err(Error::host_write)?,
                 }
-                let summary = archive::extract(rewind(&mut archive)?, target, exclude)?;
+                let summary = archive::extract(rewound()?, target, exclude)?;
                 if let Some(mode) = mode {
                     fs::set_permissions(target, fs::Permissions::from_mode(*mode))
                         .map_err(Error::host_write)?;
