@@ -102,7 +102,8 @@ impl ProviderConfig {
     /// environment when `apiKey` is absent. Errors are joined into one
     /// `InvalidConfig` error.
     pub fn from_json(value: &Value) -> Result<ProviderConfig, Error> {
-        validate(value).map_err(|errors| Error::invalid_config(join_errors(&errors)))
+        validate(value)
+            .map_err(|errors| Error::invalid_config(format!("Invalid CreateOS config: {}", errors.join(" "))))
     }
 
     /// The origin as a string without a trailing slash, e.g.
@@ -139,11 +140,6 @@ const API_URL_RULE: &str =
     "CreateOS API URL must be an HTTPS origin (optionally ending in /v1); HTTP is allowed on loopback only.";
 /// The reference's words for a missing or unknown shape.
 const MISSING_SHAPE: &str = "CreateOS requires a shape from its shape catalog.";
-
-/// Joins validation errors into one line.
-pub fn join_errors(errors: &[String]) -> String {
-    format!("Invalid CreateOS config: {}", errors.join(" "))
-}
 
 /// Validates a config, reading `CREATEOS_API_KEY` from the process
 /// environment when `apiKey` is absent; `Err` holds every problem found (the
