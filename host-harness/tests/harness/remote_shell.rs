@@ -10,7 +10,7 @@ use std::{
     path::PathBuf,
     process::{Child, Command, Output, Stdio},
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     time::Duration,
@@ -142,21 +142,32 @@ fn exec_output_is_byte_exact() {
 /// few tens of MiB, far below what buffering the input takes.
 const RSS_LIMIT_KIB: u64 = 200 << 10;
 
-/// A harness run whose resident memory a thread watches: past
+/// A harness run whose peak resident memory a thread watches: past
 /// [`RSS_LIMIT_KIB`] it is killed (the test fails, the machine survives).
+///
+/// The peak is the kernel's own high-water mark of the harness's memory
+/// since its exec (`VmHWM`), read while it lives: it misses nothing between
+/// two reads. `wait4`'s `ru_maxrss` is no measure of it: a process keeps
+/// across exec the peak of the memory it was spawned sharing, so it reports
+/// at least this test binary's own peak, which the tests running beside
+/// (their simulators, the 50 MB inputs) push past the limit.
 struct Watched {
     child: Child,
     killed: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
 }
 
 impl Watched {
     fn new(child: Child) -> Watched {
         let (killed, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let peak = Arc::new(AtomicU64::new(0));
         let (pid, was_killed, is_done) = (child.id(), Arc::clone(&killed), Arc::clone(&done));
+        let seen = Arc::clone(&peak);
         std::thread::spawn(move || {
             while !is_done.load(Ordering::SeqCst) {
-                if rss_kib(pid).is_some_and(|rss| rss > RSS_LIMIT_KIB) {
+                let peak = peak_kib(pid).map(|kib| seen.fetch_max(kib, Ordering::SeqCst).max(kib));
+                if peak.is_some_and(|peak| peak > RSS_LIMIT_KIB) {
                     was_killed.store(true, Ordering::SeqCst);
                     // SAFETY: kill(2) on our child, not yet reaped (`done` is unset).
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
@@ -165,7 +176,7 @@ impl Watched {
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        Watched { child, killed, done }
+        Watched { child, killed, done, peak }
     }
 
     /// Bytes the harness has read so far (`/proc/PID/io`'s `rchar`).
@@ -175,9 +186,13 @@ impl Watched {
     }
 
     /// Waits for the harness (two minutes at most: a hang guard) and returns
-    /// its exit code, stderr and peak resident memory in KiB (`wait4`).
+    /// its exit code, stderr and peak resident memory in KiB (the last
+    /// `VmHWM` read before it exited).
     fn finish(mut self) -> (Option<i32>, String, u64) {
         crate::common::wait_until("the harness exits", Duration::from_secs(120), || {
+            if let Some(kib) = peak_kib(self.child.id()) {
+                self.peak.fetch_max(kib, Ordering::SeqCst);
+            }
             // SAFETY: waitid with WNOWAIT only looks: the child stays unreaped.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             let flags = libc::WEXITED | libc::WNOWAIT | libc::WNOHANG;
@@ -186,21 +201,22 @@ impl Watched {
         });
         let mut stderr = String::new();
         std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-        let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+        let mut status = 0;
         // SAFETY: reaps our own child, which has exited.
-        let reaped = unsafe { libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage) };
+        let reaped = unsafe { libc::waitpid(self.child.id() as i32, &mut status, 0) };
         self.done.store(true, Ordering::SeqCst);
         assert_eq!(reaped, self.child.id() as i32);
         assert!(!self.killed.load(Ordering::SeqCst), "the harness grew past {RSS_LIMIT_KIB} KiB: {stderr}");
         let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-        (code, stderr, usage.ru_maxrss as u64)
+        (code, stderr, self.peak.load(Ordering::SeqCst))
     }
 }
 
-/// The resident memory of process `pid` in KiB, while it lives.
-fn rss_kib(pid: u32) -> Option<u64> {
+/// The peak resident memory of process `pid` since its exec in KiB
+/// (`VmHWM`), while it lives.
+fn peak_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
