@@ -20,6 +20,15 @@ use std::time::Duration;
 /// them), and waits for the child.
 const TREE: &str = "sleep 300 & echo \"$(readlink /proc/self/ns/pid) $$ $!\"; wait";
 
+/// `timeoutMs` for the tests whose commands must run until a release or a
+/// shutdown stops them: the deadline is not what they test, and the default
+/// 10 s bounds the process creations and the commands' whole lives, which
+/// the simulator's unscaled response time can spend on a loaded machine
+/// (beside the thousand-process test, on two cores shared with builds):
+/// sixteen creations then outlived it (process creation unconfirmed), or a
+/// command reached it, and was terminated, before the release.
+const COMMANDS_OUTLIVE_THE_TEST_MS: u64 = 300_000;
+
 /// The pid in this process's namespace of the process numbered `inner` in
 /// PID namespace `namespace` (`pid:[INODE]`): a simulator with
 /// `pid_namespaces` runs each command in a namespace of its own, nested in
@@ -46,13 +55,18 @@ fn running(pid: u32) -> bool {
     !matches!(state, Some('Z' | 'X'))
 }
 
+/// What a started command reports: the pids of its tree, or the error it
+/// ended with before it printed them.
+type Started = Result<Vec<u32>, String>;
+
 /// Runs `params`, sending the pids (in this process's namespace) of those
-/// the command names on its first line.
+/// the command names on its first line, or its error if it ends first.
 fn run_reporting_pids(
     bed: &Bed,
     params: &ExecuteParams,
-    pids: mpsc::Sender<Vec<u32>>,
+    pids: mpsc::Sender<Started>,
 ) -> HookResult<ExecuteResult> {
+    let failed = pids.clone();
     let mut first_line = String::new();
     let mut reported = false;
     let sink = ByteSink::new(move |stream: OutputStream, chunk: &[u8]| {
@@ -66,11 +80,16 @@ fn run_reporting_pids(
                 .split(' ')
                 .map(|pid| host_pid(namespace, pid.parse().expect("a pid")).expect("the process runs"))
                 .collect();
-            pids.send(parsed).expect("the test is waiting for the pids");
+            pids.send(Ok(parsed)).expect("the test is waiting for the pids");
             reported = true;
         }
     });
-    wait(bed.provider.execute(params.clone(), ByteSource::empty(), sink))
+    let result = wait(bed.provider.execute(params.clone(), ByteSource::empty(), sink));
+    if let Err(error) = &result {
+        // Read only if the command never started; the test has moved on otherwise.
+        let _ = failed.send(Err(format!("{error:?}")));
+    }
+    result
 }
 
 type Running<'scope> = Vec<ScopedJoinHandle<'scope, HookResult<ExecuteResult>>>;
@@ -93,7 +112,10 @@ fn start_trees<'scope, 'env>(
         })
         .collect();
     let pids: Vec<u32> = (0..leases.len())
-        .flat_map(|_| receiver.recv_timeout(Duration::from_secs(60)).expect("every command started"))
+        .flat_map(|_| {
+            let started = receiver.recv_timeout(Duration::from_secs(300)).expect("every command started");
+            started.unwrap_or_else(|error| panic!("a command failed before its tree ran: {error}"))
+        })
         .collect();
     assert_eq!(pids.len(), 2 * leases.len());
     assert!(pids.iter().all(|pid| running(*pid)), "every tree runs: {pids:?}");
@@ -115,7 +137,7 @@ fn assert_all_cancelled(commands: Running<'_>) {
 fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_pause() {
     for n in [2, 16] {
         let bed = Bed::new();
-        let config = bed.config(json!({"reuseLease": true}));
+        let config = bed.config(json!({"reuseLease": true, "timeoutMs": COMMANDS_OUTLIVE_THE_TEST_MS}));
         let lease = bed.acquire(&config);
         std::thread::scope(|scope| {
             let (commands, pids) = start_trees(scope, &bed, &config, &vec![&lease; n]);
@@ -153,7 +175,7 @@ fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_
 #[test]
 fn shutdown_stops_the_commands_of_every_lease_and_returns_once_their_trees_are_gone() {
     let bed = Bed::new();
-    let config = bed.config(json!({}));
+    let config = bed.config(json!({"timeoutMs": COMMANDS_OUTLIVE_THE_TEST_MS}));
     let (first, second) = (bed.acquire(&config), bed.acquire(&config));
     std::thread::scope(|scope| {
         let (commands, pids) = start_trees(scope, &bed, &config, &[&first, &first, &second]);
