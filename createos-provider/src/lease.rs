@@ -244,18 +244,27 @@ pub const DELETE_RETRY_DELAY: Duration = Duration::from_millis(250);
 /// operation's own may be what just ran out). DELETE is idempotent (404
 /// counts as gone), so a failure whose outcome is unknown (5xx, 429, a lost
 /// or malformed reply) is sent again, up to [`DELETE_ATTEMPTS`] times: a
-/// sandbox left behind here may be one no host can name.
+/// sandbox left behind here may be one no host can name. A repeat that the
+/// deadline cuts short says nothing new: the failure the API reported
+/// before it is the one reported.
 async fn delete_sandbox(client: &CreateosClient, id: &str, config: &ProviderConfig) -> Result<(), Error> {
     let deadline = deadline(config);
     let mut delay = DELETE_RETRY_DELAY;
     let mut attempt = 1;
+    let mut reported = None;
     loop {
-        let result = client.delete_sandbox(id, CallOptions::new(deadline, Priority::Cleanup)).await;
+        let result = match client.delete_sandbox(id, CallOptions::new(deadline, Priority::Cleanup)).await {
+            Err(error) if error.kind() == ErrorKind::TIMEOUT && Instant::now() >= deadline => {
+                Err(reported.take().unwrap_or(error))
+            }
+            result => result,
+        };
         let worth_repeating =
             matches!(&result, Err(error) if error.is_transient() || error.kind() == ErrorKind::PROTOCOL);
         if !worth_repeating || attempt == DELETE_ATTEMPTS || Instant::now() + delay >= deadline {
             return result;
         }
+        reported = result.err();
         tokio::time::sleep(delay).await;
         delay *= 2;
         attempt += 1;
