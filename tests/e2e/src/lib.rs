@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 pub mod bed;
 pub mod machine;
+pub mod overload;
 pub mod worker;
 
 /// The directory holding this build's shared libraries (`target/<profile>/deps`).
