@@ -61,3 +61,34 @@ pub fn signal(child: &Child, signal: i32) {
     // SAFETY: `kill` only sends a signal to our own child process.
     assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
 }
+
+/// The peak resident memory in KiB of process `pid` since its exec: the
+/// kernel's high-water mark (`VmHWM`), read while it lives; `None` once it
+/// is gone.
+///
+/// Not `wait4`'s `ru_maxrss`: a process keeps across exec the peak of the
+/// memory it was spawned sharing, so that reports at least this test
+/// binary's own peak, which the tests running beside push past any bound
+/// a harness test sets.
+pub fn peak_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// [`peak_kib`] of `pid` and of its children (a provider worker): the
+/// largest.
+pub fn tree_peak_kib(pid: u32) -> Option<u64> {
+    let own = peak_kib(pid)?;
+    let child_of_pid = |stat: &str| {
+        // `PID (COMM) STATE PPID ...`: COMM may hold spaces and parentheses.
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        rest.split_whitespace().nth(1).and_then(|ppid| ppid.parse().ok()) == Some(pid)
+    };
+    let children = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| {
+        let child: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        child_of_pid(&stat).then(|| peak_kib(child)).flatten()
+    });
+    Some(children.fold(own, u64::max))
+}

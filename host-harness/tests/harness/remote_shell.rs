@@ -146,11 +146,8 @@ const RSS_LIMIT_KIB: u64 = 200 << 10;
 /// [`RSS_LIMIT_KIB`] it is killed (the test fails, the machine survives).
 ///
 /// The peak is the kernel's own high-water mark of the harness's memory
-/// since its exec (`VmHWM`), read while it lives: it misses nothing between
-/// two reads. `wait4`'s `ru_maxrss` is no measure of it: a process keeps
-/// across exec the peak of the memory it was spawned sharing, so it reports
-/// at least this test binary's own peak, which the tests running beside
-/// (their simulators, the 50 MB inputs) push past the limit.
+/// since its exec, read while it lives ([`crate::common::peak_kib`]): it
+/// misses nothing between two reads.
 struct Watched {
     child: Child,
     killed: Arc<AtomicBool>,
@@ -166,7 +163,8 @@ impl Watched {
         let seen = Arc::clone(&peak);
         std::thread::spawn(move || {
             while !is_done.load(Ordering::SeqCst) {
-                let peak = peak_kib(pid).map(|kib| seen.fetch_max(kib, Ordering::SeqCst).max(kib));
+                let peak =
+                    crate::common::peak_kib(pid).map(|kib| seen.fetch_max(kib, Ordering::SeqCst).max(kib));
                 if peak.is_some_and(|peak| peak > RSS_LIMIT_KIB) {
                     was_killed.store(true, Ordering::SeqCst);
                     // SAFETY: kill(2) on our child, not yet reaped (`done` is unset).
@@ -190,7 +188,7 @@ impl Watched {
     /// `VmHWM` read before it exited).
     fn finish(mut self) -> (Option<i32>, String, u64) {
         crate::common::wait_until("the harness exits", Duration::from_secs(120), || {
-            if let Some(kib) = peak_kib(self.child.id()) {
+            if let Some(kib) = crate::common::peak_kib(self.child.id()) {
                 self.peak.fetch_max(kib, Ordering::SeqCst);
             }
             // SAFETY: waitid with WNOWAIT only looks: the child stays unreaped.
@@ -210,14 +208,6 @@ impl Watched {
         let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
         (code, stderr, self.peak.load(Ordering::SeqCst))
     }
-}
-
-/// The peak resident memory of process `pid` since its exec in KiB
-/// (`VmHWM`), while it lives.
-fn peak_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `/dev/zero` as a harness's standard input: endless.
