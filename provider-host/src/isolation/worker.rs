@@ -168,7 +168,8 @@ impl Worker {
     fn serve_calls(self: Arc<Self>, socket: UnixStream) {
         let Ok(reader) = socket.try_clone() else { return };
         let mut reader = BufReader::new(reader);
-        let link = Arc::new(Link { writer: Writer::new(socket), pending: Mutex::default() });
+        let link =
+            Arc::new(Link { writer: Writer::new(socket), pending: Mutex::new(Some(Pending::default())) });
         let (jobs, queued) = mpsc::channel::<(String, Vec<u8>, oneshot::Receiver<()>)>();
         let runner = {
             let (worker, link) = (Arc::clone(&self), Arc::clone(&link));
@@ -188,6 +189,8 @@ impl Worker {
         let mut buffer = Vec::new();
         while let Ok(Some(message)) = protocol::read::<ToWorker<'static>>(&mut reader, &mut buffer) {
             let mut pending = lock(&link.pending);
+            // Only this thread empties it, once it stops.
+            let Some(pending) = pending.as_mut() else { break };
             match message {
                 ToWorker::Call(hook, params) => {
                     let (cancel, cancelled) = oneshot::channel();
@@ -208,9 +211,10 @@ impl Worker {
                 }
             }
         }
-        // The host closed the socket: the running call is cancelled, and
-        // what it waits for answers that the host is gone.
-        *lock(&link.pending) = Pending::default();
+        // The host closed the socket (or sent what this worker cannot
+        // read): the running call is cancelled, and what it waits for, or
+        // asks for from now on, answers that the host is gone.
+        *lock(&link.pending) = None;
     }
 
     /// `setup`, the provider's events going back on the control socket.
@@ -301,7 +305,8 @@ fn until_cancelled<T>(hook: Hook, future: HookFuture<T>, cancel: oneshot::Receiv
 /// and where the host's frames about the running call go.
 struct Link {
     writer: Writer,
-    pending: Mutex<Pending>,
+    /// `None` once the socket's reader stopped: no answer will come.
+    pending: Mutex<Option<Pending>>,
 }
 
 /// What the host's frames about the running call go to: its answer to the
@@ -315,10 +320,14 @@ struct Pending {
 }
 
 impl Link {
-    /// Sends `request` about the running call; the host's answer.
+    /// Sends `request` about the running call; the host's answer, or
+    /// [`lost`] once the socket's reader stopped.
     fn ask(&self, request: &ToHost) -> HookFuture<Vec<u8>> {
         let (answer, answered) = oneshot::channel();
-        lock(&self.pending).answer = Some(answer);
+        match lock(&self.pending).as_mut() {
+            Some(pending) => pending.answer = Some(answer),
+            None => return ready(Err(lost())),
+        }
         if self.writer.send(request).is_err() {
             return ready(Err(lost()));
         }
@@ -360,4 +369,61 @@ fn stdin_source(link: Arc<Link>) -> ByteSource {
         ended = chunk.is_empty();
         Ok(count)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use provider_abi::ExecuteParams;
+    use std::{borrow::Cow, time::Duration};
+
+    /// The fixture provider's library, which cargo builds beside this test
+    /// binary (a dev-dependency).
+    fn fixture_library() -> PathBuf {
+        let file = crate::loader::library_file_name("fixture_provider");
+        let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+        [deps.join(&file), deps.join("..").join(&file)]
+            .into_iter()
+            .find(|path| path.exists())
+            .unwrap_or_else(|| panic!("{file} was not built beside {}", deps.display()))
+    }
+
+    /// A call socket's reader that stops while the call runs (here on a
+    /// frame it cannot decode) leaves no request unanswered: the fixture's
+    /// `execute` first streams its (large) argument, which the host reads
+    /// only after the reader stopped, and then pulls its standard input,
+    /// which must fail at once as a lost host, not wait for ever.
+    #[test]
+    fn a_request_after_the_call_socket_reader_stopped_fails_as_a_lost_host() {
+        let (control, mut host_control) = UnixStream::pair().unwrap();
+        protocol::write(&mut host_control, &protocol::Environment::new()).unwrap();
+        let worker = Worker::start(&fixture_library(), None, &control).unwrap().expect("the fixture loads");
+        let (socket, mut host) = UnixStream::pair().unwrap();
+        std::thread::spawn(move || worker.serve_calls(socket));
+
+        // Larger than the socket's buffer: the runner's output blocks until
+        // the host reads it, well after the reader met the garbage frame.
+        let argument = "x".repeat(4 << 20);
+        let params = ExecuteParams {
+            command: "echo".into(),
+            args: vec![argument.as_str().into()].into(),
+            ..Default::default()
+        };
+        let params = to_bytes(&params).unwrap();
+        let mut frames = Vec::new();
+        protocol::write(&mut frames, &ToWorker::Call("execute".into(), Cow::Borrowed(&params))).unwrap();
+        frames.extend_from_slice(&[1, 0, 0, 0, 9]); // a `ToWorker` of no known variant
+        std::io::Write::write_all(&mut host, &frames).unwrap();
+
+        host.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buffer = Vec::new();
+        let reply = loop {
+            match protocol::read::<ToHost>(&mut host, &mut buffer) {
+                Ok(Some(ToHost::Reply(reply))) => break reply,
+                Ok(Some(ToHost::Bytes { .. } | ToHost::StdinWanted(_))) => {}
+                other => panic!("no reply within 20 s (the call hangs): {other:?}"),
+            }
+        };
+        assert_eq!(reply.map(drop), Err(lost()));
+    }
 }
