@@ -85,6 +85,14 @@ pub struct SimConfig {
     pub resume_delay: Duration,
     /// Size of each managed process's output journal (data bytes). Default 1 MiB.
     pub journal_bytes: usize,
+    /// Output waits for its reader instead of being evicted: a command's
+    /// output that would evict a frame no reader has taken yet is held
+    /// back, so the command blocks on its full pipe as it would behind a
+    /// slow reader of a pipe. CreateOS evicts (default off); on, a test that
+    /// streams more than [`Self::journal_bytes`] gets all of it however
+    /// slowly its reader runs. Output nobody reads then holds its command
+    /// (and its admission room) until the simulator stops.
+    pub pace_output: bool,
     /// Directory holding sandbox roots (`<state_dir>/<id>/`, each a sandbox's `/`).
     /// Default: a fresh temporary directory removed when the simulator drops.
     /// A given directory is kept, but every sandbox directory in it is removed
@@ -110,6 +118,7 @@ impl Default for SimConfig {
             pause_delay: Duration::from_millis(50),
             resume_delay: Duration::from_millis(50),
             journal_bytes: 1024 * 1024,
+            pace_output: false,
             state_dir: None,
             pid_namespaces: false,
         }

@@ -517,6 +517,12 @@ impl Journal {
         let frames = self.frames.iter().filter(|f| f.seq > after).cloned().collect();
         ReadResult::Frames(frames, self.exit.clone())
     }
+
+    /// Whether `n` more bytes fit without evicting a frame after `taken`.
+    fn has_room(&self, n: usize, taken: u64) -> bool {
+        let untaken: usize = self.frames.iter().filter(|f| f.seq > taken).map(|f| f.data.len()).sum();
+        untaken + n <= self.cap
+    }
 }
 
 /// A managed process (`POST /processes`).
@@ -525,6 +531,10 @@ pub(crate) struct ManagedProcess {
     pub tree: Arc<Tree>,
     journal: Mutex<Journal>,
     changed: watch::Sender<u64>,
+    /// [`crate::SimConfig::pace_output`].
+    paced: bool,
+    /// The last frame a reader has taken from the journal.
+    taken: watch::Sender<u64>,
     stdin_closed: AtomicBool,
     /// True once the leader has exited.
     exited: watch::Sender<bool>,
@@ -532,13 +542,14 @@ pub(crate) struct ManagedProcess {
 
 impl ManagedProcess {
     /// Spawn the command in the `room` admission gave it (held until its
-    /// output is drained and its tree gone) and start journaling its output.
+    /// output is drained and its tree gone) and start journaling its output
+    /// in a journal of `journal_bytes`, `paced` or not.
     pub(crate) fn spawn(
         dirs: &SandboxDirs,
         cmd: &str,
         args: &[String],
         cwd: Option<&str>,
-        journal_bytes: usize,
+        (journal_bytes, paced): (usize, bool),
         room: OwnedSemaphorePermit,
     ) -> Result<Arc<ManagedProcess>, SpawnError> {
         let (pipes, tree) = spawn(dirs, cmd, args, cwd)?;
@@ -546,6 +557,8 @@ impl ManagedProcess {
             tree,
             journal: Mutex::new(Journal::new(journal_bytes)),
             changed: watch::channel(0).0,
+            paced,
+            taken: watch::channel(0).0,
             stdin_closed: AtomicBool::new(false),
             exited: watch::channel(false).0,
         });
@@ -600,6 +613,26 @@ impl ManagedProcess {
         self.lock().read(after)
     }
 
+    /// Journal `data` unless the journal is paced and it would evict a
+    /// frame after `taken`; whether it did.
+    fn push(&self, stderr: bool, data: &Bytes, taken: u64) -> bool {
+        let mut journal = self.lock();
+        let room = !self.paced || journal.has_room(data.len(), taken);
+        if room {
+            journal.push(stderr, data.clone());
+        }
+        room
+    }
+
+    /// A reader has taken the frames up to `seq`.
+    pub(crate) fn taken(&self, seq: u64) {
+        self.taken.send_if_modified(|t| {
+            let later = seq > *t;
+            *t = (*t).max(seq);
+            later
+        });
+    }
+
     /// Subscribe to journal changes.
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
@@ -625,7 +658,14 @@ async fn pump<R: AsyncRead + Unpin>(p: Arc<ManagedProcess>, r: Option<R>, stderr
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => {
-                p.lock().push(stderr, Bytes::copy_from_slice(&buf[..n]));
+                let data = Bytes::copy_from_slice(&buf[..n]);
+                // Paced, the piece (and so the command, once its pipe
+                // fills) waits until it evicts nothing a reader has not
+                // taken.
+                let mut taken = p.taken.subscribe();
+                while !p.push(stderr, &data, *taken.borrow()) {
+                    let _ = taken.changed().await;
+                }
                 p.changed.send_modify(|v| *v += 1);
                 // A pipe that always has data would keep this task running
                 // for its whole cooperative budget (over a hundred reads)

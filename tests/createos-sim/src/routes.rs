@@ -521,9 +521,15 @@ async fn create_process(State(sh): State<Arc<Shared>>, Path(id): Path<String>, b
     let room = sh.admission.command().await;
     require_running(&sb)?;
     isolation_ok(&sh)?;
-    let p =
-        ManagedProcess::spawn(&sb.dirs, &spec.cmd, &spec.args, spec.cwd.as_deref(), sh.journal_bytes, room)
-            .map_err(spawn_error)?;
+    let p = ManagedProcess::spawn(
+        &sb.dirs,
+        &spec.cmd,
+        &spec.args,
+        spec.cwd.as_deref(),
+        (sh.journal_bytes, sh.pace_output),
+        room,
+    )
+    .map_err(spawn_error)?;
     let pid = format!("proc-{}", uuid::Uuid::new_v4().simple());
     sh.ledger.record_process(&id, &body);
     if !sb.add_process(pid.clone(), p.clone()) {
@@ -622,6 +628,9 @@ async fn follow(p: Arc<ManagedProcess>, mut cursor: u64, cut: bool, tx: mpsc::Se
                 return;
             }
             ReadResult::Frames(frames, exit) => {
+                if let Some(last) = frames.last() {
+                    p.taken(last.seq);
+                }
                 let mut lines = Vec::new();
                 for f in frames {
                     let full = !lines.is_empty() && lines.len() + f.line_len_bound() > BODY_WRITE_BYTES;

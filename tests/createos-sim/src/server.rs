@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub pause_delay: Duration,
     pub resume_delay: Duration,
     pub journal_bytes: usize,
+    /// [`SimConfig::pace_output`].
+    pub pace_output: bool,
     pub state_dir: PathBuf,
     /// Each command in a PID namespace of its own ([`SimConfig::pid_namespaces`]).
     pub pid_namespaces: bool,
@@ -59,6 +61,7 @@ impl Shared {
             pause_delay: cfg.pause_delay,
             resume_delay: cfg.resume_delay,
             journal_bytes: cfg.journal_bytes,
+            pace_output: cfg.pace_output,
             state_dir,
             pid_namespaces: cfg.pid_namespaces,
             isolation,

@@ -90,6 +90,23 @@ fn journal_eviction_answers_410() {
 }
 
 #[test]
+fn a_paced_journal_holds_the_command_until_its_reader_took_the_output() {
+    let _g = shared();
+    let mut cfg = fast_config();
+    cfg.journal_bytes = 64;
+    cfg.pace_output = true;
+    let api = Api::start(cfg);
+    let id = api.create_running();
+    // 8,893 bytes through 64: the command cannot finish before a reader
+    // connects, however late that is.
+    let pid = api.spawn(&id, "seq 1 2000");
+    let (frames, _) = read_frames(api.connect(&id, &pid, 0));
+    let expected: String = (1..=2000).map(|n| format!("{n}\n")).collect();
+    assert_eq!(data_of(&frames, "stdout"), expected);
+    assert_eq!(frames.last().unwrap()["exit_code"], 0, "{:?}", frames.last());
+}
+
+#[test]
 fn delete_process_kills_tree_ignoring_sigterm() {
     let _g = shared();
     let api = Api::start(fast_config());
