@@ -13,6 +13,13 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static MACHINE: RwLock<()> = RwLock::new(());
 
+/// `timeoutMs` for a test whose deadline is not what it checks: its
+/// commands or requests must outlast whatever the simulator's unscaled
+/// response time costs on a loaded two-core machine (a thousand processes,
+/// forty acquisitions or sixteen process creations at once outlived the
+/// default 10 s there).
+pub const UNHURRIED_TIMEOUT_MS: u64 = 300_000;
+
 /// Held for the whole of a test that saturates the cores.
 pub fn saturated() -> RwLockWriteGuard<'static, ()> {
     MACHINE.write().unwrap_or_else(|e| e.into_inner())

@@ -270,7 +270,7 @@ fn many_concurrent_async_executes_stream_their_output() {
     let _machine = e2e::machine::saturated();
     let bed = Bed::new();
     // Generous: a thousand processes on a shared two-core machine.
-    let config = bed.config(json!({"timeoutMs": 300_000}));
+    let config = bed.config(json!({"timeoutMs": e2e::machine::UNHURRIED_TIMEOUT_MS}));
     let leases: Vec<_> = (0..LEASES).map(|_| bed.acquire(&config)).collect();
     let provider = LoadedProvider::load(library("createos_provider")).unwrap();
     let runtime = host_runtime();

@@ -6,6 +6,7 @@
 //! own number.
 
 use crate::support::{lease_id, Bed};
+use e2e::machine::UNHURRIED_TIMEOUT_MS;
 use provider_abi::{
     ByteSink, ByteSource, ErrorKind, ExecuteParams, ExecuteResult, HookResult, OutputStream, Provider,
 };
@@ -19,15 +20,6 @@ use std::time::Duration;
 /// namespace, its own pid and the child's (both as its namespace numbers
 /// them), and waits for the child.
 const TREE: &str = "sleep 300 & echo \"$(readlink /proc/self/ns/pid) $$ $!\"; wait";
-
-/// `timeoutMs` for the tests whose commands must run until a release or a
-/// shutdown stops them: the deadline is not what they test, and the default
-/// 10 s bounds the process creations and the commands' whole lives, which
-/// the simulator's unscaled response time can spend on a loaded machine
-/// (beside the thousand-process test, on two cores shared with builds):
-/// sixteen creations then outlived it (process creation unconfirmed), or a
-/// command reached it, and was terminated, before the release.
-const COMMANDS_OUTLIVE_THE_TEST_MS: u64 = 300_000;
 
 /// The pid in this process's namespace of the process numbered `inner` in
 /// PID namespace `namespace` (`pid:[INODE]`): a simulator with
@@ -137,7 +129,7 @@ fn assert_all_cancelled(commands: Running<'_>) {
 fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_pause() {
     for n in [2, 16] {
         let bed = Bed::new();
-        let config = bed.config(json!({"reuseLease": true, "timeoutMs": COMMANDS_OUTLIVE_THE_TEST_MS}));
+        let config = bed.config(json!({"reuseLease": true, "timeoutMs": UNHURRIED_TIMEOUT_MS}));
         let lease = bed.acquire(&config);
         std::thread::scope(|scope| {
             let (commands, pids) = start_trees(scope, &bed, &config, &vec![&lease; n]);
@@ -175,7 +167,7 @@ fn release_stops_every_command_on_the_lease_and_their_trees_are_gone_before_the_
 #[test]
 fn shutdown_stops_the_commands_of_every_lease_and_returns_once_their_trees_are_gone() {
     let bed = Bed::new();
-    let config = bed.config(json!({"timeoutMs": COMMANDS_OUTLIVE_THE_TEST_MS}));
+    let config = bed.config(json!({"timeoutMs": UNHURRIED_TIMEOUT_MS}));
     let (first, second) = (bed.acquire(&config), bed.acquire(&config));
     std::thread::scope(|scope| {
         let (commands, pids) = start_trees(scope, &bed, &config, &[&first, &first, &second]);
