@@ -31,14 +31,16 @@ pub fn unconfirmed_leases(
 
 /// Hands `lease` to `provider` as unconfirmed (`import_unconfirmed`), so it
 /// itself refuses to reuse it; true when it took it. A provider without the
-/// hook takes nothing; a refusal is logged.
+/// hook takes nothing; a refusal is logged with the version that refused
+/// (the new one at a swap; a set's active one).
 pub(crate) fn hand_over(provider: &dyn HookSupport, lease: &LeaseParams) -> bool {
     if !provider.supports(Hook::ImportUnconfirmed) {
         return false;
     }
     let taken = provider.import_unconfirmed(lease).inspect_err(|error| {
         let id = lease.provider_lease_id.as_ref().map(|id| id.to_string());
-        tracing::warn!(lease = ?id, kind = %error.kind, "the provider did not take an unconfirmed lease");
+        let version = provider.manifest().version;
+        tracing::warn!(%version, lease = ?id, kind = %error.kind, "the version answering new calls did not take an unconfirmed lease");
     });
     taken.is_ok()
 }

@@ -317,6 +317,35 @@ fn a_lease_marked_unconfirmed_by_a_draining_version_is_refused_by_the_active_one
     wait(host.destroy(&held)).unwrap();
     assert!(sim.live_sandboxes().is_empty());
 }
+
+/// A lease the new version refuses at a swap is not counted as taken, and
+/// the warning names the version that refused it.
+#[test]
+fn a_lease_the_new_version_refuses_at_a_swap_is_a_warning_naming_that_version() {
+    use provider_abi::LeaseParams;
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v2) = two_createos_builds(dir.path());
+    let set = ProviderSet::new(LoadedProvider::load(&v1).unwrap());
+    // No configuration: the new version cannot take it as its own.
+    let lease = LeaseParams { provider_lease_id: Some("sbx-refused".into()).into(), ..Default::default() };
+    let log = dir.path().join("log");
+    let subscriber =
+        tracing_subscriber::fmt().with_writer(std::fs::File::create(&log).unwrap()).with_ansi(false).finish();
+    let report = tracing::subscriber::with_default(subscriber, || {
+        set.swap_to_importing(LoadedProvider::load(&v2).unwrap(), &[lease]).unwrap()
+    });
+    assert_eq!(report.imported, 0, "{report:?}");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let warned: Vec<&str> = logged.lines().filter(|line| line.contains("WARN")).collect();
+    assert_eq!(warned.len(), 1, "{logged}");
+    assert!(
+        warned[0].contains("the version answering new calls did not take an unconfirmed lease"),
+        "{logged}"
+    );
+    assert!(warned[0].contains(&format!("version={}", report.to)), "{logged}");
+    assert!(warned[0].contains("sbx-refused"), "{logged}");
+}
+
 /// Libraries of an older minor version are checked the other way round;
 /// loading one first must not keep this host's own minor (or a newer one)
 /// from loading in the same process.
