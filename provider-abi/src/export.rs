@@ -181,12 +181,14 @@ extern "C" fn drop_instance<P: Provider>(this: InstancePtr) {
 }
 
 /// Generates one `extern "C"` shim per synchronous hook, each forwarding to
-/// the trait method of the same name inside [`guard`].
+/// the trait method of the same name inside [`guard`]. Arguments and the
+/// result cross by `Into` (most as they are; `import_memory`'s entries from
+/// an `RSlice`, `export_memory`'s into an `RVec`).
 macro_rules! hook_shims {
     ($($name:ident: $hook:ident ($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         $(
             extern "C" fn $name<P: Provider>(this: InstancePtr $(, $arg: $ty)*) -> FfiResult<$ret> {
-                guard(Hook::$hook, || instance::<P>(this).$name($($arg),*))
+                guard(Hook::$hook, || instance::<P>(this).$name($($arg.into()),*).map(Into::into))
             }
         )*
     };
@@ -200,6 +202,8 @@ hook_shims! {
     realize_workspace: RealizeWorkspace(params: &LeaseParams) -> Workspace;
     import_unconfirmed: ImportUnconfirmed(params: &LeaseParams) -> ();
     grant_request_share: GrantRequestShare(parts_per_million: u32) -> ();
+    export_memory: ExportMemory() -> RVec<MemoryEntry>;
+    import_memory: ImportMemory(entries: RSlice<'_, MemoryEntry>) -> ();
 }
 
 /// Generates one `extern "C"` shim per async hook: clones the parameters
@@ -230,17 +234,6 @@ async_hook_shims! {
 
 extern "C" fn manifest<P: Provider>(this: InstancePtr) -> FfiResult<Manifest> {
     guard(Hook::Manifest, || Ok(instance::<P>(this).manifest()))
-}
-
-extern "C" fn export_memory<P: Provider>(this: InstancePtr) -> FfiResult<RVec<MemoryEntry>> {
-    guard(Hook::ExportMemory, || instance::<P>(this).export_memory().map(RVec::from))
-}
-
-extern "C" fn import_memory<P: Provider>(
-    this: InstancePtr,
-    entries: RSlice<'_, MemoryEntry>,
-) -> FfiResult<()> {
-    guard(Hook::ImportMemory, || instance::<P>(this).import_memory(entries.as_slice()))
 }
 
 #[cfg(test)]
