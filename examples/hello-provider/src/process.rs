@@ -20,8 +20,7 @@ use provider_abi::{ByteSink, ByteSource, ExecuteResult, OutputStream};
 use std::{
     io::{Read, Write},
     os::unix::process::{CommandExt, ExitStatusExt},
-    path::PathBuf,
-    process::{ExitStatus, Stdio},
+    process::{Command, ExitStatus, Stdio},
     sync::{
         atomic::{AtomicBool, Ordering},
         mpsc::{Receiver, RecvTimeoutError, Sender},
@@ -55,21 +54,6 @@ pub enum Event {
     Cancel,
 }
 
-/// A command to run.
-#[derive(Debug, Clone)]
-pub struct Spec {
-    /// The program.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// The working directory.
-    pub cwd: PathBuf,
-    /// Extra environment variables (names already checked).
-    pub env: Vec<(String, String)>,
-    /// The deadline.
-    pub timeout: Duration,
-}
-
 /// The outcome of [`run`]: how the command ended, and whether its process
 /// group was confirmed gone afterwards.
 #[derive(Debug)]
@@ -91,23 +75,23 @@ enum Stop {
     Cancelled,
 }
 
-/// Runs `spec` in its own process group, its standard input pulled from
-/// `stdin` and its output written to `sink` as raw bytes as it arrives (the
-/// host decodes it). `events` must be the receiver of the sender the lease
-/// registered for this command (so a release, or the host dropping the
-/// hook's future, can cancel it); `sender` is a clone of it.
+/// Runs `command` (its program, arguments, working directory and
+/// environment already checked and set) in its own process group, with
+/// `timeout` as its deadline, its standard input pulled from `stdin` and its
+/// output written to `sink` as raw bytes as it arrives (the host decodes
+/// it). `events` must be the receiver of the sender the lease registered for
+/// this command (so a release, or the host dropping the hook's future, can
+/// cancel it); `sender` is a clone of it.
 pub fn run(
-    spec: &Spec,
+    command: &mut Command,
+    timeout: Duration,
     stdin: ByteSource,
     sender: Sender<Event>,
     events: &Receiver<Event>,
     sink: &mut ByteSink,
 ) -> std::io::Result<Outcome> {
-    let mut deadline = Instant::now() + spec.timeout;
-    let mut child = std::process::Command::new(&spec.program)
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
-        .envs(spec.env.iter().map(|(name, value)| (name, value)))
+    let mut deadline = Instant::now() + timeout;
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -16,20 +16,21 @@
 use crate::{
     config::{Config, SCHEMA},
     lease::{unconfirmed, LeaseDir, Leases},
-    process::{self, Event, Spec, GRACE, KILL_BOUND},
+    process::{self, Event, GRACE, KILL_BOUND},
     sync,
 };
 use provider_abi::{
-    blocking, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder, EnvironmentParams, ErrorKind,
-    ExecuteParams, ExecuteResult, HealthReport, HookFuture, HookResult, Lease, LeaseParams, LeaseStatus,
-    LogField, LogLevel, LogRecord, LogSink, Manifest, PostUploadCommand, ProbeReport, Provider,
-    ProviderError, ReleaseReport, SetupParams, SyncDirection, SyncOperationResult, SyncParams, SyncResult,
-    ValidationReport, Workspace, ABI_VERSION,
+    abi_stable::std_types::RString, blocking, ready, AcquireParams, ByteSink, ByteSource, CreationRecorder,
+    EnvironmentParams, ErrorKind, ExecuteParams, ExecuteResult, HealthReport, HookFuture, HookResult, Lease,
+    LeaseParams, LeaseStatus, LogField, LogLevel, LogRecord, LogSink, Manifest, PostUploadCommand,
+    ProbeReport, Provider, ProviderError, ReleaseReport, SetupParams, SyncDirection, SyncOperationResult,
+    SyncParams, SyncResult, ValidationReport, Workspace, ABI_VERSION,
 };
 use scopeguard::ScopeGuard;
 use std::{
     io,
     path::{Path, PathBuf},
+    process::Command,
     sync::{
         atomic::{AtomicU32, Ordering},
         mpsc::{self, Sender},
@@ -143,10 +144,13 @@ impl HelloProvider {
         Ok(workspace)
     }
 
-    /// Checks every argument of a command before anything runs.
-    fn prepare(&self, params: &ExecuteParams) -> HookResult<(LeaseDir, Spec)> {
+    /// Checks every argument of a command before anything runs, and builds
+    /// it: the lease it runs in, the local command (program, arguments,
+    /// working directory, environment) and its deadline.
+    fn prepare(&self, params: &ExecuteParams) -> HookResult<(LeaseDir, Command, Duration)> {
         let (config, lease) = self.open(&params.lease)?;
-        let mut env = Vec::with_capacity(params.env.len());
+        let mut command = Command::new(params.command.as_str());
+        command.args(params.args.iter().map(RString::as_str));
         for var in &params.env {
             let name = var.name.as_str();
             let valid = name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -154,23 +158,16 @@ impl HelloProvider {
             if !valid {
                 return Err(invalid(format!("Invalid environment variable name {name:?}.")));
             }
-            env.push((name.to_owned(), var.value.to_string()));
+            command.env(name, var.value.as_str());
         }
         let workspace = self.usable_workspace(&lease)?;
         // A relative working directory is taken from the workspace.
-        let cwd = match params.cwd.as_ref().into_option() {
+        command.current_dir(match params.cwd.as_ref().into_option() {
             None => workspace,
             Some(cwd) => sync::in_workspace(&workspace, cwd)?,
-        };
+        });
         let timeout = Duration::from_millis(params.timeout_ms.into_option().unwrap_or(config.timeout_ms));
-        let spec = Spec {
-            program: params.command.to_string(),
-            args: params.args.iter().map(ToString::to_string).collect(),
-            cwd,
-            env,
-            timeout,
-        };
-        Ok((lease, spec))
+        Ok((lease, command, timeout))
     }
 
     /// Runs a checked command to its end on the calling thread (one that
@@ -178,15 +175,15 @@ impl HelloProvider {
     /// a shutdown or `cancel` stops it.
     fn run(
         &self,
-        (lease, spec): &(LeaseDir, Spec),
+        (lease, mut command, timeout): (LeaseDir, Command, Duration),
         stdin: ByteSource,
         output: &mut ByteSink,
         cancel: (Sender<Event>, mpsc::Receiver<Event>),
     ) -> HookResult<ExecuteResult> {
         let (sender, events) = cancel;
         let _running = self.leases.start_command(&lease.id, sender.clone())?;
-        let outcome = process::run(spec, stdin, sender, &events, output)
-            .map_err(|error| invalid(format!("Cannot start {:?}: {error}.", spec.program)))?;
+        let outcome = process::run(&mut command, timeout, stdin, sender, &events, output)
+            .map_err(|error| invalid(format!("Cannot start {:?}: {error}.", command.get_program())))?;
         if !outcome.cleanup_confirmed {
             // We cannot prove the command's processes are gone: the lease may
             // only be destroyed from now on.
@@ -282,7 +279,7 @@ impl HelloProvider {
             timeout_ms: command.timeout_ms,
             ..Default::default()
         })?;
-        let ran = self.run(&command, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
+        let ran = self.run(command, ByteSource::empty(), &mut ByteSink::discard(), mpsc::channel())?;
         let message = match ran.exit_code.into_option() {
             Some(0) => return Ok(()),
             Some(code) => format!("Hello post-upload command failed with exit code {code}."),
@@ -472,7 +469,7 @@ impl Provider for HelloProvider {
         // that may block reading it.
         let cancel = scopeguard::guard(sender.clone(), |sender| drop(sender.send(Event::Cancel)));
         let this = self.clone();
-        let ran = blocking(move || this.run(&command, stdin, &mut output, (sender, events)));
+        let ran = blocking(move || this.run(command, stdin, &mut output, (sender, events)));
         Box::pin(async move {
             let _cancel = cancel;
             ran.await
