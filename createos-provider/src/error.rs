@@ -30,23 +30,15 @@ pub mod op {
     pub const SANDBOX_LIFECYCLE: &str = "sandbox lifecycle";
 }
 
-/// The desired end state of a sandbox transition, as named in messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The desired end state of a sandbox transition; its CreateOS state name
+/// (`running` / `paused`) is its `Display` and `as_ref`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::Display, strum::AsRefStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum SandboxTarget {
     /// `running`.
     Running,
     /// `paused`.
     Paused,
-}
-
-impl SandboxTarget {
-    /// The CreateOS state name (`running` / `paused`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxTarget::Running => "running",
-            SandboxTarget::Paused => "paused",
-        }
-    }
 }
 
 /// A provider error. `Display` is the user-facing one-line message. The
@@ -138,7 +130,7 @@ pub enum Error {
     Api(&'static str, u16),
     /// A sandbox transition ended in a state (a CreateOS state name) from
     /// which the desired one cannot be reached.
-    #[error("CreateOS sandbox did not reach {}.", .desired.as_str())]
+    #[error("CreateOS sandbox did not reach {desired}.")]
     DidNotReach {
         /// The desired state.
         desired: SandboxTarget,

@@ -52,7 +52,7 @@ pub fn export(now: SystemTime) -> Vec<MemoryEntry> {
             let phases = phases.into_iter().map(|(phase, mut learnt)| {
                 // A tenth of a millisecond is finer than any poll.
                 learnt.samples.iter_mut().for_each(|ms| *ms = (*ms * 10.0).round() / 10.0);
-                (phase.name().to_owned(), learnt)
+                (phase.as_ref().to_owned(), learnt)
             });
             Some((newest, origin, Schedule { version: VERSION, phases: phases.collect() }))
         })
@@ -112,7 +112,7 @@ fn read(value: &[u8]) -> Option<Vec<(Phase, Learnt)>> {
     let mut phases = Vec::new();
     for (name, learnt) in schedule.phases {
         // A phase this version does not know is another version's business.
-        let Some(phase) = Phase::from_name(&name) else { continue };
+        let Ok(phase) = name.parse::<Phase>() else { continue };
         let plausible = |sample: &f64| sample.is_finite() && *sample > 0.0 && *sample <= MAX_SAMPLE_MS;
         if learnt.samples.is_empty()
             || learnt.samples.len() > SAMPLES

@@ -86,6 +86,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+use strum::VariantArray;
 use tokio::time::Instant;
 
 use crate::client::CallOptions;
@@ -112,8 +113,12 @@ const MIN_FIRST_MS: f64 = 5.0;
 /// The factor of a first-poll completion's sample and of each exploration step.
 const EXPLORE: f64 = 0.9;
 
-/// An in-flight phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An in-flight phase, named as its state (`creating`, `pausing`,
+/// `resuming`: its `as_ref` and `FromStr`); every phase is `Phase::VARIANTS`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, strum::AsRefStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Phase {
     /// `creating`.
     Creating,
@@ -121,25 +126,6 @@ pub enum Phase {
     Pausing,
     /// `resuming`.
     Resuming,
-}
-
-impl Phase {
-    /// Every phase.
-    pub const ALL: [Phase; 3] = [Phase::Creating, Phase::Pausing, Phase::Resuming];
-
-    /// The state's name (`creating`, `pausing`, `resuming`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Creating => "creating",
-            Phase::Pausing => "pausing",
-            Phase::Resuming => "resuming",
-        }
-    }
-
-    /// The phase named `name`.
-    pub fn from_name(name: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|phase| phase.name() == name)
-    }
 }
 
 /// Recent durations of one phase on one origin, as kept here and as they
@@ -263,7 +249,7 @@ impl Estimates {
     pub fn learnt(&self) -> Vec<(Phase, Learnt)> {
         let phases = crate::lock(&self.phases);
         let learnt = |phase| phases.get(&phase).filter(|h| !h.samples.is_empty()).cloned();
-        Phase::ALL.into_iter().filter_map(|phase| Some((phase, learnt(phase)?))).collect()
+        Phase::VARIANTS.iter().filter_map(|&phase| Some((phase, learnt(phase)?))).collect()
     }
 
     /// Takes `learnt` as the history of `phase` when this process has none
@@ -465,7 +451,7 @@ async fn drive<C: Lifecycle>(
         let status = client.get_sandbox(id, opts).await?;
         let replied = Instant::now();
         let first = std::mem::replace(&mut first_read, false);
-        if let Some(seen) = Phase::from_name(&status) {
+        if let Ok(seen) = status.parse::<Phase>() {
             let run = match &mut phase {
                 Some(run) if run.phase == seen => {
                     run.seen(sent);
@@ -478,7 +464,7 @@ async fn drive<C: Lifecycle>(
             run.wait_next(deadline).await?;
             continue;
         }
-        if status == desired.as_str() {
+        if status == desired.as_ref() {
             if let Some(run) = phase {
                 run.finish(estimates, replied);
             }
@@ -757,11 +743,7 @@ mod tests {
             match (&result, expected) {
                 (Ok(()), Ok(())) => {}
                 (Err(e), Err(state)) => {
-                    assert_eq!(
-                        e.to_string(),
-                        format!("CreateOS sandbox did not reach {}.", desired.as_str()),
-                        "{name}"
-                    );
+                    assert_eq!(e.to_string(), format!("CreateOS sandbox did not reach {desired}."), "{name}");
                     assert!(matches!(e, Error::DidNotReach { state: seen, .. } if seen == state), "{name}");
                     assert_eq!(e.kind(), ErrorKind::API, "{name}");
                     assert_eq!(e.is_terminal_state(), state == "destroyed" || state == "failed", "{name}");
