@@ -15,10 +15,7 @@ use provider_abi::{
     ReleaseReport, Workspace,
 };
 use serde_json::json;
-use std::{
-    sync::atomic::{AtomicBool, Ordering},
-    time::Duration,
-};
+use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -345,9 +342,8 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
     if ctx.registry.is_unconfirmed(&lease.scope) {
         return Err(Error::CleanupUnconfirmed);
     }
-    let recording = SubmitRecorder { client: &client, submitted: AtomicBool::new(false) };
     let paused = transition(
-        &recording,
+        &client,
         &lease.sandbox_id,
         Desired::Paused,
         deadline(&lease.config),
@@ -360,30 +356,13 @@ pub async fn release(ctx: &Context, params: &LeaseParams, destroy: bool) -> Resu
             tracing::info!(sandbox = %lease.sandbox_id, "CreateOS sandbox paused for reuse");
             Ok(ReleaseReport { kept: true })
         }
-        Err(error) if error.is_not_found() && !recording.submitted.load(Ordering::SeqCst) => Ok(DELETED),
+        // Gone before the pause was submitted (after it, the transition
+        // reports that the sandbox did not reach `paused`).
+        Err(error) if error.is_not_found() => Ok(DELETED),
         Err(error) => {
             ctx.registry.mark_unconfirmed(&lease.scope);
             Err(Error::PauseUnconfirmed(Box::new(error)))
         }
-    }
-}
-
-/// Passes lifecycle calls through, remembering whether a pause or resume was
-/// submitted: a 404 before submission means "already gone", after it "the
-/// sandbox vanished mid-transition".
-struct SubmitRecorder<'a> {
-    client: &'a CreateosClient,
-    submitted: AtomicBool,
-}
-
-impl Lifecycle for SubmitRecorder<'_> {
-    async fn get_sandbox(&self, id: &str, opts: CallOptions) -> Result<String, Error> {
-        self.client.get_sandbox(id, opts).await
-    }
-
-    async fn submit(&self, id: &str, desired: Desired, opts: CallOptions) -> Result<(), Error> {
-        self.submitted.store(true, Ordering::SeqCst);
-        self.client.submit(id, desired, opts).await
     }
 }
 

@@ -11,9 +11,12 @@
 //!
 //! Outcomes a caller can tell apart:
 //! - `Ok(())`: the sandbox is in the desired state;
-//! - [`Error::is_not_found`]: the sandbox does not exist (404);
+//! - [`Error::is_not_found`]: the sandbox does not exist (404) and nothing
+//!   was submitted;
 //! - [`Error::is_terminal_state`]: it ended `destroyed` or `failed` (for
-//!   resume: the lease expired); `DidNotReach` names the state;
+//!   resume: the lease expired); `DidNotReach` names the state. A 404 once a
+//!   pause or resume was submitted ends here too, as `destroyed`: the sandbox
+//!   vanished under the transition;
 //! - anything else (5xx, connection, timeout): transient, never an expiry.
 //!
 //! # Poll schedule: learnt per API origin and phase
@@ -443,12 +446,18 @@ async fn drive<C: Lifecycle>(
 ) -> Result<(), Error> {
     let opts = CallOptions::new(deadline, priority);
     let mut submitted = false;
+    // A 404 once a pause or resume was submitted: the sandbox vanished under
+    // the transition (before it, a 404 says it was gone already).
+    let vanished = |error: Error, submitted: bool| match error.is_not_found() && submitted {
+        true => Error::DidNotReach { desired, state: "destroyed".into() },
+        false => error,
+    };
     let mut first_read = started.is_none();
     // The phase being polled.
     let mut phase = started;
     loop {
         let sent = Instant::now();
-        let status = client.get_sandbox(id, opts).await?;
+        let status = client.get_sandbox(id, opts).await.map_err(|error| vanished(error, submitted))?;
         let replied = Instant::now();
         let first = std::mem::replace(&mut first_read, false);
         if let Ok(seen) = status.parse::<Phase>() {
@@ -488,7 +497,7 @@ async fn drive<C: Lifecycle>(
             }
             // A transition is under way: reconcile by reading the state.
             Err(e) if e.http_status() == Some(409) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(vanished(e, true)),
         }
     }
 }
@@ -767,6 +776,15 @@ mod tests {
         let err = run(&fake, Desired::Paused).await.unwrap_err();
         assert_eq!(err.http_status(), Some(503));
         assert!(err.is_transient());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sandbox_gone_once_the_pause_was_submitted_did_not_reach_it() {
+        let answered_404 =
+            Fake::new(vec![(0, "running")]).on_submit(Err(Error::Api(op::SANDBOX_LIFECYCLE, 404)), vec![]);
+        let err = run(&answered_404, Desired::Paused).await.unwrap_err();
+        assert_eq!(err, Error::DidNotReach { desired: Desired::Paused, state: "destroyed".into() });
+        assert!(!err.is_not_found() && err.is_terminal_state());
     }
 
     #[tokio::test(start_paused = true)]
