@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         trial!(a_lease_poisoned_before_a_crash_stays_poisoned_after_it),
         trial!(a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destroyed),
         trial!(a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused),
+        trial!(a_command_left_running_does_not_hold_up_the_news_of_its_workers_death),
         trial!(a_library_the_worker_cannot_load_is_refused_in_one_line),
         trial!(a_worker_told_a_hash_loads_only_a_library_with_that_hash),
         trial!(a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox),
@@ -391,6 +392,24 @@ fn a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused() {
     assert!(error.message.contains("SIGSEGV"), "{error:?}");
     assert_eq!(ledger.get(held.row).unwrap().unwrap().state, LeaseState::Unconfirmed);
     assert!(matches!(wait(host.release(&held)).unwrap(), Released::DestroyedInstead(_)));
+}
+
+/// A command the provider started and left running holds no descriptor of
+/// its worker's control socket (it would keep the socket open after the
+/// worker died, and the host, reading it to learn how the worker ended,
+/// would hold the failed call until the command exited).
+fn a_command_left_running_does_not_hold_up_the_news_of_its_workers_death() {
+    let provider = start(options());
+    let script = "sleep 60 >/dev/null 2>&1 </dev/null & echo $!";
+    let (result, _) = execute(&provider, "/bin/sh", &["-c", script]);
+    let sleeper: i32 = result.unwrap().stdout.trim().parse().expect("the sleeper's pid");
+    let started = Instant::now();
+    let (result, _) = execute(&provider, "crash:segv", &[]);
+    let took = started.elapsed();
+    // SAFETY: a signal to the process this test started.
+    unsafe { libc::kill(sleeper, libc::SIGKILL) };
+    assert!(result.unwrap_err().message.contains("SIGSEGV"));
+    assert!(took < Duration::from_secs(30), "the crash was reported after {took:?}");
 }
 
 fn a_library_the_worker_cannot_load_is_refused_in_one_line() {

@@ -100,8 +100,13 @@ fn serve_worker(args: impl Iterator<Item = std::ffi::OsString>) -> Result<(), St
         ));
     }
     // SAFETY: descriptor 3 is a socket (checked) that the spawner handed to
-    // this process alone; nothing else in the process owns it.
-    let control = unsafe { UnixStream::from_raw_fd(WORKER_FD) };
+    // this process alone; nothing else in the process owns it. Served
+    // through a copy closed on exec (descriptor 3 itself is closed): a
+    // command the provider starts and leaves running must not keep the
+    // socket open after this worker died, or the host would not learn that
+    // it did until the command exited.
+    let control =
+        unsafe { UnixStream::from_raw_fd(WORKER_FD) }.try_clone().map_err(|error| error.to_string())?;
     match Worker::start(&library, sha256.as_deref(), &control).map_err(|error| error.to_string())? {
         Some(worker) => worker.serve(control),
         None => Ok(()),
