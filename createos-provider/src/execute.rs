@@ -135,12 +135,12 @@ pub(crate) async fn execute_to(
         ScriptSpec { cwd: &cwd, command: params.command.as_str(), args: &args, env: &env, stdin_path: None };
     let plain = script::render(&spec)?;
     let client = ctx.client(&lease.config)?;
-    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
+    let (cancel, guard) = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
     let mut run = Run {
         client: &client,
         registry: &ctx.registry,
         lease: &lease,
-        cancel: guard.cancel.clone(),
+        cancel,
         deadline: Instant::now() + timeout,
         reconnects: 0,
     };

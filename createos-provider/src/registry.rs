@@ -7,7 +7,6 @@ use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex, MutexGuard},
 };
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// Identifies a lease: the API origin, company, environment and sandbox.
@@ -23,20 +22,22 @@ pub struct LeaseScope {
     pub sandbox_id: String,
 }
 
-/// A running command as release sees it: a way to cancel it and a signal
-/// that it finished (its process tree terminated or declared unconfirmed).
+/// A running command as release sees it: its lease, a way to cancel it and
+/// a token cancelled once it finished (its process tree terminated or
+/// declared unconfirmed).
 #[derive(Debug)]
-struct ActiveCommand {
-    id: u64,
+struct Command {
+    scope: LeaseScope,
     cancel: CancellationToken,
-    done: watch::Receiver<bool>,
+    done: CancellationToken,
 }
 
 #[derive(Default)]
 struct State {
     closing: HashSet<LeaseScope>,
     unconfirmed: HashSet<LeaseScope>,
-    active: HashMap<LeaseScope, Vec<ActiveCommand>>,
+    /// The running commands, by number.
+    commands: HashMap<u64, Command>,
     next_command: u64,
 }
 
@@ -44,29 +45,6 @@ struct State {
 #[derive(Default, Clone)]
 pub struct Registry {
     state: Arc<Mutex<State>>,
-}
-
-/// A command registered on a lease; dropping it tells release it finished.
-pub struct CommandGuard {
-    registry: Registry,
-    scope: LeaseScope,
-    id: u64,
-    /// Cancelled when release or shutdown wants the command stopped.
-    pub cancel: CancellationToken,
-    done: watch::Sender<bool>,
-}
-
-impl Drop for CommandGuard {
-    fn drop(&mut self) {
-        let _ = self.done.send(true);
-        let mut state = self.registry.lock();
-        if let Some(commands) = state.active.get_mut(&self.scope) {
-            commands.retain(|command| command.id != self.id);
-            if commands.is_empty() {
-                state.active.remove(&self.scope);
-            }
-        }
-    }
 }
 
 impl State {
@@ -126,52 +104,54 @@ impl Registry {
 
     /// Registers a command on the lease unless the lease refuses new work;
     /// the check and the registration are atomic, so a release that starts
-    /// afterwards always sees the command.
+    /// afterwards always sees the command. Returns the token cancelled when
+    /// release or shutdown wants the command stopped, and a guard whose drop
+    /// tells release the command finished.
     pub fn start_command(
         &self,
         scope: &LeaseScope,
         parent: &CancellationToken,
-    ) -> Result<CommandGuard, Error> {
+    ) -> Result<(CancellationToken, impl Sized + Send), Error> {
         let mut state = self.lock();
         state.accepts_work(scope)?;
         state.next_command += 1;
         let id = state.next_command;
-        let cancel = parent.child_token();
-        let (done, receiver) = watch::channel(false);
-        state.active.entry(scope.clone()).or_default().push(ActiveCommand {
-            id,
-            cancel: cancel.clone(),
-            done: receiver,
+        let (cancel, done) = (parent.child_token(), CancellationToken::new());
+        state.commands.insert(id, Command { scope: scope.clone(), cancel: cancel.clone(), done });
+        let registry = self.clone();
+        let finished = scopeguard::guard((), move |()| {
+            registry.lock().commands.remove(&id).inspect(|command| command.done.cancel());
         });
-        Ok(CommandGuard { registry: self.clone(), scope: scope.clone(), id, cancel, done })
+        Ok((cancel, finished))
     }
 
     /// Cancels every command on the lease and waits until each has finished
     /// its own cleanup (its process tree terminated, or marked unconfirmed).
     pub async fn stop_commands(&self, scope: &LeaseScope) {
-        let waiting: Vec<watch::Receiver<bool>> = (self.lock().active.get(scope).into_iter().flatten())
+        self.stop(|command| command == scope).await
+    }
+
+    /// Cancels every command on every lease and waits for each to finish.
+    pub async fn stop_all_commands(&self) {
+        self.stop(|_| true).await
+    }
+
+    async fn stop(&self, on: impl Fn(&LeaseScope) -> bool) {
+        let waiting: Vec<CancellationToken> = (self.lock().commands.values())
+            .filter(|command| on(&command.scope))
             .map(|command| {
                 command.cancel.cancel();
                 command.done.clone()
             })
             .collect();
-        for mut done in waiting {
-            // An error means the guard is gone, which is also "finished".
-            let _ = done.wait_for(|finished| *finished).await;
-        }
-    }
-
-    /// Cancels every command on every lease and waits for each to finish.
-    pub async fn stop_all_commands(&self) {
-        let scopes: Vec<LeaseScope> = self.lock().active.keys().cloned().collect();
-        for scope in scopes {
-            self.stop_commands(&scope).await;
+        for done in waiting {
+            done.cancelled().await;
         }
     }
 
     /// The number of commands running on all leases.
     pub fn active_commands(&self) -> usize {
-        self.lock().active.values().map(Vec::len).sum()
+        self.lock().commands.len()
     }
 }
 
@@ -236,10 +216,11 @@ mod tests {
         let root = CancellationToken::new();
         (0..n)
             .map(|i| {
-                let guard = registry.start_command(&scope("a"), &root).expect("the lease takes work");
+                let (cancel, guard) =
+                    registry.start_command(&scope("a"), &root).expect("the lease takes work");
                 let finished = Arc::clone(finished);
                 tokio::spawn(async move {
-                    guard.cancel.cancelled().await;
+                    cancel.cancelled().await;
                     finished.lock().unwrap().push(i);
                     drop(guard);
                 })
@@ -278,8 +259,7 @@ mod tests {
         let root = CancellationToken::new();
         let finished = Arc::new(Mutex::new(Vec::new()));
         let tasks = commands_that_finish_when_cancelled(&registry, 3, &finished);
-        let other = registry.start_command(&scope("b"), &root).unwrap();
-        let other_cancel = other.cancel.clone();
+        let (other_cancel, other) = registry.start_command(&scope("b"), &root).unwrap();
         let other_finished = Arc::clone(&finished);
         let other_task = tokio::spawn(async move {
             other_cancel.cancelled().await;
@@ -300,16 +280,15 @@ mod tests {
     async fn stop_commands_cancels_and_waits_for_each_command() {
         let registry = Registry::default();
         let root = CancellationToken::new();
-        let command = registry.start_command(&scope("a"), &root).unwrap();
-        let other = registry.start_command(&scope("b"), &root).unwrap();
-        let cancel = command.cancel.clone();
+        let (cancel, command) = registry.start_command(&scope("a"), &root).unwrap();
+        let (other_cancel, _other) = registry.start_command(&scope("b"), &root).unwrap();
         let finisher = tokio::spawn(async move {
             cancel.cancelled().await;
             drop(command);
         });
         registry.stop_commands(&scope("a")).await;
         finisher.await.unwrap();
-        assert!(!other.cancel.is_cancelled(), "other leases keep running");
+        assert!(!other_cancel.is_cancelled(), "other leases keep running");
         assert_eq!(registry.active_commands(), 1);
     }
 }

@@ -66,20 +66,20 @@ pub async fn sync(ctx: &Context, params: &SyncParams) -> Result<SyncResult, Erro
     let lease = ctx.own_required(&params.lease)?;
     let operations = plan::plan(params)?;
     let client = ctx.client(&lease.config)?;
-    let guard = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
+    let (cancel, _guard) = ctx.registry.start_command(&lease.scope, &ctx.shutdown)?;
     let transfer = Transfer {
         ctx,
         params,
         client: &client,
         lease: &lease,
-        cancel: guard.cancel.clone(),
+        cancel,
         timeout: Duration::from_millis(lease.config.timeout_ms),
     };
     let mut results = Vec::with_capacity(operations.len());
     for operation in &operations {
         results.push(transfer.operation(operation).await?);
     }
-    // `guard` drops on the way out: only then, with every scratch file
+    // `_guard` drops on the way out: only then, with every scratch file
     // removed, may a waiting release go on.
     Ok(SyncResult { operations: results.into() })
 }
