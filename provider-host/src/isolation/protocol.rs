@@ -129,44 +129,36 @@ pub fn from_bytes<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ProviderError>
         .map_err(|error| ProviderError::internal(format!("cannot decode a hook call: {error}")))
 }
 
-/// Encodes `message` as one frame (length prefix included) into `frame`,
-/// replacing what it held (its allocation is reused).
-fn encode_into<T: Serialize>(message: &T, frame: &mut Vec<u8>) -> io::Result<()> {
-    frame.clear();
-    frame.extend_from_slice(&[0; 4]);
-    let taken = std::mem::take(frame);
-    *frame = postcard::to_extend(message, taken).map_err(invalid)?;
+/// `message` as one frame, its length prefix included.
+fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
+    let mut frame = postcard::to_extend(message, vec![0; 4]).map_err(invalid)?;
     let length = u32::try_from(frame.len() - 4)
         .ok()
         .filter(|&length| length as usize <= MAX_FRAME)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     frame[..4].copy_from_slice(&length.to_le_bytes());
-    Ok(())
+    Ok(frame)
 }
 
 /// Writes `message` as one frame, in one `write_all`.
 pub fn write<T: Serialize>(output: &mut impl Write, message: &T) -> io::Result<()> {
-    let mut frame = Vec::with_capacity(64);
-    encode_into(message, &mut frame)?;
-    output.write_all(&frame)
+    output.write_all(&encode(message)?)
 }
 
 /// A socket's writing side, shared by the threads that write on it: each
-/// frame is written whole, through one reused buffer.
-pub struct Writer(Mutex<(UnixStream, Vec<u8>)>);
+/// frame is encoded first, then written whole under the lock.
+pub struct Writer(Mutex<UnixStream>);
 
 impl Writer {
     /// Writes on `socket`.
     pub fn new(socket: UnixStream) -> Writer {
-        Writer(Mutex::new((socket, Vec::new())))
+        Writer(Mutex::new(socket))
     }
 
     /// Writes `message` as one frame.
     pub fn send<T: Serialize>(&self, message: &T) -> io::Result<()> {
-        let mut state = lock(&self.0);
-        let (socket, frame) = &mut *state;
-        encode_into(message, frame)?;
-        socket.write_all(frame)
+        let frame = encode(message)?;
+        lock(&self.0).write_all(&frame)
     }
 }
 
