@@ -42,8 +42,12 @@ use std::{
 /// the committer began. Returns a number for the caller (a row id, or 0).
 pub type Write = Box<dyn FnOnce(&Connection) -> rusqlite::Result<i64> + Send>;
 
+/// A write's outcome: its number, or its error as text (one error fails
+/// every write of a transaction, and a SQLite error cannot be cloned).
+pub type Outcome = Result<i64, String>;
+
 /// Where a write's outcome goes, once it is durable (or failed).
-pub type Answer = Box<dyn FnOnce(rusqlite::Result<i64>) + Send>;
+pub type Answer = Box<dyn FnOnce(Outcome) + Send>;
 
 /// The longest a transaction waits for writers to join it.
 pub const MAX_COMPANY_WAIT: Duration = Duration::from_millis(100);
@@ -141,7 +145,7 @@ impl Drop for Committer {
 /// The committer's loop: a transaction per batch until every sender is gone.
 fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters) {
     // Set once a transaction failed after naming rows to a queued write.
-    let mut broken: Option<rusqlite::Error> = None;
+    let mut broken: Option<String> = None;
     while let Ok(first) = jobs.recv() {
         if let Some(error) = &broken {
             fail_all([first].into_iter().chain(jobs.try_iter()).map(|job| job.answer), error);
@@ -151,7 +155,7 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters) {
         let mut batch = match Batch::begin(conn) {
             Ok(batch) => batch,
             Err(error) => {
-                (first.answer)(Err(error));
+                (first.answer)(Err(error.to_string()));
                 continue;
             }
         };
@@ -174,13 +178,13 @@ fn run(conn: &Connection, jobs: &mpsc::Receiver<Job>, counters: &Counters) {
 struct Batch<'c> {
     conn: &'c Connection,
     /// The writes run so far: where each answer goes, and its outcome.
-    done: Vec<(Answer, rusqlite::Result<i64>)>,
+    done: Vec<(Answer, Outcome)>,
     /// Some caller blocks its thread for a write of this batch.
     blocking: bool,
     /// A queued write of this batch was answered before the commit.
     named: bool,
     /// The error that ended the transaction, every write in it failed.
-    ended: Option<rusqlite::Error>,
+    ended: Option<String>,
 }
 
 impl<'c> Batch<'c> {
@@ -191,17 +195,17 @@ impl<'c> Batch<'c> {
 
     /// Runs `job`'s write in the transaction (it must be open: not `ended`).
     fn add(&mut self, Job { write, answer, waiting }: Job) {
-        let outcome = in_savepoint(self.conn, write);
+        let outcome = in_savepoint(self.conn, write).map_err(|error| error.to_string());
         if let (Err(error), true) = (&outcome, self.conn.is_autocommit()) {
             // The error ended the transaction (SQLite does so on an I/O
             // error or a full disk): the writes before it are gone too.
-            self.ended = Some(duplicate(error));
+            self.ended = Some(error.clone());
         }
         self.blocking |= waiting == Waiting::Thread;
         let answer = match waiting {
             Waiting::Queued => {
                 self.named |= outcome.is_ok();
-                answer(outcome.as_ref().map(|value| *value).map_err(duplicate));
+                answer(outcome.clone());
                 Box::new(drop)
             }
             Waiting::Task | Waiting::Thread => answer,
@@ -211,15 +215,21 @@ impl<'c> Batch<'c> {
 
     /// Commits, and answers each write. Returns the error that leaves the
     /// committer broken: a failed transaction that named rows.
-    fn commit(self, counters: &Counters) -> Option<rusqlite::Error> {
+    fn commit(self, counters: &Counters) -> Option<String> {
         let committed = match self.ended {
             Some(error) => Err(error),
-            None => self.conn.prepare_cached("COMMIT").and_then(|mut commit| commit.execute([])),
+            None => self
+                .conn
+                .prepare_cached("COMMIT")
+                .and_then(|mut commit| commit.execute([]))
+                .map_err(|error| error.to_string()),
         };
         if let Err(error) = committed {
             let _ = self.conn.execute_batch("ROLLBACK");
             fail_all(self.done.into_iter().map(|(answer, _)| answer), &error);
-            return self.named.then(|| broken_by(&error));
+            return self
+                .named
+                .then(|| format!("a transaction that named rows failed ({error}); reopen the ledger"));
         }
         counters.commits.fetch_add(1, Ordering::Relaxed);
         let written = self.done.iter().filter(|(_, outcome)| outcome.is_ok()).count();
@@ -229,14 +239,6 @@ impl<'c> Batch<'c> {
         }
         None
     }
-}
-
-/// The error every write gets once the committer is broken by `cause`.
-fn broken_by(cause: &rusqlite::Error) -> rusqlite::Error {
-    rusqlite::Error::SqliteFailure(
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-        Some(format!("a transaction that named rows failed ({cause}); reopen the ledger")),
-    )
 }
 
 /// Runs `write` in a savepoint: released when it succeeds, rolled back when
@@ -253,22 +255,9 @@ fn in_savepoint(conn: &Connection, write: Write) -> rusqlite::Result<i64> {
     outcome
 }
 
-fn fail_all(answers: impl Iterator<Item = Answer>, error: &rusqlite::Error) {
+fn fail_all(answers: impl Iterator<Item = Answer>, error: &str) {
     for answer in answers {
-        answer(Err(duplicate(error)));
-    }
-}
-
-/// `error` again, for each caller a failed transaction fails.
-fn duplicate(error: &rusqlite::Error) -> rusqlite::Error {
-    match error {
-        rusqlite::Error::SqliteFailure(code, message) => {
-            rusqlite::Error::SqliteFailure(*code, message.clone())
-        }
-        other => rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-            Some(other.to_string()),
-        ),
+        answer(Err(error.to_owned()));
     }
 }
 
@@ -290,7 +279,7 @@ mod tests {
         })
     }
 
-    fn wait(committer: &Committer, write: Write) -> rusqlite::Result<i64> {
+    fn wait(committer: &Committer, write: Write) -> Outcome {
         let (sender, answer) = mpsc::sync_channel(1);
         committer.send(write, Box::new(move |outcome| drop(sender.send(outcome))), Waiting::Thread);
         answer.recv().unwrap()

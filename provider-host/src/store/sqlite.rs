@@ -229,8 +229,8 @@ impl Ledger {
         let write = self.statements(write);
         let Some(committer) = &self.committer else { return done(self.with(write)) };
         let path = self.path.clone();
-        let answer = move |outcome: rusqlite::Result<i64>| {
-            done(outcome.map_err(|error| LedgerError::at(path.display(), error)))
+        let answer = move |outcome: group_commit::Outcome| {
+            done(outcome.map_err(|error| LedgerError::at(path.display(), Problem::Store(error))))
         };
         committer.send(write, Box::new(answer), waiting)
     }
