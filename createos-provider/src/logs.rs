@@ -3,49 +3,43 @@
 //!
 //! Inside the `cdylib` this crate has its own copy of `tracing`'s globals, so
 //! its events reach nobody unless a subscriber is installed here. [`install`]
-//! installs one, once per process: a `tracing_subscriber` registry with
-//! [`Forward`], a layer that hands each event to the current [`LogSink`]. The
-//! layer reports the host's level as its `max_level_hint`, so `tracing`'s
-//! static level check rejects a disabled event before its fields are
-//! evaluated (the `hooks` benchmark measures it). Used as an `rlib` inside a
-//! host that has a subscriber of its own, the install is refused and the
-//! events already reach the host directly.
+//! installs one, once per process: a `tracing_subscriber` registry with a
+//! [`Targets`] filter behind a reload handle (each `setup` sets the host's
+//! level) and [`Forward`], a layer that hands each event to the current
+//! [`LogSink`]. The filter reports the host's level as its
+//! `max_level_hint`, so `tracing`'s static level check rejects a disabled
+//! event before its fields are evaluated (the `hooks` benchmark measures
+//! it). Used as an `rlib` inside a host that has a subscriber of its own,
+//! the install is refused and the events already reach the host directly.
 
 use provider_abi::{abi_stable::std_types::RStr, LogField, LogLevel, LogRecord, LogSink};
-use std::sync::{
-    atomic::{AtomicU8, Ordering},
-    Once, RwLock,
-};
-use tracing::{field::Field, level_filters::LevelFilter, Event, Level, Metadata, Subscriber};
-use tracing_subscriber::{layer::Context, prelude::*, Layer};
+use std::sync::{OnceLock, RwLock};
+use tracing::{field::Field, level_filters::LevelFilter, Event, Level, Subscriber};
+use tracing_subscriber::{filter::Targets, layer::Context, prelude::*, reload, Layer, Registry};
 
 /// The host's sink, replaced by every `setup`.
 static SINK: RwLock<Option<LogSink>> = RwLock::new(None);
-/// The most verbose level the host wants, as a [`LogLevel`] number.
-static MAX_LEVEL: AtomicU8 = AtomicU8::new(0);
-static INSTALL: Once = Once::new();
 
 /// Sends the provider's events at `max_level` or more severe to `sink`.
 pub fn install(sink: LogSink, max_level: LogLevel) {
     *SINK.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(sink);
-    MAX_LEVEL.store(max_level as u8, Ordering::Relaxed);
-    INSTALL.call_once(|| {
-        let _refused_when_the_host_shares_our_tracing =
-            tracing::subscriber::set_global_default(tracing_subscriber::registry().with(Forward));
+    static FILTER: OnceLock<reload::Handle<Targets, Registry>> = OnceLock::new();
+    let filter = FILTER.get_or_init(|| {
+        let (filter, handle) = reload::Layer::new(Targets::new());
+        let _refused_when_the_host_shares_our_tracing = tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(filter).with(Forward),
+        );
+        handle
     });
-    // The level may have changed since the callsites cached their interest.
-    tracing::callsite::rebuild_interest_cache();
-}
-
-fn wanted() -> LevelFilter {
-    match MAX_LEVEL.load(Ordering::Relaxed) {
-        1 => LevelFilter::ERROR,
-        2 => LevelFilter::WARN,
-        3 => LevelFilter::INFO,
-        4 => LevelFilter::DEBUG,
-        5 => LevelFilter::TRACE,
-        _ => LevelFilter::OFF,
-    }
+    let wanted: LevelFilter = max_level.name().parse().unwrap_or(LevelFilter::OFF);
+    // The libraries underneath (HTTP, TLS) log requests and frames at DEBUG
+    // and TRACE; only their warnings and errors leave the provider, so no
+    // header or body of theirs can reach the host's logs. (A reload rebuilds
+    // the interest the callsites cached for the old level.)
+    let targets = Targets::new()
+        .with_target(env!("CARGO_CRATE_NAME"), wanted)
+        .with_default(wanted.min(LevelFilter::INFO));
+    let _never_fails_while_the_subscriber_lives = filter.reload(targets);
 }
 
 fn abi_level(level: Level) -> LogLevel {
@@ -62,18 +56,6 @@ fn abi_level(level: Level) -> LogLevel {
 struct Forward;
 
 impl<S: Subscriber> Layer<S> for Forward {
-    fn enabled(&self, metadata: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {
-        // The libraries underneath (HTTP, TLS) log requests and frames at
-        // DEBUG and TRACE; only their warnings and errors leave the provider,
-        // so no header or body of theirs can reach the host's logs.
-        let ours = metadata.target().starts_with(env!("CARGO_CRATE_NAME"));
-        wanted() >= *metadata.level() && (ours || *metadata.level() <= Level::INFO)
-    }
-
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(wanted())
-    }
-
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let guard = SINK.read().unwrap_or_else(|poisoned| poisoned.into_inner());
         let Some(sink) = guard.as_ref() else { return };
@@ -112,5 +94,37 @@ impl tracing::field::Visit for Fields {
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
         self.put(field, format!("{value:?}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_hosts_level_applies_to_ours_and_at_most_info_to_the_libraries_underneath() {
+        static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+        let sink = LogSink::new(|record| {
+            let message = record.message.as_str();
+            if message.starts_with("logs test") {
+                SEEN.lock().unwrap().push(format!("{} {} {message}", record.level.name(), record.target));
+            }
+        });
+        install(sink, LogLevel::Debug);
+        tracing::debug!("logs test: ours");
+        tracing::debug!(target: "hyper::proto", "logs test: a frame");
+        tracing::info!(target: "hyper::proto", "logs test: a connection");
+        install(sink, LogLevel::Warn);
+        tracing::info!("logs test: ours again");
+        tracing::warn!(target: "rustls", "logs test: a warning");
+        assert_eq!(
+            *SEEN.lock().unwrap(),
+            [
+                "DEBUG createos_provider::logs::tests logs test: ours",
+                "INFO hyper::proto logs test: a connection",
+                "WARN rustls logs test: a warning",
+            ]
+        );
     }
 }
