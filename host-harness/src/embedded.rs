@@ -36,37 +36,6 @@ pub const SERVES_DRIVER_KEY: &str = "createos";
 pub const ABSENT: &str =
     "this build of host-harness has no embedded simulator (its `embedded-sim` feature is off): pass --config FILE";
 
-/// An offline run's simulator (none for a provider it does not serve) and
-/// configuration, or why there is none.
-pub type Offline = Result<(Option<Simulator>, Environment), String>;
-
-/// Starts the simulator for an offline run, with CreateOS's rate limit
-/// when `rate_limited`, on an ephemeral loopback port; returns it with a
-/// harness configuration pointing at it (lease reuse on, so release pauses;
-/// the API in this process, so its leases are gone with it; the request
-/// budget, CreateOS's `requestsPerMinute`, set to `budget` when given).
-#[cfg(feature = "embedded-sim")]
-fn start_offline(rate_limited: bool, budget: Option<u32>) -> Offline {
-    let sim_config = createos_sim::SimConfig {
-        rate_limit: rate_limited.then(createos_sim::RateLimit::createos_default),
-        ..Default::default()
-    };
-    let sim = Simulator::start(sim_config)
-        .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
-    let mut provider_config = sim.provider_config(true);
-    if let Some(budget) = budget {
-        provider_config["requestsPerMinute"] = budget.into();
-    }
-    let mut config = harness_environment(provider_config);
-    config.api_in_process = true;
-    Ok((Some(sim), config))
-}
-
-#[cfg(not(feature = "embedded-sim"))]
-fn start_offline(_rate_limited: bool, _budget: Option<u32>) -> Offline {
-    Err(ABSENT.to_owned())
-}
-
 /// The request budget the simulator's provider gets when the simulator's
 /// rate limit is off: high enough never to be what a run waits on.
 pub const UNLIMITED_REQUEST_BUDGET: u32 = 100_000;
@@ -78,20 +47,40 @@ pub fn remove_temp_dirs() {
     createos_sim::remove_temp_dirs();
 }
 
-/// What a command without `--config` runs `provider` against: the embedded
-/// simulator (with CreateOS's rate limit when `rate_limited`, and the
-/// request budget `budget` in requests a minute when given) for the
-/// provider it serves; for any other provider, that provider's own defaults
-/// (an empty configuration: its own budget) when it finds them valid, else
-/// a one-line error saying `--config` is needed.
+/// What a command without `--config` runs `provider` against, and the
+/// simulator it runs against, if any: the embedded simulator for the
+/// provider it serves, on an ephemeral loopback port (with CreateOS's rate
+/// limit when `rate_limited`; its harness configuration reuses leases, so
+/// release pauses, has the API in this process, so its leases are gone with
+/// it, and sets CreateOS's `requestsPerMinute` to `budget` when given); for
+/// any other provider, that provider's own defaults (an empty
+/// configuration: its own budget) when it finds them valid, else a one-line
+/// error saying `--config` is needed.
 pub fn offline_target<P: Provider + ?Sized>(
     provider: &P,
     rate_limited: bool,
     budget: Option<u32>,
-) -> Offline {
+) -> Result<(Option<Simulator>, Environment), String> {
     let manifest = provider.manifest();
     if manifest.driver_key.as_str() == SERVES_DRIVER_KEY {
-        return start_offline(rate_limited, budget);
+        #[cfg(not(feature = "embedded-sim"))]
+        {
+            let _ = (rate_limited, budget);
+            return Err(ABSENT.to_owned());
+        }
+        #[cfg(feature = "embedded-sim")]
+        {
+            let rate_limit = rate_limited.then(createos_sim::RateLimit::createos_default);
+            let sim = Simulator::start(createos_sim::SimConfig { rate_limit, ..Default::default() })
+                .map_err(|error| format!("cannot start the embedded simulator: {error}"))?;
+            let mut provider_config = sim.provider_config(true);
+            if let Some(budget) = budget {
+                provider_config["requestsPerMinute"] = budget.into();
+            }
+            let mut config = harness_environment(provider_config);
+            config.api_in_process = true;
+            return Ok((Some(sim), config));
+        }
     }
     let config = harness_environment(serde_json::json!({}));
     let report = provider.validate_config(&config.params(&manifest.driver_key)).map_err(|error| {
