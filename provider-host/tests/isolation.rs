@@ -58,6 +58,7 @@ fn main() -> ExitCode {
         trial!(a_lease_handed_over_as_unconfirmed_is_handed_to_every_new_worker_until_destroyed),
         trial!(a_lease_whose_command_died_with_the_worker_is_destroyed_not_reused),
         trial!(a_command_left_running_does_not_hold_up_the_news_of_its_workers_death),
+        trial!(the_worker_inherits_no_other_descriptor_of_the_host),
         trial!(a_library_the_worker_cannot_load_is_refused_in_one_line),
         trial!(a_worker_told_a_hash_loads_only_a_library_with_that_hash),
         trial!(a_worker_killed_while_creations_are_in_flight_leaks_no_sandbox),
@@ -410,6 +411,21 @@ fn a_command_left_running_does_not_hold_up_the_news_of_its_workers_death() {
     unsafe { libc::kill(sleeper, libc::SIGKILL) };
     assert!(result.unwrap_err().message.contains("SIGSEGV"));
     assert!(took < Duration::from_secs(30), "the crash was reported after {took:?}");
+}
+
+/// A descriptor the host opened without close-on-exec reaches neither the
+/// worker nor the commands its provider starts.
+fn the_worker_inherits_no_other_descriptor_of_the_host() {
+    const STRAY: i32 = 200;
+    // SAFETY: a descriptor of this test's own, closed below; dup2 leaves it
+    // without close-on-exec, as a library of the host might.
+    assert_eq!(unsafe { libc::dup2(2, STRAY) }, STRAY);
+    let provider = start(options());
+    let (result, _) =
+        execute(&provider, "/bin/sh", &["-c", "test -e /proc/self/fd/200 && echo held || echo closed"]);
+    // SAFETY: the descriptor dup2 opened above.
+    unsafe { libc::close(STRAY) };
+    assert_eq!(result.unwrap().stdout.to_string(), "closed\n");
 }
 
 fn a_library_the_worker_cannot_load_is_refused_in_one_line() {

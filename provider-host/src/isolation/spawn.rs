@@ -86,7 +86,7 @@ fn spawn_here(mut command: Command, limits: Limits, socket: UnixStream) -> io::R
     let fd = socket.as_raw_fd();
     let parent = getpid();
     // SAFETY: async-signal-safe calls only (prctl, getppid, setpgid, dup2,
-    // fcntl, getrlimit/setrlimit), no allocation, between fork and exec.
+    // fcntl, close_range, getrlimit/setrlimit), no allocation, between fork and exec.
     unsafe {
         command.pre_exec(move || {
             prctl::set_pdeathsig(Signal::SIGKILL)?;
@@ -101,6 +101,15 @@ fn spawn_here(mut command: Command, limits: Limits, socket: UnixStream) -> io::R
                 if fd == WORKER_FD { libc::fcntl(fd, libc::F_SETFD, 0) } else { libc::dup2(fd, WORKER_FD) };
             if moved < 0 {
                 return Err(io::Error::last_os_error());
+            }
+            // Nothing else of the host's reaches the worker (or the commands
+            // it starts), whether or not it was opened close-on-exec.
+            if libc::close_range(WORKER_FD as u32 + 1, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) != 0 {
+                // A kernel before 5.11 lacks the flag: mark each one instead.
+                let (open_files, _) = getrlimit(Resource::RLIMIT_NOFILE)?;
+                for other in WORKER_FD + 1..open_files.min(1 << 20) as i32 {
+                    libc::fcntl(other, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
             }
             set_limit(Resource::RLIMIT_AS, limits.address_space, 0)?;
             // A second more of hard limit: the soft one's SIGXCPU names the
