@@ -131,7 +131,7 @@ impl LockFile {
     }
 
     /// Hashes the library at `library` (opened as a load opens it, never
-    /// loaded, in 64 KiB reads) and returns its pin.
+    /// loaded) and returns its pin.
     pub fn verify(&self, library: &Path) -> Result<&Pin, LockError> {
         let actual = library_sha256(library).map_err(|error| LockError::Library(error.to_string()))?;
         self.pin_of(library, &actual)

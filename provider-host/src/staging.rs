@@ -4,8 +4,8 @@
 //! A library is opened once, the way a load opens it
 //! ([`crate::loader::open_library`]: non-blocking, regular files only), and
 //! its bytes are copied from that open file into a directory only this
-//! process's user can enter, hashing them on the way. The copy is named by
-//! the hash and made read-only; the pin check, the load (here or in a worker
+//! process's user can enter, and the copy hashed. The copy is named by the
+//! hash and made read-only; the pin check, the load (here or in a worker
 //! process, told the hash to check) and an install all use the copy, so a
 //! file renamed over the library's path, or a symbolic link retargeted,
 //! after it was opened changes nothing. A build staged twice reuses its copy:
@@ -15,7 +15,7 @@ use crate::loader::{open_library, CheckedFile, LoadError, LoadProblem, LoadedPro
 use sha2::{Digest, Sha256};
 use std::{
     fs::{File, Permissions},
-    io::{self, Read, Write},
+    io::{self, Read, Seek},
     os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
 };
@@ -48,8 +48,14 @@ impl Staging {
         let CheckedFile { path: source, file, .. } = open_library(library)?;
         let unreadable =
             |error: io::Error| LoadProblem::Unreadable(format!("cannot copy it: {error}")).at(&source);
-        let mut incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(unreadable)?;
-        let sha256 = copy_hashing(file, incoming.as_file_mut()).map_err(unreadable)?;
+        let incoming = tempfile::NamedTempFile::new_in(self.dir.path()).map_err(unreadable)?;
+        // The copy is hashed, not its source: what is loaded is what was hashed.
+        let copy_and_hash = |mut copy: &File| {
+            io::copy(&mut &file, &mut copy)?;
+            copy.rewind()?;
+            sha256_of(copy)
+        };
+        let sha256 = copy_and_hash(incoming.as_file()).map_err(unreadable)?;
         let name = source.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
         let copy = self.dir.path().join(format!("{sha256}-{name}"));
         if !copy.exists() {
@@ -100,29 +106,16 @@ pub fn load_expecting(copy: &Path, sha256: &str) -> Result<LoadedProvider, LoadE
 }
 
 /// SHA-256 of the library at `library`, lowercase hex, opened as a load
-/// opens it and read in 64 KiB pieces.
+/// opens it.
 pub fn library_sha256(library: &Path) -> Result<String, LoadError> {
     let CheckedFile { path, file, .. } = open_library(library)?;
-    copy_hashing(file, &mut io::sink()).map_err(|error| LoadProblem::Unreadable(error.to_string()).at(path))
+    sha256_of(file).map_err(|error| LoadProblem::Unreadable(error.to_string()).at(path))
 }
 
-/// Copies `from` into `to` in 64 KiB pieces and returns the SHA-256 of the
-/// bytes copied.
-fn copy_hashing(mut from: File, to: &mut impl Write) -> io::Result<String> {
+/// SHA-256 of what `from` reads to its end, lowercase hex.
+fn sha256_of(mut from: impl Read) -> io::Result<String> {
     let mut hasher = Sha256::new();
-    let mut buffer = vec![0; 64 * 1024];
-    loop {
-        match from.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(read) => {
-                hasher.update(&buffer[..read]);
-                to.write_all(&buffer[..read])?;
-            }
-            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
-            Err(error) => return Err(error),
-        }
-    }
-    to.flush()?;
+    io::copy(&mut from, &mut hasher)?;
     Ok(format!("{:x}", hasher.finalize()))
 }
 
