@@ -34,7 +34,10 @@ use scopeguard::{guard, ScopeGuard};
 use serde_json::Value;
 use std::{
     future::Future,
-    sync::{Arc, OnceLock},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, OnceLock,
+    },
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -43,6 +46,17 @@ use tokio::sync::{mpsc, oneshot};
 /// for word, as users search for it.
 pub const UNCONFIRMED_MESSAGE: &str =
     "CreateOS process cleanup is unconfirmed; destroy this lease before reusing it.";
+
+/// The most of a command's output [`Host::execute`] holds for its `output`
+/// callback (16 CreateOS journals): a reader that falls further behind loses
+/// the rest of the output, as it would at the API, and the call fails with
+/// [`OUTPUT_DROPPED_MESSAGE`] once the command ended; memory stays bounded
+/// however long the command writes.
+pub const OUTPUT_BACKLOG: usize = 16 << 20;
+
+/// What a command whose output was dropped ([`OUTPUT_BACKLOG`]) fails with.
+pub const OUTPUT_DROPPED_MESSAGE: &str =
+    "The command's output was read too slowly: more than 16 MiB of it waited, and the rest was dropped. Write bulk output to a file in the sandbox.";
 
 /// A provider, a ledger and an environment: the hooks as a host calls them.
 pub struct Host<'a> {
@@ -624,9 +638,10 @@ impl<'a> Host<'a> {
 
     /// `execute` in the lease: the command's standard input pulled from
     /// `stdin` as the provider sends it on, its output handed to `output` as
-    /// it arrives (raw bytes, as the command wrote them); dropping the
-    /// future stops the command. A lease the ledger knows as unconfirmed is
-    /// refused before any call. After a failure the provider is asked
+    /// it arrives (raw bytes, as the command wrote them; past
+    /// [`OUTPUT_BACKLOG`] bytes waiting for `output`, the rest is dropped
+    /// and the call fails); dropping the future stops the command. A lease
+    /// the ledger knows as unconfirmed is refused before any call. After a failure the provider is asked
     /// (`inspect_lease`) whether the lease's cleanup became unconfirmed, and
     /// the ledger notes it.
     pub async fn execute(
@@ -638,12 +653,35 @@ impl<'a> Host<'a> {
     ) -> HookResult<CommandOutcome> {
         self.refuse_if_unconfirmed(held)?;
         let lease = self.params(&held.lease);
-        // The output chunks go over a channel to this future.
+        // The output chunks go over a channel to this future, which counts
+        // the bytes waiting (a chunk alone always fits). Once one is dropped,
+        // so is every later one; the bytes of those are never taken back.
         let (sender, chunks) = mpsc::unbounded_channel::<Chunk>();
-        let sink =
-            ByteSink::new(move |stream, chunk: &[u8]| drop(sender.send(Box::new((stream, chunk.to_vec())))));
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let queued = Arc::clone(&waiting);
+        let mut dropping = false;
+        let sink = ByteSink::new(move |stream, chunk: &[u8]| {
+            let before = queued.fetch_add(chunk.len(), Ordering::SeqCst);
+            if !dropping && before > 0 && before + chunk.len() > OUTPUT_BACKLOG {
+                dropping = true;
+                tracing::warn!(
+                    limit = OUTPUT_BACKLOG,
+                    "the command's output is read too slowly: the rest is dropped"
+                );
+            }
+            if !dropping {
+                drop(sender.send(Box::new((stream, chunk.to_vec()))));
+            }
+        });
         let call = self.provider.execute(command.into_params(lease.clone()), stdin, sink);
-        let error = match serving(call, chunks, |chunk| output(chunk.0, &chunk.1)).await {
+        let serve = |chunk: Chunk| {
+            output(chunk.0, &chunk.1);
+            waiting.fetch_sub(chunk.1.len(), Ordering::SeqCst);
+        };
+        let error = match serving(call, chunks, serve).await {
+            Ok(_) if waiting.load(Ordering::SeqCst) > 0 => {
+                return Err(ProviderError::internal(OUTPUT_DROPPED_MESSAGE))
+            }
             Ok(result) => return Ok(result.into()),
             Err(error) => self.undo_if_refused(held, None, error),
         };

@@ -184,8 +184,8 @@ impl Watched {
     }
 
     /// Waits for the harness (two minutes at most: a hang guard) and returns
-    /// its exit code, stderr and peak resident memory in KiB (the last
-    /// `VmHWM` read before it exited).
+    /// its exit code, stderr (unless the test took it) and peak resident
+    /// memory in KiB (the last `VmHWM` read before it exited).
     fn finish(mut self) -> (Option<i32>, String, u64) {
         crate::common::wait_until("the harness exits", Duration::from_secs(120), || {
             if let Some(kib) = crate::common::peak_kib(self.child.id()) {
@@ -198,7 +198,9 @@ impl Watched {
             (unsafe { info.si_pid() }) != 0
         });
         let mut stderr = String::new();
-        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        if let Some(pipe) = self.child.stderr.as_mut() {
+            std::io::Read::read_to_string(pipe, &mut stderr).unwrap();
+        }
         let mut status = 0;
         // SAFETY: reaps our own child, which has exited.
         let reaped = unsafe { libc::waitpid(self.child.id() as i32, &mut status, 0) };
@@ -280,6 +282,46 @@ fn five_megabytes_of_random_output_arrive_byte_exact_through_the_1_mib_journal()
     assert_eq!(output.stdout.len(), 5_000_000);
     let remote = stderr(&output);
     assert_eq!(remote.split_whitespace().next(), Some(sha256(&output.stdout).as_str()), "{remote}");
+}
+
+/// A reader of `exec`'s output that stalls does not make the harness hold
+/// the output without bound: past `host::OUTPUT_BACKLOG` waiting, the rest
+/// is dropped (a warning says so at once), and once the reader is back it
+/// gets what came before, then `exec` fails saying why.
+#[test]
+fn a_stalled_reader_of_execs_output_costs_bounded_memory_and_exec_fails_for_what_was_dropped() {
+    use provider_host::host::{OUTPUT_BACKLOG, OUTPUT_DROPPED_MESSAGE};
+    use std::io::{BufRead, Read};
+    // Paced: the output is held back, never evicted, whatever the reader's speed.
+    let bed = Bed::serving(SimConfig { rate_limit: None, pace_output: true, ..Default::default() }, |_| {});
+    let lease = bed.acquire();
+    let total = (3 * OUTPUT_BACKLOG).to_string();
+    let mut run =
+        bed.spawn_exec(&lease, &["--timeout", "10m"], &["head", "-c", &total, "/dev/zero"], Stdio::null());
+    let (lines, stderr) = (std::sync::mpsc::channel(), run.child.stderr.take().unwrap());
+    let sender = lines.0;
+    std::thread::spawn(move || {
+        std::io::BufReader::new(stderr).lines().map_while(Result::ok).try_for_each(|line| sender.send(line))
+    });
+    // Nobody reads the output until the harness says it drops the rest.
+    let mut said = String::new();
+    while !said.contains("the command's output is read too slowly") {
+        match lines.1.recv_timeout(Duration::from_secs(120)) {
+            Ok(line) => said += &format!("{line}\n"),
+            Err(error) => panic!("no warning ({error}):\n{said}"),
+        }
+    }
+    let mut stdout = Vec::new();
+    run.child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    let (code, _, peak) = run.finish();
+    said.extend(lines.1.iter().map(|line| format!("{line}\n")));
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains(OUTPUT_DROPPED_MESSAGE), "{said}");
+    // What was held when the rest was dropped, give or take a pipe and a chunk.
+    let held = OUTPUT_BACKLOG - (1 << 20)..OUTPUT_BACKLOG + (1 << 20);
+    assert!(held.contains(&stdout.len()), "{} bytes", stdout.len());
+    assert!(stdout.iter().all(|&byte| byte == 0));
+    assert!(peak < RSS_LIMIT_KIB, "peak RSS {peak} KiB");
 }
 
 #[test]
