@@ -1,6 +1,6 @@
 //! What pinning costs at load: hashing a provider library (SHA-256 of the
 //! whole file), the `--locked` check (the library copied into a private
-//! directory while hashed, as `--locked` does before loading the copy, and
+//! directory and the copy hashed, as `--locked` does before loading it, and
 //! its pin found) beside loading a copy of it (checks, mapping, first
 //! manifest), in one run.
 
@@ -22,7 +22,7 @@ fn pinning(c: &mut Criterion) {
         b.iter(|| lock.verify(black_box(&library)).unwrap().sha256.len())
     });
     let staging = Staging::new().unwrap();
-    c.bench_function("--locked check: copy the file privately while hashing it, find its pin", |b| {
+    c.bench_function("--locked check: copy the file privately, hash the copy, find its pin", |b| {
         b.iter(|| {
             let staged = staging.stage(black_box(&library)).unwrap();
             lock.pin_of(&library, staged.sha256()).unwrap().sha256.len()

@@ -416,15 +416,17 @@ fn a_command_left_running_does_not_hold_up_the_news_of_its_workers_death() {
 /// A descriptor the host opened without close-on-exec reaches neither the
 /// worker nor the commands its provider starts.
 fn the_worker_inherits_no_other_descriptor_of_the_host() {
-    const STRAY: i32 = 200;
-    // SAFETY: a descriptor of this test's own, closed below; dup2 leaves it
-    // without close-on-exec, as a library of the host might.
-    assert_eq!(unsafe { libc::dup2(2, STRAY) }, STRAY);
+    // Above the worker's open-files limit (64), so no descriptor of its own
+    // has that number. SAFETY: a new descriptor of this test's own (the
+    // first free one from 200), closed below; F_DUPFD leaves it without
+    // close-on-exec, as a library of the host might.
+    let stray = unsafe { libc::fcntl(2, libc::F_DUPFD, 200) };
+    assert!(stray >= 200, "{}", std::io::Error::last_os_error());
     let provider = start(options());
-    let (result, _) =
-        execute(&provider, "/bin/sh", &["-c", "test -e /proc/self/fd/200 && echo held || echo closed"]);
-    // SAFETY: the descriptor dup2 opened above.
-    unsafe { libc::close(STRAY) };
+    let probe = format!("test -e /proc/self/fd/{stray} && echo held || echo closed");
+    let (result, _) = execute(&provider, "/bin/sh", &["-c", &probe]);
+    // SAFETY: the descriptor fcntl opened above.
+    unsafe { libc::close(stray) };
     assert_eq!(result.unwrap().stdout.to_string(), "closed\n");
 }
 

@@ -104,8 +104,11 @@ fn spawn_here(mut command: Command, limits: Limits, socket: UnixStream) -> io::R
             }
             // Nothing else of the host's reaches the worker (or the commands
             // it starts), whether or not it was opened close-on-exec.
-            if libc::close_range(WORKER_FD as u32 + 1, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32) != 0 {
-                // A kernel before 5.11 lacks the flag: mark each one instead.
+            // The system call, not glibc's wrapper (2.34 and later only).
+            let marked =
+                libc::syscall(libc::SYS_close_range, WORKER_FD + 1, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            if marked != 0 {
+                // A kernel before 5.11 lacks it or the flag: mark each one.
                 let (open_files, _) = getrlimit(Resource::RLIMIT_NOFILE)?;
                 for other in WORKER_FD + 1..open_files.min(1 << 20) as i32 {
                     libc::fcntl(other, libc::F_SETFD, libc::FD_CLOEXEC);
