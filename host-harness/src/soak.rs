@@ -63,6 +63,7 @@ pub struct Tally {
 /// counting into the soak's tally.
 struct Watcher<'a> {
     ledger: &'a dyn LeaseStore,
+    config: &'a Environment,
     secrets: &'a [&'a str],
     tally: &'a Mutex<Tally>,
     /// The first failed step and its error.
@@ -81,13 +82,15 @@ impl Watcher<'_> {
         }
     }
 
-    /// Whether the ledger records the lease of `report` as unconfirmed.
+    /// Whether the ledger's latest row for the lease of `report` records it
+    /// as unconfirmed.
     fn ledger_says_unconfirmed(&self, report: &StepReport) -> bool {
         let Some(id) = &report.lease_id else { return false };
-        self.ledger.list().unwrap_or_default().iter().any(|record| {
-            record.provider_lease_id.as_deref() == Some(id.as_str())
-                && record.state == provider_host::store::LeaseState::Unconfirmed
-        })
+        let found = self.ledger.find(id, &self.config.company_id, &self.config.environment_id);
+        found
+            .ok()
+            .flatten()
+            .is_some_and(|record| record.state == provider_host::store::LeaseState::Unconfirmed)
     }
 
     /// Counts this lifecycle's outcome (a lifecycle fails with its first
@@ -164,7 +167,8 @@ pub fn run(
         async move {
             let run_id = format!("soak-{index}");
             let host = Host::new(provider, ledger, config, Owner::Lifecycle, &run_id);
-            let mut watcher = Watcher { ledger, secrets, tally, first_error: None, unconfirmed_known: false };
+            let mut watcher =
+                Watcher { ledger, config, secrets, tally, first_error: None, unconfirmed_known: false };
             let started = Instant::now();
             lifecycle::run_with(&host, &mut watcher, false).await;
             let duration = started.elapsed();
@@ -187,10 +191,9 @@ pub fn run(
     drop(observing);
     let mut tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
     // The ledger is output too: no row may hold the key.
-    for secret in &secrets {
-        let rows = ledger.list().unwrap_or_default();
-        tally.secrets_seen +=
-            rows.iter().filter(|record| record.to_json().to_string().contains(secret)).count();
+    for record in ledger.list().unwrap_or_default() {
+        let row = record.to_json().to_string();
+        tally.secrets_seen += secrets.iter().filter(|secret| row.contains(*secret)).count();
     }
     tally
 }
