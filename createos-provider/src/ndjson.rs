@@ -157,14 +157,8 @@ impl ByteTail {
             true => self.bytes.iter().take(3).take_while(|&&byte| byte & 0xC0 == 0x80).count(),
             false => 0,
         };
-        (lossy_text(&self.bytes[start..]), self.truncated)
+        (String::from_utf8_lossy(&self.bytes[start..]).into_owned(), self.truncated)
     }
-}
-
-/// `bytes` as text, each maximal invalid subsequence one U+FFFD (the
-/// standard library's lossy decoding).
-fn lossy_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// What a command printed, once the stream is over.
@@ -828,25 +822,6 @@ mod tests {
         assert_eq!(decoder.finish().stdout, "caf\u{fffd}");
     }
 
-    #[test]
-    fn lossy_text_replaces_each_maximal_invalid_subsequence_as_the_standard_library_does() {
-        let cases: &[&[u8]] = &[
-            b"",
-            b"plain ascii",
-            "é日🚀".as_bytes(),
-            b"\xff\xfe\x80\xbf",
-            b"\xc0\xaf\xc1\xbf\xc2",
-            b"\xe0\x80\xaf\xe0\xa0",
-            b"\xed\xa0\x80\xed\x9f\xbf",
-            b"\xf0\x80\x80\x80\xf0\x90\x80",
-            b"\xf4\x90\x80\x80\xf4\x8f\xbf\xbf\xf5\x80",
-            b"a\xf1\x80\x80b\xf3\xbf\xbf\xbf",
-        ];
-        for bytes in cases {
-            assert_eq!(lossy_text(bytes), String::from_utf8_lossy(bytes), "{bytes:?}");
-        }
-    }
-
     /// A valid stream: frames with random bytes, heartbeats and replays.
     fn valid_stream() -> impl Strategy<Value = (Vec<u8>, Vec<u8>, Vec<u8>, i32)> {
         let frame = (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..12), 0u8..8);
@@ -895,16 +870,6 @@ mod tests {
             let output = decoder.finish();
             prop_assert_eq!(output.stdout, want_out);
             prop_assert_eq!(output.stderr, want_err);
-        }
-
-        #[test]
-        fn lossy_text_is_the_standard_librarys_for_any_bytes(
-            bytes in proptest::collection::vec(
-                prop_oneof![any::<u8>(), 0x80u8..=0xBF, 0xC0u8..=0xFF, Just(b'a')],
-                0..64,
-            )
-        ) {
-            prop_assert_eq!(lossy_text(&bytes), String::from_utf8_lossy(&bytes));
         }
 
         #[test]
