@@ -31,7 +31,7 @@ pub fn install(sink: LogSink, max_level: LogLevel) {
         );
         handle
     });
-    let wanted: LevelFilter = max_level.name().parse().unwrap_or(LevelFilter::OFF);
+    let wanted = level_filter(max_level);
     // The libraries underneath (HTTP, TLS) log requests and frames at DEBUG
     // and TRACE; only their warnings and errors leave the provider, so no
     // header or body of theirs can reach the host's logs. (A reload rebuilds
@@ -40,6 +40,16 @@ pub fn install(sink: LogSink, max_level: LogLevel) {
         .with_target(env!("CARGO_CRATE_NAME"), wanted)
         .with_default(wanted.min(LevelFilter::INFO));
     let _never_fails_while_the_subscriber_lives = filter.reload(targets);
+}
+
+fn level_filter(level: LogLevel) -> LevelFilter {
+    match level {
+        LogLevel::Error => LevelFilter::ERROR,
+        LogLevel::Warn => LevelFilter::WARN,
+        LogLevel::Info => LevelFilter::INFO,
+        LogLevel::Debug => LevelFilter::DEBUG,
+        LogLevel::Trace => LevelFilter::TRACE,
+    }
 }
 
 fn abi_level(level: Level) -> LogLevel {

@@ -69,14 +69,13 @@ impl Registry {
     /// Marks the lease closing until the returned guard is dropped, or
     /// refuses with [`Error::CleanupInProgress`] if it already is.
     pub fn begin_closing(&self, scope: &LeaseScope) -> Result<impl Sized, Error> {
+        if !self.lock().closing.insert(scope.clone()) {
+            return Err(Error::CleanupInProgress);
+        }
         let (registry, scope) = (self.clone(), scope.clone());
-        let inserted = self.lock().closing.insert(scope.clone());
-        let guard = move || {
-            scopeguard::guard((), move |()| {
-                registry.lock().closing.remove(&scope);
-            })
-        };
-        inserted.then(guard).ok_or(Error::CleanupInProgress)
+        Ok(scopeguard::guard((), move |()| {
+            registry.lock().closing.remove(&scope);
+        }))
     }
 
     /// Whether the lease accepts new work: the error says why it does not.

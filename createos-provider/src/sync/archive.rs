@@ -54,11 +54,17 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// What `meta` describes; `None` for a socket, FIFO or device.
-    fn of(kind: fs::FileType) -> Option<Kind> {
-        [(kind.is_symlink(), Kind::Link), (kind.is_dir(), Kind::Dir), (kind.is_file(), Kind::File)]
-            .into_iter()
-            .find_map(|(is, kind)| is.then_some(kind))
+    /// What `file_type` describes; `None` for a socket, FIFO or device.
+    fn of(file_type: fs::FileType) -> Option<Kind> {
+        if file_type.is_symlink() {
+            Some(Kind::Link)
+        } else if file_type.is_dir() {
+            Some(Kind::Dir)
+        } else if file_type.is_file() {
+            Some(Kind::File)
+        } else {
+            None
+        }
     }
 }
 
@@ -71,19 +77,23 @@ pub struct SourceEntry {
     pub kind: Kind,
 }
 
+/// `path` relative to `root`, under which it was walked.
+fn relative<'a>(root: &Path, path: &'a Path) -> &'a Path {
+    path.strip_prefix(root).unwrap_or(path)
+}
+
 /// Walks the host directory `root` without following links, leaving out
 /// excluded paths. A link whose target leaves `root` (or is absolute) is
 /// [`Error::PathEscapes`]; sockets, FIFOs and devices are left out.
 pub fn walk(root: &Path, exclude: &GlobSet) -> Result<Vec<SourceEntry>, Error> {
-    let relative = |path: &Path| path.strip_prefix(root).unwrap_or(path).to_path_buf();
     // Depth first by name: parents before children, so extraction creates
     // directories first; an excluded directory is not entered.
     let walker = WalkDir::new(root).min_depth(1).sort_by_file_name().into_iter();
     let mut entries = Vec::new();
-    for child in walker.filter_entry(|child| !exclude.is_match(relative(child.path()))) {
+    for child in walker.filter_entry(|child| !exclude.is_match(relative(root, child.path()))) {
         let child = child.map_err(|error| Error::host_read(error.into()))?;
         let segments: Option<Vec<String>> =
-            relative(child.path()).iter().map(|name| name.to_str().map(str::to_owned)).collect();
+            relative(root, child.path()).iter().map(|name| name.to_str().map(str::to_owned)).collect();
         let segments = segments.ok_or_else(|| {
             Error::invalid_input("CreateOS transfer source holds a name that is not UTF-8.")
         })?;
