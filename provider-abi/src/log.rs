@@ -146,12 +146,7 @@ mod tests {
         });
         let fields = [LogField { name: "sandbox".into(), value: "sb-1".into() }];
         for message in ["first", "boom", "second"] {
-            sink.log(&LogRecord {
-                level: LogLevel::Debug,
-                target: "createos_provider::execute".into(),
-                message: message.into(),
-                fields: RSlice::from_slice(&fields),
-            });
+            sink.log(&LogRecord::new(LogLevel::Debug, "createos_provider::execute", message, &fields));
         }
         assert_eq!(
             *seen.lock().unwrap(),

@@ -187,12 +187,6 @@ mod tests {
     use super::*;
     use provider_abi::{LeaseParams, SyncParams};
 
-    fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
-        let mut frame = Vec::new();
-        write(&mut frame, message)?;
-        Ok(frame)
-    }
-
     #[test]
     fn frames_round_trip_borrowed_calls_into_owned_ones() {
         let params = LeaseParams { run_id: "run".into(), metadata_json: "{}".into(), ..Default::default() };
