@@ -79,16 +79,14 @@ pub fn peak_kib(pid: u32) -> Option<u64> {
 /// [`peak_kib`] of `pid` and of its children (a provider worker): the
 /// largest.
 pub fn tree_peak_kib(pid: u32) -> Option<u64> {
-    let own = peak_kib(pid)?;
-    let child_of_pid = |stat: &str| {
-        // `PID (COMM) STATE PPID ...`: COMM may hold spaces and parentheses.
-        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        rest.split_whitespace().nth(1).and_then(|ppid| ppid.parse().ok()) == Some(pid)
-    };
-    let children = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| {
-        let child: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-        child_of_pid(&stat).then(|| peak_kib(child)).flatten()
-    });
-    Some(children.fold(own, u64::max))
+    Some(children(pid).into_iter().filter_map(peak_kib).fold(peak_kib(pid)?, u64::max))
+}
+
+/// The child processes of `pid` (every thread's).
+pub fn children(pid: u32) -> Vec<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| text.split_whitespace().filter_map(|pid| pid.parse().ok()).collect::<Vec<_>>())
+        .collect()
 }

@@ -4,7 +4,7 @@
 //! isolated provider's own tests, through the library, are provider-host's
 //! (`provider-host/tests/isolation.rs`).
 
-use crate::common::ConfigDir;
+use crate::common::{children, ConfigDir};
 use createos_sim::{SimConfig, Simulator};
 use provider_host::loader::library_file_name;
 use serde_json::json;
@@ -164,15 +164,6 @@ fn a_soak_where_one_call_in_a_hundred_aborts_its_worker_keeps_the_invariants() {
         .count();
     assert!(announced > 0, "1 % of some two thousand calls crashed: {summary}");
     assert_eq!(announced, reported, "every crash is reported");
-}
-
-/// The child processes of `pid` (every thread's).
-fn children(pid: u32) -> Vec<u32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten();
-    tasks
-        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
-        .flat_map(|text| text.split_whitespace().filter_map(|pid| pid.parse().ok()).collect::<Vec<_>>())
-        .collect()
 }
 
 /// Polls `check` until it gives a value or `limit` passes.

@@ -554,15 +554,15 @@ fn overload() {
         e2e::overload::LOOPS,
         e2e::overload::RUN
     );
-    println!("| completed | affordable | ratio | failed | 429s | slowest resume |");
-    println!("|---|---|---|---|---|---|");
-    println!(
-        "| {} | {:.1} | {:.2} | {} | {} | {:?} |",
-        run.completed,
-        run.affordable(),
-        run.completed as f64 / run.affordable(),
-        run.failures.len(),
-        run.ledger.count_status(429),
-        run.slowest_resume
+    print_table(
+        &["completed", "affordable", "ratio", "failed", "429s", "slowest resume"],
+        &[vec![
+            run.completed.to_string(),
+            format!("{:.1}", run.affordable()),
+            format!("{:.2}", run.completed as f64 / run.affordable()),
+            run.failures.len().to_string(),
+            run.ledger.count_status(429).to_string(),
+            format!("{:?}", run.slowest_resume),
+        ]],
     );
 }
